@@ -1,0 +1,87 @@
+#include "common/json_writer.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lockstep {
+
+std::string JsonQuote(absl::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+  return out;
+}
+
+JsonObjectWriter& JsonObjectWriter::Add(absl::string_view key, double value) {
+  // JSON has no NaN or Inf; null says "not measured".
+  fields_.emplace_back(std::string(key), std::isfinite(value)
+                                             ? absl::StrFormat("%.10g", value)
+                                             : std::string("null"));
+  return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::Add(absl::string_view key, int64_t value) {
+  fields_.emplace_back(std::string(key), absl::StrCat(value));
+  return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::Add(absl::string_view key,
+                                        absl::string_view value) {
+  fields_.emplace_back(std::string(key), JsonQuote(value));
+  return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::AddBool(absl::string_view key, bool value) {
+  fields_.emplace_back(std::string(key), value ? "true" : "false");
+  return *this;
+}
+
+std::string JsonObjectWriter::ToString() const {
+  std::string out = "{\n";
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    absl::StrAppend(&out, "  ", JsonQuote(fields_[i].first), ": ",
+                    fields_[i].second, i + 1 < fields_.size() ? ",\n" : "\n");
+  }
+  out += "}\n";
+  return out;
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view contents) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  const size_t written = std::fwrite(contents.data(), 1, contents.size(), f);
+  const bool closed = std::fclose(f) == 0;
+  if (written != contents.size() || !closed ||
+      std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

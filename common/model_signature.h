@@ -1,0 +1,62 @@
+// The model signature: what every process of a job must agree on (tensor
+// names and shapes, optimizer and its settings, chunking, worker count).
+// Plain value types; the proto conversion lives in signature_proto.h.
+#ifndef LOCKSTEP_COMMON_MODEL_SIGNATURE_H_
+#define LOCKSTEP_COMMON_MODEL_SIGNATURE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lockstep {
+
+// One named fp32 tensor of the model, row-major.
+struct TensorInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+
+  int64_t NumElements() const;
+  bool operator==(const TensorInfo& other) const;
+};
+
+// Optimizer choice and hyper-parameters. Defaults are Keras's for Adam; the
+// other optimizers' Keras defaults come from OptimizerConfig::Defaults.
+struct OptimizerConfig {
+  std::string name = "adam";  // sgd | momentum | adam | adamw
+  double learning_rate = 0.001;
+  double momentum = 0.0;
+  bool nesterov = false;
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
+  double epsilon = 1e-7;
+  double weight_decay = 0.0;
+
+  // Keras's defaults for `name` (learning rate 0.01 for SGD and momentum
+  // (momentum 0.9 for the latter), 0.001 for Adam and AdamW, AdamW's weight
+  // decay 0.004).
+  static OptimizerConfig Defaults(const std::string& name);
+  bool operator==(const OptimizerConfig& other) const;
+};
+
+inline constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
+
+struct ModelSignature {
+  std::vector<TensorInfo> tensors;
+  OptimizerConfig optimizer;
+  int64_t chunk_bytes = kDefaultChunkBytes;
+  int num_workers = 1;
+
+  // Total fp32 elements over all tensors: the length of the flat vector.
+  int64_t NumParameters() const;
+  // Offset of each tensor in the flat parameter vector.
+  std::vector<int64_t> TensorOffsets() const;
+};
+
+// Human-readable description of how `got` differs from `expected`, naming the
+// first differing tensor or setting; empty when they are the same.
+std::string DescribeDifference(const ModelSignature& expected,
+                               const ModelSignature& got);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_MODEL_SIGNATURE_H_

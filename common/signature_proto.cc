@@ -1,0 +1,51 @@
+#include "common/signature_proto.h"
+
+namespace lockstep {
+
+void SignatureToProto(const ModelSignature& signature,
+                      v1::ModelSignature* proto) {
+  proto->Clear();
+  for (const TensorInfo& t : signature.tensors) {
+    v1::TensorSpec* spec = proto->add_tensors();
+    spec->set_name(t.name);
+    for (int64_t d : t.shape) spec->add_shape(d);
+    spec->set_dtype(v1::DTYPE_FLOAT32);
+  }
+  const OptimizerConfig& o = signature.optimizer;
+  v1::OptimizerSpec* opt = proto->mutable_optimizer();
+  opt->set_name(o.name);
+  opt->set_learning_rate(o.learning_rate);
+  opt->set_momentum(o.momentum);
+  opt->set_nesterov(o.nesterov);
+  opt->set_beta_1(o.beta_1);
+  opt->set_beta_2(o.beta_2);
+  opt->set_epsilon(o.epsilon);
+  opt->set_weight_decay(o.weight_decay);
+  proto->set_chunk_bytes(signature.chunk_bytes);
+  proto->set_num_workers(signature.num_workers);
+}
+
+ModelSignature SignatureFromProto(const v1::ModelSignature& proto) {
+  ModelSignature signature;
+  for (const v1::TensorSpec& spec : proto.tensors()) {
+    TensorInfo t;
+    t.name = spec.name();
+    t.shape.assign(spec.shape().begin(), spec.shape().end());
+    signature.tensors.push_back(std::move(t));
+  }
+  const v1::OptimizerSpec& opt = proto.optimizer();
+  OptimizerConfig& o = signature.optimizer;
+  o.name = opt.name();
+  o.learning_rate = opt.learning_rate();
+  o.momentum = opt.momentum();
+  o.nesterov = opt.nesterov();
+  o.beta_1 = opt.beta_1();
+  o.beta_2 = opt.beta_2();
+  o.epsilon = opt.epsilon();
+  o.weight_decay = opt.weight_decay();
+  signature.chunk_bytes = proto.chunk_bytes();
+  signature.num_workers = proto.num_workers();
+  return signature;
+}
+
+}  // namespace lockstep

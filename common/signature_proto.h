@@ -1,0 +1,16 @@
+// Conversion between ModelSignature and its wire form.
+#ifndef LOCKSTEP_COMMON_SIGNATURE_PROTO_H_
+#define LOCKSTEP_COMMON_SIGNATURE_PROTO_H_
+
+#include "common/model_signature.h"
+#include "lockstep/v1/lockstep.pb.h"
+
+namespace lockstep {
+
+void SignatureToProto(const ModelSignature& signature,
+                      v1::ModelSignature* proto);
+ModelSignature SignatureFromProto(const v1::ModelSignature& proto);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_SIGNATURE_PROTO_H_

@@ -1,0 +1,117 @@
+#include "server/grpc_service.h"
+
+#include "common/grpc_status.h"
+#include "common/signature_proto.h"
+#include "common/wire_codec.h"
+
+namespace lockstep {
+namespace {
+
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// Fills a weights reply (PushResponse or PullResponse) from a snapshot.
+template <typename Response>
+void FillWeights(const ChunkSnapshot& snapshot, Response* response) {
+  response->set_version(snapshot.version);
+  response->set_chunk(snapshot.chunk);
+  response->set_dtype(v1::DTYPE_FLOAT32);
+  EncodeFloat32(*snapshot.values, response->mutable_data());
+}
+
+// The callback that finishes a waiting Push or Pull.
+template <typename Response>
+ParameterServer::ChunkCallback WeightsReply(grpc::ServerUnaryReactor* reactor,
+                                            Response* response) {
+  return [reactor, response](absl::StatusOr<ChunkSnapshot> snapshot) {
+    if (!snapshot.ok()) {
+      reactor->Finish(ToGrpcStatus(snapshot.status()));
+      return;
+    }
+    FillWeights(*snapshot, response);
+    reactor->Finish(grpc::Status::OK);
+  };
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ParameterServerService::Register(
+    grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
+    v1::RegisterResponse* response) {
+  absl::StatusOr<Registration> reg = core_->Register(
+      request->rank(), SignatureFromProto(request->signature()));
+  if (reg.ok()) {
+    response->set_incarnation(reg->incarnation);
+    response->set_must_initialize(reg->must_initialize);
+    response->set_version(reg->version);
+    response->set_server_incarnation(reg->server_incarnation);
+  }
+  return FinishWith(context, reg.status());
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Initialize(
+    grpc::CallbackServerContext* context, const v1::InitializeRequest* request,
+    v1::InitializeResponse* response) {
+  absl::StatusOr<int64_t> version =
+      core_->Initialize(request->rank(), request->incarnation(),
+                        request->chunk(), request->data());
+  if (version.ok()) response->set_version(*version);
+  return FinishWith(context, version.status());
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Push(
+    grpc::CallbackServerContext* context, const v1::PushRequest* request,
+    v1::PushResponse* response) {
+  if (request->dtype() != v1::DTYPE_FLOAT32 &&
+      request->dtype() != v1::DTYPE_UNSPECIFIED) {
+    return FinishWith(context, absl::InvalidArgumentError(
+                                   "push dtype must be DTYPE_FLOAT32"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The request stays alive until the reactor finishes, and the core reads
+  // the payload before it returns or waits, so no copy is needed.
+  core_->Push(request->rank(), request->incarnation(), request->step(),
+              request->chunk(), request->data(),
+              WeightsReply(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Pull(
+    grpc::CallbackServerContext* context, const v1::PullRequest* request,
+    v1::PullResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  core_->Pull(request->chunk(), request->min_version(),
+              WeightsReply(reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Leave(
+    grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
+    v1::LeaveResponse* response) {
+  return FinishWith(context,
+                    core_->Leave(request->rank(), request->incarnation()));
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
+    grpc::CallbackServerContext* context, const v1::StatusRequest* request,
+    v1::StatusResponse* response) {
+  const ServerStatus status = core_->GetStatus();
+  response->set_version(status.version);
+  response->set_step(status.version);
+  response->set_num_workers(status.num_workers);
+  response->set_num_chunks(status.num_chunks);
+  response->set_server_incarnation(status.server_incarnation);
+  for (int r : status.registered_ranks) response->add_registered_ranks(r);
+  for (int r : status.pushed_ranks) response->add_pushed_ranks(r);
+  for (int r : status.finished_ranks) response->add_finished_ranks(r);
+  if (status.signature.has_value()) {
+    SignatureToProto(*status.signature, response->mutable_signature());
+  }
+  return FinishWith(context, absl::OkStatus());
+}
+
+}  // namespace lockstep

@@ -1,0 +1,47 @@
+// The gRPC face of a ParameterServer: a thin adapter over the callback API.
+//
+// Each handler converts the request, calls the core and returns a reactor at
+// once; pushes and pulls that must wait for the barrier are finished later
+// by the core's callback, so no gRPC thread ever blocks on a barrier.
+// Protobuf types stop here. Thread-safe (the core is).
+#ifndef LOCKSTEP_SERVER_GRPC_SERVICE_H_
+#define LOCKSTEP_SERVER_GRPC_SERVICE_H_
+
+#include "lockstep/v1/lockstep.grpc.pb.h"
+#include "server/parameter_server.h"
+
+namespace lockstep {
+
+class ParameterServerService final
+    : public v1::ParameterServer::CallbackService {
+ public:
+  // `core` is not owned and must outlive the service.
+  explicit ParameterServerService(ParameterServer* core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Initialize(
+      grpc::CallbackServerContext* context,
+      const v1::InitializeRequest* request,
+      v1::InitializeResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const v1::PushRequest* request,
+                                 v1::PushResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const v1::PullRequest* request,
+                                 v1::PullResponse* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::StatusRequest* request,
+                                      v1::StatusResponse* response) override;
+
+ private:
+  ParameterServer* const core_;  // Not owned.
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_GRPC_SERVICE_H_

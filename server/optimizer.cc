@@ -1,0 +1,263 @@
+#include "server/optimizer.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/model_signature.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+absl::Status CheckPositiveFinite(const char* setting, double value) {
+  if (value > 0 && std::isfinite(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(setting, " must be positive and finite, got ", value));
+}
+
+// Momentum and betas of 1 (or more) never forget a gradient, and Adam's bias
+// correction divides by 1 - beta_1^t, so the interval is half-open.
+absl::Status CheckUnitInterval(const char* setting, double value) {
+  if (value >= 0 && value < 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(setting, " must be in [0, 1), got ", value));
+}
+
+absl::Status Validate(const OptimizerConfig& config, int64_t num_parameters) {
+  if (config.name != "sgd" && config.name != "momentum" &&
+      config.name != "adam" && config.name != "adamw") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown optimizer \"", config.name,
+                     "\"; expected sgd, momentum, adam or adamw"));
+  }
+  if (num_parameters < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_parameters must not be negative, got ", num_parameters));
+  }
+  // Every setting is checked, used or not: the config is part of the model
+  // signature all processes compare, and the defaults are always in range,
+  // so an out-of-range value is a mistake worth reporting.
+  RETURN_IF_ERROR(CheckPositiveFinite("learning_rate", config.learning_rate));
+  RETURN_IF_ERROR(CheckUnitInterval("momentum", config.momentum));
+  RETURN_IF_ERROR(CheckUnitInterval("beta_1", config.beta_1));
+  RETURN_IF_ERROR(CheckUnitInterval("beta_2", config.beta_2));
+  RETURN_IF_ERROR(CheckPositiveFinite("epsilon", config.epsilon));
+  if (!(config.weight_decay >= 0 && std::isfinite(config.weight_decay))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_decay must be non-negative and finite, got ",
+                     config.weight_decay));
+  }
+  return absl::OkStatus();
+}
+
+// A slice outside the slots would silently corrupt memory; it can only come
+// from a bug in the caller's chunking, so it is fatal rather than a Status.
+void CheckRangeOrDie(int64_t offset, size_t size, int64_t num_parameters) {
+  if (offset >= 0 && offset <= num_parameters &&
+      static_cast<int64_t>(size) <= num_parameters - offset) {
+    return;
+  }
+  std::fprintf(stderr,
+               "Optimizer::Apply: range [%lld, %lld) outside %lld parameters\n",
+               static_cast<long long>(offset),
+               static_cast<long long>(offset) + static_cast<long long>(size),
+               static_cast<long long>(num_parameters));
+  std::abort();
+}
+
+// The update loops: branch-free over plain arrays so that GCC vectorizes
+// them. __restrict on parameters (GCC ignores it on locals) spares the
+// run-time alias checks. Each loop's formula is Keras's, as in optimizer.h.
+
+// Keras (2.11+) gives every optimizer decoupled weight decay, applied before
+// the update, in the order w * weight_decay * lr.
+void DecayLoop(size_t n, float weight_decay, float lr, float* __restrict w) {
+  for (size_t i = 0; i < n; ++i) w[i] -= w[i] * weight_decay * lr;
+}
+
+void SgdLoop(size_t n, float lr, const float* __restrict g,
+             float* __restrict w) {
+  for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+}
+
+void MomentumLoop(size_t n, float lr, float momentum, const float* __restrict g,
+                  float* __restrict velocity, float* __restrict w) {
+  for (size_t i = 0; i < n; ++i) {
+    velocity[i] = momentum * velocity[i] - lr * g[i];
+    w[i] += velocity[i];
+  }
+}
+
+void NesterovLoop(size_t n, float lr, float momentum, const float* __restrict g,
+                  float* __restrict velocity, float* __restrict w) {
+  for (size_t i = 0; i < n; ++i) {
+    velocity[i] = momentum * velocity[i] - lr * g[i];
+    w[i] += momentum * velocity[i] - lr * g[i];
+  }
+}
+
+// Adam's per-call constants, all fp32 as the loop uses them.
+struct AdamFactors {
+  float beta_1;
+  float beta_2;
+  float one_minus_beta_1;
+  float one_minus_beta_2;
+  float alpha;  // lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), from double.
+  float epsilon;
+  float weight_decay;  // 0 for plain Adam.
+  float lr;
+};
+
+// Decay is a template switch rather than a multiply by zero because
+// inf * 0 would turn an infinite weight into NaN; fusing it keeps AdamW to
+// one pass over memory.
+//
+// std::sqrt keeps this loop scalar unless the file is built with
+// -fno-math-errno: GCC then guards each sqrt with an errno branch, even
+// though v is never negative.
+template <bool kDecay>
+void AdamLoop(size_t n, const AdamFactors& f, const float* __restrict g,
+              float* __restrict m, float* __restrict v, float* __restrict w) {
+  const float b1 = f.beta_1, b2 = f.beta_2;
+  const float c1 = f.one_minus_beta_1, c2 = f.one_minus_beta_2;
+  const float alpha = f.alpha, eps = f.epsilon;
+  const float wd = f.weight_decay, lr = f.lr;
+  for (size_t i = 0; i < n; ++i) {
+    float wi = w[i];
+    if constexpr (kDecay) wi -= wi * wd * lr;
+    const float gi = g[i];
+    const float mi = b1 * m[i] + c1 * gi;
+    const float vi = b2 * v[i] + c2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    w[i] = wi - alpha * mi / (std::sqrt(vi) + eps);
+  }
+}
+
+// Keras SGD (2.11+), with optional momentum, Nesterov and weight decay.
+// "sgd" and "momentum" differ only in their defaults; momentum 0 keeps no
+// velocity slot, like Keras.
+// Thread-safety: Apply() on disjoint ranges may run concurrently.
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const OptimizerConfig& config, int64_t num_parameters)
+      : config_(config),
+        num_parameters_(num_parameters),
+        learning_rate_(static_cast<float>(config.learning_rate)),
+        momentum_(static_cast<float>(config.momentum)),
+        weight_decay_(static_cast<float>(config.weight_decay)),
+        velocity_(config.momentum != 0 ? num_parameters : 0, 0.0f) {}
+
+  void Apply(int64_t step, int64_t offset, absl::Span<float> weights,
+             absl::Span<const float> gradient) override {
+    CheckRangeOrDie(offset, weights.size(), num_parameters_);
+    const size_t n = weights.size();
+    float* w = weights.data();
+    // Skipped at zero so that infinite weights stay infinite.
+    if (weight_decay_ != 0) DecayLoop(n, weight_decay_, learning_rate_, w);
+    if (velocity_.empty()) {
+      SgdLoop(n, learning_rate_, gradient.data(), w);
+    } else if (config_.nesterov) {
+      NesterovLoop(n, learning_rate_, momentum_, gradient.data(),
+                   velocity_.data() + offset, w);
+    } else {
+      MomentumLoop(n, learning_rate_, momentum_, gradient.data(),
+                   velocity_.data() + offset, w);
+    }
+  }
+
+  const OptimizerConfig& config() const override { return config_; }
+
+  std::vector<std::pair<std::string, absl::Span<float>>> Slots() override {
+    if (velocity_.empty()) return {};
+    return {{"momentum", absl::MakeSpan(velocity_)}};
+  }
+
+ private:
+  const OptimizerConfig config_;
+  const int64_t num_parameters_;
+  const float learning_rate_;
+  const float momentum_;
+  const float weight_decay_;
+  std::vector<float> velocity_;
+};
+
+// Keras Adam and AdamW (2.11+); AdamW is Adam with a non-zero weight decay,
+// so both names share this class.
+// Thread-safety: Apply() on disjoint ranges may run concurrently.
+class Adam final : public Optimizer {
+ public:
+  Adam(const OptimizerConfig& config, int64_t num_parameters)
+      : config_(config),
+        num_parameters_(num_parameters),
+        factors_{static_cast<float>(config.beta_1),
+                 static_cast<float>(config.beta_2),
+                 static_cast<float>(1.0 - config.beta_1),
+                 static_cast<float>(1.0 - config.beta_2),
+                 /*alpha=*/0.0f,
+                 static_cast<float>(config.epsilon),
+                 static_cast<float>(config.weight_decay),
+                 static_cast<float>(config.learning_rate)},
+        m_(num_parameters, 0.0f),
+        v_(num_parameters, 0.0f) {}
+
+  void Apply(int64_t step, int64_t offset, absl::Span<float> weights,
+             absl::Span<const float> gradient) override {
+    CheckRangeOrDie(offset, weights.size(), num_parameters_);
+    // In fp32, b^t and 1 - b^t lose most digits over a long run (and
+    // 1 - b2^t at t = 1 is only 1e-3); double keeps alpha exact to fp32.
+    const double t = static_cast<double>(step) + 1;
+    const double alpha = config_.learning_rate *
+                         std::sqrt(1 - std::pow(config_.beta_2, t)) /
+                         (1 - std::pow(config_.beta_1, t));
+    AdamFactors factors = factors_;
+    factors.alpha = static_cast<float>(alpha);
+    const size_t n = weights.size();
+    float* m = m_.data() + offset;
+    float* v = v_.data() + offset;
+    if (factors.weight_decay != 0) {
+      AdamLoop</*kDecay=*/true>(n, factors, gradient.data(), m, v,
+                                weights.data());
+    } else {
+      AdamLoop</*kDecay=*/false>(n, factors, gradient.data(), m, v,
+                                 weights.data());
+    }
+  }
+
+  const OptimizerConfig& config() const override { return config_; }
+
+  std::vector<std::pair<std::string, absl::Span<float>>> Slots() override {
+    return {{"m", absl::MakeSpan(m_)}, {"v", absl::MakeSpan(v_)}};
+  }
+
+ private:
+  const OptimizerConfig config_;
+  const int64_t num_parameters_;
+  const AdamFactors factors_;  // All but alpha, which depends on the step.
+  std::vector<float> m_;
+  std::vector<float> v_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
+    const OptimizerConfig& config, int64_t num_parameters) {
+  RETURN_IF_ERROR(Validate(config, num_parameters));
+  if (config.name == "sgd" || config.name == "momentum") {
+    return std::make_unique<Sgd>(config, num_parameters);
+  }
+  return std::make_unique<Adam>(config, num_parameters);
+}
+
+}  // namespace lockstep

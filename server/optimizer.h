@@ -1,0 +1,60 @@
+// Optimizers applied by a parameter-server shard to its master weights.
+//
+// Formulas and defaults follow Keras (tf.keras.optimizers, 2.11+):
+//   SGD:       w -= lr * g
+//   Momentum:  v = momentum * v - lr * g;  w += v
+//              nesterov: w += momentum * v - lr * g   (v already updated)
+//   Adam:      t = step + 1
+//              m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * g^2
+//              alpha = lr * sqrt(1 - b2^t) / (1 - b1^t)
+//              w -= alpha * m / (sqrt(v) + epsilon)
+//   AdamW:     w -= w * weight_decay * lr, then the Adam update.
+// Arithmetic is fp32 on fp32 state, except the bias-correction factor alpha
+// which is computed in double once per call.
+//
+// An Optimizer owns its slot vectors (momentum, m, v) for the whole flat
+// parameter vector. Apply() touches only [offset, offset + size) of each slot,
+// so concurrent calls on disjoint ranges are safe; calls on overlapping ranges
+// must be externally synchronized.
+#ifndef LOCKSTEP_SERVER_OPTIMIZER_H_
+#define LOCKSTEP_SERVER_OPTIMIZER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model_signature.h"
+
+namespace lockstep {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // INVALID_ARGUMENT for an unknown name or settings out of range (learning
+  // rate not positive and finite, momentum or betas outside [0, 1), epsilon
+  // not positive, weight decay negative, negative parameter count).
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      const OptimizerConfig& config, int64_t num_parameters);
+
+  // Applies the update of step `step` (0-based: it turns version `step` into
+  // version step + 1) to weights[offset, offset + weights.size()), which is
+  // the slice of the flat parameter vector starting at `offset`.
+  // `gradient.size()` must equal `weights.size()` (checked by the caller).
+  virtual void Apply(int64_t step, int64_t offset, absl::Span<float> weights,
+                     absl::Span<const float> gradient) = 0;
+
+  virtual const OptimizerConfig& config() const = 0;
+
+  // Named state vectors, each of num_parameters elements (empty for SGD),
+  // for checkpoints.
+  virtual std::vector<std::pair<std::string, absl::Span<float>>> Slots() = 0;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_OPTIMIZER_H_

@@ -1,0 +1,250 @@
+#include "server/parameter_server.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A model of two tensors, 3 + 2 = 5 parameters, trained with plain SGD.
+ModelSignature SmallSignature(int workers, int64_t chunk_bytes = 1 << 20) {
+  ModelSignature s;
+  s.tensors = {{"dense_0/kernel", {3}}, {"dense_0/bias", {2}}};
+  s.optimizer = OptimizerConfig::Defaults("sgd");
+  s.optimizer.learning_rate = 0.5;
+  s.chunk_bytes = chunk_bytes;
+  s.num_workers = workers;
+  return s;
+}
+
+absl::string_view Bytes(const std::vector<float>& v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(float));
+}
+
+// Records what a callback received.
+struct Reply {
+  std::optional<absl::StatusOr<ChunkSnapshot>> result;
+  ParameterServer::ChunkCallback Callback() {
+    return [this](absl::StatusOr<ChunkSnapshot> r) { result = std::move(r); };
+  }
+};
+
+class ParameterServerTest : public ::testing::Test {
+ protected:
+  // Two workers registered, version 0 = {1, 2, 3, 4, 5}.
+  void SetUpJob(int64_t chunk_bytes = 1 << 20) {
+    auto ps = ParameterServer::Create({/*num_workers=*/2});
+    ASSERT_TRUE(ps.ok());
+    ps_ = std::move(*ps);
+    auto r0 = ps_->Register(0, SmallSignature(2, chunk_bytes));
+    auto r1 = ps_->Register(1, SmallSignature(2, chunk_bytes));
+    ASSERT_TRUE(r0.ok() && r1.ok());
+    EXPECT_TRUE(r0->must_initialize);
+    EXPECT_FALSE(r1->must_initialize);
+    inc0_ = r0->incarnation;
+    inc1_ = r1->incarnation;
+    const int64_t per_chunk = chunk_bytes / 4;
+    for (int64_t off = 0, c = 0; off < 5; off += per_chunk, ++c) {
+      std::vector<float> part(initial_.begin() + off,
+                              initial_.begin() + std::min<int64_t>(5, off + per_chunk));
+      ASSERT_TRUE(ps_->Initialize(0, inc0_, c, Bytes(part)).ok());
+    }
+  }
+
+  std::unique_ptr<ParameterServer> ps_;
+  int64_t inc0_ = 0, inc1_ = 0;
+  const std::vector<float> initial_ = {1, 2, 3, 4, 5};
+};
+
+TEST_F(ParameterServerTest, RejectsZeroWorkers) {
+  EXPECT_EQ(ParameterServer::Create({0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ParameterServerTest, BarrierAveragesAndAppliesOnce) {
+  SetUpJob();
+  EXPECT_EQ(ps_->GetStatus().version, 0);
+  Reply a, b;
+  const std::vector<float> g0 = {0.5f, -1.0f, 2.0f, 0.25f, 4.0f};
+  const std::vector<float> g1 = {1.5f, 3.0f, -2.0f, 0.75f, 0.0f};
+  ps_->Push(0, inc0_, 0, 0, Bytes(g0), a.Callback());
+  EXPECT_FALSE(a.result.has_value()) << "answered before the barrier closed";
+  EXPECT_THAT(ps_->GetStatus().pushed_ranks, ElementsAre(0));
+  ps_->Push(1, inc1_, 0, 0, Bytes(g1), b.Callback());
+  ASSERT_TRUE(a.result.has_value() && b.result.has_value());
+  ASSERT_TRUE(a.result->ok());
+  // w1 = w0 - 0.5 * (g0 + g1) / 2, by hand.
+  EXPECT_THAT(*(*a.result)->values, ElementsAre(0.5f, 1.5f, 3.0f, 3.75f, 4.0f));
+  EXPECT_EQ((*a.result)->version, 1);
+  EXPECT_EQ((*b.result)->values, (*a.result)->values);
+  EXPECT_EQ(ps_->GetStatus().version, 1);
+}
+
+TEST_F(ParameterServerTest, DuplicatePushIsCountedOnce) {
+  SetUpJob();
+  Reply a, a_again, b;
+  const std::vector<float> g0 = {4, 4, 4, 4, 4};
+  const std::vector<float> g1 = {0, 0, 0, 0, 0};
+  ps_->Push(0, inc0_, 0, 0, Bytes(g0), a.Callback());
+  ps_->Push(0, inc0_, 0, 0, Bytes(g0), a_again.Callback());
+  EXPECT_FALSE(a_again.result.has_value());
+  ps_->Push(1, inc1_, 0, 0, Bytes(g1), b.Callback());
+  ASSERT_TRUE(a_again.result.has_value() && a_again.result->ok());
+  // Counted twice it would be w - 0.5 * 8 / 2 = w - 2; once is w - 1.
+  EXPECT_THAT(*(*a_again.result)->values, ElementsAre(0, 1, 2, 3, 4));
+  // A re-sent push of the step just applied gets the same answer.
+  Reply late;
+  ps_->Push(1, inc1_, 0, 0, Bytes(g1), late.Callback());
+  ASSERT_TRUE(late.result.has_value() && late.result->ok());
+  EXPECT_EQ((*late.result)->version, 1);
+  EXPECT_EQ(*(*late.result)->values, *(*a.result)->values);
+}
+
+TEST_F(ParameterServerTest, BadPushesChangeNothing) {
+  SetUpJob();
+  const std::vector<float> good = {1, 1, 1, 1, 1};
+  std::vector<float> nan = good;
+  nan[3] = std::nanf("");
+  std::vector<float> inf = good;
+  inf[0] = 1.0f / 0.0f;
+  const std::vector<float> short_grad = {1, 1, 1};
+  struct Case {
+    int rank;
+    int64_t incarnation, step;
+    int chunk;
+    std::vector<float> grad;
+    absl::StatusCode code;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {0, inc0_, 1, 0, good, absl::StatusCode::kFailedPrecondition, "step 1"},
+      {0, inc0_, 0, 0, nan, absl::StatusCode::kInvalidArgument, "element 3"},
+      {0, inc0_, 0, 0, inf, absl::StatusCode::kInvalidArgument, "not finite"},
+      {0, inc0_, 0, 0, short_grad, absl::StatusCode::kInvalidArgument, "12 bytes"},
+      {5, inc0_, 0, 0, good, absl::StatusCode::kFailedPrecondition, "rank 5"},
+      {1, inc0_, 0, 0, good, absl::StatusCode::kFailedPrecondition, "incarnation"},
+      {0, inc0_, 0, 7, good, absl::StatusCode::kInvalidArgument, "chunk 7"},
+  };
+  for (const Case& c : cases) {
+    Reply r;
+    ps_->Push(c.rank, c.incarnation, c.step, c.chunk, Bytes(c.grad),
+              r.Callback());
+    ASSERT_TRUE(r.result.has_value()) << c.words;
+    EXPECT_EQ(r.result->status().code(), c.code) << c.words;
+    EXPECT_THAT(std::string(r.result->status().message()), HasSubstr(c.words));
+  }
+  // Nothing was counted: two good pushes give exactly w - 0.5 * 1.
+  EXPECT_TRUE(ps_->GetStatus().pushed_ranks.empty());
+  Reply a, b;
+  ps_->Push(0, inc0_, 0, 0, Bytes(good), a.Callback());
+  ps_->Push(1, inc1_, 0, 0, Bytes(good), b.Callback());
+  ASSERT_TRUE(b.result.has_value() && b.result->ok());
+  EXPECT_THAT(*(*b.result)->values, ElementsAre(0.5f, 1.5f, 2.5f, 3.5f, 4.5f));
+}
+
+TEST_F(ParameterServerTest, ReplacedIncarnationIsRefused) {
+  SetUpJob();
+  auto again = ps_->Register(1, SmallSignature(2));
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->incarnation, inc1_);
+  EXPECT_EQ(again->version, 0);
+  Reply r;
+  ps_->Push(1, inc1_, 0, 0, Bytes(initial_), r.Callback());
+  EXPECT_EQ(r.result->status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ParameterServerTest, SignatureMismatchNamesTheDifference) {
+  SetUpJob();
+  ModelSignature other = SmallSignature(2);
+  other.tensors[1].shape = {3};
+  auto r = ps_->Register(1, other);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("dense_0/bias"));
+  ModelSignature opt = SmallSignature(2);
+  opt.optimizer = OptimizerConfig::Defaults("adam");
+  r = ps_->Register(1, opt);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("optimizer"));
+  EXPECT_EQ(ps_->Register(2, SmallSignature(2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ps_->Register(1, SmallSignature(3)).status().message()),
+              HasSubstr("num_workers"));
+}
+
+TEST_F(ParameterServerTest, PullWaitsForInitialization) {
+  auto ps = ParameterServer::Create({2});
+  ASSERT_TRUE(ps.ok());
+  auto r0 = (*ps)->Register(0, SmallSignature(2));
+  ASSERT_TRUE(r0.ok());
+  Reply pulled;
+  (*ps)->Pull(0, 0, pulled.Callback());
+  EXPECT_FALSE(pulled.result.has_value());
+  Reply early;
+  (*ps)->Push(0, r0->incarnation, 0, 0, Bytes(initial_), early.Callback());
+  EXPECT_EQ(early.result->status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*ps)->Initialize(1, r0->incarnation, 0, Bytes(initial_))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(*(*ps)->Initialize(0, r0->incarnation, 0, Bytes(initial_)), 0);
+  ASSERT_TRUE(pulled.result.has_value() && pulled.result->ok());
+  EXPECT_EQ(*(*pulled.result)->values, initial_);
+  EXPECT_EQ((*ps)->Initialize(0, r0->incarnation, 0, Bytes(initial_))
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ParameterServerTest, ChunksCloseIndependentlyAndVersionFollowsTheLast) {
+  SetUpJob(/*chunk_bytes=*/8);  // Chunks of 2, 2 and 1 values.
+  ASSERT_EQ(ps_->GetStatus().num_chunks, 3);
+  Reply pull;
+  ps_->Pull(2, 1, pull.Callback());
+  EXPECT_FALSE(pull.result.has_value());
+  std::vector<Reply> replies(6);
+  const std::vector<float> g2 = {2, 2}, g1 = {2};
+  for (int rank : {0, 1}) {
+    const int64_t inc = rank == 0 ? inc0_ : inc1_;
+    ps_->Push(rank, inc, 0, 0, Bytes(g2), replies[rank * 3].Callback());
+    ps_->Push(rank, inc, 0, 1, Bytes(g2), replies[rank * 3 + 1].Callback());
+  }
+  EXPECT_EQ(ps_->GetStatus().version, 0) << "chunk 2 is still gathering";
+  EXPECT_TRUE(ps_->GetStatus().pushed_ranks.empty());
+  ps_->Push(0, inc0_, 0, 2, Bytes(g1), replies[2].Callback());
+  EXPECT_THAT(ps_->GetStatus().pushed_ranks, ElementsAre(0));
+  ps_->Push(1, inc1_, 0, 2, Bytes(g1), replies[5].Callback());
+  EXPECT_EQ(ps_->GetStatus().version, 1);
+  ASSERT_TRUE(pull.result.has_value() && pull.result->ok());
+  EXPECT_THAT(*(*pull.result)->values, ElementsAre(4.0f));
+  EXPECT_THAT(*(*replies[1].result)->values, ElementsAre(2.0f, 3.0f));
+}
+
+TEST_F(ParameterServerTest, LeaveAndShutdown) {
+  SetUpJob();
+  Reply waiting;
+  ps_->Push(0, inc0_, 0, 0, Bytes(initial_), waiting.Callback());
+  EXPECT_FALSE(ps_->WaitUntilDone(absl::ZeroDuration()));
+  ASSERT_TRUE(ps_->Leave(0, inc0_).ok());
+  EXPECT_EQ(ps_->Leave(1, inc0_).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ps_->Leave(1, inc1_).ok());
+  EXPECT_TRUE(ps_->WaitUntilDone(absl::Seconds(5)));
+  EXPECT_THAT(ps_->GetStatus().finished_ranks, ElementsAre(0, 1));
+  ps_->Shutdown();
+  ASSERT_TRUE(waiting.result.has_value());
+  EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kUnavailable);
+  Reply after;
+  ps_->Pull(0, 0, after.Callback());
+  EXPECT_EQ(after.result->status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace lockstep

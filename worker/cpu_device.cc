@@ -1,0 +1,240 @@
+#include "worker/cpu_device.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_format.h"
+
+namespace lockstep {
+namespace {
+
+// 64 bytes is a cache line and the widest vector (AVX-512) OpenBLAS uses.
+constexpr std::align_val_t kAlignment{64};
+
+// Host memory from an aligned operator new, zeroed as Allocate promises.
+class CpuBuffer final : public DeviceBuffer {
+ public:
+  CpuBuffer(unsigned char* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  ~CpuBuffer() override { ::operator delete(data_, kAlignment); }
+  CpuBuffer(const CpuBuffer&) = delete;
+  CpuBuffer& operator=(const CpuBuffer&) = delete;
+
+  void* data() override { return data_; }
+  const void* data() const override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  unsigned char* const data_;  // Owned; freed with kAlignment.
+  const size_t bytes_;
+};
+
+absl::Status CheckShape(const char* op, int rows, int cols) {
+  if (rows < 0 || cols < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: negative shape %d x %d", op, rows, cols));
+  }
+  return absl::OkStatus();
+}
+
+// Pointers may be null only when nothing is read or written through them.
+absl::Status CheckPointer(const char* op, const char* what, const void* p,
+                          size_t elements) {
+  if (p == nullptr && elements > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s is null", op, what));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::unique_ptr<Device> CpuDevice::Create(int num_threads) {
+  num_threads = std::max(num_threads, 1);
+  openblas_set_num_threads(num_threads);
+  return std::unique_ptr<Device>(new CpuDevice(num_threads));
+}
+
+std::string CpuDevice::Name() const {
+  return absl::StrFormat("cpu (OpenBLAS, %d thread%s)", num_threads_,
+                         num_threads_ == 1 ? "" : "s");
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuDevice::Allocate(
+    size_t bytes) {
+  // Never a zero-byte request, so every buffer has a distinct address.
+  const size_t size = std::max<size_t>(bytes, 1);
+  auto* data = static_cast<unsigned char*>(
+      ::operator new(size, kAlignment, std::nothrow));
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cpu device: cannot allocate %d bytes", bytes));
+  }
+  std::memset(data, 0, size);
+  return std::unique_ptr<DeviceBuffer>(new CpuBuffer(data, bytes));
+}
+
+absl::Status CpuDevice::CopyToDevice(const void* src, void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (src == nullptr || dst == nullptr) {
+    return absl::InvalidArgumentError("CopyToDevice: null pointer");
+  }
+  std::memmove(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyToHost(const void* src, void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (src == nullptr || dst == nullptr) {
+    return absl::InvalidArgumentError("CopyToHost: null pointer");
+  }
+  std::memmove(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                             float alpha, const float* a, const float* b,
+                             float beta, float* c) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Gemm: negative size m=%d n=%d k=%d", m, n, k));
+  }
+  if (m == 0 || n == 0) return absl::OkStatus();
+  const size_t mk = static_cast<size_t>(m) * k;
+  const size_t kn = static_cast<size_t>(k) * n;
+  if (absl::Status s = CheckPointer("Gemm", "a", a, mk); !s.ok()) return s;
+  if (absl::Status s = CheckPointer("Gemm", "b", b, kn); !s.ok()) return s;
+  if (c == nullptr) return absl::InvalidArgumentError("Gemm: c is null");
+  // Leading dimensions of the stored row-major matrices; BLAS insists on at
+  // least 1 even when k == 0.
+  const int lda = std::max(trans_a ? m : k, 1);
+  const int ldb = std::max(trans_b ? k : n, 1);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+              ldb, beta, c, n);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::AddBias(int rows, int cols, const float* bias,
+                                float* x) {
+  if (absl::Status s = CheckShape("AddBias", rows, cols); !s.ok()) return s;
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (n == 0) return absl::OkStatus();
+  if (bias == nullptr || x == nullptr) {
+    return absl::InvalidArgumentError("AddBias: null pointer");
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = x + static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::ReluForward(size_t n, float* x) {
+  if (absl::Status s = CheckPointer("ReluForward", "x", x, n); !s.ok()) {
+    return s;
+  }
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::ReluBackward(size_t n, const float* activation,
+                                     float* grad) {
+  if (activation == nullptr || grad == nullptr) {
+    if (n == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError("ReluBackward: null pointer");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    grad[i] = activation[i] > 0.0f ? grad[i] : 0.0f;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::BiasGradient(int rows, int cols, const float* grad,
+                                     float* bias_grad) {
+  if (absl::Status s = CheckShape("BiasGradient", rows, cols); !s.ok()) {
+    return s;
+  }
+  if (cols == 0) return absl::OkStatus();
+  if (bias_grad == nullptr || (grad == nullptr && rows > 0)) {
+    return absl::InvalidArgumentError("BiasGradient: null pointer");
+  }
+  // Row by row rather than column by column: the inner loop then runs over
+  // contiguous memory and vectorizes.
+  std::fill(bias_grad, bias_grad + cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict row = grad + static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) bias_grad[c] += row[c];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::SoftmaxCrossEntropy(
+    int rows, int cols, const float* logits, const int32_t* labels,
+    float grad_scale, float* grad_logits, double* loss_sum, int64_t* correct) {
+  if (rows < 0 || cols < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SoftmaxCrossEntropy: bad shape %d x %d", rows, cols));
+  }
+  if (loss_sum == nullptr || correct == nullptr) {
+    return absl::InvalidArgumentError(
+        "SoftmaxCrossEntropy: null loss_sum or correct");
+  }
+  if (rows == 0) return absl::OkStatus();
+  if (logits == nullptr || labels == nullptr) {
+    return absl::InvalidArgumentError(
+        "SoftmaxCrossEntropy: null logits or labels");
+  }
+  // Labels come from data files; check them all before writing anything, so
+  // a bad batch leaves the outputs untouched.
+  for (int r = 0; r < rows; ++r) {
+    if (labels[r] < 0 || labels[r] >= cols) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SoftmaxCrossEntropy: label %d of row %d is outside [0, %d)",
+          labels[r], r, cols));
+    }
+  }
+  double loss = 0.0;
+  int64_t hits = 0;
+  for (int r = 0; r < rows; ++r) {
+    const float* z = logits + static_cast<size_t>(r) * cols;
+    const int label = labels[r];
+    // Strict '>' keeps the lowest index among ties, as numpy's argmax does.
+    float max = z[0];
+    int arg_max = 0;
+    for (int c = 1; c < cols; ++c) {
+      if (z[c] > max) {
+        max = z[c];
+        arg_max = c;
+      }
+    }
+    // Shifting by the max keeps exp() in range; the sum is in double so that
+    // log() of it loses nothing for wide rows.
+    double sum = 0.0;
+    if (grad_logits != nullptr) {
+      float* g = grad_logits + static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) {
+        const float e = std::exp(z[c] - max);
+        g[c] = e;
+        sum += e;
+      }
+      const float scale = static_cast<float>(grad_scale / sum);
+      for (int c = 0; c < cols; ++c) g[c] *= scale;
+      g[label] -= grad_scale;
+    } else {
+      for (int c = 0; c < cols; ++c) sum += std::exp(z[c] - max);
+    }
+    loss += std::log(sum) - (static_cast<double>(z[label]) - max);
+    hits += arg_max == label ? 1 : 0;
+  }
+  *loss_sum += loss;
+  *correct += hits;
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Synchronize() { return absl::OkStatus(); }
+
+}  // namespace lockstep

@@ -1,0 +1,58 @@
+// The CPU implementation of Device: host memory, OpenBLAS for Gemm, plain
+// loops for the element-wise ops.
+#ifndef LOCKSTEP_WORKER_CPU_DEVICE_H_
+#define LOCKSTEP_WORKER_CPU_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/device.h"
+
+namespace lockstep {
+
+// A Device whose buffers are 64-byte aligned host memory. Every call runs
+// synchronously on the calling thread (plus OpenBLAS's own threads inside
+// Gemm), so Synchronize() has nothing to wait for. OpenBLAS keeps its thread
+// count in process-wide state: the last CpuDevice created decides it for all.
+// Externally synchronized, like every Device.
+class CpuDevice final : public Device {
+ public:
+  // `num_threads` is OpenBLAS's thread count; values below 1 mean 1.
+  static std::unique_ptr<Device> Create(int num_threads);
+
+  CpuDevice(const CpuDevice&) = delete;
+  CpuDevice& operator=(const CpuDevice&) = delete;
+
+  std::string Name() const override;
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
+  absl::Status CopyToDevice(const void* src, void* dst, size_t bytes) override;
+  absl::Status CopyToHost(const void* src, void* dst, size_t bytes) override;
+  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                    float alpha, const float* a, const float* b, float beta,
+                    float* c) override;
+  absl::Status AddBias(int rows, int cols, const float* bias,
+                       float* x) override;
+  absl::Status ReluForward(size_t n, float* x) override;
+  absl::Status ReluBackward(size_t n, const float* activation,
+                            float* grad) override;
+  absl::Status BiasGradient(int rows, int cols, const float* grad,
+                            float* bias_grad) override;
+  absl::Status SoftmaxCrossEntropy(int rows, int cols, const float* logits,
+                                   const int32_t* labels, float grad_scale,
+                                   float* grad_logits, double* loss_sum,
+                                   int64_t* correct) override;
+  absl::Status Synchronize() override;
+
+ private:
+  explicit CpuDevice(int num_threads) : num_threads_(num_threads) {}
+
+  const int num_threads_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_CPU_DEVICE_H_

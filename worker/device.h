@@ -1,0 +1,97 @@
+// The compute device a worker runs its model on.
+//
+// Device is the only seam between the model code and the hardware: the CPU
+// device (OpenBLAS) and the CUDA device (cuBLAS + kernels) implement it. All
+// pointers passed to the math calls point into DeviceBuffers of the same
+// device (host memory for the CPU device, GPU memory for CUDA). Math calls
+// may run asynchronously on the device's stream; CopyToHost and
+// Synchronize() wait for them. Matrices are row-major.
+//
+// A Device is externally synchronized: one worker thread uses it at a time.
+#ifndef LOCKSTEP_WORKER_DEVICE_H_
+#define LOCKSTEP_WORKER_DEVICE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace lockstep {
+
+// Memory owned by a Device. The address is in the device's space.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() = 0;
+  virtual const void* data() const = 0;
+  virtual size_t bytes() const = 0;
+
+  template <typename T>
+  T* As() { return static_cast<T*>(data()); }
+  template <typename T>
+  const T* As() const { return static_cast<const T*>(data()); }
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // For example "cpu (OpenBLAS, 1 thread)".
+  virtual std::string Name() const = 0;
+
+  // Zero-initialized memory of `bytes` bytes.
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
+      size_t bytes) = 0;
+
+  // Host -> device copy of `bytes` bytes to `dst` (a device address).
+  virtual absl::Status CopyToDevice(const void* src, void* dst,
+                                    size_t bytes) = 0;
+  // Device -> host copy; returns once the data is on the host.
+  virtual absl::Status CopyToHost(const void* src, void* dst,
+                                  size_t bytes) = 0;
+
+  // c[m x n] = alpha * op(a) * op(b) + beta * c, where op(a) is m x k and
+  // op(b) is k x n; trans_* transposes the stored row-major matrix.
+  virtual absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
+                            float alpha, const float* a, const float* b,
+                            float beta, float* c) = 0;
+
+  // x[r][c] += bias[c] for a rows x cols matrix x.
+  virtual absl::Status AddBias(int rows, int cols, const float* bias,
+                               float* x) = 0;
+
+  // x = max(x, 0), n elements, in place.
+  virtual absl::Status ReluForward(size_t n, float* x) = 0;
+
+  // grad *= (activation > 0), n elements; `activation` is ReLU's output.
+  virtual absl::Status ReluBackward(size_t n, const float* activation,
+                                    float* grad) = 0;
+
+  // bias_grad[c] = sum over r of grad[r][c].
+  virtual absl::Status BiasGradient(int rows, int cols, const float* grad,
+                                    float* bias_grad) = 0;
+
+  // Softmax cross-entropy of `logits` (rows x cols) against integer class
+  // `labels` (rows entries in [0, cols)). Adds the summed loss over rows to
+  // *loss_sum and the number of rows whose arg-max equals the label to
+  // *correct (host values; the call waits for them). When grad_logits is not
+  // null it receives (softmax - one_hot) * grad_scale.
+  virtual absl::Status SoftmaxCrossEntropy(int rows, int cols,
+                                           const float* logits,
+                                           const int32_t* labels,
+                                           float grad_scale,
+                                           float* grad_logits,
+                                           double* loss_sum,
+                                           int64_t* correct) = 0;
+
+  // Waits until all queued work is done.
+  virtual absl::Status Synchronize() = 0;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_DEVICE_H_

@@ -1,0 +1,324 @@
+// lockstep_worker: one model replica training in synchronous steps.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/json_writer.h"
+#include "common/status_macros.h"
+#include "common/tf_config.h"
+#include "worker/dataset.h"
+#include "worker/device_factory.h"
+#include "worker/mlp.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, servers, "",
+          "Parameter-server address(es), host:port. Default: TF_CONFIG's ps "
+          "list.");
+ABSL_FLAG(int, rank, -1, "This worker's rank in [0, workers). Default: from "
+                         "TF_CONFIG (chief is 0, worker i is i+1 with a chief).");
+ABSL_FLAG(int, workers, 0,
+          "Workers in the job. Default: TF_CONFIG's chief + worker count.");
+ABSL_FLAG(std::string, layers, "784,128,10",
+          "MLP layer sizes, input first, classes last.");
+ABSL_FLAG(std::string, optimizer, "adam", "sgd | momentum | adam | adamw.");
+ABSL_FLAG(double, lr, -1, "Learning rate (default: Keras's for the optimizer: "
+                          "0.01 for sgd/momentum, 0.001 for adam/adamw).");
+ABSL_FLAG(double, momentum, -1, "Momentum (default 0.9 for momentum, 0 for sgd).");
+ABSL_FLAG(bool, nesterov, false, "Nesterov momentum (momentum optimizer).");
+ABSL_FLAG(double, beta_1, 0.9, "Adam beta_1.");
+ABSL_FLAG(double, beta_2, 0.999, "Adam beta_2.");
+ABSL_FLAG(double, epsilon, 1e-7, "Adam epsilon (Keras's default).");
+ABSL_FLAG(double, weight_decay, -1, "AdamW weight decay (default 0.004).");
+ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
+ABSL_FLAG(int, epochs, 5, "Passes over the training set.");
+ABSL_FLAG(int64_t, max_steps, 0, "If > 0, stop after this many global steps.");
+ABSL_FLAG(uint64_t, seed, 42,
+          "Seed of the initial weights and of the shared data order.");
+ABSL_FLAG(std::string, dataset, "idx",
+          "idx (MNIST-format files in --data_dir) or synthetic.");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].");
+ABSL_FLAG(int64_t, synthetic_examples, 6400,
+          "Training examples of --dataset=synthetic (test set: a fifth).");
+ABSL_FLAG(std::string, device, "auto", "auto | cpu (cuda comes with GPU builds).");
+ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU device.");
+ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
+          "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
+ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");
+ABSL_FLAG(bool, eval_every_epoch, false,
+          "Rank 0 evaluates on the test set after every epoch.");
+ABSL_FLAG(std::string, summary_json, "",
+          "Write a JSON summary of the run here.");
+ABSL_FLAG(std::string, dump_weights, "",
+          "Write the final weights here as raw little-endian float32.");
+ABSL_FLAG(int, connect_timeout_s, 60, "Seconds to wait for the server.");
+ABSL_FLAG(int, step_timeout_s, 300,
+          "Seconds a push may wait for the slowest worker.");
+
+namespace lockstep {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+struct WorkerMainOptions {
+  TrainerOptions trainer;
+  PsClientOptions client;
+  DeviceOptions device;
+  std::vector<int> layers;
+  std::string dataset;
+  std::string data_dir;
+  int64_t synthetic_examples = 0;
+  std::string summary_json;
+  std::string dump_weights;
+};
+
+absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
+  const std::string name = absl::GetFlag(FLAGS_optimizer);
+  if (name != "sgd" && name != "momentum" && name != "adam" &&
+      name != "adamw") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--optimizer must be sgd, momentum, adam or adamw, got \"", name,
+        "\""));
+  }
+  OptimizerConfig config = OptimizerConfig::Defaults(name);
+  if (absl::GetFlag(FLAGS_lr) >= 0) config.learning_rate = absl::GetFlag(FLAGS_lr);
+  if (absl::GetFlag(FLAGS_momentum) >= 0) {
+    config.momentum = absl::GetFlag(FLAGS_momentum);
+  }
+  config.nesterov = absl::GetFlag(FLAGS_nesterov);
+  config.beta_1 = absl::GetFlag(FLAGS_beta_1);
+  config.beta_2 = absl::GetFlag(FLAGS_beta_2);
+  config.epsilon = absl::GetFlag(FLAGS_epsilon);
+  if (absl::GetFlag(FLAGS_weight_decay) >= 0) {
+    config.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  }
+  return config;
+}
+
+absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text) {
+  std::vector<int> layers;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int size = 0;
+    if (!absl::SimpleAtoi(part, &size) || size < 1 || size > (1 << 24)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--layers must be positive integers separated by commas, got \"",
+          text, "\""));
+    }
+    layers.push_back(size);
+  }
+  if (layers.size() < 2) {
+    return absl::InvalidArgumentError(
+        "--layers needs at least an input and an output size");
+  }
+  return layers;
+}
+
+absl::StatusOr<WorkerMainOptions> ParseOptions() {
+  WorkerMainOptions o;
+  std::string servers = absl::GetFlag(FLAGS_servers);
+  int rank = absl::GetFlag(FLAGS_rank);
+  int workers = absl::GetFlag(FLAGS_workers);
+  if (const char* env = std::getenv("TF_CONFIG"); env != nullptr && *env) {
+    ASSIGN_OR_RETURN(TfConfig tf, ParseTfConfig(env));
+    if (servers.empty()) servers = absl::StrJoin(tf.PsAddresses(), ",");
+    if (workers == 0) workers = tf.NumWorkers();
+    if (rank < 0) {
+      ASSIGN_OR_RETURN(rank, tf.WorkerRank());
+    }
+  }
+  if (servers.empty()) {
+    return absl::InvalidArgumentError(
+        "no parameter server: pass --servers=HOST:PORT or set TF_CONFIG");
+  }
+  std::vector<std::string> list = absl::StrSplit(servers, ',');
+  if (list.size() != 1) {
+    return absl::UnimplementedError(
+        "this build trains against exactly one server shard");
+  }
+  o.client.server = list[0];
+  if (workers < 1) {
+    return absl::InvalidArgumentError(
+        "--workers must be at least 1 (or come from TF_CONFIG)");
+  }
+  if (rank < 0 || rank >= workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rank must be in [0, ", workers, "), got ", rank));
+  }
+  o.trainer.rank = rank;
+  o.trainer.num_workers = workers;
+  ASSIGN_OR_RETURN(o.layers, ParseLayers(absl::GetFlag(FLAGS_layers)));
+  ASSIGN_OR_RETURN(o.trainer.optimizer, OptimizerFromFlags());
+  o.trainer.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.trainer.epochs = absl::GetFlag(FLAGS_epochs);
+  o.trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
+  o.trainer.seed = absl::GetFlag(FLAGS_seed);
+  o.trainer.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  o.trainer.eval_every_epoch = absl::GetFlag(FLAGS_eval_every_epoch);
+  ASSIGN_OR_RETURN(o.trainer.progress,
+                   ParseProgressMode(absl::GetFlag(FLAGS_progress)));
+  if (o.trainer.batch_size < 1 || o.trainer.batch_size > (1 << 20)) {
+    return absl::InvalidArgumentError("--batch_size must be in [1, 1048576]");
+  }
+  if (o.trainer.epochs < 1) {
+    return absl::InvalidArgumentError("--epochs must be at least 1");
+  }
+  if (o.trainer.chunk_bytes < 4 || o.trainer.chunk_bytes > (32 << 20)) {
+    return absl::InvalidArgumentError("--chunk_bytes must be in [4, 32 MiB]");
+  }
+  o.dataset = absl::GetFlag(FLAGS_dataset);
+  if (o.dataset != "idx" && o.dataset != "synthetic") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dataset must be idx or synthetic, got \"", o.dataset, "\""));
+  }
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.synthetic_examples = absl::GetFlag(FLAGS_synthetic_examples);
+  if (o.synthetic_examples < 1) {
+    return absl::InvalidArgumentError("--synthetic_examples must be positive");
+  }
+  o.device.kind = absl::GetFlag(FLAGS_device);
+  o.device.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  o.summary_json = absl::GetFlag(FLAGS_summary_json);
+  o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
+  o.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
+  o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.client.max_message_bytes =
+      static_cast<int>(o.trainer.chunk_bytes) + (1 << 20);
+  return o;
+}
+
+// Loads the train and test sets and checks them against the model's shape.
+absl::Status LoadData(const WorkerMainOptions& o, Dataset* train,
+                      Dataset* test) {
+  const int inputs = o.layers.front();
+  const int classes = o.layers.back();
+  if (o.dataset == "synthetic") {
+    *train = MakeSyntheticDataset(o.synthetic_examples, inputs, classes,
+                                  o.trainer.seed);
+    *test = MakeSyntheticDataset(std::max<int64_t>(1, o.synthetic_examples / 5),
+                                 inputs, classes, o.trainer.seed + 1);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(*train, LoadIdxDataset(o.data_dir, /*train=*/true));
+  ASSIGN_OR_RETURN(*test, LoadIdxDataset(o.data_dir, /*train=*/false));
+  if (train->feature_dim != inputs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train->feature_dim, " features per example but "
+        "--layers starts with ", inputs));
+  }
+  if (train->num_classes > classes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train->num_classes, " classes but --layers ends with ",
+        classes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
+                          const WorkerMainOptions& o) {
+  JsonObjectWriter json;
+  json.Add("test_accuracy", s.test_accuracy)
+      .Add("test_loss", s.test_loss)
+      .Add("train_loss", s.train_loss)
+      .Add("train_accuracy", s.train_accuracy)
+      .Add("examples_per_sec", s.examples_per_sec)
+      .Add("steps", s.steps)
+      .Add("final_version", s.final_version)
+      .Add("wall_seconds", s.wall_seconds)
+      .Add("workers", o.trainer.num_workers)
+      .Add("batch_size", o.trainer.batch_size)
+      .Add("optimizer", o.trainer.optimizer.name);
+  return WriteFileAtomically(path, json.ToString());
+}
+
+absl::Status DumpWeights(const std::string& path,
+                         const std::vector<float>& weights) {
+  return WriteFileAtomically(
+      path, absl::string_view(reinterpret_cast<const char*>(weights.data()),
+                              weights.size() * sizeof(float)));
+}
+
+int Run(const WorkerMainOptions& o) {
+  auto fail = [&](const absl::Status& s) {
+    std::fprintf(stderr, "lockstep_worker %d: %s\n", o.trainer.rank,
+                 s.ToString().c_str());
+    return s.code() == absl::StatusCode::kInvalidArgument ||
+                   s.code() == absl::StatusCode::kNotFound
+               ? kExitUsage
+               : kExitFailure;
+  };
+  Dataset train, test;
+  if (absl::Status s = LoadData(o, &train, &test); !s.ok()) return fail(s);
+  absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(o.device);
+  if (!device.ok()) return fail(device.status());
+  absl::StatusOr<std::unique_ptr<Mlp>> model =
+      Mlp::Create(o.layers, o.trainer.batch_size, device->get());
+  if (!model.ok()) return fail(model.status());
+  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(o.client);
+  if (!client.ok()) return fail(client.status());
+  if (o.trainer.rank == 0) {
+    std::printf("Training MLP %s (%lld parameters) on %lld examples with %d "
+                "worker(s) x batch %d, %s, device %s\n",
+                absl::GetFlag(FLAGS_layers).c_str(),
+                static_cast<long long>((*model)->NumParameters()),
+                static_cast<long long>(train.num_examples),
+                o.trainer.num_workers, o.trainer.batch_size,
+                o.trainer.optimizer.name.c_str(), (*device)->Name().c_str());
+    std::fflush(stdout);
+  }
+  Trainer trainer(o.trainer, model->get(), client->get(), &train, &test);
+  absl::StatusOr<TrainSummary> summary = trainer.Run();
+  if (!summary.ok()) return fail(summary.status());
+  if (summary->test_accuracy >= 0) {
+    std::printf("Test accuracy %.4f - test loss %.4f - %.0f examples/s over "
+                "%lld steps\n",
+                summary->test_accuracy, summary->test_loss,
+                summary->examples_per_sec,
+                static_cast<long long>(summary->steps));
+  }
+  std::fflush(stdout);
+  if (!o.summary_json.empty()) {
+    if (absl::Status s = WriteSummary(o.summary_json, *summary, o); !s.ok()) {
+      return fail(s);
+    }
+  }
+  if (!o.dump_weights.empty()) {
+    if (absl::Status s = DumpWeights(o.dump_weights, trainer.weights());
+        !s.ok()) {
+      return fail(s);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Lockstep worker: trains one replica of an MLP on its shard of the "
+      "data, pushing gradients to the parameter server every step.\n"
+      "Usage: lockstep_worker --servers=HOST:PORT --workers=N --rank=R "
+      "[--layers=784,128,10 --optimizer=adam --batch_size=64 --epochs=5]");
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<lockstep::WorkerMainOptions> options =
+      lockstep::ParseOptions();
+  if (!options.ok()) {
+    std::fprintf(stderr, "lockstep_worker: %s\n",
+                 std::string(options.status().message()).c_str());
+    return lockstep::kExitUsage;
+  }
+  return lockstep::Run(*options);
+}

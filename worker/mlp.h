@@ -1,0 +1,101 @@
+// A multi-layer perceptron (Dense -> ReLU -> ... -> Dense -> softmax
+// cross-entropy), the tutorial's model, computed on a Device.
+//
+// Parameters form one flat fp32 vector in signature order:
+//   dense_0/kernel [in, out] (row-major), dense_0/bias [out], dense_1/kernel,
+//   ... -- the same names and shapes as Keras's Dense layers.
+// Mlp owns its device buffers (weights, activations, gradients) sized for
+// batches of up to max_batch rows; the Device is not owned. Externally
+// synchronized.
+#ifndef LOCKSTEP_WORKER_MLP_H_
+#define LOCKSTEP_WORKER_MLP_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model_signature.h"
+#include "worker/device.h"
+
+namespace lockstep {
+
+struct BatchStats {
+  double loss_sum = 0;    // Cross-entropy summed over the rows.
+  int64_t correct = 0;    // Rows whose arg-max is the label.
+  int64_t examples = 0;
+};
+
+class Mlp final {
+ public:
+  // `layer_sizes` has at least two entries, all positive (e.g. {784,128,10}).
+  static absl::StatusOr<std::unique_ptr<Mlp>> Create(
+      std::vector<int> layer_sizes, int max_batch, Device* device);
+
+  std::vector<TensorInfo> Tensors() const;
+  int64_t NumParameters() const;
+  const std::vector<int>& layer_sizes() const { return layer_sizes_; }
+  int max_batch() const { return max_batch_; }
+
+  // Keras's default initialization drawn from `seed`: kernels Glorot-uniform
+  // in [-l, l] with l = sqrt(6 / (fan_in + fan_out)), biases zero. The same
+  // seed gives the same bits on every machine (no std distributions).
+  std::vector<float> InitialWeights(uint64_t seed) const;
+
+  // Uploads the flat weights (NumParameters() values).
+  absl::Status SetWeights(absl::Span<const float> weights);
+
+  // Forward and backward on one batch: `features` is rows x layer_sizes[0]
+  // (row-major), `labels` has rows entries, 1 <= rows <= max_batch. Writes
+  // the gradient of the mean loss over the batch into `gradient` (flat,
+  // NumParameters() values, on the host).
+  absl::StatusOr<BatchStats> ComputeGradients(absl::Span<const float> features,
+                                              absl::Span<const int32_t> labels,
+                                              absl::Span<float> gradient);
+
+  // Forward only, over any number of rows (split into max_batch pieces).
+  absl::StatusOr<BatchStats> Evaluate(absl::Span<const float> features,
+                                      absl::Span<const int32_t> labels);
+
+ private:
+  // Where one Dense layer's tensors sit in the flat parameter vector.
+  struct Layer {
+    int in = 0;
+    int out = 0;
+    int64_t kernel_offset = 0;  // In floats; the bias follows the kernel.
+    int64_t bias_offset = 0;
+  };
+
+  Mlp(std::vector<int> layer_sizes, int max_batch, Device* device);
+
+  absl::Status AllocateBuffers();
+  // Uploads `labels.size()` rows and runs the layers up to the logits, which
+  // land in activations_.back().
+  absl::Status Forward(absl::Span<const float> features,
+                       absl::Span<const int32_t> labels);
+
+  const std::vector<int> layer_sizes_;
+  const int max_batch_;
+  Device* const device_;  // Not owned.
+  std::vector<Layer> layers_;
+  int64_t num_parameters_ = 0;
+
+  // All buffers are sized for max_batch rows at Create, so a step allocates
+  // nothing.
+  std::unique_ptr<DeviceBuffer> weights_;   // Flat, signature order.
+  std::unique_ptr<DeviceBuffer> gradient_;  // Flat, signature order.
+  std::unique_ptr<DeviceBuffer> labels_;    // max_batch int32.
+  // activations_[0] is the input batch, activations_[i + 1] layer i's output
+  // (after ReLU for hidden layers; the logits for the last). Backward reads
+  // them, so they are kept rather than overwritten in place.
+  std::vector<std::unique_ptr<DeviceBuffer>> activations_;
+  // Two max_batch x widest-layer buffers that take turns holding the
+  // gradient with respect to the current layer's output and its input.
+  std::unique_ptr<DeviceBuffer> delta_a_;
+  std::unique_ptr<DeviceBuffer> delta_b_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_MLP_H_

@@ -1,0 +1,247 @@
+#include "worker/ps_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "common/grpc_status.h"
+#include "common/signature_proto.h"
+#include "common/status_macros.h"
+#include "common/wire_codec.h"
+#include "lockstep/v1/lockstep.grpc.pb.h"
+
+namespace lockstep {
+namespace {
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
+  return absl::ToChronoTime(absl::Now() + d);
+}
+
+// One in-flight unary call.
+template <typename Request, typename Response>
+struct Call {
+  grpc::ClientContext context;
+  Request request;
+  Response response;
+  grpc::Status status;
+};
+
+// Names the RPC and chunk in an error, keeping the code.
+absl::Status Annotate(const grpc::Status& status, absl::string_view rpc,
+                      int chunk) {
+  absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(), absl::StrCat(rpc, " of chunk ", chunk, ": ",
+                                             s.message()));
+}
+
+}  // namespace
+
+class PsClient::Impl {
+ public:
+  explicit Impl(const PsClientOptions& options) : options_(options) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(options.max_message_bytes);
+    args.SetMaxSendMessageSize(options.max_message_bytes);
+    channel_ = grpc::CreateCustomChannel(
+        options.server, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::ParameterServer::NewStub(channel_);
+  }
+
+  absl::StatusOr<RegisterResult> Register(int rank,
+                                          const ModelSignature& signature) {
+    ASSIGN_OR_RETURN(ChunkPlan plan,
+                     ChunkPlan::Create(signature.NumParameters(),
+                                       signature.chunk_bytes));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.connect_timeout));
+    context.set_wait_for_ready(true);  // The server may still be starting.
+    v1::RegisterRequest request;
+    request.set_rank(rank);
+    SignatureToProto(signature, request.mutable_signature());
+    v1::RegisterResponse response;
+    grpc::Status status = stub_->Register(&context, request, &response);
+    if (!status.ok()) {
+      absl::Status s = FromGrpcStatus(status);
+      return absl::Status(s.code(), absl::StrCat("registering with ",
+                                                  options_.server, ": ",
+                                                  s.message()));
+    }
+    plan_ = std::move(plan);
+    rank_ = rank;
+    incarnation_ = response.incarnation();
+    RegisterResult result;
+    result.incarnation = response.incarnation();
+    result.must_initialize = response.must_initialize();
+    result.version = response.version();
+    return result;
+  }
+
+  absl::Status Initialize(absl::Span<const float> weights) {
+    RETURN_IF_ERROR(CheckRegistered(weights.size()));
+    using InitCall = Call<v1::InitializeRequest, v1::InitializeResponse>;
+    std::vector<InitCall> calls(plan_->num_chunks());
+    absl::BlockingCounter pending(plan_->num_chunks());
+    for (const Chunk& chunk : plan_->chunks()) {
+      InitCall& call = calls[chunk.index];
+      call.context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+      call.request.set_rank(rank_);
+      call.request.set_incarnation(incarnation_);
+      call.request.set_chunk(chunk.index);
+      EncodeFloat32(weights.subspan(chunk.offset, chunk.size),
+                    call.request.mutable_data());
+      stub_->async()->Initialize(&call.context, &call.request, &call.response,
+                                 [&call, &pending](grpc::Status s) {
+                                   call.status = std::move(s);
+                                   pending.DecrementCount();
+                                 });
+    }
+    pending.Wait();
+    for (const Chunk& chunk : plan_->chunks()) {
+      if (!calls[chunk.index].status.ok()) {
+        return Annotate(calls[chunk.index].status, "Initialize", chunk.index);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights) {
+    RETURN_IF_ERROR(CheckRegistered(weights.size()));
+    using PullCall = Call<v1::PullRequest, v1::PullResponse>;
+    std::vector<PullCall> calls(plan_->num_chunks());
+    absl::BlockingCounter pending(plan_->num_chunks());
+    for (const Chunk& chunk : plan_->chunks()) {
+      PullCall& call = calls[chunk.index];
+      call.context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+      call.request.set_chunk(chunk.index);
+      call.request.set_min_version(min_version);
+      stub_->async()->Pull(&call.context, &call.request, &call.response,
+                           [&call, &pending](grpc::Status s) {
+                             call.status = std::move(s);
+                             pending.DecrementCount();
+                           });
+    }
+    pending.Wait();
+    int64_t version = -1;
+    for (const Chunk& chunk : plan_->chunks()) {
+      const PullCall& call = calls[chunk.index];
+      if (!call.status.ok()) {
+        return Annotate(call.status, "Pull", chunk.index);
+      }
+      RETURN_IF_ERROR(DecodeFloat32(call.response.data(),
+                                    weights.subspan(chunk.offset, chunk.size)));
+      // Chunks advance independently; a caller wanting one consistent version
+      // passes it as min_version, and all chunks then hold at least it.
+      version = version < 0 ? call.response.version()
+                            : std::min(version, call.response.version());
+    }
+    return version;
+  }
+
+  absl::Status PushPull(int64_t step, absl::Span<const float> gradient,
+                        absl::Span<float> weights) {
+    RETURN_IF_ERROR(CheckRegistered(gradient.size()));
+    RETURN_IF_ERROR(CheckRegistered(weights.size()));
+    using PushCall = Call<v1::PushRequest, v1::PushResponse>;
+    std::vector<PushCall> calls(plan_->num_chunks());
+    absl::BlockingCounter pending(plan_->num_chunks());
+    // Backprop produces the last layers first, so the last chunks go first.
+    for (int i = plan_->num_chunks() - 1; i >= 0; --i) {
+      const Chunk& chunk = plan_->chunks()[i];
+      PushCall& call = calls[i];
+      call.context.set_deadline(DeadlineAfter(options_.step_timeout));
+      call.request.set_rank(rank_);
+      call.request.set_incarnation(incarnation_);
+      call.request.set_step(step);
+      call.request.set_chunk(chunk.index);
+      call.request.set_dtype(v1::DTYPE_FLOAT32);
+      EncodeFloat32(gradient.subspan(chunk.offset, chunk.size),
+                    call.request.mutable_data());
+      stub_->async()->Push(&call.context, &call.request, &call.response,
+                           [&call, &pending](grpc::Status s) {
+                             call.status = std::move(s);
+                             pending.DecrementCount();
+                           });
+    }
+    pending.Wait();
+    for (const Chunk& chunk : plan_->chunks()) {
+      const PushCall& call = calls[chunk.index];
+      if (!call.status.ok()) {
+        return Annotate(call.status, absl::StrCat("Push of step ", step),
+                        chunk.index);
+      }
+      if (call.response.version() != step + 1) {
+        return absl::InternalError(absl::StrCat(
+            "push of step ", step, " chunk ", chunk.index,
+            " was answered with version ", call.response.version()));
+      }
+      RETURN_IF_ERROR(DecodeFloat32(call.response.data(),
+                                    weights.subspan(chunk.offset, chunk.size)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Leave() {
+    if (!plan_.has_value()) return absl::OkStatus();
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+    v1::LeaveRequest request;
+    request.set_rank(rank_);
+    request.set_incarnation(incarnation_);
+    v1::LeaveResponse response;
+    return FromGrpcStatus(stub_->Leave(&context, request, &response));
+  }
+
+ private:
+  absl::Status CheckRegistered(size_t size) const {
+    if (!plan_.has_value()) {
+      return absl::FailedPreconditionError("not registered with the server");
+    }
+    if (static_cast<int64_t>(size) != plan_->num_elements()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("vector has ", size, " values, the model has ",
+                       plan_->num_elements()));
+    }
+    return absl::OkStatus();
+  }
+
+  const PsClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  std::optional<ChunkPlan> plan_;
+  int rank_ = -1;
+  int64_t incarnation_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
+    const PsClientOptions& options) {
+  if (options.server.empty()) {
+    return absl::InvalidArgumentError("no parameter-server address given");
+  }
+  return std::unique_ptr<PsClient>(
+      new PsClient(std::make_unique<Impl>(options)));
+}
+
+PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PsClient::~PsClient() = default;
+
+absl::StatusOr<RegisterResult> PsClient::Register(
+    int rank, const ModelSignature& signature) {
+  return impl_->Register(rank, signature);
+}
+absl::Status PsClient::Initialize(absl::Span<const float> weights) {
+  return impl_->Initialize(weights);
+}
+absl::StatusOr<int64_t> PsClient::Pull(int64_t min_version,
+                                       absl::Span<float> weights) {
+  return impl_->Pull(min_version, weights);
+}
+absl::Status PsClient::PushPull(int64_t step, absl::Span<const float> gradient,
+                                absl::Span<float> weights) {
+  return impl_->PushPull(step, gradient, weights);
+}
+absl::Status PsClient::Leave() { return impl_->Leave(); }
+
+}  // namespace lockstep

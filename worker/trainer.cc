@@ -1,0 +1,137 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "worker/sharded_sampler.h"
+
+namespace lockstep {
+
+Trainer::Trainer(const TrainerOptions& options, Mlp* model, PsClient* client,
+                 const Dataset* train, const Dataset* test)
+    : options_(options),
+      model_(model),
+      client_(client),
+      train_(train),
+      test_(test),
+      weights_(model->NumParameters()),
+      gradient_(model->NumParameters()) {}
+
+// Registers and obtains the weights to start from; returns their version.
+absl::StatusOr<int64_t> Trainer::JoinJob() {
+  ModelSignature signature;
+  signature.tensors = model_->Tensors();
+  signature.optimizer = options_.optimizer;
+  signature.chunk_bytes = options_.chunk_bytes;
+  signature.num_workers = options_.num_workers;
+  ASSIGN_OR_RETURN(RegisterResult reg,
+                   client_->Register(options_.rank, signature));
+  if (reg.must_initialize) {
+    // Rank 0 defines version 0 from --seed; everyone else receives it.
+    weights_ = model_->InitialWeights(options_.seed);
+    RETURN_IF_ERROR(client_->Initialize(weights_));
+  }
+  return client_->Pull(std::max<int64_t>(reg.version, 0),
+                       absl::MakeSpan(weights_));
+}
+
+absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
+  RETURN_IF_ERROR(model_->SetWeights(weights_));
+  return model_->Evaluate(test_->features, test_->labels);
+}
+
+absl::StatusOr<TrainSummary> Trainer::Run() {
+  ASSIGN_OR_RETURN(ShardedSampler sampler,
+                   ShardedSampler::Create(train_->num_examples,
+                                          options_.num_workers, options_.rank,
+                                          options_.batch_size, options_.seed));
+  const int64_t steps_per_epoch = sampler.StepsPerEpoch();
+  int64_t total_steps = steps_per_epoch * options_.epochs;
+  if (options_.max_steps > 0) {
+    total_steps = std::min(total_steps, options_.max_steps);
+  }
+  ASSIGN_OR_RETURN(int64_t version, JoinJob());
+  if (version > total_steps) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the server is at version ", version, ", past this job's ",
+        total_steps, " steps"));
+  }
+
+  const int batch = options_.batch_size;
+  const int dim = train_->feature_dim;
+  std::vector<float> features(static_cast<size_t>(batch) * dim);
+  std::vector<int32_t> labels(batch);
+  const double global_batch =
+      static_cast<double>(batch) * options_.num_workers;
+  const bool evaluates = options_.rank == 0 && test_ != nullptr;
+
+  TrainSummary summary;
+  absl::Duration training_time;
+  int64_t step = version;
+  while (step < total_steps) {
+    const int epoch = static_cast<int>(step / steps_per_epoch);
+    const int64_t epoch_end =
+        std::min(total_steps, (epoch + 1) * steps_per_epoch);
+    EpochProgress progress(options_.progress, stdout, epoch + 1,
+                           options_.epochs,
+                           epoch_end - epoch * steps_per_epoch);
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    const absl::Time epoch_start = absl::Now();
+    for (; step < epoch_end; ++step) {
+      const std::vector<int64_t> indices = sampler.BatchIndices(step);
+      GatherBatch(*train_, indices, absl::MakeSpan(features),
+                  absl::MakeSpan(labels));
+      RETURN_IF_ERROR(model_->SetWeights(weights_));
+      ASSIGN_OR_RETURN(BatchStats stats,
+                       model_->ComputeGradients(features, labels,
+                                                absl::MakeSpan(gradient_)));
+      RETURN_IF_ERROR(
+          client_->PushPull(step, gradient_, absl::MakeSpan(weights_)));
+      loss_sum += stats.loss_sum;
+      correct += stats.correct;
+      seen += stats.examples;
+      ++summary.steps;
+      const int64_t done = step + 1 - epoch * steps_per_epoch;
+      const double seconds =
+          absl::ToDoubleSeconds(absl::Now() - epoch_start);
+      progress.Update(done, loss_sum / seen,
+                      static_cast<double>(correct) / seen,
+                      seconds > 0 ? done * global_batch / seconds : 0);
+    }
+    const absl::Duration epoch_time = absl::Now() - epoch_start;
+    training_time += epoch_time;
+    summary.train_loss = seen > 0 ? loss_sum / seen : 0;
+    summary.train_accuracy =
+        seen > 0 ? static_cast<double>(correct) / seen : 0;
+    const double epoch_steps = static_cast<double>(seen) / batch;
+    progress.Finish(summary.train_loss, summary.train_accuracy,
+                    epoch_steps * global_batch /
+                        std::max(1e-9, absl::ToDoubleSeconds(epoch_time)));
+    if (evaluates && options_.eval_every_epoch && step < total_steps) {
+      ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
+      std::printf("Epoch %d/%d - test loss %.4f - test accuracy %.4f\n",
+                  epoch + 1, options_.epochs, eval.loss_sum / eval.examples,
+                  static_cast<double>(eval.correct) / eval.examples);
+      std::fflush(stdout);
+    }
+  }
+  summary.final_version = step;
+  summary.wall_seconds = absl::ToDoubleSeconds(training_time);
+  summary.examples_per_sec =
+      summary.wall_seconds > 0
+          ? summary.steps * global_batch / summary.wall_seconds
+          : 0;
+  if (evaluates) {
+    ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
+    summary.test_loss = eval.loss_sum / eval.examples;
+    summary.test_accuracy = static_cast<double>(eval.correct) / eval.examples;
+  }
+  RETURN_IF_ERROR(client_->Leave());
+  return summary;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,75 @@
+// The synchronous training loop of one worker (PS mode).
+//
+// Trainer registers with the server, obtains version 0 (rank 0 uploads its
+// seeded initial weights; the others pull them), then runs global steps:
+// set weights of version v, compute the gradient on this worker's shard of
+// step v's examples, push it and receive version v + 1. Rank 0 evaluates on
+// the test set at the end (and after every epoch on request).
+//
+// Externally synchronized; the model, client and data sets are not owned.
+#ifndef LOCKSTEP_WORKER_TRAINER_H_
+#define LOCKSTEP_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_signature.h"
+#include "worker/dataset.h"
+#include "worker/mlp.h"
+#include "worker/progress.h"
+#include "worker/ps_client.h"
+
+namespace lockstep {
+
+struct TrainerOptions {
+  int rank = 0;
+  int num_workers = 1;
+  int batch_size = 64;
+  int epochs = 5;
+  int64_t max_steps = 0;  // > 0: stop after this many global steps.
+  uint64_t seed = 42;
+  OptimizerConfig optimizer;
+  int64_t chunk_bytes = kDefaultChunkBytes;
+  ProgressMode progress = ProgressMode::kLines;
+  bool eval_every_epoch = false;
+};
+
+struct TrainSummary {
+  double test_accuracy = -1;  // -1: not evaluated (ranks other than 0).
+  double test_loss = -1;
+  double train_loss = 0;      // Mean over this worker's batches, last epoch.
+  double train_accuracy = 0;
+  double examples_per_sec = 0;  // All workers' examples per second.
+  int64_t steps = 0;            // Global steps this worker took part in.
+  int64_t final_version = 0;
+  double wall_seconds = 0;      // Training loop only.
+};
+
+class Trainer final {
+ public:
+  Trainer(const TrainerOptions& options, Mlp* model, PsClient* client,
+          const Dataset* train, const Dataset* test);
+
+  absl::StatusOr<TrainSummary> Run();
+
+  // The weights after Run (version final_version).
+  const std::vector<float>& weights() const { return weights_; }
+
+ private:
+  absl::StatusOr<int64_t> JoinJob();
+  absl::StatusOr<BatchStats> EvaluateTest();
+
+  const TrainerOptions options_;
+  Mlp* const model_;          // Not owned.
+  PsClient* const client_;    // Not owned.
+  const Dataset* const train_;  // Not owned.
+  const Dataset* const test_;   // Not owned; may be null.
+  std::vector<float> weights_;
+  std::vector<float> gradient_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_TRAINER_H_
