@@ -45,7 +45,9 @@ void EpochProgress::Update(int64_t step_in_epoch, double loss, double accuracy,
     const absl::Time now = absl::Now();
     if (now - last_draw_ < absl::Milliseconds(100)) return;
     last_draw_ = now;
-    std::fprintf(out_, "\r%s",
+    // Text first, then '\r': a reader that forwards whole segments (the
+    // launcher) shows each state at once, and the next one overwrites it.
+    std::fprintf(out_, "%s\r",
                  Line(step_in_epoch, loss, accuracy, examples_per_sec).c_str());
     std::fflush(out_);
   } else if (mode_ == ProgressMode::kLines && steps_ >= 4 &&
@@ -60,7 +62,7 @@ void EpochProgress::Update(int64_t step_in_epoch, double loss, double accuracy,
 void EpochProgress::Finish(double loss, double accuracy,
                            double examples_per_sec) {
   if (mode_ == ProgressMode::kNone) return;
-  std::fprintf(out_, "%s%s\n", mode_ == ProgressMode::kBar ? "\r" : "",
+  std::fprintf(out_, "%s\n",
                Line(steps_, loss, accuracy, examples_per_sec).c_str());
   std::fflush(out_);
 }

@@ -1,0 +1,314 @@
+#include "deploy/launch/launcher.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace lockstep {
+namespace {
+
+// How often the startup loop looks for port files: nothing signals a file
+// appearing to poll(), and a server takes far longer than this to start.
+constexpr absl::Duration kPortFileRecheck = absl::Milliseconds(20);
+
+// A mkdtemp() directory for the port files, removed with its contents by the
+// destructor. Thread-compatible.
+class TempDir final {
+ public:
+  static absl::StatusOr<std::unique_ptr<TempDir>> Create() {
+    const char* tmp = getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                     "/lockstep_launch.XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a temporary directory ", pattern, ": ",
+                       strerror(errno)));
+    }
+    return std::unique_ptr<TempDir>(new TempDir(std::move(pattern)));
+  }
+
+  ~TempDir() {
+    // The servers may leave their pre-rename temporary files too.
+    if (DIR* dir = opendir(path_.c_str())) {
+      while (const dirent* entry = readdir(dir)) {
+        const std::string name = entry->d_name;
+        if (name != "." && name != "..") {
+          unlink(absl::StrCat(path_, "/", name).c_str());
+        }
+      }
+      closedir(dir);
+    }
+    rmdir(path_.c_str());
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit TempDir(std::string path) : path_(std::move(path)) {}
+  const std::string path_;
+};
+
+int ExitCodeFor(const ChildExit& exit) {
+  if (WIFEXITED(exit.wait_status) && WEXITSTATUS(exit.wait_status) > 0) {
+    return WEXITSTATUS(exit.wait_status);
+  }
+  return 1;
+}
+
+// Reports why a phase stopped early (an interrupt or a failed child; the
+// caller has logged other reasons), stops every child, and returns the exit
+// code.
+int Abort(ProcessGroup& group, const RunResult& result, absl::Duration grace) {
+  int code = 1;
+  switch (result.reason) {
+    case RunResult::Reason::kInterrupted:
+      group.Log(absl::StrCat("received signal ", result.signal, " (",
+                             strsignal(result.signal),
+                             "); stopping all processes"));
+      code = 128 + result.signal;
+      break;
+    case RunResult::Reason::kChildFailed:
+      group.Log(absl::StrCat(result.failure.name, " (pid ", result.failure.pid,
+                             ") ", result.failure.Describe(),
+                             "; stopping all processes"));
+      code = ExitCodeFor(result.failure);
+      break;
+    default:
+      break;
+  }
+  if (group.num_running() > 0) {
+    group.Log(absl::StrCat("sending SIGTERM to ", group.num_running(),
+                           " process(es); SIGKILL after ",
+                           absl::FormatDuration(grace)));
+  }
+  group.Terminate(grace);
+  return code;
+}
+
+}  // namespace
+
+absl::Status ValidateLaunchOptions(const LaunchOptions& options) {
+  if (options.workers < 1) {
+    return absl::InvalidArgumentError("--workers must be at least 1");
+  }
+  if (options.ps < 1) {
+    return absl::InvalidArgumentError("--ps must be at least 1");
+  }
+  if (options.startup_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--startup_timeout must be positive");
+  }
+  if (options.grace_period < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--grace_period must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ExecutableDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) {
+    return absl::InternalError(
+        absl::StrCat("readlink /proc/self/exe: ", strerror(errno)));
+  }
+  std::string path(buf, static_cast<size_t>(n));
+  const size_t slash = path.rfind('/');
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
+                                    const std::string& port_file) {
+  std::vector<std::string> argv = {
+      absl::StrCat(options.bin_dir, "/lockstep_server"),
+      "--listen=127.0.0.1:0",
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--workers=", options.workers),
+      "--exit_when_done",
+  };
+  if (options.ps > 1) {
+    argv.push_back(absl::StrCat("--shard=", shard));
+    argv.push_back(absl::StrCat("--num_shards=", options.ps));
+  }
+  return argv;
+}
+
+std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
+                                    const std::string& servers) {
+  const char* progress =
+      rank != 0 ? "none" : (options.progress_bar ? "bar" : "lines");
+  std::vector<std::string> argv = {
+      absl::StrCat(options.bin_dir, "/lockstep_worker"),
+      absl::StrCat("--servers=", servers),
+      absl::StrCat("--workers=", options.workers),
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--progress=", progress),
+  };
+  if (rank == 0 && !options.summary_json.empty()) {
+    argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
+  }
+  argv.insert(argv.end(), options.worker_args.begin(),
+              options.worker_args.end());
+  return argv;
+}
+
+absl::StatusOr<int> ReadPortFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    if (access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat(path, " does not exist yet"));
+    }
+    return absl::InternalError(absl::StrCat("cannot read ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  int port = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &port) ||
+      port < 1 || port > 65535) {
+    return absl::DataLossError(
+        absl::StrCat(path, " does not hold a port number: \"",
+                     absl::StripAsciiWhitespace(text.str()), "\""));
+  }
+  return port;
+}
+
+int Launch(const LaunchOptions& options,
+           const ProcessGroupOptions& group_options) {
+  // Declared before the group, so the children are gone before it is removed.
+  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create();
+  ProcessGroup group(group_options);
+  if (!dir.ok()) {
+    group.Log(dir.status().message());
+    return 1;
+  }
+
+  // Servers first: workers need their addresses.
+  std::vector<pid_t> servers;
+  std::vector<std::string> port_files;
+  for (int i = 0; i < options.ps; ++i) {
+    port_files.push_back(absl::StrCat((*dir)->path(), "/ps", i, ".port"));
+    absl::StatusOr<pid_t> pid = group.Start(
+        absl::StrCat("ps", i), ServerArgv(options, i, port_files.back()));
+    if (!pid.ok()) {
+      group.Log(pid.status().message());
+      return Abort(group, RunResult(), options.grace_period);
+    }
+    servers.push_back(*pid);
+  }
+
+  std::vector<int> ports(options.ps, 0);
+  absl::Status port_error;
+  auto listening_or_gone = [&] {
+    bool all = true;
+    for (int i = 0; i < options.ps; ++i) {
+      if (ports[i] != 0) continue;
+      if (!group.IsRunning(servers[i])) return true;
+      absl::StatusOr<int> port = ReadPortFile(port_files[i]);
+      if (port.ok()) {
+        ports[i] = *port;
+      } else if (absl::IsNotFound(port.status())) {
+        all = false;
+      } else {
+        port_error = port.status();
+        return true;
+      }
+    }
+    return all;
+  };
+  RunOptions startup;
+  startup.deadline = absl::Now() + options.startup_timeout;
+  startup.recheck_interval = kPortFileRecheck;
+  RunResult result = group.Run(listening_or_gone, startup);
+  if (result.reason == RunResult::Reason::kDeadline ||
+      result.reason == RunResult::Reason::kNoneRunning) {
+    std::vector<std::string> waiting;
+    for (int i = 0; i < options.ps; ++i) {
+      if (ports[i] == 0) waiting.push_back(absl::StrCat("ps", i));
+    }
+    group.Log(absl::StrCat("no port file from ", absl::StrJoin(waiting, ", "),
+                           " within --startup_timeout=",
+                           absl::FormatDuration(options.startup_timeout)));
+    return Abort(group, result, options.grace_period);
+  }
+  if (result.reason != RunResult::Reason::kDone) {
+    return Abort(group, result, options.grace_period);
+  }
+  if (!port_error.ok()) {
+    group.Log(port_error.message());
+    return Abort(group, result, options.grace_period);
+  }
+  for (int i = 0; i < options.ps; ++i) {
+    if (ports[i] != 0) continue;
+    for (const ChildExit& exit : group.exits()) {
+      if (exit.pid != servers[i]) continue;
+      group.Log(absl::StrCat(exit.name, " (pid ", exit.pid, ") ",
+                             exit.Describe(),
+                             " before it wrote its port file"));
+    }
+    return Abort(group, result, options.grace_period);
+  }
+  std::vector<std::string> addresses;
+  for (int i = 0; i < options.ps; ++i) {
+    addresses.push_back(absl::StrCat("127.0.0.1:", ports[i]));
+    group.Log(absl::StrCat("ps", i, ": pid ", servers[i], ", listening on ",
+                           addresses.back()));
+  }
+  const std::string server_list = absl::StrJoin(addresses, ",");
+
+  std::vector<pid_t> workers;
+  for (int rank = 0; rank < options.workers; ++rank) {
+    const std::string name = absl::StrCat("worker", rank);
+    absl::StatusOr<pid_t> pid =
+        group.Start(name, WorkerArgv(options, rank, server_list));
+    if (!pid.ok()) {
+      group.Log(pid.status().message());
+      return Abort(group, RunResult(), options.grace_period);
+    }
+    workers.push_back(*pid);
+    group.Log(absl::StrCat(name, ": pid ", *pid, ", servers ", server_list));
+  }
+
+  auto none_running = [&group](const std::vector<pid_t>& pids) {
+    for (pid_t pid : pids) {
+      if (group.IsRunning(pid)) return false;
+    }
+    return true;
+  };
+  result = group.Run([&] { return none_running(workers); }, RunOptions());
+  if (result.reason != RunResult::Reason::kDone) {
+    return Abort(group, result, options.grace_period);
+  }
+  group.Log(absl::StrCat("all ", options.workers, " workers finished"));
+
+  // Servers run with --exit_when_done; give them the grace period to do so.
+  RunOptions shutdown;
+  shutdown.deadline = absl::Now() + options.grace_period;
+  result = group.Run([&] { return none_running(servers); }, shutdown);
+  if (result.reason == RunResult::Reason::kChildFailed ||
+      result.reason == RunResult::Reason::kInterrupted) {
+    return Abort(group, result, options.grace_period);
+  }
+  if (group.num_running() > 0) {
+    group.Log(absl::StrCat(group.num_running(), " server(s) still running ",
+                           absl::FormatDuration(options.grace_period),
+                           " after the workers finished; sending SIGTERM"));
+    group.Terminate(options.grace_period);
+  }
+  return 0;
+}
+
+}  // namespace lockstep

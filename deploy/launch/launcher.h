@@ -1,0 +1,60 @@
+// lockstep_launch's job logic: servers first, then workers, then shutdown.
+#ifndef LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_H_
+#define LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "deploy/launch/process_group.h"
+
+namespace lockstep {
+
+// Everything a launch needs, parsed once from flags in main.cc.
+struct LaunchOptions {
+  int workers = 2;
+  int ps = 1;                // Parameter-server shards.
+  std::string bin_dir;       // Holds lockstep_server and lockstep_worker.
+  std::string summary_json;  // For rank 0; empty: none.
+  absl::Duration startup_timeout = absl::Seconds(60);
+  absl::Duration grace_period = absl::Seconds(10);
+  bool progress_bar = false;  // Rank 0 draws a bar rather than lines.
+  std::vector<std::string> worker_args;  // Passed through, after ours.
+};
+
+absl::Status ValidateLaunchOptions(const LaunchOptions& options);
+
+// The directory holding the running executable (from /proc/self/exe).
+absl::StatusOr<std::string> ExecutableDir();
+
+// Shard `shard`'s command line. The shard flags are added only when there is
+// more than one shard, so a single-shard job needs nothing beyond the basic
+// server contract.
+std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
+                                    const std::string& port_file);
+
+// Worker `rank`'s command line: our flags first, then options.worker_args,
+// so that a flag the user repeats wins (absl keeps the last value).
+std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
+                                    const std::string& servers);
+
+// The port a server wrote to `path` ("<decimal>\n", written by rename so it
+// is never seen half-written). NOT_FOUND while the file does not exist.
+absl::StatusOr<int> ReadPortFile(const std::string& path);
+
+// Runs the job: starts the servers, waits for their port files, starts the
+// workers, pumps everyone's output, and stops everything. Returns the exit
+// code for the launcher:
+//   0        every worker exited 0 (servers still running afterwards are
+//            stopped and do not count);
+//   N        a child exited with code N > 0 by itself;
+//   1        a child was killed by a signal, a server exited or timed out
+//            before listening, or the launcher could not start something;
+//   128 + N  the launcher received signal N (read from interrupt_fd).
+int Launch(const LaunchOptions& options, const ProcessGroupOptions& group);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_H_

@@ -1,0 +1,51 @@
+// Separates the launcher's own flags from the ones it passes to workers.
+#ifndef LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_ARGS_H_
+#define LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_ARGS_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace lockstep {
+
+// What the launcher knows about a flag name.
+enum class FlagKind {
+  kUnknown,  // Not the launcher's: passed through to the workers.
+  kBool,     // The launcher's, may be written --name / --noname.
+  kValued,   // The launcher's, must be written --name=value.
+};
+
+// Answers for one flag name (without dashes). main.cc asks absl's registry;
+// tests pass a fixed table.
+using FlagKindLookup = std::function<FlagKind(absl::string_view name)>;
+
+struct SplitArgs {
+  // argv[0] followed by the launcher's flags, ready for absl::ParseCommandLine.
+  std::vector<std::string> launcher;
+  // Everything else, in the order given.
+  std::vector<std::string> passthrough;
+};
+
+// Splits a full argv (argv[0] first). absl 20220623 has no way to parse only
+// the flags it knows and keep the rest, so this pre-scan does it instead.
+//
+// An argument belongs to the launcher when it is `--name=value`,
+// `--name` or `--noname` (one or two leading dashes) and `lookup` knows
+// `name`; `--noname` only for a kBool flag. Everything else passes through:
+// unknown flags, positional arguments, and every argument after a bare "--"
+// (the "--" itself is dropped), which is how a worker flag that shares a
+// launcher flag's name reaches the workers.
+//
+// A launcher flag that takes a value must be written `--name=value`: the
+// separate-value form `--name value` is rejected with INVALID_ARGUMENT,
+// because the value would otherwise silently become a worker argument.
+absl::StatusOr<SplitArgs> SplitLauncherArgs(absl::Span<const std::string> argv,
+                                            const FlagKindLookup& lookup);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_ARGS_H_

@@ -1,0 +1,150 @@
+// lockstep_launch: runs a Lockstep job on this machine, like torchrun or
+// horovodrun. Flags are parsed here, once, into LaunchOptions; the job logic
+// is in launcher.cc.
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "deploy/launch/launcher.h"
+#include "deploy/launch/launcher_args.h"
+#include "deploy/launch/signal_pipe.h"
+
+ABSL_FLAG(int32_t, workers, 2,
+          "Number of worker processes (ranks 0..workers-1).");
+ABSL_FLAG(int32_t, ps, 1,
+          "Number of parameter-server shards. Each is started with "
+          "--shard=i --num_shards=N when N > 1, and every worker gets all "
+          "their addresses in --servers.");
+ABSL_FLAG(std::string, bin_dir, "",
+          "Directory holding lockstep_server and lockstep_worker. Empty: the "
+          "directory of this lockstep_launch executable.");
+ABSL_FLAG(std::string, summary_json, "",
+          "If set, passed as --summary_json to worker rank 0 only.");
+ABSL_FLAG(double, startup_timeout, 60,
+          "Seconds to wait for every server to write its port file before "
+          "giving up.");
+ABSL_FLAG(double, grace_period, 10,
+          "Seconds between SIGTERM and SIGKILL when stopping processes; also "
+          "how long servers get to exit by themselves after the workers "
+          "finish.");
+
+namespace {
+
+constexpr char kUsage[] = R"(runs a Lockstep job on this machine.
+
+Usage: lockstep_launch [launcher flags] [worker flags] [-- worker flags]
+
+Starts --ps parameter-server shards, waits until each listens, then starts
+--workers workers, and prints everyone's output with each line tagged
+"[ps0] ", "[worker1] ", and so on. Rank 0 reports progress (a bar when
+stdout is a terminal, lines otherwise); the other ranks stay quiet.
+
+Any argument that is not a launcher flag is passed, in order, to every
+worker after the launcher's own --servers/--workers/--rank/--progress, so a
+value given here wins. Launcher flags must be written --name=value (booleans
+--name or --noname); everything after a bare "--" goes to the workers, which
+is how to pass a worker flag that shares a launcher flag's name.
+
+When any process exits non-zero or is killed, the launcher stops the others
+(SIGTERM, then SIGKILL after --grace_period) and exits non-zero. Ctrl-C,
+SIGTERM or SIGHUP stop everything the same way.
+
+Exit code: 0 when every worker exited 0; N when a process exited with code
+N > 0; 1 when one was killed by a signal, a server failed to start, or the
+launcher hit an error; 128+N when the launcher got signal N.
+
+Example: lockstep_launch --workers=4 --ps=2 --summary_json=run.json)";
+
+lockstep::FlagKind LookupFlag(absl::string_view name) {
+  // absl 20220623 parses its usage flags by name (DeduceUsageFlags) rather
+  // than registering them, so the registry does not know them. Each may take
+  // a value (--help=substring), hence kBool: both forms go to the launcher.
+  for (absl::string_view usage :
+       {"help", "helpfull", "helpshort", "helppackage", "helpmatch", "helpon",
+        "version", "only_check_args"}) {
+    if (name == usage) return lockstep::FlagKind::kBool;
+  }
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr) return lockstep::FlagKind::kUnknown;
+  return flag->IsOfType<bool>() ? lockstep::FlagKind::kBool
+                                : lockstep::FlagKind::kValued;
+}
+
+// absl's --help lists flags from files named after the program; ours live
+// in deploy/launch/main.cc.
+bool IsLauncherFlagFile(absl::string_view file) {
+  return absl::StrContains(file, "deploy/launch/");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = IsLauncherFlagFile;
+  usage_config.contains_helpshort_flags = IsLauncherFlagFile;
+  absl::SetFlagsUsageConfig(usage_config);
+
+  absl::StatusOr<lockstep::SplitArgs> split = lockstep::SplitLauncherArgs(
+      std::vector<std::string>(argv, argv + argc), LookupFlag);
+  if (!split.ok()) {
+    fprintf(stderr, "lockstep_launch: %s\n",
+            std::string(split.status().message()).c_str());
+    return 1;
+  }
+  std::vector<char*> launcher_argv;
+  for (std::string& arg : split->launcher) launcher_argv.push_back(arg.data());
+  launcher_argv.push_back(nullptr);
+  absl::ParseCommandLine(static_cast<int>(split->launcher.size()),
+                         launcher_argv.data());
+
+  lockstep::LaunchOptions options;
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.ps = absl::GetFlag(FLAGS_ps);
+  options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
+  options.summary_json = absl::GetFlag(FLAGS_summary_json);
+  options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout));
+  options.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period));
+  options.progress_bar = isatty(STDOUT_FILENO) == 1;
+  options.worker_args = std::move(split->passthrough);
+  if (options.bin_dir.empty()) {
+    absl::StatusOr<std::string> dir = lockstep::ExecutableDir();
+    if (!dir.ok()) {
+      fprintf(stderr, "lockstep_launch: %s\n",
+              std::string(dir.status().message()).c_str());
+      return 1;
+    }
+    options.bin_dir = *dir;
+  }
+  if (absl::Status status = lockstep::ValidateLaunchOptions(options);
+      !status.ok()) {
+    fprintf(stderr, "lockstep_launch: %s\n",
+            std::string(status.message()).c_str());
+    return 1;
+  }
+
+  // A closed stdout must not kill the launcher while it has children to stop.
+  signal(SIGPIPE, SIG_IGN);
+  absl::StatusOr<std::unique_ptr<lockstep::SignalPipe>> signals =
+      lockstep::SignalPipe::Create({SIGINT, SIGTERM, SIGHUP});
+  if (!signals.ok()) {
+    fprintf(stderr, "lockstep_launch: %s\n",
+            std::string(signals.status().message()).c_str());
+    return 1;
+  }
+  lockstep::ProcessGroupOptions group;
+  group.output_fd = STDOUT_FILENO;
+  group.interrupt_fd = (*signals)->read_fd();
+  return lockstep::Launch(options, group);
+}

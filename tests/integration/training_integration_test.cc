@@ -1,0 +1,298 @@
+// End-to-end tests through real lockstep_server and lockstep_worker processes
+// talking gRPC on loopback.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kBin = LOCKSTEP_BIN_DIR;
+const absl::Duration kDeadline = absl::Seconds(120);
+
+// A server on a free loopback port, started with --port_file.
+struct Server {
+  Subprocess process;
+  std::string address;
+};
+
+Server StartServer(int workers, const std::string& dir) {
+  const std::string port_file = dir + "/port";
+  Server s{Subprocess::Start({kBin + "/lockstep_server",
+                              "--listen=127.0.0.1:0",
+                              absl::StrCat("--workers=", workers),
+                              "--port_file=" + port_file}),
+           ""};
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::string port;
+  while (absl::Now() < deadline) {
+    port = ReadFile(port_file);
+    if (!port.empty()) break;
+    if (s.process.Wait(absl::Milliseconds(10)).has_value()) break;
+  }
+  s.address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(port));
+  return s;
+}
+
+std::vector<float> ReadWeights(const std::string& path) {
+  const std::string bytes = ReadFile(path);
+  std::vector<float> w(bytes.size() / sizeof(float));
+  std::memcpy(w.data(), bytes.data(), w.size() * sizeof(float));
+  return w;
+}
+
+// max |a - b| / max |b|: the difference relative to the weights' scale.
+double MaxRelativeDifference(const std::vector<float>& a,
+                             const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::fabs(double{a[i]} - b[i]));
+    scale = std::max(scale, std::fabs(double{b[i]}));
+  }
+  return diff / scale;
+}
+
+// Trains `workers` workers with batch `batch` each for 20 steps and returns
+// rank 0's final weights (checking every rank ends with the same ones).
+std::vector<float> Train(int workers, int batch, const std::string& optimizer) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(workers, dir);
+  std::vector<Subprocess> procs;
+  for (int rank = 0; rank < workers; ++rank) {
+    procs.push_back(Subprocess::Start(
+        {kBin + "/lockstep_worker", "--servers=" + server.address,
+         absl::StrCat("--workers=", workers), absl::StrCat("--rank=", rank),
+         "--dataset=synthetic", "--synthetic_examples=640",
+         "--layers=23,17,5", "--optimizer=" + optimizer,
+         absl::StrCat("--batch_size=", batch), "--max_steps=20",
+         "--epochs=3", "--seed=7", "--chunk_bytes=1000", "--progress=none",
+         absl::StrCat("--dump_weights=", dir, "/w", rank)}));
+  }
+  for (int rank = 0; rank < workers; ++rank) {
+    std::optional<int> code = procs[rank].Wait(kDeadline);
+    EXPECT_EQ(code, 0) << procs[rank].Output();
+  }
+  EXPECT_EQ(server.process.Wait(kDeadline), 0)
+      << "the server must exit by itself once every worker left\n"
+      << server.process.Output();
+  std::vector<float> w0 = ReadWeights(dir + "/w0");
+  for (int rank = 1; rank < workers; ++rank) {
+    EXPECT_EQ(ReadWeights(absl::StrCat(dir, "/w", rank)), w0)
+        << "rank " << rank << " holds other weights than rank 0";
+  }
+  return w0;
+}
+
+class EquivalenceTest
+    : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+// W workers x batch B, synchronous, equal one worker with batch W*B on the
+// same examples (DESIGN.md's first invariant).
+TEST_P(EquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
+  const auto& [optimizer, workers] = GetParam();
+  const int batch = 8;
+  std::vector<float> many = Train(workers, batch, optimizer);
+  std::vector<float> one = Train(1, workers * batch, optimizer);
+  ASSERT_EQ(many.size(), size_t{23 * 17 + 17 + 17 * 5 + 5});
+  ASSERT_EQ(one.size(), many.size());
+  const double difference = MaxRelativeDifference(many, one);
+  std::printf("max relative difference %s %d workers vs 1: %.3g\n",
+              optimizer.c_str(), workers, difference);
+  EXPECT_LE(difference, 1e-5);
+  // And training moved the weights: the comparison is not of two copies of
+  // version 0.
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(1, dir);
+  RunResult init = RunProcess(
+      {kBin + "/lockstep_worker", "--servers=" + server.address,
+       "--workers=1", "--rank=0", "--dataset=synthetic",
+       "--synthetic_examples=640", "--layers=23,17,5",
+       "--optimizer=" + optimizer, "--batch_size=8", "--max_steps=1",
+       "--seed=7", "--chunk_bytes=1000", "--progress=none",
+       "--dump_weights=" + dir + "/w"},
+      {}, kDeadline);
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  EXPECT_GT(MaxRelativeDifference(ReadWeights(dir + "/w"), one), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    SgdAndAdam, EquivalenceTest,
+    ::testing::Combine(::testing::Values("sgd", "adam"),
+                       ::testing::Values(2, 4)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param), "_",
+                          std::get<1>(info.param), "workers");
+    });
+
+TEST(TrainingTest, LauncherTrainsAndWritesSummary) {
+  const std::string dir = MakeTempDir();
+  RunResult r = RunProcess(
+      {kBin + "/lockstep_launch", "--workers=2", "--ps=1",
+       "--summary_json=" + dir + "/summary.json", "--dataset=synthetic",
+       "--synthetic_examples=2560", "--layers=32,16,4", "--epochs=2",
+       "--batch_size=32"},
+      {}, kDeadline);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[worker0]"));
+  EXPECT_THAT(r.output, HasSubstr("[ps0]"));
+  EXPECT_THAT(r.output, HasSubstr("Test accuracy"));
+  const std::string summary = ReadFile(dir + "/summary.json");
+  for (const char* key : {"test_accuracy", "test_loss", "examples_per_sec",
+                          "\"steps\": 80", "\"final_version\": 80",
+                          "wall_seconds"}) {
+    EXPECT_THAT(summary, HasSubstr(key)) << summary;
+  }
+}
+
+TEST(TrainingTest, LauncherFailsWhenAWorkerFails) {
+  RunResult r = RunProcess({kBin + "/lockstep_launch", "--workers=2",
+                            "--data_dir=/nonexistent/lockstep"},
+                           {}, kDeadline);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "the launcher hung:\n" << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent/lockstep"));
+}
+
+TEST(TrainingTest, TfConfigAloneConfiguresTheJob) {
+  // A free port: bind, read, release (the server rebinds it at once).
+  const std::string dir = MakeTempDir();
+  Server probe = StartServer(1, dir);
+  const std::string address = probe.address;
+  probe.process.Kill();
+  const std::string cluster = absl::StrCat(
+      R"({"cluster": {"ps": [")", address,
+      R"("], "worker": ["w0:1", "w1:1"]}, "task": {"type": ")");
+  Subprocess server = Subprocess::Start(
+      {kBin + "/lockstep_server", "--listen=" + address},
+      {"TF_CONFIG=" + cluster + R"(ps", "index": 0}})"});
+  std::vector<Subprocess> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(Subprocess::Start(
+        {kBin + "/lockstep_worker", "--dataset=synthetic",
+         "--synthetic_examples=640", "--layers=8,4", "--max_steps=5",
+         "--progress=none"},
+        {absl::StrCat("TF_CONFIG=", cluster, R"(worker", "index": )", i,
+                      "}}")}));
+  }
+  for (Subprocess& w : workers) EXPECT_EQ(w.Wait(kDeadline), 0) << w.Output();
+  EXPECT_EQ(server.Wait(kDeadline), 0) << server.Output();
+}
+
+TEST(BadInputTest, WorkerWithAnotherModelIsRefusedAtConnect) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(2, dir);
+  const std::vector<std::string> common = {
+      kBin + "/lockstep_worker", "--servers=" + server.address,
+      "--workers=2", "--dataset=synthetic", "--synthetic_examples=640",
+      "--progress=none", "--max_steps=3"};
+  std::vector<std::string> rank0 = common;
+  rank0.insert(rank0.end(), {"--rank=0", "--layers=10,6,3"});
+  Subprocess first = Subprocess::Start(rank0);
+  std::vector<std::string> rank1 = common;
+  rank1.insert(rank1.end(), {"--rank=1", "--layers=10,7,3"});
+  // Rank 1 may register first; then rank 0 is the one refused. Either way
+  // exactly one of them is told what differs, at once.
+  RunResult second = RunProcess(rank1, {}, kDeadline);
+  std::optional<int> first_code = first.Wait(absl::Seconds(2));
+  const std::string refused =
+      second.exit_code != 0 ? second.output : first.Output();
+  EXPECT_THAT(refused, HasSubstr("model signature differs"));
+  EXPECT_THAT(refused, HasSubstr("dense_0/kernel"));
+  EXPECT_TRUE(second.exit_code != 0 || first_code.value_or(0) != 0);
+}
+
+struct BadRun {
+  std::string name;
+  std::vector<std::string> args;
+  std::vector<std::string> env;
+  std::string message;
+};
+
+// Keeps ctest's test names short: the case name, not the bytes.
+void PrintTo(const BadRun& run, std::ostream* os) { *os << run.name; }
+
+class BadFlagsTest : public ::testing::TestWithParam<BadRun> {};
+
+TEST_P(BadFlagsTest, ExitsNonZeroWithAClearMessage) {
+  const BadRun& run = GetParam();
+  std::vector<std::string> argv = {kBin + "/" + run.args[0]};
+  argv.insert(argv.end(), run.args.begin() + 1, run.args.end());
+  RunResult r = RunProcess(argv, run.env, absl::Seconds(30));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "hung";
+  EXPECT_THAT(r.output, HasSubstr(run.message));
+}
+
+const char kWorker[] = "lockstep_worker";
+const char kServer[] = "lockstep_server";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadFlagsTest,
+    ::testing::Values(
+        BadRun{"batch", {kWorker, "--servers=127.0.0.1:1", "--workers=1",
+                         "--rank=0", "--batch_size=0"}, {}, "--batch_size"},
+        BadRun{"optimizer", {kWorker, "--servers=127.0.0.1:1", "--workers=1",
+                             "--rank=0", "--optimizer=rmsprop"}, {},
+               "--optimizer must be"},
+        BadRun{"layers", {kWorker, "--servers=127.0.0.1:1", "--workers=1",
+                          "--rank=0", "--layers=784,abc"}, {}, "--layers"},
+        BadRun{"rank", {kWorker, "--servers=127.0.0.1:1", "--workers=2",
+                        "--rank=2"}, {}, "--rank must be in [0, 2)"},
+        BadRun{"unknown_flag", {kWorker, "--no_such_flag=1"}, {},
+               "no_such_flag"},
+        BadRun{"no_server", {kWorker, "--workers=1", "--rank=0"}, {},
+               "no parameter server"},
+        BadRun{"tf_config_json", {kWorker}, {"TF_CONFIG={not json"},
+               "malformed TF_CONFIG"},
+        BadRun{"tf_config_index",
+               {kWorker},
+               {R"(TF_CONFIG={"cluster": {"ps": ["a:1"], "worker": ["b:1"]},
+                   "task": {"type": "worker", "index": 3}})"},
+               "out of range"},
+        BadRun{"server_tf_config_role",
+               {kServer},
+               {R"(TF_CONFIG={"cluster": {"ps": ["a:1"], "worker": ["b:1"]},
+                   "task": {"type": "worker", "index": 0}})"},
+               "lockstep_server runs ps tasks"},
+        BadRun{"server_workers", {kServer, "--workers=0"}, {}, "--workers"},
+        BadRun{"missing_data", {kWorker, "--servers=127.0.0.1:1",
+                                "--workers=1", "--rank=0",
+                                "--data_dir=/nonexistent/dir"}, {},
+               "/nonexistent/dir/train-images-idx3-ubyte"}),
+    [](const auto& info) { return info.param.name; });
+
+// A truncated IDX file gets a message naming it, not a crash.
+TEST(BadInputTest, TruncatedIdxFileIsNamed) {
+  const std::string dir = MakeTempDir();
+  const unsigned char header[] = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 28,
+                                  0, 0, 0, 28, 1, 2, 3};
+  for (const char* name : {"train-images-idx3-ubyte", "t10k-images-idx3-ubyte"}) {
+    FILE* f = std::fopen((dir + "/" + name).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(header, 1, sizeof(header), f);
+    std::fclose(f);
+  }
+  RunResult r = RunProcess({kBin + "/lockstep_worker", "--servers=127.0.0.1:1",
+                            "--workers=1", "--rank=0", "--data_dir=" + dir},
+                           {}, absl::Seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("train-images-idx3-ubyte"));
+  EXPECT_THAT(r.output, HasSubstr("truncated"));
+}
+
+}  // namespace
+}  // namespace lockstep
