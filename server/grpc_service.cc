@@ -84,7 +84,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const v1::PullRequest* request,
     v1::PullResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->Pull(request->chunk(), request->min_version(),
+  core_->Pull(request->rank(), request->incarnation(), request->chunk(),
+              request->min_version(),
               WeightsReply(reactor, response));
   return reactor;
 }

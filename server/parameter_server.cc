@@ -95,6 +95,10 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
   ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(signature.optimizer,
                                                  signature.NumParameters()));
   weights_.assign(signature.NumParameters(), 0.0f);
+  // Chunk states of an earlier, provisional configuration stay alive: a
+  // caller may still hold a pointer to one (they are closed and empty).
+  for (auto& old : chunks_) retired_chunks_.push_back(std::move(old));
+  chunks_.clear();
   for (const Chunk& chunk : plan.chunks()) {
     auto state = std::make_unique<ChunkState>();
     state->chunk = chunk;
@@ -108,8 +112,37 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
   return absl::OkStatus();
 }
 
+std::vector<ParameterServer::ChunkCallback>
+ParameterServer::RevokeProvisionalLocked(const std::string& reason) {
+  for (int r = 1; r < options_.num_workers; ++r) {
+    if (incarnations_[r] != 0) revoked_[incarnations_[r]] = reason;
+    incarnations_[r] = 0;
+  }
+  std::vector<ChunkCallback> waiters;
+  for (auto& c : chunks_) {
+    absl::MutexLock lock(&c->mu);
+    c->closed = true;
+    for (auto& [min_version, cb] : c->pull_waiters) {
+      waiters.push_back(std::move(cb));
+    }
+    c->pull_waiters.clear();
+  }
+  return waiters;
+}
+
 absl::StatusOr<Registration> ParameterServer::Register(
     int rank, const ModelSignature& signature) {
+  std::vector<ChunkCallback> revoked;
+  std::string reason;
+  absl::StatusOr<Registration> result = RegisterInternal(rank, signature,
+                                                       &revoked, &reason);
+  for (ChunkCallback& cb : revoked) cb(absl::FailedPreconditionError(reason));
+  return result;
+}
+
+absl::StatusOr<Registration> ParameterServer::RegisterInternal(
+    int rank, const ModelSignature& signature,
+    std::vector<ChunkCallback>* revoked, std::string* reason) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   if (rank < 0 || rank >= options_.num_workers) {
@@ -124,13 +157,22 @@ absl::StatusOr<Registration> ParameterServer::Register(
   }
   if (!signature_.has_value()) {
     RETURN_IF_ERROR(ConfigureLocked(signature));
-  } else {
-    const std::string diff = DescribeDifference(*signature_, signature);
-    if (!diff.empty()) {
+  } else if (const std::string diff =
+                 DescribeDifference(*signature_, signature);
+             !diff.empty()) {
+    if (rank != 0 || signature_from_rank0_ || version_ >= 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("model signature differs from the job's: ", diff));
     }
+    // Rank 0 defines the model. Workers that registered another one before
+    // it are refused now, rather than left waiting for a version 0 that
+    // would not fit them.
+    *reason = absl::StrCat("model signature differs from rank 0's: ",
+                           DescribeDifference(signature, *signature_));
+    *revoked = RevokeProvisionalLocked(*reason);
+    RETURN_IF_ERROR(ConfigureLocked(signature));
   }
+  if (rank == 0) signature_from_rank0_ = true;
   Registration reg;
   reg.incarnation = next_incarnation_++;
   incarnations_[rank] = reg.incarnation;
@@ -149,6 +191,8 @@ absl::Status ParameterServer::CheckMemberLocked(int rank,
                      options_.num_workers, " workers)"));
   }
   if (incarnations_[rank] == 0) {
+    auto it = revoked_.find(incarnation);
+    if (it != revoked_.end()) return absl::FailedPreconditionError(it->second);
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", rank, " has not registered"));
   }
@@ -282,13 +326,20 @@ void ParameterServer::ChunkPublished(int64_t version) {
   }
 }
 
-void ParameterServer::Pull(int chunk, int64_t min_version, ChunkCallback done) {
+void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
+                           int64_t min_version, ChunkCallback done) {
   ChunkState* state = nullptr;
   {
     absl::ReleasableMutexLock lock(&mu_);
     if (shutting_down_) {
       lock.Release();
       return done(absl::UnavailableError("server is shutting down"));
+    }
+    if (incarnation != 0) {
+      if (absl::Status s = CheckMemberLocked(rank, incarnation); !s.ok()) {
+        lock.Release();
+        return done(s);
+      }
     }
     if (!signature_.has_value()) {
       lock.Release();

@@ -11,8 +11,11 @@
 // must wait leaves a callback, which the last pusher's thread runs.
 //
 // Protocol (see proto/lockstep/v1/lockstep.proto):
-//   1. Every worker calls Register(rank, signature). The first registration
-//      fixes the job's signature; later ones must match it exactly.
+//   1. Every worker calls Register(rank, signature). Rank 0's signature is
+//      the job's; later registrations must match it exactly. One that came
+//      before rank 0 with another signature is refused when rank 0 arrives
+//      (its waiting pulls fail with FAILED_PRECONDITION naming the
+//      difference).
 //   2. Rank 0 is told must_initialize and uploads version 0 with Initialize,
 //      chunk by chunk. The others Pull(chunk, 0), which waits until then.
 //   3. Step v: Push(rank, incarnation, v, chunk, gradient) for every chunk,
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -101,8 +105,10 @@ class ParameterServer final {
             absl::string_view fp32_bytes, ChunkCallback done);
 
   // `done` receives the chunk's latest weights once their version is at
-  // least `min_version`.
-  void Pull(int chunk, int64_t min_version, ChunkCallback done);
+  // least `min_version`. A worker passes its rank and incarnation (checked
+  // like a push's); incarnation 0 reads anonymously.
+  void Pull(int rank, int64_t incarnation, int chunk, int64_t min_version,
+            ChunkCallback done);
 
   absl::Status Leave(int rank, int64_t incarnation);
 
@@ -123,6 +129,14 @@ class ParameterServer final {
   // Sets up the plan, optimizer, weights and chunk barriers for `signature`.
   absl::Status ConfigureLocked(const ModelSignature& signature)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Registration> RegisterInternal(
+      int rank, const ModelSignature& signature,
+      std::vector<ChunkCallback>* revoked, std::string* reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets the registrations of ranks other than 0 (made under a signature
+  // rank 0 overrules) and returns their waiting pulls, to be failed.
+  std::vector<ChunkCallback> RevokeProvisionalLocked(const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckMemberLocked(int rank, int64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates rank/incarnation/chunk; returns the chunk's state.
@@ -137,6 +151,10 @@ class ParameterServer final {
 
   mutable absl::Mutex mu_;
   std::optional<ModelSignature> signature_ ABSL_GUARDED_BY(mu_);
+  // Until rank 0 registers, the signature is provisional and rank 0's wins.
+  bool signature_from_rank0_ ABSL_GUARDED_BY(mu_) = false;
+  // Why a revoked incarnation was refused, to tell it when it calls again.
+  absl::flat_hash_map<int64_t, std::string> revoked_ ABSL_GUARDED_BY(mu_);
   std::optional<ChunkPlan> plan_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // 0: none.
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
@@ -147,6 +165,7 @@ class ParameterServer final {
   // Written once under mu_ by ConfigureLocked, then only read: the chunk
   // states guard their own contents.
   std::vector<std::unique_ptr<ChunkState>> chunks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<ChunkState>> retired_chunks_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_;  // Set once with chunks_.
   std::vector<float> weights_;  // Master weights; ranges owned by chunks.
 };

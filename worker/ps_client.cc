@@ -117,6 +117,8 @@ class PsClient::Impl {
       call.context.set_deadline(DeadlineAfter(options_.rpc_timeout));
       call.request.set_chunk(chunk.index);
       call.request.set_min_version(min_version);
+      call.request.set_rank(rank_);
+      call.request.set_incarnation(incarnation_);
       stub_->async()->Pull(&call.context, &call.request, &call.response,
                            [&call, &pending](grpc::Status s) {
                              call.status = std::move(s);

@@ -179,13 +179,43 @@ TEST_F(ParameterServerTest, SignatureMismatchNamesTheDifference) {
               HasSubstr("num_workers"));
 }
 
+TEST_F(ParameterServerTest, RankZeroDefinesTheModel) {
+  auto ps = ParameterServer::Create({2});
+  ASSERT_TRUE(ps.ok());
+  ModelSignature other = SmallSignature(2);
+  other.tensors[0].shape = {4};
+  auto early = (*ps)->Register(1, other);
+  ASSERT_TRUE(early.ok()) << "before rank 0, a signature is provisional";
+  Reply waiting;
+  (*ps)->Pull(1, early->incarnation, 0, 0, waiting.Callback());
+  EXPECT_FALSE(waiting.result.has_value());
+  auto r0 = (*ps)->Register(0, SmallSignature(2));
+  ASSERT_TRUE(r0.ok());
+  EXPECT_TRUE(r0->must_initialize);
+  ASSERT_TRUE(waiting.result.has_value());
+  EXPECT_EQ(waiting.result->status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(waiting.result->status().message()),
+              HasSubstr("differs from rank 0's: tensor 0"));
+  // Calling again with the refused incarnation says the same.
+  Reply again;
+  (*ps)->Pull(1, early->incarnation, 0, 0, again.Callback());
+  EXPECT_THAT(std::string(again.result->status().message()),
+              HasSubstr("differs from rank 0's"));
+  EXPECT_THAT((*ps)->GetStatus().registered_ranks, ElementsAre(0));
+  // Once rank 0 has spoken, a differing signature is refused at once.
+  EXPECT_EQ((*ps)->Register(1, other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*ps)->Register(1, SmallSignature(2)).ok());
+}
+
 TEST_F(ParameterServerTest, PullWaitsForInitialization) {
   auto ps = ParameterServer::Create({2});
   ASSERT_TRUE(ps.ok());
   auto r0 = (*ps)->Register(0, SmallSignature(2));
   ASSERT_TRUE(r0.ok());
   Reply pulled;
-  (*ps)->Pull(0, 0, pulled.Callback());
+  (*ps)->Pull(0, 0, 0, 0, pulled.Callback());
   EXPECT_FALSE(pulled.result.has_value());
   Reply early;
   (*ps)->Push(0, r0->incarnation, 0, 0, Bytes(initial_), early.Callback());
@@ -208,7 +238,7 @@ TEST_F(ParameterServerTest, ChunksCloseIndependentlyAndVersionFollowsTheLast) {
   SetUpJob(/*chunk_bytes=*/8);  // Chunks of 2, 2 and 1 values.
   ASSERT_EQ(ps_->GetStatus().num_chunks, 3);
   Reply pull;
-  ps_->Pull(2, 1, pull.Callback());
+  ps_->Pull(0, 0, 2, 1, pull.Callback());
   EXPECT_FALSE(pull.result.has_value());
   std::vector<Reply> replies(6);
   const std::vector<float> g2 = {2, 2}, g1 = {2};
@@ -242,7 +272,7 @@ TEST_F(ParameterServerTest, LeaveAndShutdown) {
   ASSERT_TRUE(waiting.result.has_value());
   EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kUnavailable);
   Reply after;
-  ps_->Pull(0, 0, after.Callback());
+  ps_->Pull(0, 0, 0, 0, after.Callback());
   EXPECT_EQ(after.result->status().code(), absl::StatusCode::kUnavailable);
 }
 
