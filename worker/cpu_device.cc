@@ -77,6 +77,12 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuDevice::Allocate(
   return std::unique_ptr<DeviceBuffer>(new CpuBuffer(data, bytes));
 }
 
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuDevice::AllocateHost(
+    size_t bytes) {
+  // Device memory is host memory here, so staging buffers are the same.
+  return Allocate(bytes);
+}
+
 absl::Status CpuDevice::CopyToDevice(const void* src, void* dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   if (src == nullptr || dst == nullptr) {
@@ -93,6 +99,11 @@ absl::Status CpuDevice::CopyToHost(const void* src, void* dst, size_t bytes) {
   }
   std::memmove(dst, src, bytes);
   return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyToHostAsync(const void* src, void* dst,
+                                        size_t bytes) {
+  return CopyToHost(src, dst, bytes);
 }
 
 absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k,

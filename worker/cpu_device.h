@@ -14,9 +14,10 @@
 
 namespace lockstep {
 
-// A Device whose buffers are 64-byte aligned host memory. Every call runs
-// synchronously on the calling thread (plus OpenBLAS's own threads inside
-// Gemm), so Synchronize() has nothing to wait for. OpenBLAS keeps its thread
+// A Device whose buffers are 64-byte aligned host memory (AllocateHost's
+// too). Every call runs synchronously on the calling thread (plus OpenBLAS's
+// own threads inside Gemm), so CopyToHostAsync copies at once and
+// Synchronize() has nothing to wait for. OpenBLAS keeps its thread
 // count in process-wide state: the last CpuDevice created decides it for all.
 // Externally synchronized, like every Device.
 class CpuDevice final : public Device {
@@ -29,8 +30,12 @@ class CpuDevice final : public Device {
 
   std::string Name() const override;
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateHost(
+      size_t bytes) override;
   absl::Status CopyToDevice(const void* src, void* dst, size_t bytes) override;
   absl::Status CopyToHost(const void* src, void* dst, size_t bytes) override;
+  absl::Status CopyToHostAsync(const void* src, void* dst,
+                               size_t bytes) override;
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                     float alpha, const float* a, const float* b, float beta,
                     float* c) override;

@@ -5,7 +5,9 @@
 // pointers passed to the math calls point into DeviceBuffers of the same
 // device (host memory for the CPU device, GPU memory for CUDA). Math calls
 // may run asynchronously on the device's stream; CopyToHost and
-// Synchronize() wait for them. Matrices are row-major.
+// Synchronize() wait for them. Host data crosses fastest through buffers from
+// AllocateHost (page-locked for CUDA), and CopyToHostAsync lets a copy run
+// while later math calls compute. Matrices are row-major.
 //
 // A Device is externally synchronized: one worker thread uses it at a time.
 #ifndef LOCKSTEP_WORKER_DEVICE_H_
@@ -22,7 +24,9 @@
 
 namespace lockstep {
 
-// Memory owned by a Device. The address is in the device's space.
+// Memory owned by a Device: from Allocate, the address is in the device's
+// space; from AllocateHost, in the host's. Destroy buffers before their
+// Device.
 class DeviceBuffer {
  public:
   virtual ~DeviceBuffer() = default;
@@ -47,12 +51,25 @@ class Device {
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
       size_t bytes) = 0;
 
-  // Host -> device copy of `bytes` bytes to `dst` (a device address).
+  // Zero-initialized host memory of `bytes` bytes for staging copies:
+  // page-locked on CUDA (so copies are DMA and CopyToHostAsync overlaps
+  // compute), plain aligned memory on the CPU device.
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateHost(
+      size_t bytes) = 0;
+
+  // Host -> device copy of `bytes` bytes to `dst` (a device address), after
+  // the work already queued; `src` may be reused once it returns.
   virtual absl::Status CopyToDevice(const void* src, void* dst,
                                     size_t bytes) = 0;
   // Device -> host copy; returns once the data is on the host.
   virtual absl::Status CopyToHost(const void* src, void* dst,
                                   size_t bytes) = 0;
+  // Device -> host copy queued after the work already queued; returns at
+  // once, and the data is on the host after Synchronize(). Until then the
+  // caller must not read or write `dst` nor write `src`. With `dst` from
+  // AllocateHost the copy runs while later math calls compute.
+  virtual absl::Status CopyToHostAsync(const void* src, void* dst,
+                                       size_t bytes) = 0;
 
   // c[m x n] = alpha * op(a) * op(b) + beta * c, where op(a) is m x k and
   // op(b) is k x n; trans_* transposes the stored row-major matrix.
@@ -88,7 +105,7 @@ class Device {
                                            double* loss_sum,
                                            int64_t* correct) = 0;
 
-  // Waits until all queued work is done.
+  // Waits until all queued work, copies included, is done.
   virtual absl::Status Synchronize() = 0;
 };
 

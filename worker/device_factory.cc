@@ -2,6 +2,10 @@
 
 #include "absl/strings/str_format.h"
 #include "worker/cpu_device.h"
+// The one #if for CUDA; CMake defines it when it builds worker/cuda.
+#if LOCKSTEP_HAVE_CUDA
+#include "worker/cuda/cuda_device.h"
+#endif
 
 namespace lockstep {
 
@@ -20,12 +24,18 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     return absl::InvalidArgumentError(
         absl::StrFormat("gpu must be non-negative, got %d", options.gpu));
   }
-  // The CUDA device will be chosen here, behind the build's
-  // LOCKSTEP_HAVE_CUDA, for "cuda" and (when a GPU is present) "auto".
+#if LOCKSTEP_HAVE_CUDA
+  if (options.kind == "cuda" ||
+      (options.kind == "auto" && CudaDeviceCount() > 0)) {
+    return CreateCudaDevice(options.gpu, options.tf32);
+  }
+#else
   if (options.kind == "cuda") {
     return absl::FailedPreconditionError(
-        "this build has no CUDA device (built without the CUDA toolkit)");
+        "this build has no CUDA device (built without the CUDA toolkit or "
+        "with -DLOCKSTEP_CUDA=OFF)");
   }
+#endif
   return CpuDevice::Create(options.cpu_threads);
 }
 

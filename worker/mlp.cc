@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -74,6 +75,15 @@ absl::Status Mlp::AllocateBuffers() {
       *std::max_element(layer_sizes_.begin() + 1, layer_sizes_.end());
   ASSIGN_OR_RETURN(delta_a_, device_->Allocate(batch * widest * sizeof(float)));
   ASSIGN_OR_RETURN(delta_b_, device_->Allocate(batch * widest * sizeof(float)));
+  ASSIGN_OR_RETURN(host_weights_,
+                   device_->AllocateHost(params * sizeof(float)));
+  ASSIGN_OR_RETURN(host_gradient_,
+                   device_->AllocateHost(params * sizeof(float)));
+  ASSIGN_OR_RETURN(
+      host_features_,
+      device_->AllocateHost(batch * layer_sizes_[0] * sizeof(float)));
+  ASSIGN_OR_RETURN(host_labels_,
+                   device_->AllocateHost(batch * sizeof(int32_t)));
   return absl::OkStatus();
 }
 
@@ -111,18 +121,24 @@ absl::Status Mlp::SetWeights(absl::Span<const float> weights) {
         absl::StrFormat("Mlp::SetWeights: got %d values, the model has %d",
                         weights.size(), num_parameters_));
   }
-  return device_->CopyToDevice(weights.data(), weights_->data(),
-                               weights.size() * sizeof(float));
+  const size_t bytes = weights.size() * sizeof(float);
+  if (bytes > 0) std::memcpy(host_weights_->data(), weights.data(), bytes);
+  return device_->CopyToDevice(host_weights_->data(), weights_->data(), bytes);
 }
 
 absl::Status Mlp::Forward(absl::Span<const float> features,
                           absl::Span<const int32_t> labels) {
   const int rows = static_cast<int>(labels.size());
-  RETURN_IF_ERROR(device_->CopyToDevice(features.data(),
-                                        activations_[0]->data(),
-                                        features.size() * sizeof(float)));
-  RETURN_IF_ERROR(device_->CopyToDevice(labels.data(), labels_->data(),
-                                        labels.size() * sizeof(int32_t)));
+  const size_t feature_bytes = features.size() * sizeof(float);
+  const size_t label_bytes = labels.size() * sizeof(int32_t);
+  if (rows > 0) {
+    std::memcpy(host_features_->data(), features.data(), feature_bytes);
+    std::memcpy(host_labels_->data(), labels.data(), label_bytes);
+  }
+  RETURN_IF_ERROR(device_->CopyToDevice(
+      host_features_->data(), activations_[0]->data(), feature_bytes));
+  RETURN_IF_ERROR(device_->CopyToDevice(host_labels_->data(), labels_->data(),
+                                        label_bytes));
   const float* params = weights_->As<float>();
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
@@ -174,9 +190,10 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
 
   const float* params = weights_->As<float>();
   float* grad = gradient_->As<float>();
+  float* host_grad = host_gradient_->As<float>();
   // Last layer first: its gradient is ready earliest, and each layer's piece
-  // is copied out as soon as it is done so it can be sent while the layers
-  // below are still being computed.
+  // starts its copy to the host as soon as it is done, overlapping the
+  // layers below (on CUDA the copy runs on its own stream).
   for (size_t i = layers_.size(); i-- > 0;) {
     const Layer& layer = layers_[i];
     const float* input = activations_[i]->As<float>();
@@ -188,9 +205,9 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
     RETURN_IF_ERROR(
         device_->BiasGradient(n, layer.out, delta, grad + layer.bias_offset));
     const int64_t count = int64_t{layer.in} * layer.out + layer.out;
-    RETURN_IF_ERROR(device_->CopyToHost(grad + layer.kernel_offset,
-                                        gradient.data() + layer.kernel_offset,
-                                        count * sizeof(float)));
+    RETURN_IF_ERROR(device_->CopyToHostAsync(grad + layer.kernel_offset,
+                                             host_grad + layer.kernel_offset,
+                                             count * sizeof(float)));
     if (i == 0) break;  // Nobody needs the gradient w.r.t. the features.
     // delta for the layer below = (delta . W^T) masked where ReLU was off.
     RETURN_IF_ERROR(device_->Gemm(
@@ -201,6 +218,8 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
                                           input, next_delta));
     std::swap(delta, next_delta);
   }
+  RETURN_IF_ERROR(device_->Synchronize());
+  std::memcpy(gradient.data(), host_grad, gradient.size() * sizeof(float));
   return stats;
 }
 

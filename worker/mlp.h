@@ -5,8 +5,9 @@
 //   dense_0/kernel [in, out] (row-major), dense_0/bias [out], dense_1/kernel,
 //   ... -- the same names and shapes as Keras's Dense layers.
 // Mlp owns its device buffers (weights, activations, gradients) sized for
-// batches of up to max_batch rows; the Device is not owned. Externally
-// synchronized.
+// batches of up to max_batch rows, and host staging buffers from
+// Device::AllocateHost (pinned on CUDA) through which weights, batches and
+// gradients cross; the Device is not owned. Externally synchronized.
 #ifndef LOCKSTEP_WORKER_MLP_H_
 #define LOCKSTEP_WORKER_MLP_H_
 
@@ -43,13 +44,16 @@ class Mlp final {
   // seed gives the same bits on every machine (no std distributions).
   std::vector<float> InitialWeights(uint64_t seed) const;
 
-  // Uploads the flat weights (NumParameters() values).
+  // Uploads the flat weights (NumParameters() values) through the pinned
+  // staging buffer.
   absl::Status SetWeights(absl::Span<const float> weights);
 
   // Forward and backward on one batch: `features` is rows x layer_sizes[0]
   // (row-major), `labels` has rows entries, 1 <= rows <= max_batch. Writes
   // the gradient of the mean loss over the batch into `gradient` (flat,
-  // NumParameters() values, on the host).
+  // NumParameters() values, on the host). Each layer's gradient starts its
+  // copy to the host as soon as backprop has it (last layer first), while
+  // the layers below are still being computed.
   absl::StatusOr<BatchStats> ComputeGradients(absl::Span<const float> features,
                                               absl::Span<const int32_t> labels,
                                               absl::Span<float> gradient);
@@ -70,8 +74,8 @@ class Mlp final {
   Mlp(std::vector<int> layer_sizes, int max_batch, Device* device);
 
   absl::Status AllocateBuffers();
-  // Uploads `labels.size()` rows and runs the layers up to the logits, which
-  // land in activations_.back().
+  // Uploads `labels.size()` rows (through the staging buffers) and runs the
+  // layers up to the logits, which land in activations_.back().
   absl::Status Forward(absl::Span<const float> features,
                        absl::Span<const int32_t> labels);
 
@@ -94,6 +98,11 @@ class Mlp final {
   // gradient with respect to the current layer's output and its input.
   std::unique_ptr<DeviceBuffer> delta_a_;
   std::unique_ptr<DeviceBuffer> delta_b_;
+  // Host staging (Device::AllocateHost), same sizes as their device twins.
+  std::unique_ptr<DeviceBuffer> host_weights_;
+  std::unique_ptr<DeviceBuffer> host_gradient_;
+  std::unique_ptr<DeviceBuffer> host_features_;  // max_batch x inputs.
+  std::unique_ptr<DeviceBuffer> host_labels_;
 };
 
 }  // namespace lockstep
