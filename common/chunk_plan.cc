@@ -7,7 +7,8 @@
 namespace lockstep {
 
 absl::StatusOr<ChunkPlan> ChunkPlan::Create(int64_t num_elements,
-                                            int64_t chunk_bytes) {
+                                            int64_t chunk_bytes,
+                                            int num_shards) {
   if (num_elements < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("negative element count ", num_elements));
@@ -16,18 +17,41 @@ absl::StatusOr<ChunkPlan> ChunkPlan::Create(int64_t num_elements,
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk_bytes must be at least ", sizeof(float), ", got ", chunk_bytes));
   }
+  if (num_shards < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_shards must be at least 1, got ", num_shards));
+  }
   ChunkPlan plan;
   plan.num_elements_ = num_elements;
+  plan.num_shards_ = num_shards;
   plan.elements_per_chunk_ = chunk_bytes / static_cast<int64_t>(sizeof(float));
+  if (num_shards > 1) {
+    // Smaller chunks so that every shard gets a share of a small model.
+    const int64_t per_shard = (num_elements + num_shards - 1) / num_shards;
+    plan.elements_per_chunk_ =
+        std::max<int64_t>(1, std::min(plan.elements_per_chunk_, per_shard));
+  }
+  std::vector<int64_t> load(num_shards, 0);
   for (int64_t offset = 0; offset < num_elements;
        offset += plan.elements_per_chunk_) {
     Chunk chunk;
     chunk.index = static_cast<int>(plan.chunks_.size());
     chunk.offset = offset;
     chunk.size = std::min(plan.elements_per_chunk_, num_elements - offset);
+    chunk.shard = static_cast<int>(
+        std::min_element(load.begin(), load.end()) - load.begin());
+    load[chunk.shard] += chunk.size;
     plan.chunks_.push_back(chunk);
   }
   return plan;
+}
+
+int64_t ChunkPlan::ShardElements(int shard) const {
+  int64_t n = 0;
+  for (const Chunk& c : chunks_) {
+    if (c.shard == shard) n += c.size;
+  }
+  return n;
 }
 
 }  // namespace lockstep

@@ -1,10 +1,14 @@
-// How the flat parameter vector is cut into chunks for the wire.
+// How the flat parameter vector is cut into chunks and spread over shards.
 //
 // ChunkPlan is an immutable value: chunk i covers elements
-// [offset, offset + size) of the flat fp32 vector. Every chunk but the last
-// holds exactly floor(chunk_bytes / 4) elements, so every process derives the
-// same plan from (num_elements, chunk_bytes) alone and a chunk travels by its
-// index. Later, shards own chunks by index (balanced by bytes).
+// [offset, offset + size) of the flat fp32 vector and lives on server shard
+// `shard`. Chunks hold floor(chunk_bytes / 4) elements -- with several
+// shards at most ceil(N / num_shards), so that every shard owns at least one
+// chunk when N >= num_shards -- and the last one may hold fewer. Each chunk in order goes to the shard
+// holding the fewest bytes so far (the lowest index on ties): balanced by
+// bytes, and computed the same way by every process from
+// (num_elements, chunk_bytes, num_shards) alone, so a chunk travels by its
+// index.
 #ifndef LOCKSTEP_COMMON_CHUNK_PLAN_H_
 #define LOCKSTEP_COMMON_CHUNK_PLAN_H_
 
@@ -19,23 +23,30 @@ struct Chunk {
   int index = 0;
   int64_t offset = 0;  // In elements of the flat vector.
   int64_t size = 0;    // In elements; > 0.
+  int shard = 0;       // The server shard that owns it.
 };
 
 class ChunkPlan final {
  public:
-  // Fails for negative sizes or a chunk smaller than one fp32 element.
+  // Fails for negative sizes, a chunk smaller than one fp32 element, or
+  // fewer than one shard.
   static absl::StatusOr<ChunkPlan> Create(int64_t num_elements,
-                                          int64_t chunk_bytes);
+                                          int64_t chunk_bytes,
+                                          int num_shards = 1);
 
   const std::vector<Chunk>& chunks() const { return chunks_; }
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   int64_t num_elements() const { return num_elements_; }
   int64_t elements_per_chunk() const { return elements_per_chunk_; }
+  int num_shards() const { return num_shards_; }
+  // Elements owned by `shard`.
+  int64_t ShardElements(int shard) const;
 
  private:
   ChunkPlan() = default;
   int64_t num_elements_ = 0;
   int64_t elements_per_chunk_ = 0;
+  int num_shards_ = 1;
   std::vector<Chunk> chunks_;
 };
 

@@ -65,6 +65,10 @@ std::string DescribeDifference(const ModelSignature& expected,
     return absl::StrCat("num_workers: job has ", expected.num_workers,
                         ", worker says ", got.num_workers);
   }
+  if (expected.num_shards != got.num_shards) {
+    return absl::StrCat("num_shards: job has ", expected.num_shards,
+                        ", worker says ", got.num_shards);
+  }
   if (expected.tensors.size() != got.tensors.size()) {
     return absl::StrCat("tensor count: job has ", expected.tensors.size(),
                         ", worker has ", got.tensors.size());

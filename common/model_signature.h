@@ -45,6 +45,7 @@ struct ModelSignature {
   OptimizerConfig optimizer;
   int64_t chunk_bytes = kDefaultChunkBytes;
   int num_workers = 1;
+  int num_shards = 1;  // Server shards the chunks are spread over.
 
   // Total fp32 elements over all tensors: the length of the flat vector.
   int64_t NumParameters() const;

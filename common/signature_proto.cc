@@ -23,6 +23,7 @@ void SignatureToProto(const ModelSignature& signature,
   opt->set_weight_decay(o.weight_decay);
   proto->set_chunk_bytes(signature.chunk_bytes);
   proto->set_num_workers(signature.num_workers);
+  proto->set_num_shards(signature.num_shards);
 }
 
 ModelSignature SignatureFromProto(const v1::ModelSignature& proto) {
@@ -45,6 +46,7 @@ ModelSignature SignatureFromProto(const v1::ModelSignature& proto) {
   o.weight_decay = opt.weight_decay();
   signature.chunk_bytes = proto.chunk_bytes();
   signature.num_workers = proto.num_workers();
+  signature.num_shards = proto.num_shards() > 0 ? proto.num_shards() : 1;
   return signature;
 }
 

@@ -25,14 +25,16 @@ void FillWeights(const ChunkSnapshot& snapshot, Response* response) {
 
 // The callback that finishes a waiting Push or Pull.
 template <typename Response>
-ParameterServer::ChunkCallback WeightsReply(grpc::ServerUnaryReactor* reactor,
+ParameterServer::ChunkCallback WeightsReply(ParameterServer* core,
+                                            grpc::ServerUnaryReactor* reactor,
                                             Response* response) {
-  return [reactor, response](absl::StatusOr<ChunkSnapshot> snapshot) {
+  return [core, reactor, response](absl::StatusOr<ChunkSnapshot> snapshot) {
     if (!snapshot.ok()) {
       reactor->Finish(ToGrpcStatus(snapshot.status()));
       return;
     }
     FillWeights(*snapshot, response);
+    core->CountSent(static_cast<int64_t>(response->data().size()));
     reactor->Finish(grpc::Status::OK);
   };
 }
@@ -76,7 +78,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   // the payload before it returns or waits, so no copy is needed.
   core_->Push(request->rank(), request->incarnation(), request->step(),
               request->chunk(), request->data(),
-              WeightsReply(reactor, response));
+              WeightsReply(core_, reactor, response));
   return reactor;
 }
 
@@ -86,7 +88,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   core_->Pull(request->rank(), request->incarnation(), request->chunk(),
               request->min_version(),
-              WeightsReply(reactor, response));
+              WeightsReply(core_, reactor, response));
   return reactor;
 }
 
@@ -112,6 +114,18 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
   if (status.signature.has_value()) {
     SignatureToProto(*status.signature, response->mutable_signature());
   }
+  response->set_shard(status.shard);
+  response->set_num_shards(status.num_shards);
+  const ServerCounters& c = status.counters;
+  v1::ServerCounters* counters = response->mutable_counters();
+  counters->set_pushes_accepted(c.pushes_accepted);
+  counters->set_pushes_refused(c.pushes_refused);
+  counters->set_chunk_steps(c.chunk_steps);
+  counters->set_accumulate_seconds(c.accumulate_seconds);
+  counters->set_apply_seconds(c.apply_seconds);
+  counters->set_barrier_wait_seconds(c.barrier_wait_seconds);
+  counters->set_bytes_received(c.bytes_received);
+  counters->set_bytes_sent(c.bytes_sent);
   return FinishWith(context, absl::OkStatus());
 }
 

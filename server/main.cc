@@ -30,8 +30,12 @@ ABSL_FLAG(std::string, listen, "",
 ABSL_FLAG(int, workers, 0,
           "Workers taking part in every synchronous step. Default: the "
           "chief + worker count in TF_CONFIG.");
-ABSL_FLAG(int, shard, 0, "This server's shard index.");
-ABSL_FLAG(int, num_shards, 1, "Number of server shards in the job.");
+ABSL_FLAG(int, shard, -1,
+          "This server's shard index. Default: TF_CONFIG's task index, else "
+          "0.");
+ABSL_FLAG(int, num_shards, 0,
+          "Number of server shards in the job. Default: the length of "
+          "TF_CONFIG's ps list, else 1.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here (atomically) once the "
           "server listens; launchers use it with --listen=HOST:0.");
@@ -47,6 +51,8 @@ namespace {
 struct ServerMainOptions {
   std::string listen;
   int workers = 0;
+  int shard = -1;
+  int num_shards = 0;
   std::string port_file;
   bool exit_when_done = true;
   int max_message_bytes = 0;
@@ -59,6 +65,8 @@ absl::StatusOr<ServerMainOptions> ParseOptions() {
   ServerMainOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.workers = absl::GetFlag(FLAGS_workers);
+  options.shard = absl::GetFlag(FLAGS_shard);
+  options.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.port_file = absl::GetFlag(FLAGS_port_file);
   options.exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
   if (const char* env = std::getenv("TF_CONFIG"); env != nullptr && *env) {
@@ -78,16 +86,22 @@ absl::StatusOr<ServerMainOptions> ParseOptions() {
       options.listen = absl::StrCat("0.0.0.0", own.substr(colon));
     }
     if (options.workers == 0) options.workers = tf.NumWorkers();
+    if (options.shard < 0) options.shard = tf.task_index;
+    if (options.num_shards == 0) {
+      options.num_shards = static_cast<int>(tf.PsAddresses().size());
+    }
+  }
+  if (options.shard < 0) options.shard = 0;
+  if (options.num_shards == 0) options.num_shards = 1;
+  if (options.shard >= options.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shard must be in [0, ", options.num_shards, "), got ",
+        options.shard));
   }
   if (options.listen.empty()) options.listen = "127.0.0.1:50051";
   if (options.workers < 1) {
     return absl::InvalidArgumentError(
         "--workers must be at least 1 (or come from TF_CONFIG)");
-  }
-  if (absl::GetFlag(FLAGS_num_shards) != 1 || absl::GetFlag(FLAGS_shard) != 0) {
-    return absl::UnimplementedError(
-        "this build serves the whole model from one shard; use "
-        "--num_shards=1 --shard=0");
   }
   const int mb = absl::GetFlag(FLAGS_max_message_mb);
   if (mb < 1 || mb > 1024) {
@@ -120,6 +134,8 @@ int Run(const ServerMainOptions& options) {
 
   ParameterServerOptions core_options;
   core_options.num_workers = options.workers;
+  core_options.shard = options.shard;
+  core_options.num_shards = options.num_shards;
   absl::StatusOr<std::unique_ptr<ParameterServer>> core =
       ParameterServer::Create(core_options);
   if (!core.ok()) {
@@ -145,8 +161,10 @@ int Run(const ServerMainOptions& options) {
   const std::string host =
       options.listen.substr(0, options.listen.rfind(':'));
   std::fprintf(stderr,
-               "lockstep_server: listening on %s:%d for %d worker(s)\n",
-               host.c_str(), port, options.workers);
+               "lockstep_server: shard %d of %d listening on %s:%d for %d "
+               "worker(s)\n",
+               options.shard, options.num_shards, host.c_str(), port,
+               options.workers);
   if (!options.port_file.empty()) {
     absl::Status s =
         WriteFileAtomically(options.port_file, absl::StrCat(port, "\n"));

@@ -16,11 +16,14 @@ namespace lockstep {
 struct ParameterServer::ChunkState {
   Chunk chunk;
   absl::Mutex mu;
+  std::vector<float> weights ABSL_GUARDED_BY(mu);  // Master, fp32.
+  std::unique_ptr<Optimizer> optimizer ABSL_GUARDED_BY(mu);
   bool initialized ABSL_GUARDED_BY(mu) = false;
   int64_t version ABSL_GUARDED_BY(mu) = -1;
   std::vector<float> accumulator ABSL_GUARDED_BY(mu);
   std::vector<bool> pushed ABSL_GUARDED_BY(mu);  // By rank, for `version`.
   int num_pushed ABSL_GUARDED_BY(mu) = 0;
+  absl::Time first_push ABSL_GUARDED_BY(mu);  // Of the step being gathered.
   std::vector<ChunkCallback> push_waiters ABSL_GUARDED_BY(mu);
   std::vector<std::pair<int64_t, ChunkCallback>> pull_waiters
       ABSL_GUARDED_BY(mu);
@@ -75,6 +78,12 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "num_workers must be at least 1, got ", options.num_workers));
   }
+  if (options.num_shards < 1 || options.shard < 0 ||
+      options.shard >= options.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options.shard, " is outside [0, ",
+                     options.num_shards, ")"));
+  }
   return std::unique_ptr<ParameterServer>(new ParameterServer(options));
 }
 
@@ -87,25 +96,35 @@ ParameterServer::ParameterServer(const ParameterServerOptions& options)
 ParameterServer::~ParameterServer() { Shutdown(); }
 
 absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
-  ASSIGN_OR_RETURN(ChunkPlan plan, ChunkPlan::Create(signature.NumParameters(),
-                                                     signature.chunk_bytes));
+  ASSIGN_OR_RETURN(ChunkPlan plan,
+                   ChunkPlan::Create(signature.NumParameters(),
+                                     signature.chunk_bytes,
+                                     options_.num_shards));
   if (plan.num_chunks() == 0) {
     return absl::InvalidArgumentError("the model has no parameters");
   }
-  ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(signature.optimizer,
-                                                 signature.NumParameters()));
-  weights_.assign(signature.NumParameters(), 0.0f);
+  // Validates the optimizer settings once, before any chunk exists.
+  RETURN_IF_ERROR(Optimizer::Create(signature.optimizer, 0).status());
   // Chunk states of an earlier, provisional configuration stay alive: a
   // caller may still hold a pointer to one (they are closed and empty).
   for (auto& old : chunks_) retired_chunks_.push_back(std::move(old));
   chunks_.clear();
+  num_owned_chunks_ = 0;
   for (const Chunk& chunk : plan.chunks()) {
+    if (chunk.shard != options_.shard) {
+      chunks_.push_back(nullptr);  // Another shard's.
+      continue;
+    }
     auto state = std::make_unique<ChunkState>();
     state->chunk = chunk;
     absl::MutexLock lock(&state->mu);
+    ASSIGN_OR_RETURN(state->optimizer,
+                     Optimizer::Create(signature.optimizer, chunk.size));
+    state->weights.assign(chunk.size, 0.0f);
     state->accumulator.assign(chunk.size, 0.0f);
     state->pushed.assign(options_.num_workers, false);
     chunks_.push_back(std::move(state));
+    ++num_owned_chunks_;
   }
   signature_ = signature;
   plan_ = std::move(plan);
@@ -120,6 +139,7 @@ ParameterServer::RevokeProvisionalLocked(const std::string& reason) {
   }
   std::vector<ChunkCallback> waiters;
   for (auto& c : chunks_) {
+    if (c == nullptr) continue;
     absl::MutexLock lock(&c->mu);
     c->closed = true;
     for (auto& [min_version, cb] : c->pull_waiters) {
@@ -154,6 +174,12 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
     return absl::FailedPreconditionError(absl::StrCat(
         "model signature differs from the job's: num_workers: server has ",
         options_.num_workers, ", worker says ", signature.num_workers));
+  }
+  if (signature.num_shards != options_.num_shards) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model signature differs from the job's: num_shards: server is shard ",
+        options_.shard, " of ", options_.num_shards, ", worker says ",
+        signature.num_shards, " shard(s)"));
   }
   if (!signature_.has_value()) {
     RETURN_IF_ERROR(ConfigureLocked(signature));
@@ -209,9 +235,19 @@ absl::StatusOr<ParameterServer::ChunkState*> ParameterServer::FindChunk(
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
+  return OwnedChunkLocked(chunk);
+}
+
+absl::StatusOr<ParameterServer::ChunkState*> ParameterServer::OwnedChunkLocked(
+    int chunk) const {
   if (chunk < 0 || chunk >= static_cast<int>(chunks_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk ", chunk, " is outside [0, ", chunks_.size(), ")"));
+  }
+  if (chunks_[chunk] == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk, " belongs to shard ", plan_->chunks()[chunk].shard,
+        ", not to this shard ", options_.shard));
   }
   return chunks_[chunk].get();
 }
@@ -232,12 +268,11 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
       return absl::FailedPreconditionError(
           absl::StrCat("chunk ", chunk, " is already initialized"));
     }
-    float* w = weights_.data() + state->chunk.offset;
-    std::memcpy(w, fp32_bytes.data(), fp32_bytes.size());
+    std::memcpy(state->weights.data(), fp32_bytes.data(), fp32_bytes.size());
     state->initialized = true;
     state->version = 0;
-    state->published = std::make_shared<const std::vector<float>>(
-        w, w + state->chunk.size);
+    state->published =
+        std::make_shared<const std::vector<float>>(state->weights);
     snapshot = state->SnapshotLocked();
     pulls.swap(state->pull_waiters);
   }
@@ -250,11 +285,17 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
 void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
                            int chunk, absl::string_view fp32_bytes,
                            ChunkCallback done) {
+  // Every early return below is a refused push.
+  auto refuse = [this, &done](absl::Status status) {
+    CountRefused();
+    done(std::move(status));
+  };
   absl::StatusOr<ChunkState*> found = FindChunk(rank, incarnation, chunk);
-  if (!found.ok()) return done(found.status());
+  if (!found.ok()) return refuse(found.status());
   ChunkState& state = **found;
+  const absl::Time arrival = absl::Now();
   if (absl::Status s = CheckPayload(fp32_bytes, state.chunk); !s.ok()) {
-    return done(s);
+    return refuse(s);
   }
   std::vector<ChunkCallback> pushes;
   std::vector<std::pair<int64_t, ChunkCallback>> pulls;
@@ -263,11 +304,11 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
     absl::ReleasableMutexLock lock(&state.mu);
     if (state.closed) {
       lock.Release();
-      return done(absl::UnavailableError("server is shutting down"));
+      return refuse(absl::UnavailableError("server is shutting down"));
     }
     if (!state.initialized) {
       lock.Release();
-      return done(absl::FailedPreconditionError(absl::StrCat(
+      return refuse(absl::FailedPreconditionError(absl::StrCat(
           "chunk ", chunk, " has no weights yet: rank 0 has not initialized")));
     }
     if (step == state.version - 1) {
@@ -280,7 +321,7 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
     if (step != state.version) {
       const int64_t version = state.version;
       lock.Release();
-      return done(absl::FailedPreconditionError(
+      return refuse(absl::FailedPreconditionError(
           absl::StrCat("push for step ", step, " but chunk ", chunk,
                        " is at version ", version, "; expected step ",
                        version)));
@@ -289,22 +330,33 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
     if (state.pushed[rank]) return;  // Counted already: wait with the rest.
     AccumulateFloat32(fp32_bytes, absl::MakeSpan(state.accumulator));
     state.pushed[rank] = true;
+    if (state.num_pushed == 0) state.first_push = arrival;
+    const absl::Time summed = absl::Now();
+    pushes_accepted_.fetch_add(1, std::memory_order_relaxed);
+    bytes_received_.fetch_add(fp32_bytes.size(), std::memory_order_relaxed);
+    accumulate_ns_.fetch_add(absl::ToInt64Nanoseconds(summed - arrival),
+                             std::memory_order_relaxed);
     if (++state.num_pushed < options_.num_workers) return;
 
     // The barrier is complete: average, step, publish.
+    barrier_wait_ns_.fetch_add(
+        absl::ToInt64Nanoseconds(summed - state.first_push),
+        std::memory_order_relaxed);
     const float scale = 1.0f / static_cast<float>(options_.num_workers);
     for (float& g : state.accumulator) g *= scale;
-    absl::Span<float> w(weights_.data() + state.chunk.offset,
-                        state.chunk.size);
-    optimizer_->Apply(step, state.chunk.offset, w, state.accumulator);
+    state.optimizer->Apply(step, 0, absl::MakeSpan(state.weights),
+                           state.accumulator);
     std::fill(state.accumulator.begin(), state.accumulator.end(), 0.0f);
     std::fill(state.pushed.begin(), state.pushed.end(), false);
     state.num_pushed = 0;
     state.version = step + 1;
     state.published =
-        std::make_shared<const std::vector<float>>(w.begin(), w.end());
+        std::make_shared<const std::vector<float>>(state.weights);
     snapshot = state.SnapshotLocked();
     pushes.swap(state.push_waiters);
+    chunk_steps_.fetch_add(1, std::memory_order_relaxed);
+    apply_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - summed),
+                        std::memory_order_relaxed);
     auto ready = std::stable_partition(
         state.pull_waiters.begin(), state.pull_waiters.end(),
         [&](const auto& p) { return p.first > state.version; });
@@ -320,7 +372,7 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
 void ParameterServer::ChunkPublished(int64_t version) {
   absl::MutexLock lock(&mu_);
   if (version != version_ + 1) return;
-  if (++chunks_at_next_version_ == static_cast<int>(chunks_.size())) {
+  if (++chunks_at_next_version_ == num_owned_chunks_) {
     version_ = version;
     chunks_at_next_version_ = 0;
   }
@@ -346,13 +398,12 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
       return done(absl::FailedPreconditionError(
           "no worker has registered yet, so there is no model"));
     }
-    if (chunk < 0 || chunk >= static_cast<int>(chunks_.size())) {
-      const size_t n = chunks_.size();
+    absl::StatusOr<ChunkState*> owned = OwnedChunkLocked(chunk);
+    if (!owned.ok()) {
       lock.Release();
-      return done(absl::InvalidArgumentError(
-          absl::StrCat("chunk ", chunk, " is outside [0, ", n, ")")));
+      return done(owned.status());
     }
-    state = chunks_[chunk].get();
+    state = *owned;
   }
   ChunkSnapshot snapshot;
   {
@@ -384,14 +435,18 @@ ServerStatus ParameterServer::GetStatus() const {
     absl::MutexLock lock(&mu_);
     status.version = version_;
     status.num_workers = options_.num_workers;
-    status.num_chunks = static_cast<int>(chunks_.size());
+    status.num_chunks = num_owned_chunks_;
     status.server_incarnation = server_incarnation_;
     status.signature = signature_;
+    status.shard = options_.shard;
+    status.num_shards = options_.num_shards;
     for (int r = 0; r < options_.num_workers; ++r) {
       if (incarnations_[r] != 0) status.registered_ranks.push_back(r);
       if (finished_[r]) status.finished_ranks.push_back(r);
     }
-    for (const auto& c : chunks_) chunks.push_back(c.get());
+    for (const auto& c : chunks_) {
+      if (c != nullptr) chunks.push_back(c.get());
+    }
   }
   // A rank has pushed step `version` when every chunk still gathering that
   // step holds its gradient (chunks already past it had all of them).
@@ -406,6 +461,18 @@ ServerStatus ParameterServer::GetStatus() const {
   for (int r = 0; r < options_.num_workers; ++r) {
     if (pushed[r]) status.pushed_ranks.push_back(r);
   }
+  ServerCounters& c = status.counters;
+  auto seconds = [](const std::atomic<int64_t>& ns) {
+    return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+  };
+  c.pushes_accepted = pushes_accepted_.load(std::memory_order_relaxed);
+  c.pushes_refused = pushes_refused_.load(std::memory_order_relaxed);
+  c.chunk_steps = chunk_steps_.load(std::memory_order_relaxed);
+  c.accumulate_seconds = seconds(accumulate_ns_);
+  c.apply_seconds = seconds(apply_ns_);
+  c.barrier_wait_seconds = seconds(barrier_wait_ns_);
+  c.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+  c.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
   return status;
 }
 
@@ -423,7 +490,9 @@ void ParameterServer::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
-    for (const auto& c : chunks_) chunks.push_back(c.get());
+    for (const auto& c : chunks_) {
+      if (c != nullptr) chunks.push_back(c.get());
+    }
   }
   const absl::Status unavailable =
       absl::UnavailableError("server is shutting down");

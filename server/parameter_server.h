@@ -1,7 +1,8 @@
 // One parameter-server shard, free of any transport.
 //
-// ParameterServer owns the job's master weights (fp32), the optimizer and its
-// state, and one synchronous barrier per chunk of the flat parameter vector.
+// ParameterServer owns the master weights (fp32), optimizer state and one
+// synchronous barrier for each chunk of the flat parameter vector that
+// ChunkPlan assigns to this shard; other shards own the other chunks.
 // Workers push a gradient chunk for step v; the chunk's accumulator sums it
 // at once (memory O(model), whatever the number of workers) and records the
 // rank. When every worker has pushed that chunk for step v, the server
@@ -27,6 +28,7 @@
 #ifndef LOCKSTEP_SERVER_PARAMETER_SERVER_H_
 #define LOCKSTEP_SERVER_PARAMETER_SERVER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -48,6 +50,8 @@ namespace lockstep {
 
 struct ParameterServerOptions {
   int num_workers = 1;  // Workers in every synchronous step.
+  int shard = 0;        // This server's index among num_shards.
+  int num_shards = 1;   // Chunks are spread over shards by ChunkPlan.
 };
 
 // The weights of one chunk at one version. Immutable once published.
@@ -64,6 +68,19 @@ struct Registration {
   int64_t server_incarnation = 0;
 };
 
+// Cumulative counters since the shard started (see ServerCounters in the
+// proto).
+struct ServerCounters {
+  int64_t pushes_accepted = 0;
+  int64_t pushes_refused = 0;
+  int64_t chunk_steps = 0;
+  double accumulate_seconds = 0;
+  double apply_seconds = 0;
+  double barrier_wait_seconds = 0;
+  int64_t bytes_received = 0;
+  int64_t bytes_sent = 0;
+};
+
 struct ServerStatus {
   int64_t version = -1;  // -1 until version 0 is complete.
   int num_workers = 0;
@@ -73,13 +90,16 @@ struct ServerStatus {
   std::vector<int> pushed_ranks;  // Pushed every chunk of step `version`.
   std::vector<int> finished_ranks;
   std::optional<ModelSignature> signature;
+  ServerCounters counters;
+  int shard = 0;
+  int num_shards = 1;
 };
 
 class ParameterServer final {
  public:
   using ChunkCallback = std::function<void(absl::StatusOr<ChunkSnapshot>)>;
 
-  // INVALID_ARGUMENT when num_workers < 1.
+  // INVALID_ARGUMENT when num_workers < 1 or the shard is out of range.
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Create(
       const ParameterServerOptions& options);
   ~ParameterServer();
@@ -114,6 +134,11 @@ class ParameterServer final {
 
   ServerStatus GetStatus() const;
 
+  // Adds reply payload bytes to the counters (the transport sends them).
+  void CountSent(int64_t bytes) {
+    bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
   // True once every rank has left; false when `timeout` passes first.
   bool WaitUntilDone(absl::Duration timeout) const;
 
@@ -142,12 +167,28 @@ class ParameterServer final {
   // Validates rank/incarnation/chunk; returns the chunk's state.
   absl::StatusOr<ChunkState*> FindChunk(int rank, int64_t incarnation,
                                         int chunk) const;
+  // The state of a chunk this shard owns, or why there is none.
+  absl::StatusOr<ChunkState*> OwnedChunkLocked(int chunk) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that one chunk reached `version`; publishes the shard version
   // when all have.
   void ChunkPublished(int64_t version);
 
+  // Counts a push's outcome; reply bytes are counted when sent.
+  void CountRefused() { pushes_refused_.fetch_add(1, std::memory_order_relaxed); }
+
   const ParameterServerOptions options_;
   const int64_t server_incarnation_;
+
+  // Counters, updated without the lock.
+  std::atomic<int64_t> pushes_accepted_{0};
+  std::atomic<int64_t> pushes_refused_{0};
+  std::atomic<int64_t> chunk_steps_{0};
+  std::atomic<int64_t> accumulate_ns_{0};
+  std::atomic<int64_t> apply_ns_{0};
+  std::atomic<int64_t> barrier_wait_ns_{0};
+  std::atomic<int64_t> bytes_received_{0};
+  std::atomic<int64_t> bytes_sent_{0};
 
   mutable absl::Mutex mu_;
   std::optional<ModelSignature> signature_ ABSL_GUARDED_BY(mu_);
@@ -162,12 +203,11 @@ class ParameterServer final {
   int64_t version_ ABSL_GUARDED_BY(mu_) = -1;
   int chunks_at_next_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // Written once under mu_ by ConfigureLocked, then only read: the chunk
-  // states guard their own contents.
+  // By global chunk index; null for chunks of other shards. The chunk states
+  // guard their own contents.
   std::vector<std::unique_ptr<ChunkState>> chunks_ ABSL_GUARDED_BY(mu_);
+  int num_owned_chunks_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<ChunkState>> retired_chunks_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Optimizer> optimizer_;  // Set once with chunks_.
-  std::vector<float> weights_;  // Master weights; ranges owned by chunks.
 };
 
 }  // namespace lockstep

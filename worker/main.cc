@@ -24,8 +24,8 @@
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, servers, "",
-          "Parameter-server address(es), host:port. Default: TF_CONFIG's ps "
-          "list.");
+          "Parameter-server shard addresses, host:port, comma-separated in "
+          "shard order. Default: TF_CONFIG's ps list.");
 ABSL_FLAG(int, rank, -1, "This worker's rank in [0, workers). Default: from "
                          "TF_CONFIG (chief is 0, worker i is i+1 with a chief).");
 ABSL_FLAG(int, workers, 0,
@@ -52,7 +52,13 @@ ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].");
 ABSL_FLAG(int64_t, synthetic_examples, 6400,
           "Training examples of --dataset=synthetic (test set: a fifth).");
-ABSL_FLAG(std::string, device, "auto", "auto | cpu (cuda comes with GPU builds).");
+ABSL_FLAG(std::string, device, "auto",
+          "auto | cpu | cuda. auto: the GPU when this build has CUDA and one "
+          "is visible, else the CPU.");
+ABSL_FLAG(int, gpu, 0, "CUDA GPU ordinal for --device=cuda or auto.");
+ABSL_FLAG(bool, tf32, false,
+          "Let cuBLAS use TF32 tensor cores (faster, ~1e-3 relative error); "
+          "off: full fp32.");
 ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU device.");
 ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
@@ -143,12 +149,8 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
     return absl::InvalidArgumentError(
         "no parameter server: pass --servers=HOST:PORT or set TF_CONFIG");
   }
-  std::vector<std::string> list = absl::StrSplit(servers, ',');
-  if (list.size() != 1) {
-    return absl::UnimplementedError(
-        "this build trains against exactly one server shard");
-  }
-  o.client.server = list[0];
+  o.client.servers = absl::StrSplit(servers, ',', absl::SkipEmpty());
+  o.trainer.num_shards = static_cast<int>(o.client.servers.size());
   if (workers < 1) {
     return absl::InvalidArgumentError(
         "--workers must be at least 1 (or come from TF_CONFIG)");
@@ -189,6 +191,8 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
     return absl::InvalidArgumentError("--synthetic_examples must be positive");
   }
   o.device.kind = absl::GetFlag(FLAGS_device);
+  o.device.gpu = absl::GetFlag(FLAGS_gpu);
+  o.device.tf32 = absl::GetFlag(FLAGS_tf32);
   o.device.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.summary_json = absl::GetFlag(FLAGS_summary_json);
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);

@@ -45,37 +45,62 @@ class PsClient::Impl {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(options.max_message_bytes);
     args.SetMaxSendMessageSize(options.max_message_bytes);
-    channel_ = grpc::CreateCustomChannel(
-        options.server, grpc::InsecureChannelCredentials(), args);
-    stub_ = v1::ParameterServer::NewStub(channel_);
+    for (const std::string& server : options.servers) {
+      stubs_.push_back(v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
+          server, grpc::InsecureChannelCredentials(), args)));
+    }
   }
 
   absl::StatusOr<RegisterResult> Register(int rank,
                                           const ModelSignature& signature) {
+    if (signature.num_shards != static_cast<int>(stubs_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the signature says ", signature.num_shards, " shard(s) but ",
+          stubs_.size(), " server address(es) were given"));
+    }
     ASSIGN_OR_RETURN(ChunkPlan plan,
                      ChunkPlan::Create(signature.NumParameters(),
-                                       signature.chunk_bytes));
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.connect_timeout));
-    context.set_wait_for_ready(true);  // The server may still be starting.
+                                       signature.chunk_bytes,
+                                       signature.num_shards));
     v1::RegisterRequest request;
     request.set_rank(rank);
     SignatureToProto(signature, request.mutable_signature());
-    v1::RegisterResponse response;
-    grpc::Status status = stub_->Register(&context, request, &response);
-    if (!status.ok()) {
-      absl::Status s = FromGrpcStatus(status);
-      return absl::Status(s.code(), absl::StrCat("registering with ",
-                                                  options_.server, ": ",
-                                                  s.message()));
+    using RegisterCall = Call<v1::RegisterRequest, v1::RegisterResponse>;
+    std::vector<RegisterCall> calls(stubs_.size());
+    absl::BlockingCounter pending(static_cast<int>(stubs_.size()));
+    for (size_t shard = 0; shard < stubs_.size(); ++shard) {
+      RegisterCall& call = calls[shard];
+      call.context.set_deadline(DeadlineAfter(options_.connect_timeout));
+      call.context.set_wait_for_ready(true);  // Servers may still be starting.
+      call.request = request;
+      stubs_[shard]->async()->Register(&call.context, &call.request,
+                                       &call.response,
+                                       [&call, &pending](grpc::Status s) {
+                                         call.status = std::move(s);
+                                         pending.DecrementCount();
+                                       });
     }
+    pending.Wait();
+    RegisterResult result;
+    incarnations_.clear();
+    for (size_t shard = 0; shard < stubs_.size(); ++shard) {
+      const RegisterCall& call = calls[shard];
+      if (!call.status.ok()) {
+        absl::Status s = FromGrpcStatus(call.status);
+        return absl::Status(s.code(),
+                            absl::StrCat("registering with shard ", shard,
+                                         " at ", options_.servers[shard], ": ",
+                                         s.message()));
+      }
+      incarnations_.push_back(call.response.incarnation());
+      result.must_initialize |= call.response.must_initialize();
+      result.version = shard == 0 ? call.response.version()
+                                  : std::min(result.version,
+                                             call.response.version());
+    }
+    result.incarnation = incarnations_[0];
     plan_ = std::move(plan);
     rank_ = rank;
-    incarnation_ = response.incarnation();
-    RegisterResult result;
-    result.incarnation = response.incarnation();
-    result.must_initialize = response.must_initialize();
-    result.version = response.version();
     return result;
   }
 
@@ -88,11 +113,11 @@ class PsClient::Impl {
       InitCall& call = calls[chunk.index];
       call.context.set_deadline(DeadlineAfter(options_.rpc_timeout));
       call.request.set_rank(rank_);
-      call.request.set_incarnation(incarnation_);
+      call.request.set_incarnation(incarnations_[chunk.shard]);
       call.request.set_chunk(chunk.index);
       EncodeFloat32(weights.subspan(chunk.offset, chunk.size),
                     call.request.mutable_data());
-      stub_->async()->Initialize(&call.context, &call.request, &call.response,
+      stubs_[chunk.shard]->async()->Initialize(&call.context, &call.request, &call.response,
                                  [&call, &pending](grpc::Status s) {
                                    call.status = std::move(s);
                                    pending.DecrementCount();
@@ -118,8 +143,8 @@ class PsClient::Impl {
       call.request.set_chunk(chunk.index);
       call.request.set_min_version(min_version);
       call.request.set_rank(rank_);
-      call.request.set_incarnation(incarnation_);
-      stub_->async()->Pull(&call.context, &call.request, &call.response,
+      call.request.set_incarnation(incarnations_[chunk.shard]);
+      stubs_[chunk.shard]->async()->Pull(&call.context, &call.request, &call.response,
                            [&call, &pending](grpc::Status s) {
                              call.status = std::move(s);
                              pending.DecrementCount();
@@ -155,13 +180,13 @@ class PsClient::Impl {
       PushCall& call = calls[i];
       call.context.set_deadline(DeadlineAfter(options_.step_timeout));
       call.request.set_rank(rank_);
-      call.request.set_incarnation(incarnation_);
+      call.request.set_incarnation(incarnations_[chunk.shard]);
       call.request.set_step(step);
       call.request.set_chunk(chunk.index);
       call.request.set_dtype(v1::DTYPE_FLOAT32);
       EncodeFloat32(gradient.subspan(chunk.offset, chunk.size),
                     call.request.mutable_data());
-      stub_->async()->Push(&call.context, &call.request, &call.response,
+      stubs_[chunk.shard]->async()->Push(&call.context, &call.request, &call.response,
                            [&call, &pending](grpc::Status s) {
                              call.status = std::move(s);
                              pending.DecrementCount();
@@ -187,13 +212,18 @@ class PsClient::Impl {
 
   absl::Status Leave() {
     if (!plan_.has_value()) return absl::OkStatus();
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(options_.rpc_timeout));
-    v1::LeaveRequest request;
-    request.set_rank(rank_);
-    request.set_incarnation(incarnation_);
-    v1::LeaveResponse response;
-    return FromGrpcStatus(stub_->Leave(&context, request, &response));
+    absl::Status result;
+    for (size_t shard = 0; shard < stubs_.size(); ++shard) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(options_.rpc_timeout));
+      v1::LeaveRequest request;
+      request.set_rank(rank_);
+      request.set_incarnation(incarnations_[shard]);
+      v1::LeaveResponse response;
+      result.Update(FromGrpcStatus(stubs_[shard]->Leave(&context, request,
+                                                        &response)));
+    }
+    return result;
   }
 
  private:
@@ -210,16 +240,15 @@ class PsClient::Impl {
   }
 
   const PsClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;  // By shard.
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
-  int64_t incarnation_ = 0;
+  std::vector<int64_t> incarnations_;  // By shard.
 };
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     const PsClientOptions& options) {
-  if (options.server.empty()) {
+  if (options.servers.empty()) {
     return absl::InvalidArgumentError("no parameter-server address given");
   }
   return std::unique_ptr<PsClient>(

@@ -1,8 +1,9 @@
-// A worker's connection to the parameter server.
+// A worker's connection to the parameter-server shards.
 //
 // PsClient speaks the lockstep.v1 protocol (see server/parameter_server.h for
-// the sequence) and hides chunking: callers hand it whole flat vectors, and
-// it sends one RPC per chunk, all chunks in flight at once. Every RPC has a
+// the sequence) and hides chunking and sharding: callers hand it whole flat
+// vectors, and it sends one RPC per chunk to the shard that owns it (see
+// common/chunk_plan.h), all chunks in flight at once. Every RPC has a
 // deadline. Protobuf and gRPC types stay inside. Externally synchronized (one
 // training thread uses it).
 #ifndef LOCKSTEP_WORKER_PS_CLIENT_H_
@@ -22,7 +23,8 @@
 namespace lockstep {
 
 struct PsClientOptions {
-  std::string server;  // host:port of the (single) parameter-server shard.
+  // host:port of every parameter-server shard, in shard order.
+  std::vector<std::string> servers;
   // How long Register waits for the server to come up.
   absl::Duration connect_timeout = absl::Seconds(60);
   // Deadline of Initialize, Pull, Leave and GetStatus calls.

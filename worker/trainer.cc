@@ -27,6 +27,7 @@ absl::StatusOr<int64_t> Trainer::JoinJob() {
   signature.optimizer = options_.optimizer;
   signature.chunk_bytes = options_.chunk_bytes;
   signature.num_workers = options_.num_workers;
+  signature.num_shards = options_.num_shards;
   ASSIGN_OR_RETURN(RegisterResult reg,
                    client_->Register(options_.rank, signature));
   if (reg.must_initialize) {

@@ -26,6 +26,7 @@ namespace lockstep {
 struct TrainerOptions {
   int rank = 0;
   int num_workers = 1;
+  int num_shards = 1;
   int batch_size = 64;
   int epochs = 5;
   int64_t max_steps = 0;  // > 0: stop after this many global steps.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -30,11 +31,14 @@ struct Server {
   std::string address;
 };
 
-Server StartServer(int workers, const std::string& dir) {
-  const std::string port_file = dir + "/port";
+Server StartServer(int workers, const std::string& dir, int shard = 0,
+                   int num_shards = 1) {
+  const std::string port_file = absl::StrCat(dir, "/port", shard);
   Server s{Subprocess::Start({kBin + "/lockstep_server",
                               "--listen=127.0.0.1:0",
                               absl::StrCat("--workers=", workers),
+                              absl::StrCat("--shard=", shard),
+                              absl::StrCat("--num_shards=", num_shards),
                               "--port_file=" + port_file}),
            ""};
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -66,15 +70,23 @@ double MaxRelativeDifference(const std::vector<float>& a,
   return diff / scale;
 }
 
-// Trains `workers` workers with batch `batch` each for 20 steps and returns
-// rank 0's final weights (checking every rank ends with the same ones).
-std::vector<float> Train(int workers, int batch, const std::string& optimizer) {
+// Trains `workers` workers with batch `batch` each for 20 steps against
+// `shards` server shards and returns rank 0's final weights (checking every
+// rank ends with the same ones).
+std::vector<float> Train(int workers, int batch, const std::string& optimizer,
+                         int shards = 1) {
   const std::string dir = MakeTempDir();
-  Server server = StartServer(workers, dir);
+  std::vector<Server> servers;
+  std::vector<std::string> addresses;
+  for (int shard = 0; shard < shards; ++shard) {
+    servers.push_back(StartServer(workers, dir, shard, shards));
+    addresses.push_back(servers.back().address);
+  }
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < workers; ++rank) {
     procs.push_back(Subprocess::Start(
-        {kBin + "/lockstep_worker", "--servers=" + server.address,
+        {kBin + "/lockstep_worker",
+         "--servers=" + absl::StrJoin(addresses, ","),
          absl::StrCat("--workers=", workers), absl::StrCat("--rank=", rank),
          "--dataset=synthetic", "--synthetic_examples=640",
          "--layers=23,17,5", "--optimizer=" + optimizer,
@@ -86,9 +98,11 @@ std::vector<float> Train(int workers, int batch, const std::string& optimizer) {
     std::optional<int> code = procs[rank].Wait(kDeadline);
     EXPECT_EQ(code, 0) << procs[rank].Output();
   }
-  EXPECT_EQ(server.process.Wait(kDeadline), 0)
-      << "the server must exit by itself once every worker left\n"
-      << server.process.Output();
+  for (Server& server : servers) {
+    EXPECT_EQ(server.process.Wait(kDeadline), 0)
+        << "a server must exit by itself once every worker left\n"
+        << server.process.Output();
+  }
   std::vector<float> w0 = ReadWeights(dir + "/w0");
   for (int rank = 1; rank < workers; ++rank) {
     EXPECT_EQ(ReadWeights(absl::StrCat(dir, "/w", rank)), w0)
@@ -98,20 +112,20 @@ std::vector<float> Train(int workers, int batch, const std::string& optimizer) {
 }
 
 class EquivalenceTest
-    : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+    : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
 
 // W workers x batch B, synchronous, equal one worker with batch W*B on the
 // same examples (DESIGN.md's first invariant).
 TEST_P(EquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
-  const auto& [optimizer, workers] = GetParam();
+  const auto& [optimizer, workers, shards] = GetParam();
   const int batch = 8;
-  std::vector<float> many = Train(workers, batch, optimizer);
+  std::vector<float> many = Train(workers, batch, optimizer, shards);
   std::vector<float> one = Train(1, workers * batch, optimizer);
   ASSERT_EQ(many.size(), size_t{23 * 17 + 17 + 17 * 5 + 5});
   ASSERT_EQ(one.size(), many.size());
   const double difference = MaxRelativeDifference(many, one);
-  std::printf("max relative difference %s %d workers vs 1: %.3g\n",
-              optimizer.c_str(), workers, difference);
+  std::printf("max relative difference %s %d workers, %d shards vs 1: %.3g\n",
+              optimizer.c_str(), workers, shards, difference);
   EXPECT_LE(difference, 1e-5);
   // And training moved the weights: the comparison is not of two copies of
   // version 0.
@@ -132,10 +146,11 @@ TEST_P(EquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
 INSTANTIATE_TEST_SUITE_P(
     SgdAndAdam, EquivalenceTest,
     ::testing::Combine(::testing::Values("sgd", "adam"),
-                       ::testing::Values(2, 4)),
+                       ::testing::Values(2, 4), ::testing::Values(1, 2, 3)),
     [](const auto& info) {
       return absl::StrCat(std::get<0>(info.param), "_",
-                          std::get<1>(info.param), "workers");
+                          std::get<1>(info.param), "workers_",
+                          std::get<2>(info.param), "shards");
     });
 
 TEST(TrainingTest, LauncherTrainsAndWritesSummary) {

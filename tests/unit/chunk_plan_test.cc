@@ -1,5 +1,6 @@
 #include "common/chunk_plan.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -187,6 +188,43 @@ TEST(ChunkPlanTest, ChunkBytesRoundDownToWholeFloats) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->elements_per_chunk(), 1);
   EXPECT_EQ(plan->num_chunks(), 2);
+}
+
+}  // namespace
+}  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+TEST(ChunkPlanShardsTest, EveryShardGetsChunksBalancedByBytes) {
+  // 10 elements, 3 shards: chunks of min(4, ceil(10/3) = 4) = 4 elements.
+  absl::StatusOr<ChunkPlan> plan = ChunkPlan::Create(10, 16, 3);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->num_chunks(), 3);
+  EXPECT_EQ(plan->chunks()[0].shard, 0);
+  EXPECT_EQ(plan->chunks()[1].shard, 1);
+  EXPECT_EQ(plan->chunks()[2].shard, 2);
+  EXPECT_EQ(plan->ShardElements(0) + plan->ShardElements(1) +
+                plan->ShardElements(2),
+            10);
+  // Many chunks: greedy least-loaded keeps shards within one chunk.
+  plan = ChunkPlan::Create(1000, 40, 3);
+  ASSERT_TRUE(plan.ok());
+  int64_t lo = plan->ShardElements(0), hi = lo;
+  for (int s = 1; s < 3; ++s) {
+    lo = std::min(lo, plan->ShardElements(s));
+    hi = std::max(hi, plan->ShardElements(s));
+  }
+  EXPECT_LE(hi - lo, plan->elements_per_chunk());
+  // The smaller last chunk goes to the least-loaded shard: 5 elements in
+  // chunks of 2 over 2 shards: [2]->0, [2]->1, [1]->0.
+  plan = ChunkPlan::Create(5, 8, 2);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->elements_per_chunk(), 2);
+  ASSERT_EQ(plan->num_chunks(), 3);
+  EXPECT_EQ(plan->chunks()[2].shard, 0);
+  EXPECT_EQ(ChunkPlan::Create(5, 8, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -87,6 +87,11 @@ TEST_F(ParameterServerTest, BarrierAveragesAndAppliesOnce) {
   EXPECT_EQ((*a.result)->version, 1);
   EXPECT_EQ((*b.result)->values, (*a.result)->values);
   EXPECT_EQ(ps_->GetStatus().version, 1);
+  const ServerCounters c = ps_->GetStatus().counters;
+  EXPECT_EQ(c.pushes_accepted, 2);
+  EXPECT_EQ(c.pushes_refused, 0);
+  EXPECT_EQ(c.chunk_steps, 1);
+  EXPECT_EQ(c.bytes_received, 2 * 5 * 4);
 }
 
 TEST_F(ParameterServerTest, DuplicatePushIsCountedOnce) {
@@ -144,6 +149,9 @@ TEST_F(ParameterServerTest, BadPushesChangeNothing) {
   }
   // Nothing was counted: two good pushes give exactly w - 0.5 * 1.
   EXPECT_TRUE(ps_->GetStatus().pushed_ranks.empty());
+  EXPECT_EQ(ps_->GetStatus().counters.pushes_refused,
+            static_cast<int64_t>(cases.size()));
+  EXPECT_EQ(ps_->GetStatus().counters.pushes_accepted, 0);
   Reply a, b;
   ps_->Push(0, inc0_, 0, 0, Bytes(good), a.Callback());
   ps_->Push(1, inc1_, 0, 0, Bytes(good), b.Callback());
@@ -256,6 +264,34 @@ TEST_F(ParameterServerTest, ChunksCloseIndependentlyAndVersionFollowsTheLast) {
   ASSERT_TRUE(pull.result.has_value() && pull.result->ok());
   EXPECT_THAT(*(*pull.result)->values, ElementsAre(4.0f));
   EXPECT_THAT(*(*replies[1].result)->values, ElementsAre(2.0f, 3.0f));
+}
+
+TEST_F(ParameterServerTest, ShardOwnsOnlyItsChunks) {
+  // 5 parameters over 2 shards: chunks of ceil(5/2) = 3 and 2 values;
+  // chunk 0 on shard 0, chunk 1 on shard 1.
+  auto ps = ParameterServer::Create({/*num_workers=*/1, /*shard=*/1,
+                                     /*num_shards=*/2});
+  ASSERT_TRUE(ps.ok());
+  ModelSignature sig = SmallSignature(1);
+  EXPECT_THAT(std::string((*ps)->Register(0, sig).status().message()),
+              HasSubstr("num_shards"));
+  sig.num_shards = 2;
+  auto reg = (*ps)->Register(0, sig);
+  ASSERT_TRUE(reg.ok());
+  EXPECT_EQ((*ps)->GetStatus().num_chunks, 1);
+  const std::vector<float> foreign = {1, 2, 3}, own = {4, 5};
+  auto refused = (*ps)->Initialize(0, reg->incarnation, 0, Bytes(foreign));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("belongs to shard 0"));
+  EXPECT_EQ(*(*ps)->Initialize(0, reg->incarnation, 1, Bytes(own)), 0)
+      << "the shard's version is complete with its own chunk";
+  Reply r;
+  const std::vector<float> g = {2, 4};
+  (*ps)->Push(0, reg->incarnation, 0, 1, Bytes(g), r.Callback());
+  ASSERT_TRUE(r.result.has_value() && r.result->ok());
+  EXPECT_THAT(*(*r.result)->values, ElementsAre(3.0f, 3.0f));
+  EXPECT_FALSE(ParameterServer::Create({1, 2, 2}).ok());
 }
 
 TEST_F(ParameterServerTest, LeaveAndShutdown) {
