@@ -1,8 +1,10 @@
 #include "common/wire_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
@@ -32,20 +34,197 @@ absl::Status DecodeFloat32(absl::string_view bytes, absl::Span<float> out) {
 }
 
 absl::Status CheckFinite(absl::Span<const float> values) {
+  return CheckFiniteEncoded(
+      absl::string_view(reinterpret_cast<const char*>(values.data()),
+                        values.size() * sizeof(float)),
+      WireDType::kFloat32);
+}
+
+namespace {
+
+uint16_t FloatToBfloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // Quiet NaN.
+  bits += 0x7fffu + ((bits >> 16) & 1u);                  // Nearest even.
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float Bfloat16ToFloat(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint32_t AsBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// IEEE binary16 with round-to-nearest-even, by integer arithmetic (the
+// approach of F. Giesen's "float_to_half_fast3_rtne"): no library call and
+// no F16C instruction needed, so it is fast on any x86-64 build.
+uint16_t FloatToHalf(float f) {
+  constexpr uint32_t kF32Infinity = 255u << 23;
+  constexpr uint32_t kF16Overflow = (127u + 16u) << 23;   // 2^16.
+  constexpr uint32_t kDenormMagic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  uint32_t u = AsBits(f);
+  const uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  uint16_t out;
+  if (u >= kF16Overflow) {
+    out = u > kF32Infinity ? 0x7e00 : 0x7c00;  // NaN stays NaN, else Inf.
+  } else if (u < (113u << 23)) {
+    // Result is subnormal (or zero): let the FPU round by adding a magic
+    // number that aligns the mantissa.
+    out = static_cast<uint16_t>(AsBits(FromBits(u) + FromBits(kDenormMagic)) -
+                                kDenormMagic);
+  } else {
+    const uint32_t mantissa_odd = (u >> 13) & 1u;
+    u += (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu;  // Rebias, round.
+    u += mantissa_odd;                                       // Ties to even.
+    out = static_cast<uint16_t>(u >> 13);
+  }
+  return static_cast<uint16_t>(out | (sign >> 16));
+}
+
+float HalfToFloat(uint16_t h) {
+  constexpr uint32_t kShiftedExponent = 0x7c00u << 13;
+  uint32_t u = (h & 0x7fffu) << 13;
+  const uint32_t exponent = u & kShiftedExponent;
+  u += (127u - 15u) << 23;  // Rebias.
+  if (exponent == kShiftedExponent) {
+    u += (128u - 16u) << 23;  // Inf or NaN.
+  } else if (exponent == 0) {
+    u += 1u << 23;  // Subnormal: renormalize through the FPU.
+    u = AsBits(FromBits(u) - FromBits(113u << 23));
+  }
+  return FromBits(u | (static_cast<uint32_t>(h & 0x8000u) << 16));
+}
+
+template <typename Widen>
+void Accumulate16(absl::string_view bytes, absl::Span<float> sum, Widen widen) {
+  const char* p = bytes.data();
+  for (size_t i = 0; i < sum.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, sizeof(h));
+    sum[i] += widen(h);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<WireDType> ParseWireDType(absl::string_view name) {
+  if (name == "fp32") return WireDType::kFloat32;
+  if (name == "bf16") return WireDType::kBfloat16;
+  if (name == "fp16") return WireDType::kFloat16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("wire dtype must be fp32, bf16 or fp16, got \"", name,
+                   "\""));
+}
+
+const char* WireDTypeName(WireDType dtype) {
+  switch (dtype) {
+    case WireDType::kFloat32: return "fp32";
+    case WireDType::kBfloat16: return "bf16";
+    case WireDType::kFloat16: return "fp16";
+  }
+  return "?";
+}
+
+size_t BytesPerElement(WireDType dtype) {
+  return dtype == WireDType::kFloat32 ? 4 : 2;
+}
+
+void EncodeTensor(absl::Span<const float> values, WireDType dtype,
+                  std::string* out) {
+  if (dtype == WireDType::kFloat32) return EncodeFloat32(values, out);
+  out->resize(values.size() * 2);
+  char* p = out->data();
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t h = dtype == WireDType::kBfloat16
+                           ? FloatToBfloat16(values[i])
+                           : FloatToHalf(values[i]);
+    std::memcpy(p + 2 * i, &h, sizeof(h));
+  }
+}
+
+absl::Status DecodeTensor(absl::string_view bytes, WireDType dtype,
+                          absl::Span<float> out) {
+  if (dtype == WireDType::kFloat32) return DecodeFloat32(bytes, out);
+  if (bytes.size() != out.size() * 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload has ", bytes.size(), " bytes, expected ",
+                     out.size() * 2, " (", out.size(), " ",
+                     WireDTypeName(dtype), " values)"));
+  }
+  // Assigned, not added to zero: 0 + (-0) would lose the sign.
+  const char* p = bytes.data();
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, sizeof(h));
+    out[i] = dtype == WireDType::kBfloat16 ? Bfloat16ToFloat(h) : HalfToFloat(h);
+  }
+  return absl::OkStatus();
+}
+
+void AccumulateTensor(absl::string_view bytes, WireDType dtype,
+                      absl::Span<float> sum) {
+  switch (dtype) {
+    case WireDType::kFloat32: {
+      const char* p = bytes.data();
+      for (size_t i = 0; i < sum.size(); ++i) {
+        float v;
+        std::memcpy(&v, p + i * sizeof(float), sizeof(float));
+        sum[i] += v;
+      }
+      return;
+    }
+    case WireDType::kBfloat16:
+      return Accumulate16(bytes, sum, Bfloat16ToFloat);
+    case WireDType::kFloat16:
+      return Accumulate16(bytes, sum, HalfToFloat);
+  }
+}
+
+absl::Status CheckFiniteEncoded(absl::string_view bytes, WireDType dtype) {
   // A branch-free pass over the exponent bits that the compiler vectorizes;
-  // the slow search runs only when something is wrong.
-  constexpr uint32_t kExponent = 0x7f800000u;
+  // the slow search runs only when something is wrong. Reads go through
+  // memcpy, so unaligned payloads are fine.
+  const size_t width = BytesPerElement(dtype);
+  const size_t n = bytes.size() / width;
+  const char* p = bytes.data();
   uint32_t bad = 0;
-  for (float v : values) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, sizeof(bits));
-    bad |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+  if (dtype == WireDType::kFloat32) {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, p + 4 * i, sizeof(bits));
+      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+  } else {
+    const uint16_t exponent = dtype == WireDType::kBfloat16 ? 0x7f80 : 0x7c00;
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, sizeof(h));
+      bad |= static_cast<uint32_t>((h & exponent) == exponent);
+    }
   }
   if (bad == 0) return absl::OkStatus();
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (!std::isfinite(values[i])) {
+  std::vector<float> value(1);
+  for (size_t i = 0; i < n; ++i) {
+    DecodeTensor(bytes.substr(i * width, width), dtype, absl::MakeSpan(value))
+        .IgnoreError();
+    if (!std::isfinite(value[0])) {
       return absl::InvalidArgumentError(
-          absl::StrCat("element ", i, " is ", values[i], " (not finite)"));
+          absl::StrCat("element ", i, " is ", value[0], " (not finite)"));
     }
   }
   return absl::OkStatus();

@@ -1,11 +1,33 @@
 #include "server/grpc_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/signature_proto.h"
 #include "common/wire_codec.h"
 
 namespace lockstep {
 namespace {
+
+absl::StatusOr<WireDType> FromProtoDType(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_UNSPECIFIED:
+    case v1::DTYPE_FLOAT32: return WireDType::kFloat32;
+    case v1::DTYPE_BFLOAT16: return WireDType::kBfloat16;
+    case v1::DTYPE_FLOAT16: return WireDType::kFloat16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
+  }
+}
+
+v1::DType ToProtoDType(WireDType dtype) {
+  switch (dtype) {
+    case WireDType::kFloat32: return v1::DTYPE_FLOAT32;
+    case WireDType::kBfloat16: return v1::DTYPE_BFLOAT16;
+    case WireDType::kFloat16: return v1::DTYPE_FLOAT16;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
 
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                                      const absl::Status& status) {
@@ -16,24 +38,27 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
 
 // Fills a weights reply (PushResponse or PullResponse) from a snapshot.
 template <typename Response>
-void FillWeights(const ChunkSnapshot& snapshot, Response* response) {
+void FillWeights(const ChunkSnapshot& snapshot, WireDType dtype,
+                 Response* response) {
   response->set_version(snapshot.version);
   response->set_chunk(snapshot.chunk);
-  response->set_dtype(v1::DTYPE_FLOAT32);
-  EncodeFloat32(*snapshot.values, response->mutable_data());
+  response->set_dtype(ToProtoDType(dtype));
+  EncodeTensor(*snapshot.values, dtype, response->mutable_data());
 }
 
 // The callback that finishes a waiting Push or Pull.
 template <typename Response>
 ParameterServer::ChunkCallback WeightsReply(ParameterServer* core,
+                                            WireDType dtype,
                                             grpc::ServerUnaryReactor* reactor,
                                             Response* response) {
-  return [core, reactor, response](absl::StatusOr<ChunkSnapshot> snapshot) {
+  return [core, dtype, reactor,
+          response](absl::StatusOr<ChunkSnapshot> snapshot) {
     if (!snapshot.ok()) {
       reactor->Finish(ToGrpcStatus(snapshot.status()));
       return;
     }
-    FillWeights(*snapshot, response);
+    FillWeights(*snapshot, dtype, response);
     core->CountSent(static_cast<int64_t>(response->data().size()));
     reactor->Finish(grpc::Status::OK);
   };
@@ -68,27 +93,26 @@ grpc::ServerUnaryReactor* ParameterServerService::Initialize(
 grpc::ServerUnaryReactor* ParameterServerService::Push(
     grpc::CallbackServerContext* context, const v1::PushRequest* request,
     v1::PushResponse* response) {
-  if (request->dtype() != v1::DTYPE_FLOAT32 &&
-      request->dtype() != v1::DTYPE_UNSPECIFIED) {
-    return FinishWith(context, absl::InvalidArgumentError(
-                                   "push dtype must be DTYPE_FLOAT32"));
-  }
+  absl::StatusOr<WireDType> dtype = FromProtoDType(request->dtype());
+  if (!dtype.ok()) return FinishWith(context, dtype.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The request stays alive until the reactor finishes, and the core reads
   // the payload before it returns or waits, so no copy is needed.
   core_->Push(request->rank(), request->incarnation(), request->step(),
-              request->chunk(), request->data(),
-              WeightsReply(core_, reactor, response));
+              request->chunk(), *dtype, request->data(),
+              WeightsReply(core_, *dtype, reactor, response));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const v1::PullRequest* request,
     v1::PullResponse* response) {
+  absl::StatusOr<WireDType> dtype = FromProtoDType(request->dtype());
+  if (!dtype.ok()) return FinishWith(context, dtype.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   core_->Pull(request->rank(), request->incarnation(), request->chunk(),
               request->min_version(),
-              WeightsReply(core_, reactor, response));
+              WeightsReply(core_, *dtype, reactor, response));
   return reactor;
 }
 

@@ -37,28 +37,16 @@ struct ParameterServer::ChunkState {
 
 namespace {
 
-// Adds little-endian fp32 values from `bytes` to `sum`. memcpy per element
-// keeps it alignment-safe; the compiler turns it into vector loads.
-void AccumulateFloat32(absl::string_view bytes, absl::Span<float> sum) {
-  const char* p = bytes.data();
-  for (size_t i = 0; i < sum.size(); ++i) {
-    float v;
-    std::memcpy(&v, p + i * sizeof(float), sizeof(float));
-    sum[i] += v;
-  }
-}
-
-absl::Status CheckPayload(absl::string_view bytes, const Chunk& chunk) {
-  if (bytes.size() != static_cast<size_t>(chunk.size) * sizeof(float)) {
+absl::Status CheckPayload(absl::string_view bytes, WireDType dtype,
+                          const Chunk& chunk) {
+  const size_t expected = static_cast<size_t>(chunk.size) * BytesPerElement(dtype);
+  if (bytes.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk ", chunk.index, " payload has ", bytes.size(),
-        " bytes, expected ", chunk.size * sizeof(float), " (", chunk.size,
-        " float32 values)"));
+        " bytes, expected ", expected, " (", chunk.size, " ",
+        WireDTypeName(dtype), " values)"));
   }
-  absl::Span<const float> values(
-      reinterpret_cast<const float*>(bytes.data()), chunk.size);
-  // CheckFinite reads through memcpy, so unaligned data is fine.
-  absl::Status finite = CheckFinite(values);
+  absl::Status finite = CheckFiniteEncoded(bytes, dtype);
   if (!finite.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", chunk.index, ": ", finite.message()));
@@ -259,7 +247,7 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
         absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
   }
   ASSIGN_OR_RETURN(ChunkState * state, FindChunk(rank, incarnation, chunk));
-  RETURN_IF_ERROR(CheckPayload(fp32_bytes, state->chunk));
+  RETURN_IF_ERROR(CheckPayload(fp32_bytes, WireDType::kFloat32, state->chunk));
   std::vector<std::pair<int64_t, ChunkCallback>> pulls;
   ChunkSnapshot snapshot;
   {
@@ -283,7 +271,7 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
 }
 
 void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
-                           int chunk, absl::string_view fp32_bytes,
+                           int chunk, WireDType dtype, absl::string_view bytes,
                            ChunkCallback done) {
   // Every early return below is a refused push.
   auto refuse = [this, &done](absl::Status status) {
@@ -294,7 +282,7 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   if (!found.ok()) return refuse(found.status());
   ChunkState& state = **found;
   const absl::Time arrival = absl::Now();
-  if (absl::Status s = CheckPayload(fp32_bytes, state.chunk); !s.ok()) {
+  if (absl::Status s = CheckPayload(bytes, dtype, state.chunk); !s.ok()) {
     return refuse(s);
   }
   std::vector<ChunkCallback> pushes;
@@ -328,12 +316,12 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
     }
     state.push_waiters.push_back(std::move(done));
     if (state.pushed[rank]) return;  // Counted already: wait with the rest.
-    AccumulateFloat32(fp32_bytes, absl::MakeSpan(state.accumulator));
+    AccumulateTensor(bytes, dtype, absl::MakeSpan(state.accumulator));
     state.pushed[rank] = true;
     if (state.num_pushed == 0) state.first_push = arrival;
     const absl::Time summed = absl::Now();
     pushes_accepted_.fetch_add(1, std::memory_order_relaxed);
-    bytes_received_.fetch_add(fp32_bytes.size(), std::memory_order_relaxed);
+    bytes_received_.fetch_add(bytes.size(), std::memory_order_relaxed);
     accumulate_ns_.fetch_add(absl::ToInt64Nanoseconds(summed - arrival),
                              std::memory_order_relaxed);
     if (++state.num_pushed < options_.num_workers) return;

@@ -44,6 +44,7 @@
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
+#include "common/wire_codec.h"
 #include "server/optimizer.h"
 
 namespace lockstep {
@@ -115,14 +116,15 @@ class ParameterServer final {
   absl::StatusOr<int64_t> Initialize(int rank, int64_t incarnation, int chunk,
                                      absl::string_view fp32_bytes);
 
-  // Adds a gradient chunk for `step`. `done` receives the chunk's weights of
+  // Adds a gradient chunk for `step`, encoded as `dtype` (summed in fp32).
+  // `done` receives the chunk's weights of
   // version step + 1 once every worker has pushed, or an error at once:
   // INVALID_ARGUMENT (bad chunk index, size, NaN/Inf), FAILED_PRECONDITION
   // (unknown rank or stale incarnation, wrong step, not initialized),
   // UNAVAILABLE (shutting down). A push the barrier already counted is not
   // counted again; it gets the same answer.
   void Push(int rank, int64_t incarnation, int64_t step, int chunk,
-            absl::string_view fp32_bytes, ChunkCallback done);
+            WireDType dtype, absl::string_view bytes, ChunkCallback done);
 
   // `done` receives the chunk's latest weights once their version is at
   // least `min_version`. A worker passes its rank and incarnation (checked

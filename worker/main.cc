@@ -63,6 +63,9 @@ ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU device.");
 ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
 ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");
+ABSL_FLAG(std::string, wire_dtype, "fp32",
+          "Encoding of gradients and weights on the wire: fp32 | bf16 | fp16 "
+          "(servers always sum and keep fp32).");
 ABSL_FLAG(bool, eval_every_epoch, false,
           "Rank 0 evaluates on the test set after every epoch.");
 ABSL_FLAG(std::string, summary_json, "",
@@ -198,6 +201,8 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
   o.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  ASSIGN_OR_RETURN(o.client.wire_dtype,
+                   ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   o.client.max_message_bytes =
       static_cast<int>(o.trainer.chunk_bytes) + (1 << 20);
   return o;
@@ -243,7 +248,9 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("wall_seconds", s.wall_seconds)
       .Add("workers", o.trainer.num_workers)
       .Add("batch_size", o.trainer.batch_size)
-      .Add("optimizer", o.trainer.optimizer.name);
+      .Add("optimizer", o.trainer.optimizer.name)
+      .Add("wire_dtype", WireDTypeName(o.client.wire_dtype))
+      .Add("servers", static_cast<int>(o.client.servers.size()));
   return WriteFileAtomically(path, json.ToString());
 }
 

@@ -159,7 +159,7 @@ absl::Status Mlp::Forward(absl::Span<const float> features,
 
 absl::StatusOr<BatchStats> Mlp::ComputeGradients(
     absl::Span<const float> features, absl::Span<const int32_t> labels,
-    absl::Span<float> gradient) {
+    absl::Span<float> gradient, const GradientReadyFn& on_ready) {
   const size_t rows = labels.size();
   if (rows < 1 || rows > static_cast<size_t>(max_batch_)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -208,18 +208,29 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
     RETURN_IF_ERROR(device_->CopyToHostAsync(grad + layer.kernel_offset,
                                              host_grad + layer.kernel_offset,
                                              count * sizeof(float)));
-    if (i == 0) break;  // Nobody needs the gradient w.r.t. the features.
-    // delta for the layer below = (delta . W^T) masked where ReLU was off.
-    RETURN_IF_ERROR(device_->Gemm(
-        /*trans_a=*/false, /*trans_b=*/true, n, layer.in, layer.out,
-        /*alpha=*/1.0f, delta, params + layer.kernel_offset, /*beta=*/0.0f,
-        next_delta));
-    RETURN_IF_ERROR(device_->ReluBackward(static_cast<size_t>(n) * layer.in,
-                                          input, next_delta));
-    std::swap(delta, next_delta);
+    // Nobody needs the gradient w.r.t. the features (i == 0).
+    if (i > 0) {
+      // delta for the layer below = (delta . W^T) masked where ReLU was off.
+      // Queued before waiting for the copy, so the device keeps busy.
+      RETURN_IF_ERROR(device_->Gemm(
+          /*trans_a=*/false, /*trans_b=*/true, n, layer.in, layer.out,
+          /*alpha=*/1.0f, delta, params + layer.kernel_offset, /*beta=*/0.0f,
+          next_delta));
+      RETURN_IF_ERROR(device_->ReluBackward(static_cast<size_t>(n) * layer.in,
+                                            input, next_delta));
+      std::swap(delta, next_delta);
+    }
+    if (on_ready) {
+      RETURN_IF_ERROR(device_->Synchronize());
+      std::memcpy(gradient.data() + layer.kernel_offset,
+                  host_grad + layer.kernel_offset, count * sizeof(float));
+      on_ready(layer.kernel_offset, layer.kernel_offset + count);
+    }
   }
-  RETURN_IF_ERROR(device_->Synchronize());
-  std::memcpy(gradient.data(), host_grad, gradient.size() * sizeof(float));
+  if (!on_ready) {
+    RETURN_IF_ERROR(device_->Synchronize());
+    std::memcpy(gradient.data(), host_grad, gradient.size() * sizeof(float));
+  }
   return stats;
 }
 

@@ -12,6 +12,7 @@
 #define LOCKSTEP_WORKER_MLP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,10 +54,14 @@ class Mlp final {
   // the gradient of the mean loss over the batch into `gradient` (flat,
   // NumParameters() values, on the host). Each layer's gradient starts its
   // copy to the host as soon as backprop has it (last layer first), while
-  // the layers below are still being computed.
-  absl::StatusOr<BatchStats> ComputeGradients(absl::Span<const float> features,
-                                              absl::Span<const int32_t> labels,
-                                              absl::Span<float> gradient);
+  // the layers below are still being computed. When `on_ready` is given, it
+  // is called with [begin, end) as soon as that range of `gradient` is final
+  // (one layer at a time, last layer first), so the caller can send it while
+  // backprop goes on.
+  using GradientReadyFn = std::function<void(int64_t begin, int64_t end)>;
+  absl::StatusOr<BatchStats> ComputeGradients(
+      absl::Span<const float> features, absl::Span<const int32_t> labels,
+      absl::Span<float> gradient, const GradientReadyFn& on_ready = nullptr);
 
   // Forward only, over any number of rows (split into max_batch pieces).
   absl::StatusOr<BatchStats> Evaluate(absl::Span<const float> features,

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -144,6 +145,7 @@ class PsClient::Impl {
       call.request.set_min_version(min_version);
       call.request.set_rank(rank_);
       call.request.set_incarnation(incarnations_[chunk.shard]);
+      call.request.set_dtype(ProtoDType());
       stubs_[chunk.shard]->async()->Pull(&call.context, &call.request, &call.response,
                            [&call, &pending](grpc::Status s) {
                              call.status = std::move(s);
@@ -157,8 +159,8 @@ class PsClient::Impl {
       if (!call.status.ok()) {
         return Annotate(call.status, "Pull", chunk.index);
       }
-      RETURN_IF_ERROR(DecodeFloat32(call.response.data(),
-                                    weights.subspan(chunk.offset, chunk.size)));
+      RETURN_IF_ERROR(DecodeTensor(call.response.data(), options_.wire_dtype,
+                                   weights.subspan(chunk.offset, chunk.size)));
       // Chunks advance independently; a caller wanting one consistent version
       // passes it as min_version, and all chunks then hold at least it.
       version = version < 0 ? call.response.version()
@@ -167,47 +169,92 @@ class PsClient::Impl {
     return version;
   }
 
-  absl::Status PushPull(int64_t step, absl::Span<const float> gradient,
-                        absl::Span<float> weights) {
+  absl::Status BeginStep(int64_t step, absl::Span<const float> gradient,
+                         absl::Span<float> weights) {
     RETURN_IF_ERROR(CheckRegistered(gradient.size()));
     RETURN_IF_ERROR(CheckRegistered(weights.size()));
-    using PushCall = Call<v1::PushRequest, v1::PushResponse>;
-    std::vector<PushCall> calls(plan_->num_chunks());
-    absl::BlockingCounter pending(plan_->num_chunks());
-    // Backprop produces the last layers first, so the last chunks go first.
-    for (int i = plan_->num_chunks() - 1; i >= 0; --i) {
-      const Chunk& chunk = plan_->chunks()[i];
-      PushCall& call = calls[i];
-      call.context.set_deadline(DeadlineAfter(options_.step_timeout));
-      call.request.set_rank(rank_);
-      call.request.set_incarnation(incarnations_[chunk.shard]);
-      call.request.set_step(step);
-      call.request.set_chunk(chunk.index);
-      call.request.set_dtype(v1::DTYPE_FLOAT32);
-      EncodeFloat32(gradient.subspan(chunk.offset, chunk.size),
-                    call.request.mutable_data());
-      stubs_[chunk.shard]->async()->Push(&call.context, &call.request, &call.response,
-                           [&call, &pending](grpc::Status s) {
-                             call.status = std::move(s);
-                             pending.DecrementCount();
-                           });
+    if (step_.has_value()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step ", step_->step, " is still in flight"));
     }
-    pending.Wait();
+    step_.emplace(plan_->num_chunks());
+    step_->step = step;
+    step_->gradient = gradient;
+    step_->weights = weights;
     for (const Chunk& chunk : plan_->chunks()) {
-      const PushCall& call = calls[chunk.index];
-      if (!call.status.ok()) {
-        return Annotate(call.status, absl::StrCat("Push of step ", step),
-                        chunk.index);
-      }
-      if (call.response.version() != step + 1) {
-        return absl::InternalError(absl::StrCat(
-            "push of step ", step, " chunk ", chunk.index,
-            " was answered with version ", call.response.version()));
-      }
-      RETURN_IF_ERROR(DecodeFloat32(call.response.data(),
-                                    weights.subspan(chunk.offset, chunk.size)));
+      step_->missing[chunk.index] = chunk.size;
     }
     return absl::OkStatus();
+  }
+
+  void GradientReady(int64_t begin, int64_t end) {
+    if (!step_.has_value()) return;
+    begin = std::max<int64_t>(begin, 0);
+    end = std::min(end, plan_->num_elements());
+    if (begin >= end) return;
+    const int64_t per_chunk = plan_->elements_per_chunk();
+    const int first = static_cast<int>(begin / per_chunk);
+    const int last = static_cast<int>((end - 1) / per_chunk);
+    // Within a call, later chunks go first: backprop produces the last
+    // layers first, and their pushes have the longest to wait for.
+    for (int i = last; i >= first; --i) {
+      const Chunk& chunk = plan_->chunks()[i];
+      const int64_t overlap = std::min(end, chunk.offset + chunk.size) -
+                              std::max(begin, chunk.offset);
+      int64_t& missing = step_->missing[i];
+      if (missing <= 0) continue;
+      missing -= overlap;
+      if (missing <= 0) SendPush(chunk);
+    }
+  }
+
+  absl::Status FinishStep() {
+    if (!step_.has_value()) {
+      return absl::FailedPreconditionError("no step in flight");
+    }
+    for (int i = plan_->num_chunks() - 1; i >= 0; --i) {
+      if (step_->missing[i] > 0) {
+        step_->missing[i] = 0;
+        SendPush(plan_->chunks()[i]);
+      }
+    }
+    step_->pending.Wait();
+    absl::Status result;
+    const int64_t step = step_->step;
+    for (const Chunk& chunk : plan_->chunks()) {
+      const PushCall& call = *step_->calls[chunk.index];
+      if (!call.status.ok()) {
+        result = Annotate(call.status, absl::StrCat("Push of step ", step),
+                          chunk.index);
+        break;
+      }
+      if (!call.decoded.ok()) {
+        result = call.decoded;
+        break;
+      }
+    }
+    step_.reset();
+    return result;
+  }
+
+  // Waits for the pushes already sent and drops the rest; run when a step
+  // is abandoned, so no gRPC callback outlives the state it writes to.
+  ~Impl() {
+    if (!step_.has_value()) return;
+    for (int64_t& missing : step_->missing) {
+      if (missing > 0) {
+        missing = 0;
+        step_->pending.DecrementCount();
+      }
+    }
+    step_->pending.Wait();
+  }
+
+  absl::Status PushPull(int64_t step, absl::Span<const float> gradient,
+                        absl::Span<float> weights) {
+    RETURN_IF_ERROR(BeginStep(step, gradient, weights));
+    GradientReady(0, plan_->num_elements());
+    return FinishStep();
   }
 
   absl::Status Leave() {
@@ -239,8 +286,70 @@ class PsClient::Impl {
     return absl::OkStatus();
   }
 
+  struct PushCall : Call<v1::PushRequest, v1::PushResponse> {
+    absl::Status decoded;  // Outcome of decoding the reply's weights.
+  };
+  // One step in flight: its vectors, what each chunk still lacks, and the
+  // calls (which grpc requires to stay put until they complete).
+  struct StepState {
+    explicit StepState(int chunks)
+        : missing(chunks), calls(chunks), pending(chunks) {}
+    int64_t step = 0;
+    absl::Span<const float> gradient;
+    absl::Span<float> weights;
+    std::vector<int64_t> missing;  // Elements not yet ready, by chunk.
+    std::vector<std::unique_ptr<PushCall>> calls;
+    absl::BlockingCounter pending;
+  };
+
+  void SendPush(const Chunk& chunk) {
+    auto call = std::make_unique<PushCall>();
+    PushCall* c = call.get();
+    c->context.set_deadline(DeadlineAfter(options_.step_timeout));
+    c->request.set_rank(rank_);
+    c->request.set_incarnation(incarnations_[chunk.shard]);
+    c->request.set_step(step_->step);
+    c->request.set_chunk(chunk.index);
+    c->request.set_dtype(ProtoDType());
+    EncodeTensor(step_->gradient.subspan(chunk.offset, chunk.size),
+                 options_.wire_dtype, c->request.mutable_data());
+    step_->calls[chunk.index] = std::move(call);
+    // The reply is decoded on gRPC's thread as soon as it arrives; chunks
+    // write disjoint ranges of the weights.
+    absl::Span<float> out = step_->weights.subspan(chunk.offset, chunk.size);
+    const int64_t expected = step_->step + 1;
+    absl::BlockingCounter* pending = &step_->pending;
+    const WireDType dtype = options_.wire_dtype;
+    stubs_[chunk.shard]->async()->Push(
+        &c->context, &c->request, &c->response,
+        [c, out, expected, pending, dtype](grpc::Status s) {
+          c->status = std::move(s);
+          if (c->status.ok()) {
+            if (c->response.version() != expected) {
+              c->decoded = absl::InternalError(absl::StrCat(
+                  "push of chunk ", c->request.chunk(),
+                  " was answered with version ", c->response.version(),
+                  ", expected ", expected));
+            } else {
+              c->decoded = DecodeTensor(c->response.data(), dtype, out);
+            }
+          }
+          pending->DecrementCount();
+        });
+  }
+
+  v1::DType ProtoDType() const {
+    switch (options_.wire_dtype) {
+      case WireDType::kFloat32: return v1::DTYPE_FLOAT32;
+      case WireDType::kBfloat16: return v1::DTYPE_BFLOAT16;
+      case WireDType::kFloat16: return v1::DTYPE_FLOAT16;
+    }
+    return v1::DTYPE_FLOAT32;
+  }
+
   const PsClientOptions options_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;  // By shard.
+  std::optional<StepState> step_;
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
@@ -273,6 +382,14 @@ absl::Status PsClient::PushPull(int64_t step, absl::Span<const float> gradient,
                                 absl::Span<float> weights) {
   return impl_->PushPull(step, gradient, weights);
 }
+absl::Status PsClient::BeginStep(int64_t step, absl::Span<const float> gradient,
+                                 absl::Span<float> weights) {
+  return impl_->BeginStep(step, gradient, weights);
+}
+void PsClient::GradientReady(int64_t begin, int64_t end) {
+  impl_->GradientReady(begin, end);
+}
+absl::Status PsClient::FinishStep() { return impl_->FinishStep(); }
 absl::Status PsClient::Leave() { return impl_->Leave(); }
 
 }  // namespace lockstep

@@ -19,6 +19,7 @@
 #include "absl/types/span.h"
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
+#include "common/wire_codec.h"
 
 namespace lockstep {
 
@@ -32,6 +33,8 @@ struct PsClientOptions {
   // Deadline of a push, which includes waiting for the slowest worker.
   absl::Duration step_timeout = absl::Seconds(300);
   int max_message_bytes = 64 << 20;
+  // Encoding of gradients and weights on the wire (servers keep fp32).
+  WireDType wire_dtype = WireDType::kFloat32;
 };
 
 struct RegisterResult {
@@ -58,9 +61,20 @@ class PsClient final {
   absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights);
 
   // Pushes the gradient of `step` and receives the weights of version
-  // step + 1 into `weights`.
+  // step + 1 into `weights`: BeginStep + GradientReady(all) + FinishStep.
   absl::Status PushPull(int64_t step, absl::Span<const float> gradient,
                         absl::Span<float> weights);
+
+  // The same step in pieces, so pushes overlap backprop: BeginStep names the
+  // step and the vectors (which must stay alive and, for `gradient`, keep
+  // its ready ranges unchanged until FinishStep); GradientReady(begin, end)
+  // says gradient[begin, end) is final and pushes every chunk that became
+  // complete; FinishStep pushes the rest and waits for all replies, which
+  // are decoded into `weights` as they arrive.
+  absl::Status BeginStep(int64_t step, absl::Span<const float> gradient,
+                         absl::Span<float> weights);
+  void GradientReady(int64_t begin, int64_t end);
+  absl::Status FinishStep();
 
   // Says this worker is done.
   absl::Status Leave();

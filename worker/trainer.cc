@@ -87,11 +87,17 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       GatherBatch(*train_, indices, absl::MakeSpan(features),
                   absl::MakeSpan(labels));
       RETURN_IF_ERROR(model_->SetWeights(weights_));
-      ASSIGN_OR_RETURN(BatchStats stats,
-                       model_->ComputeGradients(features, labels,
-                                                absl::MakeSpan(gradient_)));
+      // Each layer's gradient is pushed as soon as backprop has it; the
+      // replies land in weights_ (already uploaded to the model).
       RETURN_IF_ERROR(
-          client_->PushPull(step, gradient_, absl::MakeSpan(weights_)));
+          client_->BeginStep(step, gradient_, absl::MakeSpan(weights_)));
+      ASSIGN_OR_RETURN(
+          BatchStats stats,
+          model_->ComputeGradients(features, labels, absl::MakeSpan(gradient_),
+                                   [this](int64_t begin, int64_t end) {
+                                     client_->GradientReady(begin, end);
+                                   }));
+      RETURN_IF_ERROR(client_->FinishStep());
       loss_sum += stats.loss_sum;
       correct += stats.correct;
       seen += stats.examples;

@@ -74,7 +74,8 @@ double MaxRelativeDifference(const std::vector<float>& a,
 // `shards` server shards and returns rank 0's final weights (checking every
 // rank ends with the same ones).
 std::vector<float> Train(int workers, int batch, const std::string& optimizer,
-                         int shards = 1) {
+                         int shards = 1,
+                         const std::vector<std::string>& extra = {}) {
   const std::string dir = MakeTempDir();
   std::vector<Server> servers;
   std::vector<std::string> addresses;
@@ -84,15 +85,17 @@ std::vector<float> Train(int workers, int batch, const std::string& optimizer,
   }
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < workers; ++rank) {
-    procs.push_back(Subprocess::Start(
-        {kBin + "/lockstep_worker",
-         "--servers=" + absl::StrJoin(addresses, ","),
-         absl::StrCat("--workers=", workers), absl::StrCat("--rank=", rank),
-         "--dataset=synthetic", "--synthetic_examples=640",
-         "--layers=23,17,5", "--optimizer=" + optimizer,
-         absl::StrCat("--batch_size=", batch), "--max_steps=20",
-         "--epochs=3", "--seed=7", "--chunk_bytes=1000", "--progress=none",
-         absl::StrCat("--dump_weights=", dir, "/w", rank)}));
+    std::vector<std::string> argv = {
+        kBin + "/lockstep_worker",
+        "--servers=" + absl::StrJoin(addresses, ","),
+        absl::StrCat("--workers=", workers), absl::StrCat("--rank=", rank),
+        "--dataset=synthetic", "--synthetic_examples=640",
+        "--layers=23,17,5", "--optimizer=" + optimizer,
+        absl::StrCat("--batch_size=", batch), "--max_steps=20",
+        "--epochs=3", "--seed=7", "--chunk_bytes=1000", "--progress=none",
+        absl::StrCat("--dump_weights=", dir, "/w", rank)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    procs.push_back(Subprocess::Start(argv));
   }
   for (int rank = 0; rank < workers; ++rank) {
     std::optional<int> code = procs[rank].Wait(kDeadline);
@@ -152,6 +155,22 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param), "workers_",
                           std::get<2>(info.param), "shards");
     });
+
+// Narrow wire types round gradients and weights on the wire only: replicas
+// stay identical and the result stays close to fp32's.
+TEST(TrainingTest, HalfPrecisionWireStaysCloseToFp32) {
+  const std::vector<float> fp32 = Train(2, 8, "adam", 2);
+  for (const char* dtype : {"bf16", "fp16"}) {
+    const std::vector<float> narrow =
+        Train(2, 8, "adam", 2, {absl::StrCat("--wire_dtype=", dtype)});
+    ASSERT_EQ(narrow.size(), fp32.size());
+    const double difference = MaxRelativeDifference(narrow, fp32);
+    std::printf("%s wire vs fp32 after 20 Adam steps: %.3g\n", dtype,
+                difference);
+    EXPECT_GT(difference, 0) << dtype << " changed nothing: not applied?";
+    EXPECT_LT(difference, 0.05) << dtype;
+  }
+}
 
 TEST(TrainingTest, LauncherTrainsAndWritesSummary) {
   const std::string dir = MakeTempDir();

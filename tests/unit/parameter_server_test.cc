@@ -76,10 +76,10 @@ TEST_F(ParameterServerTest, BarrierAveragesAndAppliesOnce) {
   Reply a, b;
   const std::vector<float> g0 = {0.5f, -1.0f, 2.0f, 0.25f, 4.0f};
   const std::vector<float> g1 = {1.5f, 3.0f, -2.0f, 0.75f, 0.0f};
-  ps_->Push(0, inc0_, 0, 0, Bytes(g0), a.Callback());
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g0), a.Callback());
   EXPECT_FALSE(a.result.has_value()) << "answered before the barrier closed";
   EXPECT_THAT(ps_->GetStatus().pushed_ranks, ElementsAre(0));
-  ps_->Push(1, inc1_, 0, 0, Bytes(g1), b.Callback());
+  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(g1), b.Callback());
   ASSERT_TRUE(a.result.has_value() && b.result.has_value());
   ASSERT_TRUE(a.result->ok());
   // w1 = w0 - 0.5 * (g0 + g1) / 2, by hand.
@@ -99,16 +99,16 @@ TEST_F(ParameterServerTest, DuplicatePushIsCountedOnce) {
   Reply a, a_again, b;
   const std::vector<float> g0 = {4, 4, 4, 4, 4};
   const std::vector<float> g1 = {0, 0, 0, 0, 0};
-  ps_->Push(0, inc0_, 0, 0, Bytes(g0), a.Callback());
-  ps_->Push(0, inc0_, 0, 0, Bytes(g0), a_again.Callback());
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g0), a.Callback());
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g0), a_again.Callback());
   EXPECT_FALSE(a_again.result.has_value());
-  ps_->Push(1, inc1_, 0, 0, Bytes(g1), b.Callback());
+  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(g1), b.Callback());
   ASSERT_TRUE(a_again.result.has_value() && a_again.result->ok());
   // Counted twice it would be w - 0.5 * 8 / 2 = w - 2; once is w - 1.
   EXPECT_THAT(*(*a_again.result)->values, ElementsAre(0, 1, 2, 3, 4));
   // A re-sent push of the step just applied gets the same answer.
   Reply late;
-  ps_->Push(1, inc1_, 0, 0, Bytes(g1), late.Callback());
+  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(g1), late.Callback());
   ASSERT_TRUE(late.result.has_value() && late.result->ok());
   EXPECT_EQ((*late.result)->version, 1);
   EXPECT_EQ(*(*late.result)->values, *(*a.result)->values);
@@ -141,7 +141,7 @@ TEST_F(ParameterServerTest, BadPushesChangeNothing) {
   };
   for (const Case& c : cases) {
     Reply r;
-    ps_->Push(c.rank, c.incarnation, c.step, c.chunk, Bytes(c.grad),
+    ps_->Push(c.rank, c.incarnation, c.step, c.chunk, WireDType::kFloat32, Bytes(c.grad),
               r.Callback());
     ASSERT_TRUE(r.result.has_value()) << c.words;
     EXPECT_EQ(r.result->status().code(), c.code) << c.words;
@@ -153,8 +153,8 @@ TEST_F(ParameterServerTest, BadPushesChangeNothing) {
             static_cast<int64_t>(cases.size()));
   EXPECT_EQ(ps_->GetStatus().counters.pushes_accepted, 0);
   Reply a, b;
-  ps_->Push(0, inc0_, 0, 0, Bytes(good), a.Callback());
-  ps_->Push(1, inc1_, 0, 0, Bytes(good), b.Callback());
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(good), a.Callback());
+  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(good), b.Callback());
   ASSERT_TRUE(b.result.has_value() && b.result->ok());
   EXPECT_THAT(*(*b.result)->values, ElementsAre(0.5f, 1.5f, 2.5f, 3.5f, 4.5f));
 }
@@ -166,7 +166,7 @@ TEST_F(ParameterServerTest, ReplacedIncarnationIsRefused) {
   EXPECT_GT(again->incarnation, inc1_);
   EXPECT_EQ(again->version, 0);
   Reply r;
-  ps_->Push(1, inc1_, 0, 0, Bytes(initial_), r.Callback());
+  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(initial_), r.Callback());
   EXPECT_EQ(r.result->status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -226,7 +226,7 @@ TEST_F(ParameterServerTest, PullWaitsForInitialization) {
   (*ps)->Pull(0, 0, 0, 0, pulled.Callback());
   EXPECT_FALSE(pulled.result.has_value());
   Reply early;
-  (*ps)->Push(0, r0->incarnation, 0, 0, Bytes(initial_), early.Callback());
+  (*ps)->Push(0, r0->incarnation, 0, 0, WireDType::kFloat32, Bytes(initial_), early.Callback());
   EXPECT_EQ(early.result->status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*ps)->Initialize(1, r0->incarnation, 0, Bytes(initial_))
@@ -252,14 +252,14 @@ TEST_F(ParameterServerTest, ChunksCloseIndependentlyAndVersionFollowsTheLast) {
   const std::vector<float> g2 = {2, 2}, g1 = {2};
   for (int rank : {0, 1}) {
     const int64_t inc = rank == 0 ? inc0_ : inc1_;
-    ps_->Push(rank, inc, 0, 0, Bytes(g2), replies[rank * 3].Callback());
-    ps_->Push(rank, inc, 0, 1, Bytes(g2), replies[rank * 3 + 1].Callback());
+    ps_->Push(rank, inc, 0, 0, WireDType::kFloat32, Bytes(g2), replies[rank * 3].Callback());
+    ps_->Push(rank, inc, 0, 1, WireDType::kFloat32, Bytes(g2), replies[rank * 3 + 1].Callback());
   }
   EXPECT_EQ(ps_->GetStatus().version, 0) << "chunk 2 is still gathering";
   EXPECT_TRUE(ps_->GetStatus().pushed_ranks.empty());
-  ps_->Push(0, inc0_, 0, 2, Bytes(g1), replies[2].Callback());
+  ps_->Push(0, inc0_, 0, 2, WireDType::kFloat32, Bytes(g1), replies[2].Callback());
   EXPECT_THAT(ps_->GetStatus().pushed_ranks, ElementsAre(0));
-  ps_->Push(1, inc1_, 0, 2, Bytes(g1), replies[5].Callback());
+  ps_->Push(1, inc1_, 0, 2, WireDType::kFloat32, Bytes(g1), replies[5].Callback());
   EXPECT_EQ(ps_->GetStatus().version, 1);
   ASSERT_TRUE(pull.result.has_value() && pull.result->ok());
   EXPECT_THAT(*(*pull.result)->values, ElementsAre(4.0f));
@@ -288,7 +288,7 @@ TEST_F(ParameterServerTest, ShardOwnsOnlyItsChunks) {
       << "the shard's version is complete with its own chunk";
   Reply r;
   const std::vector<float> g = {2, 4};
-  (*ps)->Push(0, reg->incarnation, 0, 1, Bytes(g), r.Callback());
+  (*ps)->Push(0, reg->incarnation, 0, 1, WireDType::kFloat32, Bytes(g), r.Callback());
   ASSERT_TRUE(r.result.has_value() && r.result->ok());
   EXPECT_THAT(*(*r.result)->values, ElementsAre(3.0f, 3.0f));
   EXPECT_FALSE(ParameterServer::Create({1, 2, 2}).ok());
@@ -297,7 +297,7 @@ TEST_F(ParameterServerTest, ShardOwnsOnlyItsChunks) {
 TEST_F(ParameterServerTest, LeaveAndShutdown) {
   SetUpJob();
   Reply waiting;
-  ps_->Push(0, inc0_, 0, 0, Bytes(initial_), waiting.Callback());
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(initial_), waiting.Callback());
   EXPECT_FALSE(ps_->WaitUntilDone(absl::ZeroDuration()));
   ASSERT_TRUE(ps_->Leave(0, inc0_).ok());
   EXPECT_EQ(ps_->Leave(1, inc0_).code(), absl::StatusCode::kFailedPrecondition);

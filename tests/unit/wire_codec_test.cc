@@ -175,3 +175,119 @@ TEST(WireCodecTest, CheckFiniteNamesTheFirstOfSeveral) {
 
 }  // namespace
 }  // namespace lockstep
+
+namespace lockstep {
+namespace {
+
+uint16_t Bits16(const std::string& bytes, size_t i) {
+  uint16_t h;
+  std::memcpy(&h, bytes.data() + 2 * i, sizeof(h));
+  return h;
+}
+
+TEST(WireDTypeTest, Bfloat16RoundsToNearestEven) {
+  // 1 + 2^-8 lies halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to
+  // the even one (1.0); 1 + 3 * 2^-8 ties up to 1 + 2^-6's neighbour.
+  const std::vector<float> values = {1.0f, 1.0f + 0x1p-8f, 1.0f + 0x3p-8f,
+                                     -2.5f, 0.0f, 1.0f + 0x1p-7f};
+  std::string bytes;
+  EncodeTensor(values, WireDType::kBfloat16, &bytes);
+  ASSERT_EQ(bytes.size(), values.size() * 2);
+  EXPECT_EQ(Bits16(bytes, 0), 0x3f80);
+  EXPECT_EQ(Bits16(bytes, 1), 0x3f80);
+  EXPECT_EQ(Bits16(bytes, 2), 0x3f82);
+  EXPECT_EQ(Bits16(bytes, 3), 0xc020);
+  EXPECT_EQ(Bits16(bytes, 4), 0x0000);
+  EXPECT_EQ(Bits16(bytes, 5), 0x3f81);
+  std::vector<float> back(values.size());
+  ASSERT_TRUE(DecodeTensor(bytes, WireDType::kBfloat16, absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, (std::vector<float>{1.0f, 1.0f, 1.0f + 0x1p-6f, -2.5f, 0.0f,
+                                      1.0f + 0x1p-7f}));
+}
+
+TEST(WireDTypeTest, Float16KnownValues) {
+  const std::vector<float> values = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 0.1f};
+  std::string bytes;
+  EncodeTensor(values, WireDType::kFloat16, &bytes);
+  EXPECT_EQ(Bits16(bytes, 0), 0x3c00);
+  EXPECT_EQ(Bits16(bytes, 1), 0xc000);
+  EXPECT_EQ(Bits16(bytes, 2), 0x7bff);  // Largest finite half.
+  EXPECT_EQ(Bits16(bytes, 3), 0x0001);  // Smallest subnormal.
+  EXPECT_EQ(Bits16(bytes, 4), 0x2e66);  // 0.1 rounded to nearest.
+  std::vector<float> back(values.size());
+  ASSERT_TRUE(DecodeTensor(bytes, WireDType::kFloat16, absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back[2], 65504.0f);
+  EXPECT_EQ(back[3], 0x1p-24f);
+  EXPECT_NEAR(back[4], 0.1f, 1e-4);
+}
+
+TEST(WireDTypeTest, AccumulateAddsDecodedValuesAndChecksFinite) {
+  const std::vector<float> values = {1.5f, -0.25f, 3.0f};
+  for (WireDType dtype :
+       {WireDType::kFloat32, WireDType::kBfloat16, WireDType::kFloat16}) {
+    std::string bytes;
+    EncodeTensor(values, dtype, &bytes);
+    EXPECT_EQ(bytes.size(), values.size() * BytesPerElement(dtype));
+    std::vector<float> sum = {1.0f, 1.0f, 1.0f};
+    AccumulateTensor(bytes, dtype, absl::MakeSpan(sum));
+    EXPECT_EQ(sum, (std::vector<float>{2.5f, 0.75f, 4.0f}));
+    EXPECT_TRUE(CheckFiniteEncoded(bytes, dtype).ok());
+    std::vector<float> bad = values;
+    bad[1] = std::numeric_limits<float>::infinity();
+    EncodeTensor(bad, dtype, &bytes);
+    absl::Status s = CheckFiniteEncoded(bytes, dtype);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(s.message()).find("element 1"), std::string::npos);
+    std::vector<float> out(2);
+    EXPECT_EQ(DecodeTensor(bytes, dtype, absl::MakeSpan(out)).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // fp16 overflows to Inf past 65504: caught as not finite.
+  std::string bytes;
+  EncodeTensor(std::vector<float>{1e6f}, WireDType::kFloat16, &bytes);
+  EXPECT_FALSE(CheckFiniteEncoded(bytes, WireDType::kFloat16).ok());
+}
+
+// Every half round-trips, and encoding agrees with the compiler's own IEEE
+// conversion (_Float16) on random floats of every magnitude.
+TEST(WireDTypeTest, Float16MatchesIeeeConversion) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0) continue;  // NaNs.
+    const uint16_t bits = static_cast<uint16_t>(h);
+    std::string bytes(reinterpret_cast<const char*>(&bits), 2);
+    std::vector<float> f(1);
+    ASSERT_TRUE(DecodeTensor(bytes, WireDType::kFloat16, absl::MakeSpan(f)).ok());
+    _Float16 reference;
+    std::memcpy(&reference, &bits, 2);
+    ASSERT_EQ(f[0], static_cast<float>(reference)) << h;
+    std::string again;
+    EncodeTensor(f, WireDType::kFloat16, &again);
+    ASSERT_EQ(Bits16(again, 0), bits) << h;
+  }
+  uint64_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    uint32_t u = static_cast<uint32_t>(state >> 32);
+    // Exponents around the half range: 2^-30 .. 2^17.
+    u = (u & 0x807fffffu) | ((97u + (u >> 23) % 48u) << 23);
+    float f;
+    std::memcpy(&f, &u, 4);
+    std::string bytes;
+    EncodeTensor(std::vector<float>{f}, WireDType::kFloat16, &bytes);
+    const _Float16 reference = static_cast<_Float16>(f);
+    uint16_t expected;
+    std::memcpy(&expected, &reference, 2);
+    ASSERT_EQ(Bits16(bytes, 0), expected) << f;
+  }
+}
+
+TEST(WireDTypeTest, ParsesNames) {
+  EXPECT_EQ(*ParseWireDType("bf16"), WireDType::kBfloat16);
+  EXPECT_EQ(*ParseWireDType("fp16"), WireDType::kFloat16);
+  EXPECT_EQ(*ParseWireDType("fp32"), WireDType::kFloat32);
+  EXPECT_FALSE(ParseWireDType("int8").ok());
+  EXPECT_STREQ(WireDTypeName(WireDType::kBfloat16), "bf16");
+}
+
+}  // namespace
+}  // namespace lockstep
