@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/base/config.h"
@@ -196,38 +197,119 @@ void AccumulateTensor(absl::string_view bytes, WireDType dtype,
 }
 
 absl::Status CheckFiniteEncoded(absl::string_view bytes, WireDType dtype) {
-  // A branch-free pass over the exponent bits that the compiler vectorizes;
-  // the slow search runs only when something is wrong. Reads go through
-  // memcpy, so unaligned payloads are fine.
-  const size_t width = BytesPerElement(dtype);
-  const size_t n = bytes.size() / width;
-  const char* p = bytes.data();
+  return CheckFinitePieces({bytes}, dtype);
+}
+
+namespace {
+
+// Index of the first NaN or Inf in a contiguous encoded run. A branch-free
+// pass over the exponent bits that the compiler vectorizes comes first; the
+// search runs only when something is wrong. Reads go through memcpy, so
+// unaligned payloads are fine.
+template <typename Bits>
+std::optional<size_t> FindNonFiniteIn(const char* p, size_t n, Bits exponent) {
   uint32_t bad = 0;
-  if (dtype == WireDType::kFloat32) {
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, p + 4 * i, sizeof(bits));
-      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-  } else {
-    const uint16_t exponent = dtype == WireDType::kBfloat16 ? 0x7f80 : 0x7c00;
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, p + 2 * i, sizeof(h));
-      bad |= static_cast<uint32_t>((h & exponent) == exponent);
-    }
-  }
-  if (bad == 0) return absl::OkStatus();
-  std::vector<float> value(1);
   for (size_t i = 0; i < n; ++i) {
-    DecodeTensor(bytes.substr(i * width, width), dtype, absl::MakeSpan(value))
-        .IgnoreError();
-    if (!std::isfinite(value[0])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("element ", i, " is ", value[0], " (not finite)"));
+    Bits bits;
+    std::memcpy(&bits, p + sizeof(Bits) * i, sizeof(Bits));
+    bad |= static_cast<uint32_t>((bits & exponent) == exponent);
+  }
+  if (bad == 0) return std::nullopt;
+  for (size_t i = 0; i < n; ++i) {
+    Bits bits;
+    std::memcpy(&bits, p + sizeof(Bits) * i, sizeof(Bits));
+    if ((bits & exponent) == exponent) return i;
+  }
+  return std::nullopt;
+}
+
+std::optional<size_t> FindNonFinite(absl::string_view bytes, WireDType dtype) {
+  switch (dtype) {
+    case WireDType::kFloat32:
+      return FindNonFiniteIn<uint32_t>(bytes.data(), bytes.size() / 4,
+                                       0x7f800000u);
+    case WireDType::kBfloat16:
+      return FindNonFiniteIn<uint16_t>(bytes.data(), bytes.size() / 2, 0x7f80);
+    case WireDType::kFloat16:
+      return FindNonFiniteIn<uint16_t>(bytes.data(), bytes.size() / 2, 0x7c00);
+  }
+  return std::nullopt;
+}
+
+// Calls fn(run, first_element) for runs of whole elements in order: runs
+// inside a piece are passed in place; an element split across pieces is
+// assembled in a small buffer first.
+template <typename Fn>
+void ForEachRun(absl::Span<const absl::string_view> pieces, size_t width,
+                Fn fn) {
+  char carry[4];
+  size_t carried = 0;
+  size_t element = 0;
+  for (absl::string_view piece : pieces) {
+    if (carried > 0) {
+      const size_t take = std::min(width - carried, piece.size());
+      std::memcpy(carry + carried, piece.data(), take);
+      carried += take;
+      piece.remove_prefix(take);
+      if (carried < width) continue;
+      fn(absl::string_view(carry, width), element++);
+      carried = 0;
+    }
+    const size_t whole = piece.size() / width * width;
+    if (whole > 0) {
+      fn(piece.substr(0, whole), element);
+      element += whole / width;
+    }
+    carried = piece.size() - whole;
+    std::memcpy(carry, piece.data() + whole, carried);
+  }
+}
+
+}  // namespace
+
+size_t PiecesSize(absl::Span<const absl::string_view> pieces) {
+  size_t n = 0;
+  for (absl::string_view p : pieces) n += p.size();
+  return n;
+}
+
+absl::Status CheckFinitePieces(absl::Span<const absl::string_view> pieces,
+                               WireDType dtype) {
+  std::optional<size_t> bad;
+  ForEachRun(pieces, BytesPerElement(dtype),
+             [&](absl::string_view run, size_t first) {
+               if (bad.has_value()) return;
+               if (std::optional<size_t> i = FindNonFinite(run, dtype)) {
+                 bad = first + *i;
+               }
+             });
+  if (!bad.has_value()) return absl::OkStatus();
+  // Decode the offending element for the message.
+  const size_t width = BytesPerElement(dtype);
+  char element[4];
+  size_t skipped = 0, copied = 0;
+  for (absl::string_view piece : pieces) {
+    for (char c : piece) {
+      if (skipped < *bad * width) {
+        ++skipped;
+      } else if (copied < width) {
+        element[copied++] = c;
+      }
     }
   }
-  return absl::OkStatus();
+  std::vector<float> value(1);
+  DecodeTensor(absl::string_view(element, width), dtype, absl::MakeSpan(value))
+      .IgnoreError();
+  return absl::InvalidArgumentError(
+      absl::StrCat("element ", *bad, " is ", value[0], " (not finite)"));
+}
+
+void AccumulatePieces(absl::Span<const absl::string_view> pieces,
+                      WireDType dtype, absl::Span<float> sum) {
+  const size_t width = BytesPerElement(dtype);
+  ForEachRun(pieces, width, [&](absl::string_view run, size_t first) {
+    AccumulateTensor(run, dtype, sum.subspan(first, run.size() / width));
+  });
 }
 
 }  // namespace lockstep

@@ -39,6 +39,14 @@ void AccumulateTensor(absl::string_view bytes, WireDType dtype,
 // INVALID_ARGUMENT naming the first NaN or Inf element of an encoded tensor.
 absl::Status CheckFiniteEncoded(absl::string_view bytes, WireDType dtype);
 
+// The same three operations on a payload that arrives in pieces (gRPC's
+// slices), read in place: an element may straddle two pieces.
+size_t PiecesSize(absl::Span<const absl::string_view> pieces);
+absl::Status CheckFinitePieces(absl::Span<const absl::string_view> pieces,
+                               WireDType dtype);
+void AccumulatePieces(absl::Span<const absl::string_view> pieces,
+                      WireDType dtype, absl::Span<float> sum);
+
 // Replaces `*out` with the bytes of `values`.
 void EncodeFloat32(absl::Span<const float> values, std::string* out);
 

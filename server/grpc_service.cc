@@ -4,6 +4,7 @@
 #include "common/grpc_status.h"
 #include "common/signature_proto.h"
 #include "common/wire_codec.h"
+#include "server/wire_format.h"
 
 namespace lockstep {
 namespace {
@@ -36,30 +37,36 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// Fills a weights reply (PushResponse or PullResponse) from a snapshot.
-template <typename Response>
-void FillWeights(const ChunkSnapshot& snapshot, WireDType dtype,
-                 Response* response) {
-  response->set_version(snapshot.version);
-  response->set_chunk(snapshot.chunk);
-  response->set_dtype(ToProtoDType(dtype));
-  EncodeTensor(*snapshot.values, dtype, response->mutable_data());
-}
-
-// The callback that finishes a waiting Push or Pull.
-template <typename Response>
+// The callback that finishes a waiting Push or Pull with the chunk's
+// weights. fp32 replies send the published snapshot itself; bf16/fp16 ones
+// send an encoded copy.
 ParameterServer::ChunkCallback WeightsReply(ParameterServer* core,
                                             WireDType dtype,
                                             grpc::ServerUnaryReactor* reactor,
-                                            Response* response) {
+                                            grpc::ByteBuffer* response) {
   return [core, dtype, reactor,
           response](absl::StatusOr<ChunkSnapshot> snapshot) {
     if (!snapshot.ok()) {
       reactor->Finish(ToGrpcStatus(snapshot.status()));
       return;
     }
-    FillWeights(*snapshot, dtype, response);
-    core->CountSent(static_cast<int64_t>(response->data().size()));
+    std::shared_ptr<const void> owner;
+    absl::string_view payload;
+    if (dtype == WireDType::kFloat32) {
+      const std::vector<float>& values = *snapshot->values;
+      payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                  values.size() * sizeof(float));
+      owner = snapshot->values;
+    } else {
+      auto encoded = std::make_shared<std::string>();
+      EncodeTensor(*snapshot->values, dtype, encoded.get());
+      payload = *encoded;
+      owner = std::move(encoded);
+    }
+    *response = MakeWeightsReply(snapshot->version, snapshot->chunk,
+                                 ToProtoDType(dtype), payload,
+                                 std::move(owner));
+    core->CountSent(static_cast<int64_t>(payload.size()));
     reactor->Finish(grpc::Status::OK);
   };
 }
@@ -91,27 +98,35 @@ grpc::ServerUnaryReactor* ParameterServerService::Initialize(
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Push(
-    grpc::CallbackServerContext* context, const v1::PushRequest* request,
-    v1::PushResponse* response) {
-  absl::StatusOr<WireDType> dtype = FromProtoDType(request->dtype());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  absl::StatusOr<PushView> push = ParsePushRequest(*request);
+  if (!push.ok()) return FinishWith(context, push.status());
+  absl::StatusOr<WireDType> dtype =
+      FromProtoDType(static_cast<v1::DType>(push->dtype));
   if (!dtype.ok()) return FinishWith(context, dtype.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // The request stays alive until the reactor finishes, and the core reads
-  // the payload before it returns or waits, so no copy is needed.
-  core_->Push(request->rank(), request->incarnation(), request->step(),
-              request->chunk(), *dtype, request->data(),
-              WeightsReply(core_, *dtype, reactor, response));
+  // The core sums the payload from the received slices before it returns.
+  core_->Push(push->rank, push->incarnation, push->step, push->chunk, *dtype,
+              push->data, WeightsReply(core_, *dtype, reactor, response));
   return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Pull(
-    grpc::CallbackServerContext* context, const v1::PullRequest* request,
-    v1::PullResponse* response) {
-  absl::StatusOr<WireDType> dtype = FromProtoDType(request->dtype());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::Slice bytes;
+  v1::PullRequest pull;
+  if (!request->DumpToSingleSlice(&bytes).ok() ||
+      !pull.ParseFromArray(bytes.begin(), static_cast<int>(bytes.size()))) {
+    return FinishWith(context,
+                      absl::InvalidArgumentError("malformed PullRequest"));
+  }
+  absl::StatusOr<WireDType> dtype = FromProtoDType(pull.dtype());
   if (!dtype.ok()) return FinishWith(context, dtype.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->Pull(request->rank(), request->incarnation(), request->chunk(),
-              request->min_version(),
+  core_->Pull(pull.rank(), pull.incarnation(), pull.chunk(),
+              pull.min_version(),
               WeightsReply(core_, *dtype, reactor, response));
   return reactor;
 }

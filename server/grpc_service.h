@@ -3,7 +3,10 @@
 // Each handler converts the request, calls the core and returns a reactor at
 // once; pushes and pulls that must wait for the barrier are finished later
 // by the core's callback, so no gRPC thread ever blocks on a barrier.
-// Protobuf types stop here. Thread-safe (the core is).
+// Push and Pull are "raw" methods: their tensors are read from and written
+// to gRPC's byte buffers in place (server/wire_format.h) rather than copied
+// through protobuf objects. Protobuf types stop here. Thread-safe (the core
+// is).
 #ifndef LOCKSTEP_SERVER_GRPC_SERVICE_H_
 #define LOCKSTEP_SERVER_GRPC_SERVICE_H_
 
@@ -12,8 +15,15 @@
 
 namespace lockstep {
 
-class ParameterServerService final
-    : public v1::ParameterServer::CallbackService {
+using ParameterServerServiceBase = v1::ParameterServer::WithCallbackMethod_Register<
+    v1::ParameterServer::WithCallbackMethod_Initialize<
+        v1::ParameterServer::WithRawCallbackMethod_Push<
+            v1::ParameterServer::WithRawCallbackMethod_Pull<
+                v1::ParameterServer::WithCallbackMethod_Leave<
+                    v1::ParameterServer::WithCallbackMethod_GetStatus<
+                        v1::ParameterServer::Service>>>>>>;
+
+class ParameterServerService final : public ParameterServerServiceBase {
  public:
   // `core` is not owned and must outlive the service.
   explicit ParameterServerService(ParameterServer* core) : core_(core) {}
@@ -26,11 +36,11 @@ class ParameterServerService final
       const v1::InitializeRequest* request,
       v1::InitializeResponse* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const v1::PushRequest* request,
-                                 v1::PushResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
-                                 const v1::PullRequest* request,
-                                 v1::PullResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
                                   const v1::LeaveRequest* request,
                                   v1::LeaveResponse* response) override;

@@ -37,16 +37,17 @@ struct ParameterServer::ChunkState {
 
 namespace {
 
-absl::Status CheckPayload(absl::string_view bytes, WireDType dtype,
-                          const Chunk& chunk) {
-  const size_t expected = static_cast<size_t>(chunk.size) * BytesPerElement(dtype);
-  if (bytes.size() != expected) {
+absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
+                          WireDType dtype, const Chunk& chunk) {
+  const size_t bytes = PiecesSize(payload);
+  const size_t expected =
+      static_cast<size_t>(chunk.size) * BytesPerElement(dtype);
+  if (bytes != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", chunk.index, " payload has ", bytes.size(),
-        " bytes, expected ", expected, " (", chunk.size, " ",
-        WireDTypeName(dtype), " values)"));
+        "chunk ", chunk.index, " payload has ", bytes, " bytes, expected ",
+        expected, " (", chunk.size, " ", WireDTypeName(dtype), " values)"));
   }
-  absl::Status finite = CheckFiniteEncoded(bytes, dtype);
+  absl::Status finite = CheckFinitePieces(payload, dtype);
   if (!finite.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", chunk.index, ": ", finite.message()));
@@ -247,7 +248,7 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
         absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
   }
   ASSIGN_OR_RETURN(ChunkState * state, FindChunk(rank, incarnation, chunk));
-  RETURN_IF_ERROR(CheckPayload(fp32_bytes, WireDType::kFloat32, state->chunk));
+  RETURN_IF_ERROR(CheckPayload({fp32_bytes}, WireDType::kFloat32, state->chunk));
   std::vector<std::pair<int64_t, ChunkCallback>> pulls;
   ChunkSnapshot snapshot;
   {
@@ -271,7 +272,8 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
 }
 
 void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
-                           int chunk, WireDType dtype, absl::string_view bytes,
+                           int chunk, WireDType dtype,
+                           absl::Span<const absl::string_view> payload,
                            ChunkCallback done) {
   // Every early return below is a refused push.
   auto refuse = [this, &done](absl::Status status) {
@@ -282,7 +284,7 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   if (!found.ok()) return refuse(found.status());
   ChunkState& state = **found;
   const absl::Time arrival = absl::Now();
-  if (absl::Status s = CheckPayload(bytes, dtype, state.chunk); !s.ok()) {
+  if (absl::Status s = CheckPayload(payload, dtype, state.chunk); !s.ok()) {
     return refuse(s);
   }
   std::vector<ChunkCallback> pushes;
@@ -316,12 +318,12 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
     }
     state.push_waiters.push_back(std::move(done));
     if (state.pushed[rank]) return;  // Counted already: wait with the rest.
-    AccumulateTensor(bytes, dtype, absl::MakeSpan(state.accumulator));
+    AccumulatePieces(payload, dtype, absl::MakeSpan(state.accumulator));
     state.pushed[rank] = true;
     if (state.num_pushed == 0) state.first_push = arrival;
     const absl::Time summed = absl::Now();
     pushes_accepted_.fetch_add(1, std::memory_order_relaxed);
-    bytes_received_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    bytes_received_.fetch_add(PiecesSize(payload), std::memory_order_relaxed);
     accumulate_ns_.fetch_add(absl::ToInt64Nanoseconds(summed - arrival),
                              std::memory_order_relaxed);
     if (++state.num_pushed < options_.num_workers) return;

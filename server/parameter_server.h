@@ -123,8 +123,16 @@ class ParameterServer final {
   // (unknown rank or stale incarnation, wrong step, not initialized),
   // UNAVAILABLE (shutting down). A push the barrier already counted is not
   // counted again; it gets the same answer.
+  // The payload may come in pieces (gRPC's slices); it is read in place
+  // before Push returns, so the caller may free it then.
   void Push(int rank, int64_t incarnation, int64_t step, int chunk,
-            WireDType dtype, absl::string_view bytes, ChunkCallback done);
+            WireDType dtype, absl::Span<const absl::string_view> payload,
+            ChunkCallback done);
+  void Push(int rank, int64_t incarnation, int64_t step, int chunk,
+            WireDType dtype, absl::string_view bytes, ChunkCallback done) {
+    Push(rank, incarnation, step, chunk, dtype,
+         absl::Span<const absl::string_view>(&bytes, 1), std::move(done));
+  }
 
   // `done` receives the chunk's latest weights once their version is at
   // least `min_version`. A worker passes its rank and incarnation (checked

@@ -281,6 +281,41 @@ TEST(WireDTypeTest, Float16MatchesIeeeConversion) {
   }
 }
 
+// Pieces cut at every offset, elements straddling the cut included, give
+// the same sums and the same first bad element as the whole payload.
+TEST(WireDTypeTest, PiecesMatchTheWholePayload) {
+  std::vector<float> values(37);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * i - 7.25f;
+  for (WireDType dtype :
+       {WireDType::kFloat32, WireDType::kBfloat16, WireDType::kFloat16}) {
+    std::string bytes;
+    EncodeTensor(values, dtype, &bytes);
+    std::vector<float> whole(values.size(), 1.0f);
+    AccumulateTensor(bytes, dtype, absl::MakeSpan(whole));
+    for (size_t a = 0; a <= bytes.size(); ++a) {
+      for (size_t b = a; b <= bytes.size(); b += 3) {
+        const absl::string_view all(bytes);
+        const std::vector<absl::string_view> pieces = {
+            all.substr(0, a), all.substr(a, b - a), all.substr(b)};
+        ASSERT_EQ(PiecesSize(pieces), bytes.size());
+        std::vector<float> sum(values.size(), 1.0f);
+        AccumulatePieces(pieces, dtype, absl::MakeSpan(sum));
+        ASSERT_EQ(sum, whole) << a << " " << b;
+        ASSERT_TRUE(CheckFinitePieces(pieces, dtype).ok());
+      }
+    }
+    std::vector<float> bad = values;
+    bad[17] = std::numeric_limits<float>::quiet_NaN();
+    EncodeTensor(bad, dtype, &bytes);
+    const absl::string_view all(bytes);
+    const size_t cut = 17 * BytesPerElement(dtype) + 1;  // Splits element 17.
+    absl::Status s = CheckFinitePieces({all.substr(0, cut), all.substr(cut)},
+                                       dtype);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), "element 17 is nan (not finite)");
+  }
+}
+
 TEST(WireDTypeTest, ParsesNames) {
   EXPECT_EQ(*ParseWireDType("bf16"), WireDType::kBfloat16);
   EXPECT_EQ(*ParseWireDType("fp16"), WireDType::kFloat16);

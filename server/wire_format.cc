@@ -1,0 +1,188 @@
+#include "server/wire_format.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+// Protobuf wire types.
+constexpr int kVarint = 0;
+constexpr int kFixed64 = 1;
+constexpr int kLengthDelimited = 2;
+constexpr int kFixed32 = 5;
+
+// PushRequest field numbers (see lockstep.proto).
+constexpr uint32_t kPushRank = 1;
+constexpr uint32_t kPushIncarnation = 2;
+constexpr uint32_t kPushStep = 3;
+constexpr uint32_t kPushChunk = 4;
+constexpr uint32_t kPushDtype = 5;
+constexpr uint32_t kPushData = 6;
+
+// PushResponse / PullResponse field numbers.
+constexpr uint32_t kReplyVersion = 1;
+constexpr uint32_t kReplyChunk = 2;
+constexpr uint32_t kReplyDtype = 3;
+constexpr uint32_t kReplyData = 4;
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("malformed PushRequest: ", what));
+}
+
+// Reads bytes across slice boundaries.
+class Cursor {
+ public:
+  explicit Cursor(const std::vector<absl::string_view>& parts)
+      : parts_(parts) {
+    SkipEmpty();
+  }
+
+  bool AtEnd() const { return part_ == parts_.size(); }
+
+  absl::StatusOr<uint64_t> Varint() {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (AtEnd()) return Malformed("truncated varint");
+      const uint8_t byte = static_cast<uint8_t>(parts_[part_][pos_]);
+      Advance(1);
+      value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return value;
+    }
+    return Malformed("varint longer than 10 bytes");
+  }
+
+  // Takes `n` bytes as pieces referring to the slices.
+  absl::Status Take(uint64_t n, std::vector<absl::string_view>* out) {
+    while (n > 0) {
+      if (AtEnd()) return Malformed("truncated field");
+      const absl::string_view part = parts_[part_].substr(pos_);
+      const size_t take = static_cast<size_t>(
+          std::min<uint64_t>(n, part.size()));
+      if (out != nullptr) out->push_back(part.substr(0, take));
+      Advance(take);
+      n -= take;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Advance(size_t n) {
+    pos_ += n;
+    if (pos_ == parts_[part_].size()) {
+      ++part_;
+      pos_ = 0;
+      SkipEmpty();
+    }
+  }
+  void SkipEmpty() {
+    while (part_ < parts_.size() && parts_[part_].empty()) ++part_;
+  }
+
+  const std::vector<absl::string_view>& parts_;
+  size_t part_ = 0;
+  size_t pos_ = 0;
+};
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+void AppendVarintField(uint32_t field, int64_t value, std::string* out) {
+  if (value == 0) return;  // proto3 leaves defaults out.
+  AppendVarint(uint64_t{field} << 3 | kVarint, out);
+  AppendVarint(static_cast<uint64_t>(value), out);
+}
+
+// Releases the reference a reply slice holds on its payload's owner.
+void ReleaseOwner(void* owner) {
+  delete static_cast<std::shared_ptr<const void>*>(owner);
+}
+
+}  // namespace
+
+absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
+  PushView view;
+  if (!buffer.Valid()) return Malformed("empty buffer");
+  grpc::Status dumped = buffer.Dump(&view.slices);
+  if (!dumped.ok()) return Malformed(dumped.error_message());
+  std::vector<absl::string_view> parts;
+  parts.reserve(view.slices.size());
+  for (const grpc::Slice& s : view.slices) {
+    parts.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  Cursor cursor(parts);
+  bool have_data = false;
+  while (!cursor.AtEnd()) {
+    absl::StatusOr<uint64_t> key = cursor.Varint();
+    if (!key.ok()) return key.status();
+    const uint32_t field = static_cast<uint32_t>(*key >> 3);
+    const int type = static_cast<int>(*key & 7);
+    if (type == kVarint) {
+      absl::StatusOr<uint64_t> v = cursor.Varint();
+      if (!v.ok()) return v.status();
+      // Negative int32 values arrive sign-extended to 64 bits.
+      const int64_t value = static_cast<int64_t>(*v);
+      switch (field) {
+        case kPushRank: view.rank = static_cast<int32_t>(value); break;
+        case kPushIncarnation: view.incarnation = value; break;
+        case kPushStep: view.step = value; break;
+        case kPushChunk: view.chunk = static_cast<int32_t>(value); break;
+        case kPushDtype: view.dtype = static_cast<int32_t>(value); break;
+        default: break;  // Unknown fields are skipped, as protobuf does.
+      }
+    } else if (type == kLengthDelimited) {
+      absl::StatusOr<uint64_t> length = cursor.Varint();
+      if (!length.ok()) return length.status();
+      if (field == kPushData) {
+        // The last occurrence wins, as in protobuf.
+        view.data.clear();
+        have_data = true;
+        if (absl::Status s = cursor.Take(*length, &view.data); !s.ok()) {
+          return s;
+        }
+      } else if (absl::Status s = cursor.Take(*length, nullptr); !s.ok()) {
+        return s;
+      }
+    } else if (type == kFixed64 || type == kFixed32) {
+      if (absl::Status s = cursor.Take(type == kFixed64 ? 8 : 4, nullptr);
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      return Malformed(absl::StrCat("unsupported wire type ", type));
+    }
+  }
+  if (!have_data) view.data.clear();
+  return view;
+}
+
+grpc::ByteBuffer MakeWeightsReply(int64_t version, int32_t chunk,
+                                  int32_t dtype, absl::string_view payload,
+                                  std::shared_ptr<const void> owner) {
+  std::string header;
+  AppendVarintField(kReplyVersion, version, &header);
+  AppendVarintField(kReplyChunk, chunk, &header);
+  AppendVarintField(kReplyDtype, dtype, &header);
+  if (!payload.empty()) {
+    AppendVarint(uint64_t{kReplyData} << 3 | kLengthDelimited, &header);
+    AppendVarint(payload.size(), &header);
+  }
+  grpc::Slice slices[2] = {
+      grpc::Slice(header),
+      payload.empty()
+          ? grpc::Slice()
+          : grpc::Slice(const_cast<char*>(payload.data()), payload.size(),
+                        ReleaseOwner,
+                        new std::shared_ptr<const void>(std::move(owner)))};
+  return grpc::ByteBuffer(slices, payload.empty() ? 1 : 2);
+}
+
+}  // namespace lockstep
