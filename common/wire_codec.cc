@@ -312,4 +312,21 @@ void AccumulatePieces(absl::Span<const absl::string_view> pieces,
   });
 }
 
+absl::Status DecodePieces(absl::Span<const absl::string_view> pieces,
+                          WireDType dtype, absl::Span<float> out) {
+  const size_t width = BytesPerElement(dtype);
+  const size_t bytes = PiecesSize(pieces);
+  if (bytes != out.size() * width) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload has ", bytes, " bytes, expected ",
+                     out.size() * width, " (", out.size(), " ",
+                     WireDTypeName(dtype), " values)"));
+  }
+  ForEachRun(pieces, width, [&](absl::string_view run, size_t first) {
+    DecodeTensor(run, dtype, out.subspan(first, run.size() / width))
+        .IgnoreError();  // Sizes match by construction.
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace lockstep

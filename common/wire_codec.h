@@ -46,6 +46,9 @@ absl::Status CheckFinitePieces(absl::Span<const absl::string_view> pieces,
                                WireDType dtype);
 void AccumulatePieces(absl::Span<const absl::string_view> pieces,
                       WireDType dtype, absl::Span<float> sum);
+// INVALID_ARGUMENT unless the pieces hold exactly out.size() elements.
+absl::Status DecodePieces(absl::Span<const absl::string_view> pieces,
+                          WireDType dtype, absl::Span<float> out);
 
 // Replaces `*out` with the bytes of `values`.
 void EncodeFloat32(absl::Span<const float> values, std::string* out);

@@ -4,7 +4,7 @@
 #include "common/grpc_status.h"
 #include "common/signature_proto.h"
 #include "common/wire_codec.h"
-#include "server/wire_format.h"
+#include "common/wire_format.h"
 
 namespace lockstep {
 namespace {

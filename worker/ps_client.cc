@@ -1,5 +1,6 @@
 #include "worker/ps_client.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "common/signature_proto.h"
 #include "common/status_macros.h"
 #include "common/wire_codec.h"
+#include "common/wire_format.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 
 namespace lockstep {
@@ -47,8 +49,10 @@ class PsClient::Impl {
     args.SetMaxReceiveMessageSize(options.max_message_bytes);
     args.SetMaxSendMessageSize(options.max_message_bytes);
     for (const std::string& server : options.servers) {
-      stubs_.push_back(v1::ParameterServer::NewStub(grpc::CreateCustomChannel(
-          server, grpc::InsecureChannelCredentials(), args)));
+      std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+          server, grpc::InsecureChannelCredentials(), args);
+      stubs_.push_back(v1::ParameterServer::NewStub(channel));
+      raw_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
   }
 
@@ -286,7 +290,14 @@ class PsClient::Impl {
     return absl::OkStatus();
   }
 
-  struct PushCall : Call<v1::PushRequest, v1::PushResponse> {
+  // A push travels as raw bytes (common/wire_format.h): fp32 gradients are
+  // sent from the caller's buffer, replies decoded from gRPC's slices.
+  struct PushCall {
+    grpc::ClientContext context;
+    std::string encoded;  // bf16/fp16 payload; fp32 is sent in place.
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+    grpc::Status status;
     absl::Status decoded;  // Outcome of decoding the reply's weights.
   };
   // One step in flight: its vectors, what each chunk still lacks, and the
@@ -306,13 +317,19 @@ class PsClient::Impl {
     auto call = std::make_unique<PushCall>();
     PushCall* c = call.get();
     c->context.set_deadline(DeadlineAfter(options_.step_timeout));
-    c->request.set_rank(rank_);
-    c->request.set_incarnation(incarnations_[chunk.shard]);
-    c->request.set_step(step_->step);
-    c->request.set_chunk(chunk.index);
-    c->request.set_dtype(ProtoDType());
-    EncodeTensor(step_->gradient.subspan(chunk.offset, chunk.size),
-                 options_.wire_dtype, c->request.mutable_data());
+    const absl::Span<const float> values =
+        step_->gradient.subspan(chunk.offset, chunk.size);
+    absl::string_view payload;
+    if (options_.wire_dtype == WireDType::kFloat32) {
+      payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                  values.size() * sizeof(float));
+    } else {
+      EncodeTensor(values, options_.wire_dtype, &c->encoded);
+      payload = c->encoded;
+    }
+    c->request = MakePushRequest(rank_, incarnations_[chunk.shard],
+                                 step_->step, chunk.index, ProtoDType(),
+                                 payload);
     step_->calls[chunk.index] = std::move(call);
     // The reply is decoded on gRPC's thread as soon as it arrives; chunks
     // write disjoint ranges of the weights.
@@ -320,22 +337,27 @@ class PsClient::Impl {
     const int64_t expected = step_->step + 1;
     absl::BlockingCounter* pending = &step_->pending;
     const WireDType dtype = options_.wire_dtype;
-    stubs_[chunk.shard]->async()->Push(
-        &c->context, &c->request, &c->response,
-        [c, out, expected, pending, dtype](grpc::Status s) {
+    const int index = chunk.index;
+    raw_stubs_[chunk.shard]->UnaryCall(
+        &c->context, kPushMethod, grpc::StubOptions(), &c->request,
+        &c->response, [c, out, expected, pending, dtype, index](grpc::Status s) {
           c->status = std::move(s);
-          if (c->status.ok()) {
-            if (c->response.version() != expected) {
-              c->decoded = absl::InternalError(absl::StrCat(
-                  "push of chunk ", c->request.chunk(),
-                  " was answered with version ", c->response.version(),
-                  ", expected ", expected));
-            } else {
-              c->decoded = DecodeTensor(c->response.data(), dtype, out);
-            }
-          }
+          if (c->status.ok()) c->decoded = DecodeReply(*c, out, expected,
+                                                       dtype, index);
           pending->DecrementCount();
         });
+  }
+
+  static absl::Status DecodeReply(const PushCall& call, absl::Span<float> out,
+                                  int64_t expected, WireDType dtype,
+                                  int chunk) {
+    ASSIGN_OR_RETURN(WeightsView reply, ParseWeightsReply(call.response));
+    if (reply.version != expected) {
+      return absl::InternalError(absl::StrCat(
+          "push of chunk ", chunk, " was answered with version ",
+          reply.version, ", expected ", expected));
+    }
+    return DecodePieces(reply.data, dtype, out);
   }
 
   v1::DType ProtoDType() const {
@@ -347,8 +369,11 @@ class PsClient::Impl {
     return v1::DTYPE_FLOAT32;
   }
 
+  static constexpr char kPushMethod[] = "/lockstep.v1.ParameterServer/Push";
+
   const PsClientOptions options_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs_;  // By shard.
+  std::vector<std::unique_ptr<grpc::GenericStub>> raw_stubs_;      // By shard.
   std::optional<StepState> step_;
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;

@@ -1,4 +1,4 @@
-#include "server/wire_format.h"
+#include "common/wire_format.h"
 
 #include <string>
 #include <vector>

@@ -1,12 +1,13 @@
 // Reads and writes the tensor-carrying messages of lockstep.v1 directly on
 // gRPC byte buffers, so that payloads are never copied into or out of
-// protobuf objects: a push's gradient is summed straight from the received
-// slices, and a reply's weights are sent straight from the published
-// snapshot. The bytes are protobuf's own encoding of PushRequest and of
-// PushResponse / PullResponse (which share field numbers); the tests check
-// both against the generated classes.
-#ifndef LOCKSTEP_SERVER_WIRE_FORMAT_H_
-#define LOCKSTEP_SERVER_WIRE_FORMAT_H_
+// protobuf objects: a worker sends its gradient from its own buffer, the
+// server sums it straight from the received slices and answers with the
+// published snapshot itself, and the worker decodes the weights straight
+// from the reply's slices. The bytes are protobuf's own encoding of
+// PushRequest and of PushResponse / PullResponse (which share field
+// numbers); the tests check both against the generated classes.
+#ifndef LOCKSTEP_COMMON_WIRE_FORMAT_H_
+#define LOCKSTEP_COMMON_WIRE_FORMAT_H_
 
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
@@ -40,6 +41,23 @@ grpc::ByteBuffer MakeWeightsReply(int64_t version, int32_t chunk,
                                   int32_t dtype, absl::string_view payload,
                                   std::shared_ptr<const void> owner);
 
+// A PushRequest whose data field refers to `payload` without owning it: the
+// caller keeps it alive and unchanged until the call completes.
+grpc::ByteBuffer MakePushRequest(int32_t rank, int64_t incarnation,
+                                 int64_t step, int32_t chunk, int32_t dtype,
+                                 absl::string_view payload);
+
+// A parsed PushResponse / PullResponse whose payload stays in the slices.
+struct WeightsView {
+  int64_t version = 0;
+  int32_t chunk = 0;
+  int32_t dtype = 0;
+  std::vector<grpc::Slice> slices;
+  std::vector<absl::string_view> data;
+};
+
+absl::StatusOr<WeightsView> ParseWeightsReply(const grpc::ByteBuffer& buffer);
+
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_SERVER_WIRE_FORMAT_H_
+#endif  // LOCKSTEP_COMMON_WIRE_FORMAT_H_

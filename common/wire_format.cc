@@ -1,4 +1,4 @@
-#include "server/wire_format.h"
+#include "common/wire_format.h"
 
 #include <string>
 #include <utility>
@@ -29,8 +29,7 @@ constexpr uint32_t kReplyDtype = 3;
 constexpr uint32_t kReplyData = 4;
 
 absl::Status Malformed(absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("malformed PushRequest: ", what));
+  return absl::InvalidArgumentError(what);
 }
 
 // Reads bytes across slice boundaries.
@@ -106,20 +105,29 @@ void ReleaseOwner(void* owner) {
   delete static_cast<std::shared_ptr<const void>*>(owner);
 }
 
-}  // namespace
+void AppendBytesKey(uint32_t field, size_t size, std::string* out) {
+  AppendVarint(uint64_t{field} << 3 | kLengthDelimited, out);
+  AppendVarint(size, out);
+}
 
-absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
-  PushView view;
+// Walks the fields of a message held in `buffer`'s slices: on_varint(field,
+// value) for varints, and `data` receives the pieces of length-delimited
+// field `data_field` (the last occurrence wins, as in protobuf). Other
+// fields are skipped.
+template <typename OnVarint>
+absl::Status ParseMessage(const grpc::ByteBuffer& buffer, uint32_t data_field,
+                          std::vector<grpc::Slice>* slices,
+                          std::vector<absl::string_view>* data,
+                          OnVarint on_varint) {
   if (!buffer.Valid()) return Malformed("empty buffer");
-  grpc::Status dumped = buffer.Dump(&view.slices);
+  grpc::Status dumped = buffer.Dump(slices);
   if (!dumped.ok()) return Malformed(dumped.error_message());
   std::vector<absl::string_view> parts;
-  parts.reserve(view.slices.size());
-  for (const grpc::Slice& s : view.slices) {
+  parts.reserve(slices->size());
+  for (const grpc::Slice& s : *slices) {
     parts.emplace_back(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   Cursor cursor(parts);
-  bool have_data = false;
   while (!cursor.AtEnd()) {
     absl::StatusOr<uint64_t> key = cursor.Varint();
     if (!key.ok()) return key.status();
@@ -129,28 +137,16 @@ absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
       absl::StatusOr<uint64_t> v = cursor.Varint();
       if (!v.ok()) return v.status();
       // Negative int32 values arrive sign-extended to 64 bits.
-      const int64_t value = static_cast<int64_t>(*v);
-      switch (field) {
-        case kPushRank: view.rank = static_cast<int32_t>(value); break;
-        case kPushIncarnation: view.incarnation = value; break;
-        case kPushStep: view.step = value; break;
-        case kPushChunk: view.chunk = static_cast<int32_t>(value); break;
-        case kPushDtype: view.dtype = static_cast<int32_t>(value); break;
-        default: break;  // Unknown fields are skipped, as protobuf does.
-      }
+      on_varint(field, static_cast<int64_t>(*v));
     } else if (type == kLengthDelimited) {
       absl::StatusOr<uint64_t> length = cursor.Varint();
       if (!length.ok()) return length.status();
-      if (field == kPushData) {
-        // The last occurrence wins, as in protobuf.
-        view.data.clear();
-        have_data = true;
-        if (absl::Status s = cursor.Take(*length, &view.data); !s.ok()) {
-          return s;
-        }
-      } else if (absl::Status s = cursor.Take(*length, nullptr); !s.ok()) {
-        return s;
+      std::vector<absl::string_view>* out = nullptr;
+      if (field == data_field) {
+        data->clear();
+        out = data;
       }
+      if (absl::Status s = cursor.Take(*length, out); !s.ok()) return s;
     } else if (type == kFixed64 || type == kFixed32) {
       if (absl::Status s = cursor.Take(type == kFixed64 ? 8 : 4, nullptr);
           !s.ok()) {
@@ -160,7 +156,48 @@ absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
       return Malformed(absl::StrCat("unsupported wire type ", type));
     }
   }
-  if (!have_data) view.data.clear();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
+  PushView view;
+  absl::Status s = ParseMessage(
+      buffer, kPushData, &view.slices, &view.data,
+      [&view](uint32_t field, int64_t value) {
+        switch (field) {
+          case kPushRank: view.rank = static_cast<int32_t>(value); break;
+          case kPushIncarnation: view.incarnation = value; break;
+          case kPushStep: view.step = value; break;
+          case kPushChunk: view.chunk = static_cast<int32_t>(value); break;
+          case kPushDtype: view.dtype = static_cast<int32_t>(value); break;
+          default: break;  // Unknown fields are skipped, as protobuf does.
+        }
+      });
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed PushRequest: ", s.message()));
+  }
+  return view;
+}
+
+absl::StatusOr<WeightsView> ParseWeightsReply(const grpc::ByteBuffer& buffer) {
+  WeightsView view;
+  absl::Status s = ParseMessage(
+      buffer, kReplyData, &view.slices, &view.data,
+      [&view](uint32_t field, int64_t value) {
+        switch (field) {
+          case kReplyVersion: view.version = value; break;
+          case kReplyChunk: view.chunk = static_cast<int32_t>(value); break;
+          case kReplyDtype: view.dtype = static_cast<int32_t>(value); break;
+          default: break;
+        }
+      });
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed weights reply: ", s.message()));
+  }
   return view;
 }
 
@@ -171,10 +208,7 @@ grpc::ByteBuffer MakeWeightsReply(int64_t version, int32_t chunk,
   AppendVarintField(kReplyVersion, version, &header);
   AppendVarintField(kReplyChunk, chunk, &header);
   AppendVarintField(kReplyDtype, dtype, &header);
-  if (!payload.empty()) {
-    AppendVarint(uint64_t{kReplyData} << 3 | kLengthDelimited, &header);
-    AppendVarint(payload.size(), &header);
-  }
+  if (!payload.empty()) AppendBytesKey(kReplyData, payload.size(), &header);
   grpc::Slice slices[2] = {
       grpc::Slice(header),
       payload.empty()
@@ -182,6 +216,23 @@ grpc::ByteBuffer MakeWeightsReply(int64_t version, int32_t chunk,
           : grpc::Slice(const_cast<char*>(payload.data()), payload.size(),
                         ReleaseOwner,
                         new std::shared_ptr<const void>(std::move(owner)))};
+  return grpc::ByteBuffer(slices, payload.empty() ? 1 : 2);
+}
+
+grpc::ByteBuffer MakePushRequest(int32_t rank, int64_t incarnation,
+                                 int64_t step, int32_t chunk, int32_t dtype,
+                                 absl::string_view payload) {
+  std::string header;
+  AppendVarintField(kPushRank, rank, &header);
+  AppendVarintField(kPushIncarnation, incarnation, &header);
+  AppendVarintField(kPushStep, step, &header);
+  AppendVarintField(kPushChunk, chunk, &header);
+  AppendVarintField(kPushDtype, dtype, &header);
+  if (!payload.empty()) AppendBytesKey(kPushData, payload.size(), &header);
+  grpc::Slice slices[2] = {
+      grpc::Slice(header),
+      grpc::Slice(const_cast<char*>(payload.data()), payload.size(),
+                  grpc::Slice::STATIC_SLICE)};
   return grpc::ByteBuffer(slices, payload.empty() ? 1 : 2);
 }
 
