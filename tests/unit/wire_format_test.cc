@@ -116,5 +116,38 @@ TEST(WireFormatTest, ReplyIsAProtobufPushResponseSharingThePayload) {
   EXPECT_EQ(joined.size(), 0u);
 }
 
+TEST(WireFormatTest, PushRequestIsProtobufAndRepliesParseAtAnyBoundary) {
+  const std::string payload = "0123456789abcdef";
+  grpc::ByteBuffer request =
+      MakePushRequest(-1, 99, 12, 3, v1::DTYPE_FLOAT16, payload);
+  grpc::Slice joined;
+  ASSERT_TRUE(request.DumpToSingleSlice(&joined).ok());
+  v1::PushRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromArray(joined.begin(),
+                                    static_cast<int>(joined.size())));
+  EXPECT_EQ(parsed.rank(), -1);
+  EXPECT_EQ(parsed.incarnation(), 99);
+  EXPECT_EQ(parsed.step(), 12);
+  EXPECT_EQ(parsed.chunk(), 3);
+  EXPECT_EQ(parsed.dtype(), v1::DTYPE_FLOAT16);
+  EXPECT_EQ(parsed.data(), payload);
+
+  v1::PullResponse reply;
+  reply.set_version(8);
+  reply.set_chunk(4);
+  reply.set_dtype(v1::DTYPE_BFLOAT16);
+  reply.set_data(std::string(1000, 'w'));
+  const std::string bytes = reply.SerializeAsString();
+  for (size_t cut = 0; cut <= bytes.size(); cut += 13) {
+    absl::StatusOr<WeightsView> view = ParseWeightsReply(Split(bytes, {cut}));
+    ASSERT_TRUE(view.ok()) << view.status();
+    EXPECT_EQ(view->version, 8);
+    EXPECT_EQ(view->chunk, 4);
+    EXPECT_EQ(view->dtype, v1::DTYPE_BFLOAT16);
+    EXPECT_EQ(Joined(view->data), std::string(1000, 'w'));
+  }
+  EXPECT_FALSE(ParseWeightsReply(Split(bytes.substr(0, 20), {})).ok());
+}
+
 }  // namespace
 }  // namespace lockstep
