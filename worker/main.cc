@@ -288,6 +288,10 @@ int Run(const WorkerMainOptions& o) {
                 o.trainer.num_workers, o.trainer.batch_size,
                 o.trainer.optimizer.name.c_str(), (*device)->Name().c_str());
     std::fflush(stdout);
+  } else {
+    std::printf("Rank %d on device %s\n", o.trainer.rank,
+                (*device)->Name().c_str());
+    std::fflush(stdout);
   }
   Trainer trainer(o.trainer, model->get(), client->get(), &train, &test);
   absl::StatusOr<TrainSummary> summary = trainer.Run();

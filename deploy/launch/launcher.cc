@@ -9,6 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -158,12 +160,26 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
       absl::StrCat("--rank=", rank),
       absl::StrCat("--progress=", progress),
   };
+  if (options.gpus > 0) {
+    argv.push_back(absl::StrCat("--gpu=", rank % options.gpus));
+  }
   if (rank == 0 && !options.summary_json.empty()) {
     argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
   }
   argv.insert(argv.end(), options.worker_args.begin(),
               options.worker_args.end());
   return argv;
+}
+
+int CountVisibleGpus() {
+  FILE* pipe = popen("nvidia-smi -L 2>/dev/null", "r");
+  if (pipe == nullptr) return 0;
+  int gpus = 0;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    if (std::strncmp(line, "GPU ", 4) == 0) ++gpus;
+  }
+  return pclose(pipe) == 0 ? gpus : 0;
 }
 
 absl::StatusOr<int> ReadPortFile(const std::string& path) {
@@ -279,7 +295,10 @@ int Launch(const LaunchOptions& options,
       return Abort(group, RunResult(), options.grace_period);
     }
     workers.push_back(*pid);
-    group.Log(absl::StrCat(name, ": pid ", *pid, ", servers ", server_list));
+    group.Log(absl::StrCat(
+        name, ": pid ", *pid, ", servers ", server_list,
+        options.gpus > 0 ? absl::StrCat(", GPU ", rank % options.gpus)
+                         : std::string(", device chosen by the worker")));
   }
 
   auto none_running = [&group](const std::vector<pid_t>& pids) {

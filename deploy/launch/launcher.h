@@ -21,6 +21,9 @@ struct LaunchOptions {
   absl::Duration startup_timeout = absl::Seconds(60);
   absl::Duration grace_period = absl::Seconds(10);
   bool progress_bar = false;  // Rank 0 draws a bar rather than lines.
+  // GPUs to place workers on round-robin (worker r gets --gpu=r % gpus,
+  // several may share one); 0: none, the workers choose their device.
+  int gpus = 0;
   std::vector<std::string> worker_args;  // Passed through, after ours.
 };
 
@@ -39,6 +42,10 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
 // so that a flag the user repeats wins (absl keeps the last value).
 std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
                                     const std::string& servers);
+
+// GPUs visible on this machine: the lines of `nvidia-smi -L`, or 0 when it
+// is absent or fails.
+int CountVisibleGpus();
 
 // The port a server wrote to `path` ("<decimal>\n", written by rename so it
 // is never seen half-written). NOT_FOUND while the file does not exist.

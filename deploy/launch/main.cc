@@ -34,6 +34,10 @@ ABSL_FLAG(std::string, summary_json, "",
 ABSL_FLAG(double, startup_timeout, 60,
           "Seconds to wait for every server to write its port file before "
           "giving up.");
+ABSL_FLAG(int32_t, gpus, -1,
+          "GPUs to place workers on, round-robin (worker r gets --gpu=r % "
+          "gpus; several workers may share one). -1: count them with "
+          "nvidia-smi; 0: pass no --gpu (each worker picks its device).");
 ABSL_FLAG(double, grace_period, 10,
           "Seconds between SIGTERM and SIGKILL when stopping processes; also "
           "how long servers get to exit by themselves after the workers "
@@ -117,6 +121,8 @@ int main(int argc, char** argv) {
   options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout));
   options.grace_period = absl::Seconds(absl::GetFlag(FLAGS_grace_period));
   options.progress_bar = isatty(STDOUT_FILENO) == 1;
+  options.gpus = absl::GetFlag(FLAGS_gpus);
+  if (options.gpus < 0) options.gpus = lockstep::CountVisibleGpus();
   options.worker_args = std::move(split->passthrough);
   if (options.bin_dir.empty()) {
     absl::StatusOr<std::string> dir = lockstep::ExecutableDir();

@@ -337,6 +337,21 @@ TEST(LauncherTest, CommandLines) {
                           "--exit_when_done", "--shard=1", "--num_shards=2"));
 }
 
+TEST(LauncherTest, PlacesWorkersOnGpusRoundRobin) {
+  LaunchOptions options;
+  options.workers = 5;
+  options.bin_dir = "/b";
+  options.gpus = 2;
+  for (int rank = 0; rank < 5; ++rank) {
+    EXPECT_THAT(WorkerArgv(options, rank, "h:1"),
+                testing::Contains(absl::StrCat("--gpu=", rank % 2)));
+  }
+  options.gpus = 0;
+  for (const std::string& arg : WorkerArgv(options, 3, "h:1")) {
+    EXPECT_FALSE(absl::StartsWith(arg, "--gpu=")) << arg;
+  }
+}
+
 // A bin dir with stand-in lockstep_server / lockstep_worker shell scripts.
 class FakeBinDir {
  public:
