@@ -12,6 +12,15 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+const char* SyncModeName(SyncPolicy::Mode mode) {
+  switch (mode) {
+    case SyncPolicy::Mode::kSync: return "sync";
+    case SyncPolicy::Mode::kAsync: return "async";
+    case SyncPolicy::Mode::kSsp: return "ssp";
+  }
+  return "?";
+}
+
 int64_t TensorInfo::NumElements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -94,6 +103,14 @@ std::string DescribeDifference(const ModelSignature& expected,
         " nesterov=", go.nesterov, " beta_1=", go.beta_1, " beta_2=",
         go.beta_2, " epsilon=", go.epsilon, " weight_decay=", go.weight_decay,
         ")");
+  }
+  if (!(expected.sync == got.sync)) {
+    return absl::StrCat("sync: job has ", SyncModeName(expected.sync.mode),
+                        " (backup_workers=", expected.sync.backup_workers,
+                        " staleness=", expected.sync.staleness,
+                        "), worker has ", SyncModeName(got.sync.mode),
+                        " (backup_workers=", got.sync.backup_workers,
+                        " staleness=", got.sync.staleness, ")");
   }
   if (expected.chunk_bytes != got.chunk_bytes) {
     return absl::StrCat("chunk_bytes: job has ", expected.chunk_bytes,

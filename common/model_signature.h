@@ -38,6 +38,22 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig& other) const;
 };
 
+// How pushes become updates (see server/chunk_barrier.h).
+struct SyncPolicy {
+  enum class Mode { kSync, kAsync, kSsp };
+  Mode mode = Mode::kSync;
+  int backup_workers = 0;  // kSync: a step needs W - backup_workers pushes.
+  int staleness = 0;       // kSsp: how far ahead of the slowest one may run.
+
+  bool operator==(const SyncPolicy& other) const {
+    return mode == other.mode && backup_workers == other.backup_workers &&
+           staleness == other.staleness;
+  }
+};
+
+// "sync", "async", "ssp".
+const char* SyncModeName(SyncPolicy::Mode mode);
+
 inline constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
 
 struct ModelSignature {
@@ -46,6 +62,7 @@ struct ModelSignature {
   int64_t chunk_bytes = kDefaultChunkBytes;
   int num_workers = 1;
   int num_shards = 1;  // Server shards the chunks are spread over.
+  SyncPolicy sync;
 
   // Total fp32 elements over all tensors: the length of the flat vector.
   int64_t NumParameters() const;

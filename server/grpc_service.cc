@@ -40,7 +40,7 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
 // The callback that finishes a waiting Push or Pull with the chunk's
 // weights. fp32 replies send the published snapshot itself; bf16/fp16 ones
 // send an encoded copy.
-ParameterServer::ChunkCallback WeightsReply(ParameterServer* core,
+ChunkCallback WeightsReply(ParameterServer* core,
                                             WireDType dtype,
                                             grpc::ServerUnaryReactor* reactor,
                                             grpc::ByteBuffer* response) {
@@ -76,6 +76,11 @@ ParameterServer::ChunkCallback WeightsReply(ParameterServer* core,
 grpc::ServerUnaryReactor* ParameterServerService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
+  const std::string& mode = request->signature().sync().mode();
+  if (!mode.empty() && mode != "sync" && mode != "async" && mode != "ssp") {
+    return FinishWith(context, absl::InvalidArgumentError(absl::StrCat(
+                                   "unknown sync mode \"", mode, "\"")));
+  }
   absl::StatusOr<Registration> reg = core_->Register(
       request->rank(), SignatureFromProto(request->signature()));
   if (reg.ok()) {
@@ -165,6 +170,7 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
   counters->set_barrier_wait_seconds(c.barrier_wait_seconds);
   counters->set_bytes_received(c.bytes_received);
   counters->set_bytes_sent(c.bytes_sent);
+  counters->set_pushes_dropped_late(c.pushes_dropped_late);
   return FinishWith(context, absl::OkStatus());
 }
 

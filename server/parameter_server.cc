@@ -1,7 +1,6 @@
 #include "server/parameter_server.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,31 +9,6 @@
 #include "common/wire_codec.h"
 
 namespace lockstep {
-
-// The barrier and weights of one chunk. `version` is the version of the
-// chunk's weights; pushes for step == version are being gathered.
-struct ParameterServer::ChunkState {
-  Chunk chunk;
-  absl::Mutex mu;
-  std::vector<float> weights ABSL_GUARDED_BY(mu);  // Master, fp32.
-  std::unique_ptr<Optimizer> optimizer ABSL_GUARDED_BY(mu);
-  bool initialized ABSL_GUARDED_BY(mu) = false;
-  int64_t version ABSL_GUARDED_BY(mu) = -1;
-  std::vector<float> accumulator ABSL_GUARDED_BY(mu);
-  std::vector<bool> pushed ABSL_GUARDED_BY(mu);  // By rank, for `version`.
-  int num_pushed ABSL_GUARDED_BY(mu) = 0;
-  absl::Time first_push ABSL_GUARDED_BY(mu);  // Of the step being gathered.
-  std::vector<ChunkCallback> push_waiters ABSL_GUARDED_BY(mu);
-  std::vector<std::pair<int64_t, ChunkCallback>> pull_waiters
-      ABSL_GUARDED_BY(mu);
-  std::shared_ptr<const std::vector<float>> published ABSL_GUARDED_BY(mu);
-  bool closed ABSL_GUARDED_BY(mu) = false;
-
-  ChunkSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return ChunkSnapshot{chunk.index, version, published};
-  }
-};
-
 namespace {
 
 absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
@@ -55,9 +29,24 @@ absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
   return absl::OkStatus();
 }
 
-int64_t NewServerIncarnation() {
-  return absl::ToUnixMicros(absl::Now());
+absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
+  if (sync.backup_workers < 0 || sync.backup_workers >= num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backup_workers must be in [0, ", num_workers, "), got ",
+        sync.backup_workers));
+  }
+  if (sync.backup_workers > 0 && sync.mode != SyncPolicy::Mode::kSync) {
+    return absl::InvalidArgumentError(
+        "backup_workers applies to sync mode only");
+  }
+  if (sync.staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staleness must not be negative, got ", sync.staleness));
+  }
+  return absl::OkStatus();
 }
+
+int64_t NewServerIncarnation() { return absl::ToUnixMicros(absl::Now()); }
 
 }  // namespace
 
@@ -85,6 +74,7 @@ ParameterServer::ParameterServer(const ParameterServerOptions& options)
 ParameterServer::~ParameterServer() { Shutdown(); }
 
 absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
+  RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, options_.num_workers));
   ASSIGN_OR_RETURN(ChunkPlan plan,
                    ChunkPlan::Create(signature.NumParameters(),
                                      signature.chunk_bytes,
@@ -92,66 +82,50 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
   if (plan.num_chunks() == 0) {
     return absl::InvalidArgumentError("the model has no parameters");
   }
-  // Validates the optimizer settings once, before any chunk exists.
-  RETURN_IF_ERROR(Optimizer::Create(signature.optimizer, 0).status());
-  // Chunk states of an earlier, provisional configuration stay alive: a
-  // caller may still hold a pointer to one (they are closed and empty).
-  for (auto& old : chunks_) retired_chunks_.push_back(std::move(old));
-  chunks_.clear();
-  num_owned_chunks_ = 0;
+  std::vector<std::unique_ptr<ChunkBarrier>> chunks;
   for (const Chunk& chunk : plan.chunks()) {
     if (chunk.shard != options_.shard) {
-      chunks_.push_back(nullptr);  // Another shard's.
+      chunks.push_back(nullptr);  // Another shard's.
       continue;
     }
-    auto state = std::make_unique<ChunkState>();
-    state->chunk = chunk;
-    absl::MutexLock lock(&state->mu);
-    ASSIGN_OR_RETURN(state->optimizer,
+    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                      Optimizer::Create(signature.optimizer, chunk.size));
-    state->weights.assign(chunk.size, 0.0f);
-    state->accumulator.assign(chunk.size, 0.0f);
-    state->pushed.assign(options_.num_workers, false);
-    chunks_.push_back(std::move(state));
-    ++num_owned_chunks_;
+    chunks.push_back(std::make_unique<ChunkBarrier>(
+        chunk, signature.sync, options_.num_workers, std::move(optimizer),
+        &counters_));
   }
+  // Barriers of an earlier, provisional configuration stay alive: a caller
+  // may still hold a pointer to one (they are closed).
+  for (auto& old : chunks_) retired_chunks_.push_back(std::move(old));
+  chunks_ = std::move(chunks);
   signature_ = signature;
   plan_ = std::move(plan);
   return absl::OkStatus();
 }
 
-std::vector<ParameterServer::ChunkCallback>
-ParameterServer::RevokeProvisionalLocked(const std::string& reason) {
+std::vector<ChunkBarrier*> ParameterServer::RevokeProvisionalLocked(
+    const std::string& reason) {
   for (int r = 1; r < options_.num_workers; ++r) {
     if (incarnations_[r] != 0) revoked_[incarnations_[r]] = reason;
     incarnations_[r] = 0;
   }
-  std::vector<ChunkCallback> waiters;
-  for (auto& c : chunks_) {
-    if (c == nullptr) continue;
-    absl::MutexLock lock(&c->mu);
-    c->closed = true;
-    for (auto& [min_version, cb] : c->pull_waiters) {
-      waiters.push_back(std::move(cb));
-    }
-    c->pull_waiters.clear();
-  }
-  return waiters;
+  return OwnedChunksLocked();
 }
 
 absl::StatusOr<Registration> ParameterServer::Register(
     int rank, const ModelSignature& signature) {
-  std::vector<ChunkCallback> revoked;
+  std::vector<ChunkBarrier*> revoked;
   std::string reason;
-  absl::StatusOr<Registration> result = RegisterInternal(rank, signature,
-                                                       &revoked, &reason);
-  for (ChunkCallback& cb : revoked) cb(absl::FailedPreconditionError(reason));
+  absl::StatusOr<Registration> result =
+      RegisterInternal(rank, signature, &revoked, &reason);
+  // Old barriers: their waiting pulls learn why.
+  for (ChunkBarrier* b : revoked) b->Close(absl::FailedPreconditionError(reason));
   return result;
 }
 
 absl::StatusOr<Registration> ParameterServer::RegisterInternal(
     int rank, const ModelSignature& signature,
-    std::vector<ChunkCallback>* revoked, std::string* reason) {
+    std::vector<ChunkBarrier*>* revoked, std::string* reason) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   if (rank < 0 || rank >= options_.num_workers) {
@@ -175,7 +149,7 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
   } else if (const std::string diff =
                  DescribeDifference(*signature_, signature);
              !diff.empty()) {
-    if (rank != 0 || signature_from_rank0_ || version_ >= 0) {
+    if (rank != 0 || signature_from_rank0_ || VersionLocked() >= 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("model signature differs from the job's: ", diff));
     }
@@ -192,8 +166,8 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
   reg.incarnation = next_incarnation_++;
   incarnations_[rank] = reg.incarnation;
   finished_[rank] = false;
-  reg.version = version_;
-  reg.must_initialize = rank == 0 && version_ < 0;
+  reg.version = VersionLocked();
+  reg.must_initialize = rank == 0 && reg.version < 0;
   reg.server_incarnation = server_incarnation_;
   return reg;
 }
@@ -219,15 +193,16 @@ absl::Status ParameterServer::CheckMemberLocked(int rank,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ParameterServer::ChunkState*> ParameterServer::FindChunk(
-    int rank, int64_t incarnation, int chunk) const {
+absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(int rank,
+                                                         int64_t incarnation,
+                                                         int chunk) const {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
   return OwnedChunkLocked(chunk);
 }
 
-absl::StatusOr<ParameterServer::ChunkState*> ParameterServer::OwnedChunkLocked(
+absl::StatusOr<ChunkBarrier*> ParameterServer::OwnedChunkLocked(
     int chunk) const {
   if (chunk < 0 || chunk >= static_cast<int>(chunks_.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -241,174 +216,80 @@ absl::StatusOr<ParameterServer::ChunkState*> ParameterServer::OwnedChunkLocked(
   return chunks_[chunk].get();
 }
 
+std::vector<ChunkBarrier*> ParameterServer::OwnedChunksLocked() const {
+  std::vector<ChunkBarrier*> owned;
+  for (const auto& c : chunks_) {
+    if (c != nullptr) owned.push_back(c.get());
+  }
+  return owned;
+}
+
+int64_t ParameterServer::VersionLocked() const {
+  int64_t version = -1;
+  bool first = true;
+  for (const auto& c : chunks_) {
+    if (c == nullptr) continue;
+    version = first ? c->version() : std::min(version, c->version());
+    first = false;
+  }
+  return version;
+}
+
 absl::StatusOr<int64_t> ParameterServer::Initialize(
     int rank, int64_t incarnation, int chunk, absl::string_view fp32_bytes) {
   if (rank != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
   }
-  ASSIGN_OR_RETURN(ChunkState * state, FindChunk(rank, incarnation, chunk));
-  RETURN_IF_ERROR(CheckPayload({fp32_bytes}, WireDType::kFloat32, state->chunk));
-  std::vector<std::pair<int64_t, ChunkCallback>> pulls;
-  ChunkSnapshot snapshot;
-  {
-    absl::MutexLock lock(&state->mu);
-    if (state->initialized) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("chunk ", chunk, " is already initialized"));
-    }
-    std::memcpy(state->weights.data(), fp32_bytes.data(), fp32_bytes.size());
-    state->initialized = true;
-    state->version = 0;
-    state->published =
-        std::make_shared<const std::vector<float>>(state->weights);
-    snapshot = state->SnapshotLocked();
-    pulls.swap(state->pull_waiters);
-  }
-  ChunkPublished(0);
-  for (auto& [min_version, done] : pulls) done(snapshot);
+  ASSIGN_OR_RETURN(ChunkBarrier * barrier, FindChunk(rank, incarnation, chunk));
+  RETURN_IF_ERROR(
+      CheckPayload({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
+  RETURN_IF_ERROR(barrier->Initialize(fp32_bytes));
   absl::MutexLock lock(&mu_);
-  return version_;
+  return VersionLocked();
 }
 
 void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
                            int chunk, WireDType dtype,
                            absl::Span<const absl::string_view> payload,
                            ChunkCallback done) {
-  // Every early return below is a refused push.
-  auto refuse = [this, &done](absl::Status status) {
-    CountRefused();
-    done(std::move(status));
-  };
-  absl::StatusOr<ChunkState*> found = FindChunk(rank, incarnation, chunk);
-  if (!found.ok()) return refuse(found.status());
-  ChunkState& state = **found;
   const absl::Time arrival = absl::Now();
-  if (absl::Status s = CheckPayload(payload, dtype, state.chunk); !s.ok()) {
-    return refuse(s);
+  absl::StatusOr<ChunkBarrier*> barrier = FindChunk(rank, incarnation, chunk);
+  absl::Status valid = barrier.status();
+  if (valid.ok()) valid = CheckPayload(payload, dtype, (*barrier)->chunk());
+  if (!valid.ok()) {
+    counters_.pushes_refused.fetch_add(1, std::memory_order_relaxed);
+    return done(valid);
   }
-  std::vector<ChunkCallback> pushes;
-  std::vector<std::pair<int64_t, ChunkCallback>> pulls;
-  ChunkSnapshot snapshot;
-  {
-    absl::ReleasableMutexLock lock(&state.mu);
-    if (state.closed) {
-      lock.Release();
-      return refuse(absl::UnavailableError("server is shutting down"));
-    }
-    if (!state.initialized) {
-      lock.Release();
-      return refuse(absl::FailedPreconditionError(absl::StrCat(
-          "chunk ", chunk, " has no weights yet: rank 0 has not initialized")));
-    }
-    if (step == state.version - 1) {
-      // A re-sent push of the step just applied (its answer was lost): every
-      // rank was counted in it, so it gets the same answer again.
-      snapshot = state.SnapshotLocked();
-      lock.Release();
-      return done(snapshot);
-    }
-    if (step != state.version) {
-      const int64_t version = state.version;
-      lock.Release();
-      return refuse(absl::FailedPreconditionError(
-          absl::StrCat("push for step ", step, " but chunk ", chunk,
-                       " is at version ", version, "; expected step ",
-                       version)));
-    }
-    state.push_waiters.push_back(std::move(done));
-    if (state.pushed[rank]) return;  // Counted already: wait with the rest.
-    AccumulatePieces(payload, dtype, absl::MakeSpan(state.accumulator));
-    state.pushed[rank] = true;
-    if (state.num_pushed == 0) state.first_push = arrival;
-    const absl::Time summed = absl::Now();
-    pushes_accepted_.fetch_add(1, std::memory_order_relaxed);
-    bytes_received_.fetch_add(PiecesSize(payload), std::memory_order_relaxed);
-    accumulate_ns_.fetch_add(absl::ToInt64Nanoseconds(summed - arrival),
-                             std::memory_order_relaxed);
-    if (++state.num_pushed < options_.num_workers) return;
-
-    // The barrier is complete: average, step, publish.
-    barrier_wait_ns_.fetch_add(
-        absl::ToInt64Nanoseconds(summed - state.first_push),
-        std::memory_order_relaxed);
-    const float scale = 1.0f / static_cast<float>(options_.num_workers);
-    for (float& g : state.accumulator) g *= scale;
-    state.optimizer->Apply(step, 0, absl::MakeSpan(state.weights),
-                           state.accumulator);
-    std::fill(state.accumulator.begin(), state.accumulator.end(), 0.0f);
-    std::fill(state.pushed.begin(), state.pushed.end(), false);
-    state.num_pushed = 0;
-    state.version = step + 1;
-    state.published =
-        std::make_shared<const std::vector<float>>(state.weights);
-    snapshot = state.SnapshotLocked();
-    pushes.swap(state.push_waiters);
-    chunk_steps_.fetch_add(1, std::memory_order_relaxed);
-    apply_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - summed),
-                        std::memory_order_relaxed);
-    auto ready = std::stable_partition(
-        state.pull_waiters.begin(), state.pull_waiters.end(),
-        [&](const auto& p) { return p.first > state.version; });
-    pulls.assign(std::make_move_iterator(ready),
-                 std::make_move_iterator(state.pull_waiters.end()));
-    state.pull_waiters.erase(ready, state.pull_waiters.end());
-  }
-  ChunkPublished(step + 1);
-  for (ChunkCallback& cb : pushes) cb(snapshot);
-  for (auto& [min_version, cb] : pulls) cb(snapshot);
-}
-
-void ParameterServer::ChunkPublished(int64_t version) {
-  absl::MutexLock lock(&mu_);
-  if (version != version_ + 1) return;
-  if (++chunks_at_next_version_ == num_owned_chunks_) {
-    version_ = version;
-    chunks_at_next_version_ = 0;
-  }
+  (*barrier)->Push(rank, step, dtype, payload, arrival, std::move(done));
 }
 
 void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
                            int64_t min_version, ChunkCallback done) {
-  ChunkState* state = nullptr;
+  ChunkBarrier* barrier = nullptr;
   {
     absl::ReleasableMutexLock lock(&mu_);
+    absl::Status status;
     if (shutting_down_) {
+      status = absl::UnavailableError("server is shutting down");
+    } else if (incarnation != 0) {
+      status = CheckMemberLocked(rank, incarnation);
+    }
+    if (status.ok() && !signature_.has_value()) {
+      status = absl::FailedPreconditionError(
+          "no worker has registered yet, so there is no model");
+    }
+    if (status.ok()) {
+      absl::StatusOr<ChunkBarrier*> owned = OwnedChunkLocked(chunk);
+      status = owned.status();
+      if (owned.ok()) barrier = *owned;
+    }
+    if (!status.ok()) {
       lock.Release();
-      return done(absl::UnavailableError("server is shutting down"));
+      return done(status);
     }
-    if (incarnation != 0) {
-      if (absl::Status s = CheckMemberLocked(rank, incarnation); !s.ok()) {
-        lock.Release();
-        return done(s);
-      }
-    }
-    if (!signature_.has_value()) {
-      lock.Release();
-      return done(absl::FailedPreconditionError(
-          "no worker has registered yet, so there is no model"));
-    }
-    absl::StatusOr<ChunkState*> owned = OwnedChunkLocked(chunk);
-    if (!owned.ok()) {
-      lock.Release();
-      return done(owned.status());
-    }
-    state = *owned;
   }
-  ChunkSnapshot snapshot;
-  {
-    absl::ReleasableMutexLock lock(&state->mu);
-    if (state->closed) {
-      lock.Release();
-      return done(absl::UnavailableError("server is shutting down"));
-    }
-    if (!state->initialized || state->version < min_version) {
-      state->pull_waiters.emplace_back(min_version, std::move(done));
-      return;
-    }
-    snapshot = state->SnapshotLocked();
-  }
-  done(snapshot);
+  barrier->Pull(min_version, std::move(done));
 }
 
 absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
@@ -420,12 +301,11 @@ absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
 
 ServerStatus ParameterServer::GetStatus() const {
   ServerStatus status;
-  std::vector<ChunkState*> chunks;
+  std::vector<ChunkBarrier*> chunks;
   {
     absl::MutexLock lock(&mu_);
-    status.version = version_;
+    status.version = VersionLocked();
     status.num_workers = options_.num_workers;
-    status.num_chunks = num_owned_chunks_;
     status.server_incarnation = server_incarnation_;
     status.signature = signature_;
     status.shard = options_.shard;
@@ -434,34 +314,30 @@ ServerStatus ParameterServer::GetStatus() const {
       if (incarnations_[r] != 0) status.registered_ranks.push_back(r);
       if (finished_[r]) status.finished_ranks.push_back(r);
     }
-    for (const auto& c : chunks_) {
-      if (c != nullptr) chunks.push_back(c.get());
-    }
+    chunks = OwnedChunksLocked();
   }
+  status.num_chunks = static_cast<int>(chunks.size());
   // A rank has pushed step `version` when every chunk still gathering that
-  // step holds its gradient (chunks already past it had all of them).
-  std::vector<bool> pushed(options_.num_workers, status.version >= 0);
-  for (ChunkState* c : chunks) {
-    absl::MutexLock lock(&c->mu);
-    if (c->version != status.version) continue;
-    for (int r = 0; r < options_.num_workers; ++r) {
-      if (!c->pushed[r]) pushed[r] = false;
+  // step holds its gradient (chunks already past it had all they needed).
+  for (int r = 0; r < options_.num_workers && status.version >= 0; ++r) {
+    bool pushed = true;
+    for (ChunkBarrier* c : chunks) {
+      if (c->version() == status.version && !c->HasPushed(r)) pushed = false;
     }
-  }
-  for (int r = 0; r < options_.num_workers; ++r) {
-    if (pushed[r]) status.pushed_ranks.push_back(r);
+    if (pushed) status.pushed_ranks.push_back(r);
   }
   ServerCounters& c = status.counters;
   auto seconds = [](const std::atomic<int64_t>& ns) {
     return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
   };
-  c.pushes_accepted = pushes_accepted_.load(std::memory_order_relaxed);
-  c.pushes_refused = pushes_refused_.load(std::memory_order_relaxed);
-  c.chunk_steps = chunk_steps_.load(std::memory_order_relaxed);
-  c.accumulate_seconds = seconds(accumulate_ns_);
-  c.apply_seconds = seconds(apply_ns_);
-  c.barrier_wait_seconds = seconds(barrier_wait_ns_);
-  c.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+  c.pushes_accepted = counters_.pushes_accepted.load();
+  c.pushes_refused = counters_.pushes_refused.load();
+  c.pushes_dropped_late = counters_.pushes_dropped_late.load();
+  c.chunk_steps = counters_.chunk_steps.load();
+  c.accumulate_seconds = seconds(counters_.accumulate_ns);
+  c.apply_seconds = seconds(counters_.apply_ns);
+  c.barrier_wait_seconds = seconds(counters_.barrier_wait_ns);
+  c.bytes_received = counters_.bytes_received.load();
   c.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
   return status;
 }
@@ -476,27 +352,14 @@ bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
 }
 
 void ParameterServer::Shutdown() {
-  std::vector<ChunkState*> chunks;
+  std::vector<ChunkBarrier*> chunks;
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
-    for (const auto& c : chunks_) {
-      if (c != nullptr) chunks.push_back(c.get());
-    }
+    chunks = OwnedChunksLocked();
   }
-  const absl::Status unavailable =
-      absl::UnavailableError("server is shutting down");
-  for (ChunkState* c : chunks) {
-    std::vector<ChunkCallback> pushes;
-    std::vector<std::pair<int64_t, ChunkCallback>> pulls;
-    {
-      absl::MutexLock lock(&c->mu);
-      c->closed = true;
-      pushes.swap(c->push_waiters);
-      pulls.swap(c->pull_waiters);
-    }
-    for (ChunkCallback& cb : pushes) cb(unavailable);
-    for (auto& [v, cb] : pulls) cb(unavailable);
+  for (ChunkBarrier* c : chunks) {
+    c->Close(absl::UnavailableError("server is shutting down"));
   }
 }
 

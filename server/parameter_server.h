@@ -45,7 +45,8 @@
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
 #include "common/wire_codec.h"
-#include "server/optimizer.h"
+#include "server/chunk_barrier.h"
+#include "common/optimizer.h"
 
 namespace lockstep {
 
@@ -53,13 +54,6 @@ struct ParameterServerOptions {
   int num_workers = 1;  // Workers in every synchronous step.
   int shard = 0;        // This server's index among num_shards.
   int num_shards = 1;   // Chunks are spread over shards by ChunkPlan.
-};
-
-// The weights of one chunk at one version. Immutable once published.
-struct ChunkSnapshot {
-  int chunk = 0;
-  int64_t version = 0;
-  std::shared_ptr<const std::vector<float>> values;
 };
 
 struct Registration {
@@ -74,6 +68,7 @@ struct Registration {
 struct ServerCounters {
   int64_t pushes_accepted = 0;
   int64_t pushes_refused = 0;
+  int64_t pushes_dropped_late = 0;  // Beaten by backup workers.
   int64_t chunk_steps = 0;
   double accumulate_seconds = 0;
   double apply_seconds = 0;
@@ -98,8 +93,6 @@ struct ServerStatus {
 
 class ParameterServer final {
  public:
-  using ChunkCallback = std::function<void(absl::StatusOr<ChunkSnapshot>)>;
-
   // INVALID_ARGUMENT when num_workers < 1 or the shard is out of range.
   static absl::StatusOr<std::unique_ptr<ParameterServer>> Create(
       const ParameterServerOptions& options);
@@ -157,47 +150,36 @@ class ParameterServer final {
   void Shutdown();
 
  private:
-  struct ChunkState;
-
   explicit ParameterServer(const ParameterServerOptions& options);
 
-  // Sets up the plan, optimizer, weights and chunk barriers for `signature`.
+  // Sets up the plan and this shard's chunk barriers for `signature`.
   absl::Status ConfigureLocked(const ModelSignature& signature)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Registration> RegisterInternal(
       int rank, const ModelSignature& signature,
-      std::vector<ChunkCallback>* revoked, std::string* reason)
+      std::vector<ChunkBarrier*>* revoked, std::string* reason)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the registrations of ranks other than 0 (made under a signature
-  // rank 0 overrules) and returns their waiting pulls, to be failed.
-  std::vector<ChunkCallback> RevokeProvisionalLocked(const std::string& reason)
+  // rank 0 overrules) and returns the barriers to close, failing their
+  // waiting pulls.
+  std::vector<ChunkBarrier*> RevokeProvisionalLocked(const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckMemberLocked(int rank, int64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Validates rank/incarnation/chunk; returns the chunk's state.
-  absl::StatusOr<ChunkState*> FindChunk(int rank, int64_t incarnation,
-                                        int chunk) const;
-  // The state of a chunk this shard owns, or why there is none.
-  absl::StatusOr<ChunkState*> OwnedChunkLocked(int chunk) const
+  // Validates rank/incarnation/chunk; returns the chunk's barrier.
+  absl::StatusOr<ChunkBarrier*> FindChunk(int rank, int64_t incarnation,
+                                          int chunk) const;
+  // The barrier of a chunk this shard owns, or why there is none.
+  absl::StatusOr<ChunkBarrier*> OwnedChunkLocked(int chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records that one chunk reached `version`; publishes the shard version
-  // when all have.
-  void ChunkPublished(int64_t version);
-
-  // Counts a push's outcome; reply bytes are counted when sent.
-  void CountRefused() { pushes_refused_.fetch_add(1, std::memory_order_relaxed); }
+  // The shard's version: the lowest of its chunks' (-1 before version 0).
+  int64_t VersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ChunkBarrier*> OwnedChunksLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ParameterServerOptions options_;
   const int64_t server_incarnation_;
-
-  // Counters, updated without the lock.
-  std::atomic<int64_t> pushes_accepted_{0};
-  std::atomic<int64_t> pushes_refused_{0};
-  std::atomic<int64_t> chunk_steps_{0};
-  std::atomic<int64_t> accumulate_ns_{0};
-  std::atomic<int64_t> apply_ns_{0};
-  std::atomic<int64_t> barrier_wait_ns_{0};
-  std::atomic<int64_t> bytes_received_{0};
+  BarrierCounters counters_;  // Updated without the lock.
   std::atomic<int64_t> bytes_sent_{0};
 
   mutable absl::Mutex mu_;
@@ -210,14 +192,13 @@ class ParameterServer final {
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // 0: none.
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
-  int64_t version_ ABSL_GUARDED_BY(mu_) = -1;
-  int chunks_at_next_version_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // By global chunk index; null for chunks of other shards. The chunk states
-  // guard their own contents.
-  std::vector<std::unique_ptr<ChunkState>> chunks_ ABSL_GUARDED_BY(mu_);
-  int num_owned_chunks_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::unique_ptr<ChunkState>> retired_chunks_ ABSL_GUARDED_BY(mu_);
+  // By global chunk index; null for chunks of other shards. Barriers guard
+  // their own contents; they are never destroyed before the server, so a
+  // pointer taken under mu_ stays valid.
+  std::vector<std::unique_ptr<ChunkBarrier>> chunks_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<ChunkBarrier>> retired_chunks_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace lockstep

@@ -63,6 +63,21 @@ ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU device.");
 ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
 ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");
+ABSL_FLAG(std::string, sync, "ps",
+          "How gradients are combined: ps (synchronous parameter server), "
+          "async (the server applies each gradient as it arrives) or ssp "
+          "(bounded staleness, see --staleness).");
+ABSL_FLAG(int, backup_workers, 0,
+          "sync=ps: each step applies the first workers - b gradients to "
+          "arrive; late ones are dropped and counted.");
+ABSL_FLAG(int, staleness, 1,
+          "sync=ssp: how many steps a worker may run ahead of the slowest.");
+ABSL_FLAG(std::string, straggle, "",
+          "Slow ranks on purpose: RANK:MS[,RANK:MS...] adds MS milliseconds "
+          "to every step of RANK.");
+ABSL_FLAG(int, straggle_random_ms, 0,
+          "Adds a random delay, uniform in [0, N] ms and seeded, to every "
+          "step of every worker.");
 ABSL_FLAG(std::string, wire_dtype, "fp32",
           "Encoding of gradients and weights on the wire: fp32 | bf16 | fp16 "
           "(servers always sum and keep fp32).");
@@ -135,6 +150,23 @@ absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text) {
   return layers;
 }
 
+// This rank's delay from --straggle=RANK:MS[,RANK:MS...].
+absl::StatusOr<int> StraggleFor(const std::string& spec, int rank) {
+  int ms = 0;
+  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> parts =
+        absl::StrSplit(item, absl::MaxSplits(':', 1));
+    int r = 0, delay = 0;
+    if (!absl::SimpleAtoi(parts.first, &r) ||
+        !absl::SimpleAtoi(parts.second, &delay) || r < 0 || delay < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--straggle takes RANK:MS[,RANK:MS...], got \"", spec, "\""));
+    }
+    if (r == rank) ms += delay;
+  }
+  return ms;
+}
+
 absl::StatusOr<WorkerMainOptions> ParseOptions() {
   WorkerMainOptions o;
   std::string servers = absl::GetFlag(FLAGS_servers);
@@ -201,6 +233,35 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
   o.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  const std::string sync = absl::GetFlag(FLAGS_sync);
+  if (sync == "ps") {
+    o.trainer.sync = SyncMode::kPs;
+  } else if (sync == "async") {
+    o.trainer.sync = SyncMode::kAsync;
+  } else if (sync == "ssp") {
+    o.trainer.sync = SyncMode::kSsp;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync must be ps, async or ssp, got \"", sync, "\""));
+  }
+  o.trainer.backup_workers = absl::GetFlag(FLAGS_backup_workers);
+  if (o.trainer.backup_workers < 0 || o.trainer.backup_workers >= workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--backup_workers must be in [0, ", workers, ")"));
+  }
+  if (o.trainer.backup_workers > 0 && o.trainer.sync != SyncMode::kPs) {
+    return absl::InvalidArgumentError("--backup_workers needs --sync=ps");
+  }
+  o.trainer.staleness = absl::GetFlag(FLAGS_staleness);
+  if (o.trainer.staleness < 0) {
+    return absl::InvalidArgumentError("--staleness must not be negative");
+  }
+  ASSIGN_OR_RETURN(o.trainer.straggle_ms,
+                   StraggleFor(absl::GetFlag(FLAGS_straggle), rank));
+  o.trainer.straggle_random_ms = absl::GetFlag(FLAGS_straggle_random_ms);
+  if (o.trainer.straggle_random_ms < 0) {
+    return absl::InvalidArgumentError("--straggle_random_ms must not be negative");
+  }
   ASSIGN_OR_RETURN(o.client.wire_dtype,
                    ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   o.client.max_message_bytes =
@@ -250,6 +311,8 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("batch_size", o.trainer.batch_size)
       .Add("optimizer", o.trainer.optimizer.name)
       .Add("wire_dtype", WireDTypeName(o.client.wire_dtype))
+      .Add("sync", absl::GetFlag(FLAGS_sync))
+      .Add("backup_workers", o.trainer.backup_workers)
       .Add("servers", static_cast<int>(o.client.servers.size()));
   return WriteFileAtomically(path, json.ToString());
 }

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <utility>
 
@@ -212,7 +213,7 @@ class PsClient::Impl {
     }
   }
 
-  absl::Status FinishStep() {
+  absl::StatusOr<int64_t> FinishStep() {
     if (!step_.has_value()) {
       return absl::FailedPreconditionError("no step in flight");
     }
@@ -222,8 +223,11 @@ class PsClient::Impl {
         SendPush(plan_->chunks()[i]);
       }
     }
+    const absl::Time wait_start = absl::Now();
     step_->pending.Wait();
-    absl::Status result;
+    timings_.wait_seconds += absl::ToDoubleSeconds(absl::Now() - wait_start);
+    ++timings_.steps;
+    absl::StatusOr<int64_t> result;
     const int64_t step = step_->step;
     for (const Chunk& chunk : plan_->chunks()) {
       const PushCall& call = *step_->calls[chunk.index];
@@ -236,6 +240,10 @@ class PsClient::Impl {
         result = call.decoded;
         break;
       }
+      // Chunks may stand at different versions (with backup workers or
+      // asynchronous modes); the step's result is the oldest.
+      result = chunk.index == 0 ? call.version
+                                : std::min(*result, call.version);
     }
     step_.reset();
     return result;
@@ -254,8 +262,9 @@ class PsClient::Impl {
     step_->pending.Wait();
   }
 
-  absl::Status PushPull(int64_t step, absl::Span<const float> gradient,
-                        absl::Span<float> weights) {
+  absl::StatusOr<int64_t> PushPull(int64_t step,
+                                   absl::Span<const float> gradient,
+                                   absl::Span<float> weights) {
     RETURN_IF_ERROR(BeginStep(step, gradient, weights));
     GradientReady(0, plan_->num_elements());
     return FinishStep();
@@ -275,6 +284,13 @@ class PsClient::Impl {
                                                         &response)));
     }
     return result;
+  }
+
+  StepTimings step_timings() const {
+    StepTimings timings = timings_;
+    timings.decode_seconds =
+        static_cast<double>(decode_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    return timings;
   }
 
  private:
@@ -299,6 +315,7 @@ class PsClient::Impl {
     grpc::ByteBuffer response;
     grpc::Status status;
     absl::Status decoded;  // Outcome of decoding the reply's weights.
+    int64_t version = 0;   // The reply's version.
   };
   // One step in flight: its vectors, what each chunk still lacks, and the
   // calls (which grpc requires to stay put until they complete).
@@ -317,6 +334,7 @@ class PsClient::Impl {
     auto call = std::make_unique<PushCall>();
     PushCall* c = call.get();
     c->context.set_deadline(DeadlineAfter(options_.step_timeout));
+    const absl::Time encode_start = absl::Now();
     const absl::Span<const float> values =
         step_->gradient.subspan(chunk.offset, chunk.size);
     absl::string_view payload;
@@ -330,6 +348,8 @@ class PsClient::Impl {
     c->request = MakePushRequest(rank_, incarnations_[chunk.shard],
                                  step_->step, chunk.index, ProtoDType(),
                                  payload);
+    const absl::Time send_start = absl::Now();
+    timings_.encode_seconds += absl::ToDoubleSeconds(send_start - encode_start);
     step_->calls[chunk.index] = std::move(call);
     // The reply is decoded on gRPC's thread as soon as it arrives; chunks
     // write disjoint ranges of the weights.
@@ -338,25 +358,33 @@ class PsClient::Impl {
     absl::BlockingCounter* pending = &step_->pending;
     const WireDType dtype = options_.wire_dtype;
     const int index = chunk.index;
+    std::atomic<int64_t>* decode_ns = &decode_ns_;
     raw_stubs_[chunk.shard]->UnaryCall(
         &c->context, kPushMethod, grpc::StubOptions(), &c->request,
-        &c->response, [c, out, expected, pending, dtype, index](grpc::Status s) {
+        &c->response,
+        [c, out, expected, pending, dtype, index, decode_ns](grpc::Status s) {
           c->status = std::move(s);
-          if (c->status.ok()) c->decoded = DecodeReply(*c, out, expected,
-                                                       dtype, index);
+          if (c->status.ok()) {
+            const absl::Time start = absl::Now();
+            c->decoded = DecodeReply(*c, out, expected, dtype, index);
+            decode_ns->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
+                                 std::memory_order_relaxed);
+          }
           pending->DecrementCount();
         });
+    timings_.send_seconds += absl::ToDoubleSeconds(absl::Now() - send_start);
   }
 
-  static absl::Status DecodeReply(const PushCall& call, absl::Span<float> out,
+  static absl::Status DecodeReply(PushCall& call, absl::Span<float> out,
                                   int64_t expected, WireDType dtype,
                                   int chunk) {
     ASSIGN_OR_RETURN(WeightsView reply, ParseWeightsReply(call.response));
-    if (reply.version != expected) {
+    if (reply.version < expected) {
       return absl::InternalError(absl::StrCat(
           "push of chunk ", chunk, " was answered with version ",
-          reply.version, ", expected ", expected));
+          reply.version, ", expected at least ", expected));
     }
+    call.version = reply.version;
     return DecodePieces(reply.data, dtype, out);
   }
 
@@ -378,6 +406,10 @@ class PsClient::Impl {
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
+  // Client-side time for benchmarks. The training thread writes timings_;
+  // decoding, on gRPC's threads, adds to decode_ns_.
+  StepTimings timings_;
+  std::atomic<int64_t> decode_ns_{0};
 };
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
@@ -403,8 +435,9 @@ absl::StatusOr<int64_t> PsClient::Pull(int64_t min_version,
                                        absl::Span<float> weights) {
   return impl_->Pull(min_version, weights);
 }
-absl::Status PsClient::PushPull(int64_t step, absl::Span<const float> gradient,
-                                absl::Span<float> weights) {
+absl::StatusOr<int64_t> PsClient::PushPull(int64_t step,
+                                           absl::Span<const float> gradient,
+                                           absl::Span<float> weights) {
   return impl_->PushPull(step, gradient, weights);
 }
 absl::Status PsClient::BeginStep(int64_t step, absl::Span<const float> gradient,
@@ -414,7 +447,10 @@ absl::Status PsClient::BeginStep(int64_t step, absl::Span<const float> gradient,
 void PsClient::GradientReady(int64_t begin, int64_t end) {
   impl_->GradientReady(begin, end);
 }
-absl::Status PsClient::FinishStep() { return impl_->FinishStep(); }
+absl::StatusOr<int64_t> PsClient::FinishStep() {
+  return impl_->FinishStep();
+}
 absl::Status PsClient::Leave() { return impl_->Leave(); }
+StepTimings PsClient::step_timings() const { return impl_->step_timings(); }
 
 }  // namespace lockstep

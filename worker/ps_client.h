@@ -37,6 +37,22 @@ struct PsClientOptions {
   WireDType wire_dtype = WireDType::kFloat32;
 };
 
+// Where a worker's steps spent their time on the client side, summed over
+// every step since the client was made. Only grows, so a caller measures a
+// window as the difference of two readings. For benchmarks.
+struct StepTimings {
+  int64_t steps = 0;            // Steps that FinishStep completed.
+  // Encoding gradient chunks and framing the requests (caller's thread).
+  double encode_seconds = 0;
+  double send_seconds = 0;      // Starting the push RPCs (caller's thread).
+  // FinishStep blocked until the last reply arrived: the server's barrier,
+  // summing and optimizer, the transfers, and the decoding of replies that
+  // arrived meanwhile.
+  double wait_seconds = 0;
+  // Decoding reply weights, summed over gRPC's threads (overlaps the wait).
+  double decode_seconds = 0;
+};
+
 struct RegisterResult {
   int64_t incarnation = 0;
   bool must_initialize = false;
@@ -60,10 +76,13 @@ class PsClient final {
   // the version read.
   absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights);
 
-  // Pushes the gradient of `step` and receives the weights of version
-  // step + 1 into `weights`: BeginStep + GradientReady(all) + FinishStep.
-  absl::Status PushPull(int64_t step, absl::Span<const float> gradient,
-                        absl::Span<float> weights);
+  // Pushes the gradient of `step` and receives the resulting weights into
+  // `weights`: BeginStep + GradientReady(all) + FinishStep. Returns their
+  // version: step + 1 in plain synchronous training; possibly later with
+  // backup workers or the asynchronous modes (the oldest chunk's).
+  absl::StatusOr<int64_t> PushPull(int64_t step,
+                                   absl::Span<const float> gradient,
+                                   absl::Span<float> weights);
 
   // The same step in pieces, so pushes overlap backprop: BeginStep names the
   // step and the vectors (which must stay alive and, for `gradient`, keep
@@ -74,10 +93,13 @@ class PsClient final {
   absl::Status BeginStep(int64_t step, absl::Span<const float> gradient,
                          absl::Span<float> weights);
   void GradientReady(int64_t begin, int64_t end);
-  absl::Status FinishStep();
+  absl::StatusOr<int64_t> FinishStep();
 
   // Says this worker is done.
   absl::Status Leave();
+
+  // Client-side time of the steps so far. Call between steps.
+  StepTimings step_timings() const;
 
  private:
   class Impl;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 #include "worker/sharded_sampler.h"
 
@@ -28,6 +29,19 @@ absl::StatusOr<int64_t> Trainer::JoinJob() {
   signature.chunk_bytes = options_.chunk_bytes;
   signature.num_workers = options_.num_workers;
   signature.num_shards = options_.num_shards;
+  switch (options_.sync) {
+    case SyncMode::kPs:
+      signature.sync.mode = SyncPolicy::Mode::kSync;
+      signature.sync.backup_workers = options_.backup_workers;
+      break;
+    case SyncMode::kAsync:
+      signature.sync.mode = SyncPolicy::Mode::kAsync;
+      break;
+    case SyncMode::kSsp:
+      signature.sync.mode = SyncPolicy::Mode::kSsp;
+      signature.sync.staleness = options_.staleness;
+      break;
+  }
   ASSIGN_OR_RETURN(RegisterResult reg,
                    client_->Register(options_.rank, signature));
   if (reg.must_initialize) {
@@ -37,6 +51,35 @@ absl::StatusOr<int64_t> Trainer::JoinJob() {
   }
   return client_->Pull(std::max<int64_t>(reg.version, 0),
                        absl::MakeSpan(weights_));
+}
+
+void Trainer::Straggle(int64_t step) const {
+  int64_t ms = options_.straggle_ms;
+  if (options_.straggle_random_ms > 0) {
+    Random random(Random::Derive(
+        Random::Derive(options_.seed, static_cast<uint64_t>(options_.rank)),
+        static_cast<uint64_t>(step)));
+    ms += static_cast<int64_t>(random.UniformInt(options_.straggle_random_ms + 1));
+  }
+  if (ms > 0) absl::SleepFor(absl::Milliseconds(ms));
+}
+
+absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
+  switch (options_.sync) {
+    case SyncMode::kPs:
+      // With backup workers a straggler may be answered with a later
+      // version; its data position follows the version, so it skips the
+      // batches the others already trained on.
+      if (options_.backup_workers == 0 && version != step + 1) {
+        return absl::InternalError(
+            absl::StrCat("step ", step, " was answered with version ", version));
+      }
+      return std::max(step + 1, version);
+    case SyncMode::kAsync:
+    case SyncMode::kSsp:
+      return step + 1;  // Each worker walks its own steps.
+  }
+  return step + 1;
 }
 
 absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
@@ -70,8 +113,11 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   const bool evaluates = options_.rank == 0 && test_ != nullptr;
 
   TrainSummary summary;
+  summary.final_version = version;
   absl::Duration training_time;
-  int64_t step = version;
+  // Synchronous steps follow the server's version; in the asynchronous
+  // modes each worker walks its own steps from 0.
+  int64_t step = options_.sync == SyncMode::kPs ? version : 0;
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t epoch_end =
@@ -82,10 +128,11 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     const absl::Time epoch_start = absl::Now();
-    for (; step < epoch_end; ++step) {
+    while (step < epoch_end) {
       const std::vector<int64_t> indices = sampler.BatchIndices(step);
       GatherBatch(*train_, indices, absl::MakeSpan(features),
                   absl::MakeSpan(labels));
+      Straggle(step);
       RETURN_IF_ERROR(model_->SetWeights(weights_));
       // Each layer's gradient is pushed as soon as backprop has it; the
       // replies land in weights_ (already uploaded to the model).
@@ -97,12 +144,14 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
                                    [this](int64_t begin, int64_t end) {
                                      client_->GradientReady(begin, end);
                                    }));
-      RETURN_IF_ERROR(client_->FinishStep());
+      ASSIGN_OR_RETURN(const int64_t version, client_->FinishStep());
+      ASSIGN_OR_RETURN(step, NextStep(step, version));
+      summary.final_version = std::max(summary.final_version, version);
       loss_sum += stats.loss_sum;
       correct += stats.correct;
       seen += stats.examples;
       ++summary.steps;
-      const int64_t done = step + 1 - epoch * steps_per_epoch;
+      const int64_t done = std::min(step, epoch_end) - epoch * steps_per_epoch;
       const double seconds =
           absl::ToDoubleSeconds(absl::Now() - epoch_start);
       progress.Update(done, loss_sum / seen,
@@ -126,7 +175,6 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       std::fflush(stdout);
     }
   }
-  summary.final_version = step;
   summary.wall_seconds = absl::ToDoubleSeconds(training_time);
   summary.examples_per_sec =
       summary.wall_seconds > 0

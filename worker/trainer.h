@@ -23,6 +23,13 @@
 
 namespace lockstep {
 
+// How a worker's gradients meet the others'.
+enum class SyncMode {
+  kPs,      // Synchronous parameter server (optionally with backup workers).
+  kAsync,   // Parameter server applying each gradient as it arrives.
+  kSsp,     // Parameter server with bounded staleness.
+};
+
 struct TrainerOptions {
   int rank = 0;
   int num_workers = 1;
@@ -35,6 +42,13 @@ struct TrainerOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;
   ProgressMode progress = ProgressMode::kLines;
   bool eval_every_epoch = false;
+  SyncMode sync = SyncMode::kPs;
+  int backup_workers = 0;  // kPs: steps close after W - b pushes.
+  int staleness = 0;       // kSsp.
+  // Stragglers on purpose: a fixed delay per step, plus a random one drawn
+  // uniformly from [0, straggle_random_ms] (seeded by seed, rank and step).
+  int straggle_ms = 0;
+  int straggle_random_ms = 0;
 };
 
 struct TrainSummary {
@@ -60,6 +74,10 @@ class Trainer final {
 
  private:
   absl::StatusOr<int64_t> JoinJob();
+  // Sleeps as --straggle asks for this step.
+  void Straggle(int64_t step) const;
+  // The step after `step`, given the version the server answered with.
+  absl::StatusOr<int64_t> NextStep(int64_t step, int64_t version) const;
   absl::StatusOr<BatchStats> EvaluateTest();
 
   const TrainerOptions options_;

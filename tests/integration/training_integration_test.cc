@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -21,6 +22,7 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kBin = LOCKSTEP_BIN_DIR;
 const absl::Duration kDeadline = absl::Seconds(120);
@@ -169,6 +171,68 @@ TEST(TrainingTest, HalfPrecisionWireStaysCloseToFp32) {
                 difference);
     EXPECT_GT(difference, 0) << dtype << " changed nothing: not applied?";
     EXPECT_LT(difference, 0.05) << dtype;
+  }
+}
+
+// The integer value of "key" in a flat JSON object (-1 when absent).
+int64_t JsonInt(const std::string& json, const std::string& key) {
+  const std::string quoted = "\"" + key + "\": ";
+  const size_t at = json.find(quoted);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(json.c_str() + at + quoted.size(), nullptr, 10);
+}
+
+// Runs `workers` workers against one server with extra flags and returns
+// each rank's summary JSON text.
+std::vector<std::string> RunJob(int workers,
+                                const std::vector<std::string>& extra) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(workers, dir);
+  std::vector<Subprocess> procs;
+  for (int rank = 0; rank < workers; ++rank) {
+    std::vector<std::string> argv = {
+        kBin + "/lockstep_worker", "--servers=" + server.address,
+        absl::StrCat("--workers=", workers), absl::StrCat("--rank=", rank),
+        "--dataset=synthetic", "--synthetic_examples=640", "--layers=23,17,5",
+        "--batch_size=8", "--max_steps=20", "--progress=none",
+        absl::StrCat("--summary_json=", dir, "/s", rank)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    procs.push_back(Subprocess::Start(argv));
+  }
+  std::vector<std::string> summaries;
+  for (int rank = 0; rank < workers; ++rank) {
+    EXPECT_EQ(procs[rank].Wait(kDeadline), 0) << procs[rank].Output();
+    summaries.push_back(ReadFile(absl::StrCat(dir, "/s", rank)));
+  }
+  EXPECT_EQ(server.process.Wait(kDeadline), 0) << server.process.Output();
+  return summaries;
+}
+
+// With one backup worker, a straggler that sleeps 2 s per step cannot hold
+// the others back: they finish all 20 steps while its late gradients are
+// dropped and it skips ahead to the current version.
+TEST(SyncModesTest, BackupWorkerLeavesTheStragglerBehind) {
+  const std::vector<std::string> s = RunJob(
+      3, {"--backup_workers=1", "--straggle=2:2000", "--sync=ps"});
+  EXPECT_THAT(s[0], HasSubstr("\"steps\": 20,"));
+  EXPECT_THAT(s[1], HasSubstr("\"steps\": 20,"));
+  EXPECT_THAT(s[2], Not(HasSubstr("\"steps\": 20,"))) << s[2];
+  EXPECT_THAT(s[2], HasSubstr("\"final_version\": 20,"));
+}
+
+TEST(SyncModesTest, AsyncAndSspFinishEveryStep) {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--sync=async"},
+        std::vector<std::string>{"--sync=ssp", "--staleness=2"}}) {
+    const std::vector<std::string> s = RunJob(2, flags);
+    int64_t last_version = 0;
+    for (const std::string& summary : s) {
+      EXPECT_THAT(summary, HasSubstr("\"steps\": 20,")) << flags[0];
+      last_version = std::max(last_version, JsonInt(summary, "final_version"));
+    }
+    // Every push is applied on its own: two workers make 40 versions, and
+    // the last to finish sees them all.
+    EXPECT_EQ(last_version, 40) << flags[0];
   }
 }
 

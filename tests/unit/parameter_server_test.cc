@@ -33,7 +33,7 @@ absl::string_view Bytes(const std::vector<float>& v) {
 // Records what a callback received.
 struct Reply {
   std::optional<absl::StatusOr<ChunkSnapshot>> result;
-  ParameterServer::ChunkCallback Callback() {
+  ChunkCallback Callback() {
     return [this](absl::StatusOr<ChunkSnapshot> r) { result = std::move(r); };
   }
 };

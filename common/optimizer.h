@@ -16,8 +16,8 @@
 // parameter vector. Apply() touches only [offset, offset + size) of each slot,
 // so concurrent calls on disjoint ranges are safe; calls on overlapping ranges
 // must be externally synchronized.
-#ifndef LOCKSTEP_SERVER_OPTIMIZER_H_
-#define LOCKSTEP_SERVER_OPTIMIZER_H_
+#ifndef LOCKSTEP_COMMON_OPTIMIZER_H_
+#define LOCKSTEP_COMMON_OPTIMIZER_H_
 
 #include <cstdint>
 #include <memory>
@@ -57,4 +57,4 @@ class Optimizer {
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_SERVER_OPTIMIZER_H_
+#endif  // LOCKSTEP_COMMON_OPTIMIZER_H_

@@ -1,0 +1,220 @@
+#include "server/chunk_barrier.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace lockstep {
+
+ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
+                           int num_workers,
+                           std::unique_ptr<Optimizer> optimizer,
+                           BarrierCounters* counters)
+    : chunk_(chunk),
+      policy_(policy),
+      num_workers_(num_workers),
+      counters_(counters) {
+  absl::MutexLock lock(&mu_);
+  optimizer_ = std::move(optimizer);
+  weights_.assign(chunk.size, 0.0f);
+  accumulator_.assign(chunk.size, 0.0f);
+  pushed_.assign(num_workers, false);
+  pushed_previous_.assign(num_workers, false);
+  clock_.assign(num_workers, 0);
+}
+
+absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
+  Answers answers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return close_status_;
+    if (initialized_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_.index, " is already initialized"));
+    }
+    std::memcpy(weights_.data(), fp32_bytes.data(), fp32_bytes.size());
+    initialized_ = true;
+    version_ = 0;
+    published_ = std::make_shared<const std::vector<float>>(weights_);
+    published_version_.store(0);
+    for (auto& [min_version, cb] : pull_waiters_) {
+      answers.Add(std::move(cb), SnapshotLocked());
+    }
+    pull_waiters_.clear();
+  }
+  answers.Run();
+  return absl::OkStatus();
+}
+
+void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
+                        absl::Span<const absl::string_view> payload,
+                        absl::Time arrival, ChunkCallback done) {
+  Answers answers;
+  {
+    absl::MutexLock lock(&mu_);
+    auto refuse = [&](absl::Status status) {
+      counters_->pushes_refused.fetch_add(1, std::memory_order_relaxed);
+      answers.Add(std::move(done), std::move(status));
+    };
+    if (closed_) {
+      refuse(close_status_);
+    } else if (!initialized_) {
+      refuse(absl::FailedPreconditionError(
+          absl::StrCat("chunk ", chunk_.index,
+                       " has no weights yet: rank 0 has not initialized")));
+    } else if (step < 0) {
+      refuse(absl::InvalidArgumentError(
+          absl::StrCat("push for negative step ", step)));
+    } else if (policy_.mode == SyncPolicy::Mode::kSync && step < version_) {
+      if (step == version_ - 1 && pushed_previous_[rank]) {
+        // A re-sent push of the step just applied (its answer was lost): it
+        // was counted then, so it gets the same answer now.
+        answers.Add(std::move(done), SnapshotLocked());
+      } else if (policy_.backup_workers > 0) {
+        // Beaten by the backups: dropped, and the straggler catches up.
+        counters_->pushes_dropped_late.fetch_add(1, std::memory_order_relaxed);
+        answers.Add(std::move(done), SnapshotLocked());
+      } else {
+        refuse(absl::FailedPreconditionError(absl::StrCat(
+            "push for step ", step, " but chunk ", chunk_.index,
+            " is at version ", version_, "; expected step ", version_)));
+      }
+    } else if (policy_.mode == SyncPolicy::Mode::kSync && step > version_) {
+      refuse(absl::FailedPreconditionError(absl::StrCat(
+          "push for step ", step, " but chunk ", chunk_.index,
+          " is at version ", version_, "; expected step ", version_)));
+    } else {
+      const bool counted = policy_.mode == SyncPolicy::Mode::kSync &&
+                           pushed_[rank];
+      if (!counted) {
+        AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
+        counters_->pushes_accepted.fetch_add(1, std::memory_order_relaxed);
+        counters_->bytes_received.fetch_add(PiecesSize(payload),
+                                            std::memory_order_relaxed);
+        counters_->accumulate_ns.fetch_add(
+            absl::ToInt64Nanoseconds(absl::Now() - arrival),
+            std::memory_order_relaxed);
+      }
+      if (policy_.mode == SyncPolicy::Mode::kSync) {
+        PushSync(rank, step, arrival, std::move(done), &answers);
+      } else {
+        PushAsync(rank, step, std::move(done), &answers);
+      }
+    }
+  }
+  answers.Run();
+}
+
+void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
+                            ChunkCallback done, Answers* answers) {
+  push_waiters_.push_back(std::move(done));
+  if (pushed_[rank]) return;  // Counted already: wait with the rest.
+  pushed_[rank] = true;
+  if (num_pushed_ == 0) first_push_ = arrival;
+  const int needed = num_workers_ - policy_.backup_workers;
+  if (++num_pushed_ < needed) return;
+  counters_->barrier_wait_ns.fetch_add(
+      absl::ToInt64Nanoseconds(absl::Now() - first_push_),
+      std::memory_order_relaxed);
+  const float scale = 1.0f / static_cast<float>(num_pushed_);
+  for (float& g : accumulator_) g *= scale;
+  pushed_previous_.swap(pushed_);
+  std::fill(pushed_.begin(), pushed_.end(), false);
+  num_pushed_ = 0;
+  ApplyAndPublishLocked(answers);
+  for (ChunkCallback& cb : push_waiters_) {
+    answers->Add(std::move(cb), SnapshotLocked());
+  }
+  push_waiters_.clear();
+}
+
+void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
+                             Answers* answers) {
+  ApplyAndPublishLocked(answers);
+  if (policy_.mode == SyncPolicy::Mode::kAsync) {
+    answers->Add(std::move(done), SnapshotLocked());
+    return;
+  }
+  // kSsp: the worker may start step + 1 once the slowest has pushed
+  // step + 1 - k.
+  clock_[rank] = std::max(clock_[rank], step + 1);
+  ssp_waiters_.emplace_back(step + 1 - policy_.staleness, std::move(done));
+  const int64_t slowest = MinClockLocked();
+  auto ready = std::stable_partition(
+      ssp_waiters_.begin(), ssp_waiters_.end(),
+      [slowest](const auto& w) { return w.first > slowest; });
+  for (auto it = ready; it != ssp_waiters_.end(); ++it) {
+    answers->Add(std::move(it->second), SnapshotLocked());
+  }
+  ssp_waiters_.erase(ready, ssp_waiters_.end());
+}
+
+void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
+  const absl::Time start = absl::Now();
+  optimizer_->Apply(version_, 0, absl::MakeSpan(weights_), accumulator_);
+  std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+  ++version_;
+  published_ = std::make_shared<const std::vector<float>>(weights_);
+  published_version_.store(version_);
+  counters_->chunk_steps.fetch_add(1, std::memory_order_relaxed);
+  counters_->apply_ns.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
+                                std::memory_order_relaxed);
+  auto ready = std::stable_partition(
+      pull_waiters_.begin(), pull_waiters_.end(),
+      [this](const auto& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return p.first > version_;
+      });
+  for (auto it = ready; it != pull_waiters_.end(); ++it) {
+    answers->Add(std::move(it->second), SnapshotLocked());
+  }
+  pull_waiters_.erase(ready, pull_waiters_.end());
+}
+
+int64_t ChunkBarrier::MinClockLocked() const {
+  return *std::min_element(clock_.begin(), clock_.end());
+}
+
+void ChunkBarrier::Pull(int64_t min_version, ChunkCallback done) {
+  Answers answers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) {
+      answers.Add(std::move(done), close_status_);
+    } else if (!initialized_ || version_ < min_version) {
+      pull_waiters_.emplace_back(min_version, std::move(done));
+    } else {
+      answers.Add(std::move(done), SnapshotLocked());
+    }
+  }
+  answers.Run();
+}
+
+void ChunkBarrier::Close(const absl::Status& status) {
+  Answers answers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    close_status_ = status;
+    for (ChunkCallback& cb : push_waiters_) answers.Add(std::move(cb), status);
+    for (auto& [v, cb] : ssp_waiters_) answers.Add(std::move(cb), status);
+    for (auto& [v, cb] : pull_waiters_) answers.Add(std::move(cb), status);
+    push_waiters_.clear();
+    ssp_waiters_.clear();
+    pull_waiters_.clear();
+  }
+  answers.Run();
+}
+
+bool ChunkBarrier::HasPushed(int rank) const {
+  absl::MutexLock lock(&mu_);
+  if (policy_.mode == SyncPolicy::Mode::kSync) return pushed_[rank];
+  if (policy_.mode == SyncPolicy::Mode::kSsp) {
+    return clock_[rank] > MinClockLocked();
+  }
+  return false;
+}
+
+}  // namespace lockstep

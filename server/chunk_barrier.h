@@ -1,0 +1,152 @@
+// The weights, optimizer state and synchronization of one chunk of the flat
+// parameter vector on one server shard.
+//
+// ChunkBarrier owns the chunk's fp32 master weights, its optimizer, a gradient
+// accumulator and the waiting callbacks. How pushes turn into updates is the
+// job's SyncPolicy:
+//   kSync   every step waits for W - b distinct workers (b = backup workers),
+//           sums their gradients as they arrive, divides by how many came,
+//           applies the optimizer once and answers all of them with the new
+//           version. A push arriving after its step closed (a straggler beaten
+//           by the backups) is dropped, counted, and answered with the
+//           current weights so the straggler catches up.
+//   kAsync  every push is applied at once on its own and answered with the
+//           result; the version counts applied gradients.
+//   kSsp    like kAsync, but the answer to a push for step s is held until
+//           every worker has pushed step s - k (k = staleness): no worker runs
+//           more than k steps ahead of the slowest.
+// A published version is an immutable snapshot; versions only increase.
+//
+// Thread-safe. Callbacks run on the calling thread after the internal lock is
+// released.
+#ifndef LOCKSTEP_SERVER_CHUNK_BARRIER_H_
+#define LOCKSTEP_SERVER_CHUNK_BARRIER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/chunk_plan.h"
+#include "common/model_signature.h"
+#include "common/wire_codec.h"
+#include "common/optimizer.h"
+
+namespace lockstep {
+
+// The weights of one chunk at one version. Immutable once published.
+struct ChunkSnapshot {
+  int chunk = 0;
+  int64_t version = 0;
+  std::shared_ptr<const std::vector<float>> values;
+};
+
+using ChunkCallback = std::function<void(absl::StatusOr<ChunkSnapshot>)>;
+
+// Counters shared by all chunks of a shard (see ServerCounters).
+struct BarrierCounters {
+  std::atomic<int64_t> pushes_accepted{0};
+  std::atomic<int64_t> pushes_refused{0};
+  std::atomic<int64_t> pushes_dropped_late{0};
+  std::atomic<int64_t> chunk_steps{0};
+  std::atomic<int64_t> accumulate_ns{0};
+  std::atomic<int64_t> apply_ns{0};
+  std::atomic<int64_t> barrier_wait_ns{0};
+  std::atomic<int64_t> bytes_received{0};
+};
+
+class ChunkBarrier final {
+ public:
+  // `counters` is not owned and outlives the barrier.
+  ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy, int num_workers,
+               std::unique_ptr<Optimizer> optimizer, BarrierCounters* counters);
+
+  // Stores version 0 (fp32 values; size checked by the caller) and answers
+  // waiting pulls. FAILED_PRECONDITION when already initialized.
+  absl::Status Initialize(absl::string_view fp32_bytes);
+
+  // A validated gradient (size and finiteness checked by the caller) from
+  // `rank` for `step`; `done` gets the answer (see the class comment).
+  void Push(int rank, int64_t step, WireDType dtype,
+            absl::Span<const absl::string_view> payload, absl::Time arrival,
+            ChunkCallback done);
+
+  // `done` gets the latest weights once their version is >= min_version.
+  void Pull(int64_t min_version, ChunkCallback done);
+
+  // Answers every waiting call with `status` and refuses new ones.
+  void Close(const absl::Status& status);
+
+  // Latest published version (-1 before initialization). Lock-free.
+  int64_t version() const { return published_version_.load(); }
+  // Whether `rank` has pushed the step now being gathered (kSync), or is
+  // waiting for the slowest (kSsp).
+  bool HasPushed(int rank) const;
+
+  const Chunk& chunk() const { return chunk_; }
+
+ private:
+  // Callbacks to run once the lock is released.
+  struct Answers {
+    std::vector<std::pair<ChunkCallback, absl::StatusOr<ChunkSnapshot>>> calls;
+    void Add(ChunkCallback cb, absl::StatusOr<ChunkSnapshot> result) {
+      calls.emplace_back(std::move(cb), std::move(result));
+    }
+    void Run() {
+      for (auto& [cb, result] : calls) cb(std::move(result));
+    }
+  };
+
+  void PushSync(int rank, int64_t step, absl::Time arrival, ChunkCallback done,
+                Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushAsync(int rank, int64_t step, ChunkCallback done, Answers* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the accumulator (already scaled) as step `version_`, publishes
+  // version_ + 1 and answers the pulls it satisfies.
+  void ApplyAndPublishLocked(Answers* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ChunkSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ChunkSnapshot{chunk_.index, version_, published_};
+  }
+  int64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Chunk chunk_;
+  const SyncPolicy policy_;
+  const int num_workers_;
+  BarrierCounters* const counters_;  // Not owned.
+  std::atomic<int64_t> published_version_{-1};
+
+  mutable absl::Mutex mu_;
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);  // Master, fp32.
+  std::vector<float> accumulator_ ABSL_GUARDED_BY(mu_);
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = -1;
+  std::shared_ptr<const std::vector<float>> published_ ABSL_GUARDED_BY(mu_);
+  // kSync: who pushed the step being gathered, and the step before.
+  std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> pushed_previous_ ABSL_GUARDED_BY(mu_);
+  int num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time first_push_ ABSL_GUARDED_BY(mu_);
+  std::vector<ChunkCallback> push_waiters_ ABSL_GUARDED_BY(mu_);
+  // kSsp: steps each rank has pushed, and pushes held for the slowest.
+  std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int64_t, ChunkCallback>> ssp_waiters_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<int64_t, ChunkCallback>> pull_waiters_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_CHUNK_BARRIER_H_

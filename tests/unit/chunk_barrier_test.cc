@@ -1,0 +1,146 @@
+#include "server/chunk_barrier.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::ElementsAre;
+
+absl::string_view Bytes(const std::vector<float>& v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(float));
+}
+
+struct Reply {
+  std::optional<absl::StatusOr<ChunkSnapshot>> result;
+  ChunkCallback Callback() {
+    return [this](absl::StatusOr<ChunkSnapshot> r) { result = std::move(r); };
+  }
+  std::vector<float> values() const { return *(*result)->values; }
+  int64_t version() const { return (*result)->version; }
+};
+
+// A 2-element chunk with plain SGD (lr 0.5), weights {10, 20}.
+class ChunkBarrierTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<ChunkBarrier> Make(SyncPolicy policy, int workers) {
+    OptimizerConfig sgd = OptimizerConfig::Defaults("sgd");
+    sgd.learning_rate = 0.5;
+    auto barrier = std::make_unique<ChunkBarrier>(
+        Chunk{0, 0, 2, 0}, policy, workers, *Optimizer::Create(sgd, 2),
+        &counters_);
+    const std::vector<float> w0 = {10, 20};
+    EXPECT_TRUE(barrier->Initialize(Bytes(w0)).ok());
+    return barrier;
+  }
+  void Push(ChunkBarrier& b, int rank, int64_t step,
+            const std::vector<float>& g, Reply* reply) {
+    const absl::string_view bytes = Bytes(g);
+    b.Push(rank, step, WireDType::kFloat32, {bytes}, absl::Now(),
+           reply->Callback());
+  }
+  BarrierCounters counters_;
+};
+
+TEST_F(ChunkBarrierTest, BackupWorkersCloseTheStepAndDropTheStraggler) {
+  SyncPolicy policy;
+  policy.backup_workers = 1;
+  auto b = Make(policy, 3);
+  Reply r0, r2, late;
+  Push(*b, 0, 0, {2, 4}, &r0);
+  EXPECT_FALSE(r0.result.has_value());
+  Push(*b, 2, 0, {6, 8}, &r2);
+  ASSERT_TRUE(r0.result.has_value() && r0.result->ok());
+  // Averaged over the two that came: w - 0.5 * (8, 12) / 2.
+  EXPECT_THAT(r0.values(), ElementsAre(8.0f, 17.0f));
+  EXPECT_EQ(r0.version(), 1);
+  Push(*b, 1, 0, {100, 100}, &late);
+  ASSERT_TRUE(late.result.has_value() && late.result->ok());
+  EXPECT_EQ(late.version(), 1) << "the straggler catches up";
+  EXPECT_THAT(late.values(), ElementsAre(8.0f, 17.0f)) << "and changes nothing";
+  EXPECT_EQ(counters_.pushes_dropped_late.load(), 1);
+  // A re-sent push of a rank that was counted is answered, not dropped.
+  Reply again;
+  Push(*b, 0, 0, {2, 4}, &again);
+  EXPECT_EQ(again.version(), 1);
+  EXPECT_EQ(counters_.pushes_dropped_late.load(), 1);
+}
+
+TEST_F(ChunkBarrierTest, SyncWithoutBackupsRefusesWrongSteps) {
+  auto b = Make(SyncPolicy(), 2);
+  Reply ahead, behind;
+  Push(*b, 0, 1, {1, 1}, &ahead);
+  EXPECT_EQ(ahead.result->status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  Reply r0, r1;
+  Push(*b, 0, 0, {1, 1}, &r0);
+  Push(*b, 1, 0, {1, 1}, &r1);
+  Reply r0b, r1b;
+  Push(*b, 0, 1, {1, 1}, &r0b);
+  Push(*b, 1, 1, {1, 1}, &r1b);
+  Push(*b, 0, 0, {1, 1}, &behind);  // Two steps old.
+  EXPECT_EQ(behind.result->status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(counters_.pushes_refused.load(), 2);
+}
+
+TEST_F(ChunkBarrierTest, AsyncAppliesEveryPushOnItsOwn) {
+  SyncPolicy policy;
+  policy.mode = SyncPolicy::Mode::kAsync;
+  auto b = Make(policy, 2);
+  Reply r0, r1;
+  Push(*b, 0, 0, {2, 4}, &r0);
+  ASSERT_TRUE(r0.result.has_value());
+  EXPECT_THAT(r0.values(), ElementsAre(9.0f, 18.0f));
+  EXPECT_EQ(r0.version(), 1);
+  Push(*b, 1, 0, {6, 8}, &r1);  // Stale (computed on version 0): applied.
+  EXPECT_THAT(r1.values(), ElementsAre(6.0f, 14.0f));
+  EXPECT_EQ(r1.version(), 2);
+  EXPECT_EQ(counters_.chunk_steps.load(), 2);
+}
+
+TEST_F(ChunkBarrierTest, SspHoldsTheFastestWithinStaleness) {
+  SyncPolicy policy;
+  policy.mode = SyncPolicy::Mode::kSsp;
+  policy.staleness = 1;
+  auto b = Make(policy, 2);
+  Reply s0, s1, s2;
+  Push(*b, 0, 0, {1, 1}, &s0);
+  EXPECT_TRUE(s0.result.has_value()) << "one step ahead is allowed";
+  Push(*b, 0, 1, {1, 1}, &s1);
+  EXPECT_FALSE(s1.result.has_value()) << "two steps ahead must wait";
+  EXPECT_TRUE(b->HasPushed(0));
+  Reply slow;
+  Push(*b, 1, 0, {1, 1}, &slow);
+  ASSERT_TRUE(s1.result.has_value());
+  EXPECT_EQ(s1.version(), 3) << "every push was applied";
+  EXPECT_THAT(s1.values(), ElementsAre(8.5f, 18.5f));
+  ASSERT_TRUE(slow.result.has_value());
+  policy.staleness = 0;
+  auto strict = Make(policy, 2);
+  Push(*strict, 0, 0, {1, 1}, &s2);
+  EXPECT_FALSE(s2.result.has_value()) << "staleness 0 waits for everyone";
+}
+
+TEST_F(ChunkBarrierTest, CloseAnswersEveryWaiter) {
+  auto b = Make(SyncPolicy(), 2);
+  Reply waiting, pull;
+  Push(*b, 0, 0, {1, 1}, &waiting);
+  b->Pull(5, pull.Callback());
+  EXPECT_FALSE(pull.result.has_value());
+  b->Close(absl::UnavailableError("bye"));
+  EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(pull.result->status().code(), absl::StatusCode::kUnavailable);
+  Reply after;
+  Push(*b, 1, 0, {1, 1}, &after);
+  EXPECT_EQ(after.result->status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace lockstep
