@@ -6,8 +6,9 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libgtest-dev libgmock-dev libopenblas-dev zlib1g-dev
+  libabsl-dev libgtest-dev libgmock-dev libopenblas-dev zlib1g-dev libgloo-dev
   dataset-fashion-mnist
+  python3-venv python3-yaml iproute2
 )
 
 missing=()

@@ -1,0 +1,413 @@
+"""Reads deploy/k8s and deploy/docker the way Kubernetes and Docker would.
+
+Shared by validate_manifests.py (the offline checks) and netns_job_test.sh
+(through `render`, which writes what each pod would run: its binary, its
+arguments with flag files materialized, and its TF_CONFIG with the
+Kubernetes $(VAR) expansion done for a completion index). Needs PyYAML only.
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import yaml
+
+# The environment variables the binaries read (anything else a manifest sets
+# must feed another variable or an argument through $(VAR)).
+BINARY_ENV = {"TF_CONFIG"}
+
+# Flags the manifests use before the binaries have them. Each entry names
+# the issue that brings the flag; the validation accepts these even when
+# --helpfull does not list them, and says so. When a flag lands, the check
+# prints "now accepted: drop it from COMING_FLAGS" -- then delete the line.
+COMING_FLAGS = {
+    "lockstep_server": {
+        "metrics_port": "issue 8 (Prometheus metrics)",
+        "trace": "issue 8 (Chrome trace events)",
+        "tls_cert": "issue 7 (TLS)",
+        "tls_key": "issue 7 (TLS)",
+        "tls_ca": "issue 7 (TLS)",
+        "token_file": "issue 7 (bearer token)",
+        "insecure": "issue 7 (plaintext off loopback)",
+    },
+    "lockstep_worker": {
+        "health_port": "issue 8 (grpc.health.v1 for probes)",
+        "metrics_port": "issue 8 (Prometheus metrics)",
+        "trace": "issue 8 (Chrome trace events)",
+        "tls_cert": "issue 7 (TLS)",
+        "tls_key": "issue 7 (TLS)",
+        "tls_ca": "issue 7 (TLS)",
+        "token_file": "issue 7 (bearer token)",
+    },
+}
+
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def load_docs(path):
+    """Every non-empty YAML document of a file."""
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def k8s_files(k8s_dir):
+    """Every YAML file under deploy/k8s, sorted, kustomization included."""
+    out = []
+    for root, _, files in os.walk(k8s_dir):
+        for name in files:
+            if name.endswith((".yaml", ".yml")):
+                out.append(os.path.join(root, name))
+    return sorted(out)
+
+
+def kind_of(doc):
+    return doc.get("kind", "")
+
+
+def labels_match(selector, labels):
+    """A matchLabels selector (a plain dict) against a label set."""
+    return all(labels.get(k) == v for k, v in (selector or {}).items())
+
+
+# ---- Dockerfiles ----------------------------------------------------------
+
+
+def dockerfile_instructions(path):
+    """(INSTRUCTION, rest) pairs with continuations joined, comments dropped."""
+    out = []
+    pending = ""
+    with open(path, encoding="utf-8") as f:
+        for raw in f:
+            line = raw.rstrip("\n")
+            if not pending and (not line.strip() or line.lstrip().startswith("#")):
+                continue
+            if pending and line.lstrip().startswith("#"):
+                continue  # comment lines inside a continuation are dropped
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            line = pending + line
+            pending = ""
+            parts = line.strip().split(None, 1)
+            out.append((parts[0].upper(), parts[1] if len(parts) > 1 else ""))
+    return out
+
+
+def exec_form(rest):
+    """The argv of an exec-form ENTRYPOINT/CMD, or a shell-split shell form."""
+    rest = rest.strip()
+    if rest.startswith("["):
+        return json.loads(rest)
+    return shlex.split(rest)
+
+
+def parse_dockerfile(path):
+    """The facts the checks need from one Dockerfile."""
+    info = {"stages": [], "copies": [], "targets": [], "entrypoint": None,
+            "cmd": None, "user": None, "apt": {}}
+    for instr, rest in dockerfile_instructions(path):
+        if instr == "FROM":
+            words = rest.split()
+            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
+            info["stages"].append(name)
+            # USER/ENTRYPOINT are per stage: keep the final stage's only.
+            info["user"] = None
+            info["entrypoint"] = None
+            info["cmd"] = None
+        elif instr == "COPY":
+            words = shlex.split(rest)
+            opts = [w for w in words if w.startswith("--")]
+            paths = [w for w in words if not w.startswith("--")]
+            src_from = None
+            for o in opts:
+                if o.startswith("--from="):
+                    src_from = o.split("=", 1)[1]
+            info["copies"].append({"from": src_from, "sources": paths[:-1],
+                                   "dest": paths[-1],
+                                   "stage": len(info["stages"]) - 1})
+        elif instr == "RUN":
+            info["targets"] += re.findall(r"--target[ =]+([A-Za-z0-9_]+)", rest)
+            stage = info["stages"][-1] if info["stages"] else None
+            for cmd in re.split(r"&&|;", rest):
+                words = cmd.split()
+                if words[:2] == ["apt-get", "install"]:
+                    info["apt"].setdefault(stage, set()).update(
+                        w for w in words[2:] if not w.startswith("-"))
+        elif instr == "ENTRYPOINT":
+            info["entrypoint"] = exec_form(rest)
+        elif instr == "CMD":
+            info["cmd"] = exec_form(rest)
+        elif instr == "USER":
+            info["user"] = rest.strip()
+    return info
+
+
+def dockerfile_for_image(docker_dir, image):
+    """deploy/docker/Dockerfile.<x> for an image named lockstep-<x>[:tag]."""
+    name = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+    if not name.startswith("lockstep-"):
+        return None
+    path = os.path.join(docker_dir, "Dockerfile." + name[len("lockstep-"):])
+    return path if os.path.isfile(path) else None
+
+
+# ---- CMake ----------------------------------------------------------------
+
+
+def cmake_executables(repo):
+    """Names given to add_executable() in the repository's CMakeLists.txt."""
+    names = set()
+    for root, dirs, files in os.walk(repo):
+        dirs[:] = [d for d in dirs if not d.startswith(("build", "."))]
+        if "CMakeLists.txt" in files:
+            with open(os.path.join(root, "CMakeLists.txt"), encoding="utf-8") as f:
+                names.update(re.findall(r"add_executable\(\s*([A-Za-z0-9_]+)",
+                                        f.read()))
+    return names
+
+
+def install_deps_packages(repo):
+    """The Debian packages deploy/local/install_deps.sh installs."""
+    path = os.path.join(repo, "deploy", "local", "install_deps.sh")
+    with open(path, encoding="utf-8") as f:
+        match = re.search(r"^packages=\((.*?)^\)", f.read(), re.M | re.S)
+    if not match:
+        return set()
+    words = re.sub(r"#.*", "", match.group(1)).split()
+    return set(words)
+
+
+def top_level_subdirs(repo):
+    """add_subdirectory() arguments of the root CMakeLists.txt."""
+    with open(os.path.join(repo, "CMakeLists.txt"), encoding="utf-8") as f:
+        return re.findall(r"^\s*add_subdirectory\(\s*([^\s)]+)", f.read(), re.M)
+
+
+# ---- binaries -------------------------------------------------------------
+
+
+def accepted_flags(binary):
+    """Flag names listed by `binary --helpfull` (absl prints, exits 1)."""
+    run = subprocess.run([binary, "--helpfull"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, timeout=30, check=False)
+    text = run.stdout.decode("utf-8", "replace")
+    flags = set(re.findall(r"^\s+--([A-Za-z0-9_]+) \(", text, re.M))
+    if not flags:
+        raise RuntimeError(f"{binary} --helpfull listed no flags:\n{text[:500]}")
+    return flags
+
+
+def flag_name(arg):
+    """'--foo=1' -> 'foo'; None for a non-flag argument."""
+    if not arg.startswith("-"):
+        return None
+    return arg.lstrip("-").split("=", 1)[0]
+
+
+def flag_known(name, accepted):
+    """absl also takes --noNAME for a boolean NAME."""
+    return name in accepted or (name.startswith("no") and name[2:] in accepted)
+
+
+# ---- pods -----------------------------------------------------------------
+
+
+class Manifests:
+    """The documents of deploy/k8s, indexed for the checks and the renderer."""
+
+    def __init__(self, k8s_dir):
+        self.k8s_dir = k8s_dir
+        self.docs = []  # (path, doc)
+        for path in k8s_files(k8s_dir):
+            for doc in load_docs(path):
+                self.docs.append((path, doc))
+
+    def of_kind(self, kind):
+        return [(p, d) for p, d in self.docs if kind_of(d) == kind]
+
+    def configmap(self, name):
+        for _, d in self.of_kind("ConfigMap"):
+            if d["metadata"]["name"] == name:
+                return d
+        return None
+
+    def pod_templates(self):
+        """(path, owner description, owner doc, pod template, replica type)."""
+        out = []
+        for path, d in self.docs:
+            kind = kind_of(d)
+            name = d.get("metadata", {}).get("name", "?")
+            if kind in ("Job", "Deployment", "StatefulSet", "DaemonSet"):
+                out.append((path, f"{kind}/{name}", d, d["spec"]["template"], None))
+            elif kind == "TFJob":
+                for rtype, spec in d["spec"].get("tfReplicaSpecs", {}).items():
+                    out.append((path, f"TFJob/{name} {rtype}", d,
+                                spec.get("template", {}), rtype))
+        return out
+
+    def env_for(self, container, index=None):
+        """The container's environment after Kubernetes' $(VAR) expansion.
+
+        configMapKeyRef reads the ConfigMaps here; a fieldRef to the
+        completion-index annotation takes `index`. Anything else unresolved
+        stays None (a TFJob's TF_CONFIG, set by the operator, is absent).
+        """
+        env = {}
+        for var in container.get("env", []):
+            name = var["name"]
+            if "value" in var:
+                env[name] = _VAR_REF.sub(
+                    lambda m: env[m.group(1)] if env.get(m.group(1)) is not None
+                    else m.group(0), var["value"])
+                continue
+            src = var.get("valueFrom", {})
+            value = None
+            if "configMapKeyRef" in src:
+                ref = src["configMapKeyRef"]
+                cm = self.configmap(ref["name"])
+                if cm is not None:
+                    value = cm.get("data", {}).get(ref["key"])
+            elif "fieldRef" in src:
+                path = src["fieldRef"]["fieldPath"]
+                if COMPLETION_INDEX_ANNOTATION in path and index is not None:
+                    value = str(index)
+            env[name] = value
+        return env
+
+    def flagfiles(self, pod_spec, container):
+        """{mounted path: content} of every ConfigMap key the container sees."""
+        volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+        out = {}
+        for m in container.get("volumeMounts", []):
+            vol = volumes.get(m["name"], {})
+            if "configMap" not in vol:
+                continue
+            cm = self.configmap(vol["configMap"]["name"])
+            if cm is None:
+                continue
+            items = vol["configMap"].get("items")
+            keys = ([(i["key"], i["path"]) for i in items] if items
+                    else [(k, k) for k in cm.get("data", {})])
+            for key, rel in keys:
+                out[os.path.join(m["mountPath"], rel)] = cm["data"][key]
+        return out
+
+
+def flagfile_args(content):
+    """The arguments of an absl flag file: one a line, '#' comments."""
+    out = []
+    for line in content.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.append(line)
+    return out
+
+
+def container_binary(container, docker_dir):
+    """(binary name, entrypoint args) the container runs, or (None, why)."""
+    if container.get("command"):
+        return os.path.basename(container["command"][0]), container["command"][1:]
+    dockerfile = dockerfile_for_image(docker_dir, container.get("image", ""))
+    if dockerfile is None:
+        return None, f"no deploy/docker Dockerfile for image {container.get('image')}"
+    entry = parse_dockerfile(dockerfile)["entrypoint"]
+    if not entry:
+        return None, f"{dockerfile} has no ENTRYPOINT"
+    return os.path.basename(entry[0]), entry[1:]
+
+
+# ---- render (for the network-namespace test) -------------------------------
+
+
+def render(repo, bin_dir, out_dir):
+    """Writes, for every pod of the Indexed Jobs in deploy/k8s:
+
+    out_dir/pods            one line a pod: NAME DNS_NAME BINARY
+    out_dir/NAME.tf_config  its TF_CONFIG
+    out_dir/NAME.args       its arguments, one a line; flag files are copied
+                            to out_dir/files/... and the paths rewritten; a
+                            flag from COMING_FLAGS the binary does not take
+                            yet is left out (and said on stderr)
+    """
+    k8s = Manifests(os.path.join(repo, "deploy", "k8s"))
+    docker_dir = os.path.join(repo, "deploy", "docker")
+    flags_cache = {}
+    pods = []
+    for _, owner, doc, template, rtype in k8s.pod_templates():
+        if rtype is not None or kind_of(doc) != "Job":
+            continue
+        if doc["spec"].get("completionMode") != "Indexed":
+            continue
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        binary, entry_args = container_binary(container, docker_dir)
+        if binary is None:
+            raise SystemExit(f"{owner}: {entry_args}")
+        if binary not in flags_cache:
+            flags_cache[binary] = accepted_flags(os.path.join(bin_dir, binary))
+        files = k8s.flagfiles(spec, container)
+        for i in range(doc["spec"]["completions"]):
+            name = f"{doc['metadata']['name']}-{i}"
+            dns = f"{name}.{spec['subdomain']}" if spec.get("subdomain") else name
+            env = k8s.env_for(container, index=i)
+            args = []
+            for arg in list(entry_args) + list(container.get("args", [])):
+                if arg.startswith("--flagfile="):
+                    paths = arg.split("=", 1)[1].split(",")
+                    local = []
+                    for p in paths:
+                        dest = os.path.join(out_dir, "files", p.lstrip("/"))
+                        os.makedirs(os.path.dirname(dest), exist_ok=True)
+                        content = files[p]
+                        kept = []
+                        for line in content.splitlines():
+                            fname = flag_name(line.strip())
+                            if (fname and not flag_known(fname, flags_cache[binary])
+                                    and fname in COMING_FLAGS.get(binary, {})):
+                                print(f"render: {name}: leaving out {line.strip()} "
+                                      f"({binary} does not take it yet)", file=sys.stderr)
+                                continue
+                            kept.append(line)
+                        with open(dest, "w", encoding="utf-8") as f:
+                            f.write("\n".join(kept) + "\n")
+                        local.append(dest)
+                    args.append("--flagfile=" + ",".join(local))
+                    continue
+                fname = flag_name(arg)
+                if (fname and not flag_known(fname, flags_cache[binary])
+                        and fname in COMING_FLAGS.get(binary, {})):
+                    print(f"render: {name}: leaving out {arg} "
+                          f"({binary} does not take it yet)", file=sys.stderr)
+                    continue
+                args.append(arg)
+            with open(os.path.join(out_dir, name + ".tf_config"), "w",
+                      encoding="utf-8") as f:
+                f.write(env.get("TF_CONFIG") or "")
+            with open(os.path.join(out_dir, name + ".args"), "w",
+                      encoding="utf-8") as f:
+                f.write("".join(a + "\n" for a in args))
+            pods.append(f"{name} {dns} {binary}")
+    with open(os.path.join(out_dir, "pods"), "w", encoding="utf-8") as f:
+        f.write("".join(p + "\n" for p in pods))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("render", help="write what each Job pod runs")
+    r.add_argument("--repo", required=True)
+    r.add_argument("--bin-dir", required=True)
+    r.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if args.command == "render":
+        os.makedirs(args.out, exist_ok=True)
+        render(args.repo, args.bin_dir, args.out)
+
+
+if __name__ == "__main__":
+    main()
