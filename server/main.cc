@@ -20,6 +20,8 @@
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
+#include "server/coordination_service.h"
+#include "server/coordination_store.h"
 #include "server/grpc_service.h"
 #include "server/parameter_server.h"
 
@@ -144,6 +146,9 @@ int Run(const ServerMainOptions& options) {
     return kExitUsage;
   }
   ParameterServerService service(core->get());
+  // Rendezvous for --sync=allreduce workers (worker/allreduce).
+  CoordinationStore coordination_store;
+  CoordinatorService coordinator(&coordination_store);
 
   grpc::ServerBuilder builder;
   int port = 0;
@@ -152,6 +157,7 @@ int Run(const ServerMainOptions& options) {
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(&service);
+  builder.RegisterService(&coordinator);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     std::fprintf(stderr, "lockstep_server: cannot listen on %s\n",

@@ -8,6 +8,8 @@
 #include <new>
 
 #include "absl/strings/str_format.h"
+#include "worker/cpu_batch_norm_ops.h"
+#include "worker/cpu_image_ops.h"
 
 namespace lockstep {
 namespace {
@@ -244,6 +246,102 @@ absl::Status CpuDevice::SoftmaxCrossEntropy(
   *loss_sum += loss;
   *correct += hits;
   return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Axpy(size_t n, float alpha, const float* x, float* y) {
+  if (n == 0) return absl::OkStatus();
+  if (x == nullptr || y == nullptr) {
+    return absl::InvalidArgumentError("Axpy: null pointer");
+  }
+  // Plain loop rather than cblas_saxpy: n may exceed BLAS's int.
+  const float* __restrict in = x;
+  float* __restrict out = y;
+  for (size_t i = 0; i < n; ++i) out[i] += alpha * in[i];
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::CopyOnDevice(const void* src, void* dst, size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (src == nullptr || dst == nullptr) {
+    return absl::InvalidArgumentError("CopyOnDevice: null pointer");
+  }
+  std::memmove(dst, src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Im2Col(const WindowGeometry& window, const float* image,
+                               float* columns) {
+  return cpu_ops::Im2Col(window, image, columns);
+}
+
+absl::Status CpuDevice::Col2Im(const WindowGeometry& window,
+                               const float* columns, float* image) {
+  return cpu_ops::Col2Im(window, columns, image);
+}
+
+absl::Status CpuDevice::MaxPoolForward(const WindowGeometry& window,
+                                       const float* x, float* y,
+                                       int32_t* argmax) {
+  return cpu_ops::MaxPoolForward(window, x, y, argmax);
+}
+
+absl::Status CpuDevice::MaxPoolBackward(const WindowGeometry& window,
+                                        const float* dy, const int32_t* argmax,
+                                        float* dx) {
+  return cpu_ops::MaxPoolBackward(window, dy, argmax, dx);
+}
+
+absl::Status CpuDevice::ZeroPad2D(const NhwcShape& x_shape,
+                                  const Padding2D& padding, const float* x,
+                                  float* y) {
+  return cpu_ops::ZeroPad2D(x_shape, padding, x, y);
+}
+
+absl::Status CpuDevice::ZeroPad2DBackward(const NhwcShape& x_shape,
+                                          const Padding2D& padding,
+                                          const float* dy, float* dx) {
+  return cpu_ops::ZeroPad2DBackward(x_shape, padding, dy, dx);
+}
+
+absl::Status CpuDevice::GlobalAvgPool(int batch, int pixels, int channels,
+                                      const float* x, float* y) {
+  return cpu_ops::GlobalAvgPool(batch, pixels, channels, x, y);
+}
+
+absl::Status CpuDevice::GlobalAvgPoolBackward(int batch, int pixels,
+                                              int channels, const float* dy,
+                                              float* dx) {
+  return cpu_ops::GlobalAvgPoolBackward(batch, pixels, channels, dy, dx);
+}
+
+absl::Status CpuDevice::BatchNormTraining(
+    int rows, int channels, const float* x, const float* gamma,
+    const float* beta, float epsilon, float momentum, float* y,
+    float* moving_mean, float* moving_variance, float* saved_mean,
+    float* saved_inv_std) {
+  return cpu_ops::BatchNormTraining(rows, channels, x, gamma, beta, epsilon,
+                                    momentum, y, moving_mean, moving_variance,
+                                    saved_mean, saved_inv_std);
+}
+
+absl::Status CpuDevice::BatchNormInference(int rows, int channels,
+                                           const float* x, const float* gamma,
+                                           const float* beta,
+                                           const float* moving_mean,
+                                           const float* moving_variance,
+                                           float epsilon, float* y) {
+  return cpu_ops::BatchNormInference(rows, channels, x, gamma, beta,
+                                     moving_mean, moving_variance, epsilon, y);
+}
+
+absl::Status CpuDevice::BatchNormBackward(int rows, int channels,
+                                          const float* x, const float* dy,
+                                          const float* gamma,
+                                          const float* saved_mean,
+                                          const float* saved_inv_std, float* dx,
+                                          float* dgamma, float* dbeta) {
+  return cpu_ops::BatchNormBackward(rows, channels, x, dy, gamma, saved_mean,
+                                    saved_inv_std, dx, dgamma, dbeta);
 }
 
 absl::Status CpuDevice::Synchronize() { return absl::OkStatus(); }

@@ -1,5 +1,6 @@
 // The CPU implementation of Device: host memory, OpenBLAS for Gemm, plain
-// loops for the element-wise ops.
+// loops for the element-wise ops (the image and batch-norm ones live in
+// cpu_image_ops.h and cpu_batch_norm_ops.h).
 #ifndef LOCKSTEP_WORKER_CPU_DEVICE_H_
 #define LOCKSTEP_WORKER_CPU_DEVICE_H_
 
@@ -50,6 +51,41 @@ class CpuDevice final : public Device {
                                    const int32_t* labels, float grad_scale,
                                    float* grad_logits, double* loss_sum,
                                    int64_t* correct) override;
+  absl::Status Axpy(size_t n, float alpha, const float* x, float* y) override;
+  absl::Status CopyOnDevice(const void* src, void* dst, size_t bytes) override;
+  absl::Status Im2Col(const WindowGeometry& window, const float* image,
+                      float* columns) override;
+  absl::Status Col2Im(const WindowGeometry& window, const float* columns,
+                      float* image) override;
+  absl::Status MaxPoolForward(const WindowGeometry& window, const float* x,
+                              float* y, int32_t* argmax) override;
+  absl::Status MaxPoolBackward(const WindowGeometry& window, const float* dy,
+                               const int32_t* argmax, float* dx) override;
+  absl::Status ZeroPad2D(const NhwcShape& x_shape, const Padding2D& padding,
+                         const float* x, float* y) override;
+  absl::Status ZeroPad2DBackward(const NhwcShape& x_shape,
+                                 const Padding2D& padding, const float* dy,
+                                 float* dx) override;
+  absl::Status GlobalAvgPool(int batch, int pixels, int channels,
+                             const float* x, float* y) override;
+  absl::Status GlobalAvgPoolBackward(int batch, int pixels, int channels,
+                                     const float* dy, float* dx) override;
+  absl::Status BatchNormTraining(int rows, int channels, const float* x,
+                                 const float* gamma, const float* beta,
+                                 float epsilon, float momentum, float* y,
+                                 float* moving_mean, float* moving_variance,
+                                 float* saved_mean,
+                                 float* saved_inv_std) override;
+  absl::Status BatchNormInference(int rows, int channels, const float* x,
+                                  const float* gamma, const float* beta,
+                                  const float* moving_mean,
+                                  const float* moving_variance, float epsilon,
+                                  float* y) override;
+  absl::Status BatchNormBackward(int rows, int channels, const float* x,
+                                 const float* dy, const float* gamma,
+                                 const float* saved_mean,
+                                 const float* saved_inv_std, float* dx,
+                                 float* dgamma, float* dbeta) override;
   absl::Status Synchronize() override;
 
  private:

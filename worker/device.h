@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "worker/image_geometry.h"
 
 namespace lockstep {
 
@@ -104,6 +105,91 @@ class Device {
                                            float* grad_logits,
                                            double* loss_sum,
                                            int64_t* correct) = 0;
+
+  // y += alpha * x, n elements.
+  virtual absl::Status Axpy(size_t n, float alpha, const float* x,
+                            float* y) = 0;
+
+  // Device -> device copy of `bytes` bytes, queued like the math calls.
+  virtual absl::Status CopyOnDevice(const void* src, void* dst,
+                                    size_t bytes) = 0;
+
+  // ---- Image ops over NHWC batches (see image_geometry.h) ----
+
+  // The im2col matrix of `image` (window.input): one row per output pixel
+  // (n, oh, ow), holding the window's pixels in (i, j, c) order, zero where
+  // the window lies in the padding. Its product with a kernel stored
+  // [window_height, window_width, channels, filters] (Keras's layout) is the
+  // convolution. `columns` holds OutputPixels() x PatchSize() floats.
+  virtual absl::Status Im2Col(const WindowGeometry& window, const float* image,
+                              float* columns) = 0;
+  // The adjoint of Im2Col: `image` is overwritten with, at every pixel, the
+  // sum of the column entries read from it (zero where none were).
+  virtual absl::Status Col2Im(const WindowGeometry& window,
+                              const float* columns, float* image) = 0;
+
+  // Max pooling: y[n][oh][ow][c] is the largest x[n][h][w][c] over the
+  // window's pixels inside the image (padding never wins, as in TensorFlow;
+  // ties go to the first in row-major order). argmax receives, per output,
+  // the index of that element within its image (h * width + w) * channels
+  // + c, for the backward pass.
+  virtual absl::Status MaxPoolForward(const WindowGeometry& window,
+                                      const float* x, float* y,
+                                      int32_t* argmax) = 0;
+  // dx (overwritten) = dy routed to the elements argmax names, summed where
+  // windows overlap.
+  virtual absl::Status MaxPoolBackward(const WindowGeometry& window,
+                                       const float* dy, const int32_t* argmax,
+                                       float* dx) = 0;
+
+  // y = x with `padding` rows and columns of zeros around every image; y is
+  // (height + top + bottom) x (width + left + right).
+  virtual absl::Status ZeroPad2D(const NhwcShape& x_shape,
+                                 const Padding2D& padding, const float* x,
+                                 float* y) = 0;
+  // dx = the interior of dy, the part that ZeroPad2D copied x to.
+  virtual absl::Status ZeroPad2DBackward(const NhwcShape& x_shape,
+                                         const Padding2D& padding,
+                                         const float* dy, float* dx) = 0;
+
+  // y[n][c] = mean over the `pixels` pixels of x[n][p][c].
+  virtual absl::Status GlobalAvgPool(int batch, int pixels, int channels,
+                                     const float* x, float* y) = 0;
+  // dx[n][p][c] = dy[n][c] / pixels.
+  virtual absl::Status GlobalAvgPoolBackward(int batch, int pixels,
+                                             int channels, const float* dy,
+                                             float* dx) = 0;
+
+  // Batch normalization of x, `rows` x `channels` (an NHWC batch read as
+  // N*H*W rows), training mode: each channel is normalized with the mean and
+  // the biased variance (divided by rows) of this batch,
+  //   y = gamma * (x - mean) / sqrt(var + epsilon) + beta,
+  // mean and 1 / sqrt(var + epsilon) are saved for the backward pass, and the
+  // moving statistics move towards the batch's as Keras does:
+  //   moving = momentum * moving + (1 - momentum) * batch value.
+  virtual absl::Status BatchNormTraining(int rows, int channels, const float* x,
+                                         const float* gamma, const float* beta,
+                                         float epsilon, float momentum,
+                                         float* y, float* moving_mean,
+                                         float* moving_variance,
+                                         float* saved_mean,
+                                         float* saved_inv_std) = 0;
+  // Inference mode: y = gamma * (x - moving_mean) /
+  // sqrt(moving_variance + epsilon) + beta.
+  virtual absl::Status BatchNormInference(int rows, int channels,
+                                          const float* x, const float* gamma,
+                                          const float* beta,
+                                          const float* moving_mean,
+                                          const float* moving_variance,
+                                          float epsilon, float* y) = 0;
+  // Gradients of BatchNormTraining's output (batch statistics included) from
+  // dy: dgamma and dbeta (channels values each) and, when dx is not null,
+  // dx. x, saved_mean and saved_inv_std are those of the forward pass.
+  virtual absl::Status BatchNormBackward(int rows, int channels, const float* x,
+                                         const float* dy, const float* gamma,
+                                         const float* saved_mean,
+                                         const float* saved_inv_std, float* dx,
+                                         float* dgamma, float* dbeta) = 0;
 
   // Waits until all queued work, copies included, is done.
   virtual absl::Status Synchronize() = 0;

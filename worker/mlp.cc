@@ -126,6 +126,23 @@ absl::Status Mlp::SetWeights(absl::Span<const float> weights) {
   return device_->CopyToDevice(host_weights_->data(), weights_->data(), bytes);
 }
 
+absl::Status Mlp::State(absl::Span<float> state) {
+  if (!state.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Mlp::State: the model has no state, got room for %d values",
+        state.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlp::SetState(absl::Span<const float> state) {
+  if (!state.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "Mlp::SetState: the model has no state, got %d values", state.size()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Mlp::Forward(absl::Span<const float> features,
                           absl::Span<const int32_t> labels) {
   const int rows = static_cast<int>(labels.size());

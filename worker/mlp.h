@@ -7,12 +7,12 @@
 // Mlp owns its device buffers (weights, activations, gradients) sized for
 // batches of up to max_batch rows, and host staging buffers from
 // Device::AllocateHost (pinned on CUDA) through which weights, batches and
-// gradients cross; the Device is not owned. Externally synchronized.
+// gradients cross; the Device is not owned. It has no state (StateSize() is
+// 0). Externally synchronized.
 #ifndef LOCKSTEP_WORKER_MLP_H_
 #define LOCKSTEP_WORKER_MLP_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,34 +20,30 @@
 #include "absl/types/span.h"
 #include "common/model_signature.h"
 #include "worker/device.h"
+#include "worker/model.h"
 
 namespace lockstep {
 
-struct BatchStats {
-  double loss_sum = 0;    // Cross-entropy summed over the rows.
-  int64_t correct = 0;    // Rows whose arg-max is the label.
-  int64_t examples = 0;
-};
-
-class Mlp final {
+class Mlp final : public Model {
  public:
   // `layer_sizes` has at least two entries, all positive (e.g. {784,128,10}).
   static absl::StatusOr<std::unique_ptr<Mlp>> Create(
       std::vector<int> layer_sizes, int max_batch, Device* device);
 
-  std::vector<TensorInfo> Tensors() const;
-  int64_t NumParameters() const;
+  std::vector<TensorInfo> Tensors() const override;
+  int64_t NumParameters() const override;
+  int64_t FeatureSize() const override { return layer_sizes_[0]; }
   const std::vector<int>& layer_sizes() const { return layer_sizes_; }
-  int max_batch() const { return max_batch_; }
+  int max_batch() const override { return max_batch_; }
 
   // Keras's default initialization drawn from `seed`: kernels Glorot-uniform
   // in [-l, l] with l = sqrt(6 / (fan_in + fan_out)), biases zero. The same
   // seed gives the same bits on every machine (no std distributions).
-  std::vector<float> InitialWeights(uint64_t seed) const;
+  std::vector<float> InitialWeights(uint64_t seed) const override;
 
   // Uploads the flat weights (NumParameters() values) through the pinned
   // staging buffer.
-  absl::Status SetWeights(absl::Span<const float> weights);
+  absl::Status SetWeights(absl::Span<const float> weights) override;
 
   // Forward and backward on one batch: `features` is rows x layer_sizes[0]
   // (row-major), `labels` has rows entries, 1 <= rows <= max_batch. Writes
@@ -58,14 +54,22 @@ class Mlp final {
   // is called with [begin, end) as soon as that range of `gradient` is final
   // (one layer at a time, last layer first), so the caller can send it while
   // backprop goes on.
-  using GradientReadyFn = std::function<void(int64_t begin, int64_t end)>;
   absl::StatusOr<BatchStats> ComputeGradients(
       absl::Span<const float> features, absl::Span<const int32_t> labels,
-      absl::Span<float> gradient, const GradientReadyFn& on_ready = nullptr);
+      absl::Span<float> gradient,
+      const GradientReadyFn& on_ready = nullptr) override;
 
   // Forward only, over any number of rows (split into max_batch pieces).
-  absl::StatusOr<BatchStats> Evaluate(absl::Span<const float> features,
-                                      absl::Span<const int32_t> labels);
+  absl::StatusOr<BatchStats> Evaluate(
+      absl::Span<const float> features,
+      absl::Span<const int32_t> labels) override;
+
+  // No state: empty, and only empty spans are accepted.
+  std::vector<TensorInfo> StateTensors() const override { return {}; }
+  int64_t StateSize() const override { return 0; }
+  std::vector<float> InitialState() const override { return {}; }
+  absl::Status State(absl::Span<float> state) override;
+  absl::Status SetState(absl::Span<const float> state) override;
 
  private:
   // Where one Dense layer's tensors sit in the flat parameter vector.

@@ -93,6 +93,44 @@ class CudaDevice final : public Device {
                                    const int32_t* labels, float grad_scale,
                                    float* grad_logits, double* loss_sum,
                                    int64_t* correct) override;
+  // The convolution-network ops are not on CUDA yet: each answers
+  // UNIMPLEMENTED, so a CNN model on this device fails at its first step
+  // with a clear status rather than computing garbage.
+  absl::Status Axpy(size_t n, float alpha, const float* x, float* y) override;
+  absl::Status CopyOnDevice(const void* src, void* dst, size_t bytes) override;
+  absl::Status Im2Col(const WindowGeometry& window, const float* image,
+                      float* columns) override;
+  absl::Status Col2Im(const WindowGeometry& window, const float* columns,
+                      float* image) override;
+  absl::Status MaxPoolForward(const WindowGeometry& window, const float* x,
+                              float* y, int32_t* argmax) override;
+  absl::Status MaxPoolBackward(const WindowGeometry& window, const float* dy,
+                               const int32_t* argmax, float* dx) override;
+  absl::Status ZeroPad2D(const NhwcShape& x_shape, const Padding2D& padding,
+                         const float* x, float* y) override;
+  absl::Status ZeroPad2DBackward(const NhwcShape& x_shape,
+                                 const Padding2D& padding, const float* dy,
+                                 float* dx) override;
+  absl::Status GlobalAvgPool(int batch, int pixels, int channels,
+                             const float* x, float* y) override;
+  absl::Status GlobalAvgPoolBackward(int batch, int pixels, int channels,
+                                     const float* dy, float* dx) override;
+  absl::Status BatchNormTraining(int rows, int channels, const float* x,
+                                 const float* gamma, const float* beta,
+                                 float epsilon, float momentum, float* y,
+                                 float* moving_mean, float* moving_variance,
+                                 float* saved_mean,
+                                 float* saved_inv_std) override;
+  absl::Status BatchNormInference(int rows, int channels, const float* x,
+                                  const float* gamma, const float* beta,
+                                  const float* moving_mean,
+                                  const float* moving_variance, float epsilon,
+                                  float* y) override;
+  absl::Status BatchNormBackward(int rows, int channels, const float* x,
+                                 const float* dy, const float* gamma,
+                                 const float* saved_mean,
+                                 const float* saved_inv_std, float* dx,
+                                 float* dgamma, float* dbeta) override;
   absl::Status Synchronize() override;
 
  private:
@@ -354,6 +392,64 @@ absl::Status CudaDevice::Synchronize() {
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_.get()));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_.get()));
   return absl::OkStatus();
+}
+
+absl::Status NotYetOnCuda(const char* op) {
+  return absl::UnimplementedError(
+      absl::StrCat(op, " is not yet on CUDA (CPU device only for now)"));
+}
+
+absl::Status CudaDevice::Axpy(size_t, float, const float*, float*) {
+  return NotYetOnCuda("Axpy");
+}
+absl::Status CudaDevice::CopyOnDevice(const void*, void*, size_t) {
+  return NotYetOnCuda("CopyOnDevice");
+}
+absl::Status CudaDevice::Im2Col(const WindowGeometry&, const float*, float*) {
+  return NotYetOnCuda("Im2Col");
+}
+absl::Status CudaDevice::Col2Im(const WindowGeometry&, const float*, float*) {
+  return NotYetOnCuda("Col2Im");
+}
+absl::Status CudaDevice::MaxPoolForward(const WindowGeometry&, const float*,
+                                        float*, int32_t*) {
+  return NotYetOnCuda("MaxPoolForward");
+}
+absl::Status CudaDevice::MaxPoolBackward(const WindowGeometry&, const float*,
+                                         const int32_t*, float*) {
+  return NotYetOnCuda("MaxPoolBackward");
+}
+absl::Status CudaDevice::ZeroPad2D(const NhwcShape&, const Padding2D&,
+                                   const float*, float*) {
+  return NotYetOnCuda("ZeroPad2D");
+}
+absl::Status CudaDevice::ZeroPad2DBackward(const NhwcShape&, const Padding2D&,
+                                           const float*, float*) {
+  return NotYetOnCuda("ZeroPad2DBackward");
+}
+absl::Status CudaDevice::GlobalAvgPool(int, int, int, const float*, float*) {
+  return NotYetOnCuda("GlobalAvgPool");
+}
+absl::Status CudaDevice::GlobalAvgPoolBackward(int, int, int, const float*,
+                                               float*) {
+  return NotYetOnCuda("GlobalAvgPoolBackward");
+}
+absl::Status CudaDevice::BatchNormTraining(int, int, const float*, const float*,
+                                           const float*, float, float, float*,
+                                           float*, float*, float*, float*) {
+  return NotYetOnCuda("BatchNormTraining");
+}
+absl::Status CudaDevice::BatchNormInference(int, int, const float*,
+                                            const float*, const float*,
+                                            const float*, const float*, float,
+                                            float*) {
+  return NotYetOnCuda("BatchNormInference");
+}
+absl::Status CudaDevice::BatchNormBackward(int, int, const float*, const float*,
+                                           const float*, const float*,
+                                           const float*, float*, float*,
+                                           float*) {
+  return NotYetOnCuda("BatchNormBackward");
 }
 
 }  // namespace

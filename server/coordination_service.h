@@ -1,0 +1,35 @@
+// The gRPC face of a CoordinationStore: the Coordinator service of
+// proto/lockstep/v1/coordination.proto over the callback API.
+//
+// Set answers at once. A Get of a missing key stores a reactor with the
+// store and returns without holding a gRPC thread; the Set that creates the
+// key finishes it, and a cancelled call (its deadline passed, the client went
+// away, the server shuts down) withdraws it. Protobuf types stop here.
+// Thread-safe (the store is).
+#ifndef LOCKSTEP_SERVER_COORDINATION_SERVICE_H_
+#define LOCKSTEP_SERVER_COORDINATION_SERVICE_H_
+
+#include "lockstep/v1/coordination.grpc.pb.h"
+#include "server/coordination_store.h"
+
+namespace lockstep {
+
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  // `store` is not owned and must outlive the service.
+  explicit CoordinatorService(CoordinationStore* store) : store_(store) {}
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
+                                const v1::SetRequest* request,
+                                v1::SetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
+                                const v1::GetRequest* request,
+                                v1::GetResponse* response) override;
+
+ private:
+  CoordinationStore* const store_;  // Not owned.
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_COORDINATION_SERVICE_H_

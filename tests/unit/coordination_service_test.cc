@@ -1,0 +1,128 @@
+// The Coordinator service over a real loopback gRPC server, driven through
+// the worker's CoordinatorClient.
+#include "server/coordination_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "lockstep/v1/coordination.grpc.pb.h"
+#include "server/coordination_store.h"
+#include "worker/allreduce/coordinator_client.h"
+
+namespace lockstep {
+namespace {
+
+class CoordinationServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port, 0);
+    address_ = absl::StrCat("127.0.0.1:", port);
+    client_ = CoordinatorClient::Create(address_).value();
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  static absl::Time In(absl::Duration d) { return absl::Now() + d; }
+
+  CoordinationStore store_;
+  CoordinatorService service_{&store_};
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::unique_ptr<CoordinatorClient> client_;
+};
+
+TEST_F(CoordinationServiceTest, SetThenGet) {
+  ASSERT_TRUE(client_->Set("job/k", "v", In(absl::Seconds(10))).ok());
+  absl::StatusOr<std::string> got =
+      client_->Get("job/k", In(absl::Seconds(10)));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "v");
+  EXPECT_EQ(store_.TryGet("job/k").value(), "v");
+}
+
+TEST_F(CoordinationServiceTest, GetWaitsForTheSetWithoutHoldingAThread) {
+  std::optional<absl::StatusOr<std::string>> got;
+  std::thread reader(
+      [&] { got = client_->Get("late", In(absl::Seconds(30))); });
+  // The Get is parked in the store as a callback, not a blocked thread.
+  ASSERT_TRUE(store_.AwaitNumWaiters(1, In(absl::Seconds(30))));
+  ASSERT_TRUE(client_->Set("late", "here", In(absl::Seconds(10))).ok());
+  reader.join();
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status();
+  EXPECT_EQ(**got, "here");
+  EXPECT_EQ(store_.NumWaiters(), 0u);
+}
+
+TEST_F(CoordinationServiceTest, GetPastItsDeadlineFailsAndLeavesNoWaiter) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> got =
+      client_->Get("never", start + absl::Milliseconds(300));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // The server saw the call cancelled and withdrew the waiter.
+  EXPECT_TRUE(store_.AwaitNumWaiters(0, In(absl::Seconds(30))));
+}
+
+TEST_F(CoordinationServiceTest, IfAbsentConflictIsAlreadyExists) {
+  ASSERT_TRUE(client_->Set("k", "a", In(absl::Seconds(10)), true).ok());
+  EXPECT_TRUE(client_->Set("k", "a", In(absl::Seconds(10)), true).ok());
+  absl::Status s = client_->Set("k", "b", In(absl::Seconds(10)), true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_.TryGet("k").value(), "a");
+}
+
+TEST_F(CoordinationServiceTest, BadKeyIsInvalidArgument) {
+  EXPECT_EQ(client_->Set("", "v", In(absl::Seconds(10))).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->Get("", In(absl::Seconds(10))).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinationServiceTest, NoWaitAnswersNotFoundAtOnce) {
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(In(absl::Seconds(10))));
+  v1::GetRequest request;
+  request.set_key("absent");
+  request.set_no_wait(true);
+  v1::GetResponse response;
+  grpc::Status status = stub->Get(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(store_.NumWaiters(), 0u);
+}
+
+TEST_F(CoordinationServiceTest, ServerShutdownEndsAWaitingGet) {
+  std::optional<absl::StatusOr<std::string>> got;
+  std::thread reader(
+      [&] { got = client_->Get("never", In(absl::Seconds(60))); });
+  ASSERT_TRUE(store_.AwaitNumWaiters(1, In(absl::Seconds(30))));
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  reader.join();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(got->ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(store_.NumWaiters(), 0u);
+  server_.reset();
+}
+
+}  // namespace
+}  // namespace lockstep

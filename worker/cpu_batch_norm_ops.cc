@@ -1,0 +1,161 @@
+#include "worker/cpu_batch_norm_ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+namespace cpu_ops {
+namespace {
+
+absl::Status NullPointer(const char* op) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s: null pointer", op));
+}
+
+absl::Status CheckRowsChannels(const char* op, int rows, int channels) {
+  if (rows < 0 || channels < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: negative shape %d x %d", op, rows, channels));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status BatchNormTraining(int rows, int channels, const float* x,
+                               const float* gamma, const float* beta,
+                               float epsilon, float momentum, float* y,
+                               float* moving_mean, float* moving_variance,
+                               float* saved_mean, float* saved_inv_std) {
+  RETURN_IF_ERROR(CheckRowsChannels("BatchNormTraining", rows, channels));
+  if (rows < 1) {
+    return absl::InvalidArgumentError(
+        "BatchNormTraining: batch statistics need at least one row");
+  }
+  if (channels == 0) return absl::OkStatus();
+  if (x == nullptr || gamma == nullptr || beta == nullptr || y == nullptr ||
+      moving_mean == nullptr || moving_variance == nullptr ||
+      saved_mean == nullptr || saved_inv_std == nullptr) {
+    return NullPointer("BatchNormTraining");
+  }
+  // Double sums, and the variance from centered values (two passes), so the
+  // statistics hold to float precision whatever the rows' offset.
+  std::vector<double> sum(channels, 0.0);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict in = x + int64_t{r} * channels;
+    for (int c = 0; c < channels; ++c) sum[c] += in[c];
+  }
+  std::vector<float> mean(channels);
+  for (int c = 0; c < channels; ++c) {
+    mean[c] = static_cast<float>(sum[c] / rows);
+  }
+  std::fill(sum.begin(), sum.end(), 0.0);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict in = x + int64_t{r} * channels;
+    for (int c = 0; c < channels; ++c) {
+      const double d = static_cast<double>(in[c]) - mean[c];
+      sum[c] += d * d;
+    }
+  }
+  std::vector<float> scale(channels);
+  for (int c = 0; c < channels; ++c) {
+    const double variance = sum[c] / rows;
+    const double inv_std = 1.0 / std::sqrt(variance + epsilon);
+    scale[c] = static_cast<float>(gamma[c] * inv_std);
+    saved_mean[c] = mean[c];
+    saved_inv_std[c] = static_cast<float>(inv_std);
+    moving_mean[c] = static_cast<float>(momentum * double{moving_mean[c]} +
+                                        (1.0 - momentum) * mean[c]);
+    moving_variance[c] = static_cast<float>(
+        momentum * double{moving_variance[c]} + (1.0 - momentum) * variance);
+  }
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict in = x + int64_t{r} * channels;
+    float* __restrict out = y + int64_t{r} * channels;
+    for (int c = 0; c < channels; ++c) {
+      out[c] = (in[c] - mean[c]) * scale[c] + beta[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormInference(int rows, int channels, const float* x,
+                                const float* gamma, const float* beta,
+                                const float* moving_mean,
+                                const float* moving_variance, float epsilon,
+                                float* y) {
+  RETURN_IF_ERROR(CheckRowsChannels("BatchNormInference", rows, channels));
+  if (int64_t{rows} * channels == 0) return absl::OkStatus();
+  if (x == nullptr || gamma == nullptr || beta == nullptr ||
+      moving_mean == nullptr || moving_variance == nullptr || y == nullptr) {
+    return NullPointer("BatchNormInference");
+  }
+  std::vector<float> scale(channels);
+  for (int c = 0; c < channels; ++c) {
+    scale[c] = static_cast<float>(
+        gamma[c] / std::sqrt(double{moving_variance[c]} + epsilon));
+  }
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict in = x + int64_t{r} * channels;
+    float* __restrict out = y + int64_t{r} * channels;
+    for (int c = 0; c < channels; ++c) {
+      out[c] = (in[c] - moving_mean[c]) * scale[c] + beta[c];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormBackward(int rows, int channels, const float* x,
+                               const float* dy, const float* gamma,
+                               const float* saved_mean,
+                               const float* saved_inv_std, float* dx,
+                               float* dgamma, float* dbeta) {
+  RETURN_IF_ERROR(CheckRowsChannels("BatchNormBackward", rows, channels));
+  if (rows < 1) {
+    return absl::InvalidArgumentError("BatchNormBackward: no rows");
+  }
+  if (channels == 0) return absl::OkStatus();
+  if (x == nullptr || dy == nullptr || gamma == nullptr ||
+      saved_mean == nullptr || saved_inv_std == nullptr || dgamma == nullptr ||
+      dbeta == nullptr) {
+    return NullPointer("BatchNormBackward");
+  }
+  // dbeta = sum dy, dgamma = sum dy * xhat with xhat = (x - mean) * inv_std;
+  // through the batch statistics,
+  //   dx = gamma * inv_std * (dy - dbeta / rows - xhat * dgamma / rows).
+  std::vector<double> sum_dy(channels, 0.0), sum_dy_xhat(channels, 0.0);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict in = x + int64_t{r} * channels;
+    const float* __restrict grad = dy + int64_t{r} * channels;
+    for (int c = 0; c < channels; ++c) {
+      const float xhat = (in[c] - saved_mean[c]) * saved_inv_std[c];
+      sum_dy[c] += grad[c];
+      sum_dy_xhat[c] += static_cast<double>(grad[c]) * xhat;
+    }
+  }
+  std::vector<float> mean_dy(channels), mean_dy_xhat(channels), scale(channels);
+  for (int c = 0; c < channels; ++c) {
+    dbeta[c] = static_cast<float>(sum_dy[c]);
+    dgamma[c] = static_cast<float>(sum_dy_xhat[c]);
+    mean_dy[c] = static_cast<float>(sum_dy[c] / rows);
+    mean_dy_xhat[c] = static_cast<float>(sum_dy_xhat[c] / rows);
+    scale[c] = gamma[c] * saved_inv_std[c];
+  }
+  if (dx == nullptr) return absl::OkStatus();
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict in = x + int64_t{r} * channels;
+    const float* __restrict grad = dy + int64_t{r} * channels;
+    float* __restrict out = dx + int64_t{r} * channels;
+    for (int c = 0; c < channels; ++c) {
+      const float xhat = (in[c] - saved_mean[c]) * saved_inv_std[c];
+      out[c] = scale[c] * (grad[c] - mean_dy[c] - xhat * mean_dy_xhat[c]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cpu_ops
+}  // namespace lockstep

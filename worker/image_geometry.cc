@@ -1,0 +1,45 @@
+#include "worker/image_geometry.h"
+
+#include "absl/strings/str_format.h"
+
+namespace lockstep {
+
+absl::Status ValidateShape(const char* op, const NhwcShape& shape) {
+  if (shape.batch < 0 || shape.height < 0 || shape.width < 0 ||
+      shape.channels < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: negative image shape %d x %d x %d x %d", op, shape.batch,
+        shape.height, shape.width, shape.channels));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePadding(const char* op, const Padding2D& padding) {
+  if (padding.top < 0 || padding.bottom < 0 || padding.left < 0 ||
+      padding.right < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: negative padding (top %d, bottom %d, left %d, right %d)", op,
+        padding.top, padding.bottom, padding.left, padding.right));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateWindow(const char* op, const WindowGeometry& window) {
+  if (absl::Status s = ValidateShape(op, window.input); !s.ok()) return s;
+  if (window.window_height < 1 || window.window_width < 1 ||
+      window.stride_height < 1 || window.stride_width < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: window %d x %d and strides %d x %d must be positive", op,
+        window.window_height, window.window_width, window.stride_height,
+        window.stride_width));
+  }
+  if (window.pad_top < 0 || window.pad_left < 0 || window.out_height < 0 ||
+      window.out_width < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: negative padding (%d, %d) or output size %d x %d", op,
+        window.pad_top, window.pad_left, window.out_height, window.out_width));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,60 @@
+#include "worker/nn/graph.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+std::vector<TensorInfo> Named(const Layer& layer,
+                              const std::vector<ParamSpec>& specs) {
+  std::vector<TensorInfo> tensors;
+  for (const ParamSpec& spec : specs) {
+    tensors.push_back({absl::StrCat(layer.name(), "/", spec.name), spec.shape});
+  }
+  return tensors;
+}
+
+}  // namespace
+
+Graph::Graph(TensorShape input, std::vector<GraphNode> nodes)
+    : input_(input), nodes_(std::move(nodes)) {}
+
+const TensorShape& Graph::tensor_shape(int tensor) const {
+  return tensor == 0 ? input_ : nodes_[tensor - 1].layer->output_shape();
+}
+
+std::vector<TensorInfo> Graph::Tensors() const {
+  std::vector<TensorInfo> tensors;
+  for (const GraphNode& node : nodes_) {
+    for (TensorInfo& t : Named(*node.layer, node.layer->Parameters())) {
+      tensors.push_back(std::move(t));
+    }
+  }
+  return tensors;
+}
+
+int64_t Graph::NumParameters() const {
+  int64_t n = 0;
+  for (const GraphNode& node : nodes_) n += node.layer->NumParameters();
+  return n;
+}
+
+std::vector<TensorInfo> Graph::StateTensors() const {
+  std::vector<TensorInfo> tensors;
+  for (const GraphNode& node : nodes_) {
+    for (TensorInfo& t : Named(*node.layer, node.layer->States())) {
+      tensors.push_back(std::move(t));
+    }
+  }
+  return tensors;
+}
+
+int64_t Graph::NumStates() const {
+  int64_t n = 0;
+  for (const GraphNode& node : nodes_) n += node.layer->NumStates();
+  return n;
+}
+
+}  // namespace lockstep

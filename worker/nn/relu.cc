@@ -1,0 +1,34 @@
+#include "worker/nn/relu.h"
+
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+
+absl::StatusOr<std::unique_ptr<ReLU>> ReLU::Create(std::string name,
+                                                   const TensorShape& input) {
+  return absl::WrapUnique(new ReLU(std::move(name), input));
+}
+
+ReLU::ReLU(std::string name, const TensorShape& input)
+    : Layer(std::move(name), {input}, input) {}
+
+absl::Status ReLU::RunForward(const ForwardArgs& args) {
+  const size_t n = static_cast<size_t>(args.batch * output_shape().size());
+  RETURN_IF_ERROR(
+      device()->CopyOnDevice(args.inputs[0], args.output, n * sizeof(float)));
+  return device()->ReluForward(n, args.output);
+}
+
+absl::Status ReLU::RunBackward(const BackwardArgs& args) {
+  float* dx = args.input_grads[0];
+  if (dx == nullptr) return absl::OkStatus();
+  const size_t n = static_cast<size_t>(args.batch * output_shape().size());
+  RETURN_IF_ERROR(
+      device()->CopyOnDevice(args.output_grad, dx, n * sizeof(float)));
+  return device()->ReluBackward(n, args.output, dx);
+}
+
+}  // namespace lockstep
