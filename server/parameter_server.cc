@@ -351,7 +351,7 @@ ServerStatus ParameterServer::GetStatus() const {
 }
 
 std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
-    absl::Time now, absl::Duration timeout) {
+    absl::Time now, absl::Duration timeout, bool fail_job) {
   std::vector<ChunkBarrier*> chunks;
   {
     absl::MutexLock lock(&mu_);
@@ -382,10 +382,18 @@ std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
     alarms.push_back(alarm);
     return alarms;
   }
-  // Give up on the step everywhere; evict those who never came, so a late
-  // push of theirs is refused and they register again.
   std::string ranks;
   for (int r : alarm.missing) absl::StrAppend(&ranks, ranks.empty() ? "" : ",", r);
+  if (fail_job) {
+    const absl::Status cancelled = absl::CancelledError(absl::StrCat(
+        "the job failed: step ", alarm.step, " timed out waiting for rank(s) ",
+        ranks, " (--on_worker_loss=fail)"));
+    for (ChunkBarrier* c : chunks) c->Expire(alarm.step, cancelled);
+    alarms.push_back(alarm);
+    return alarms;
+  }
+  // Give up on the step everywhere; evict those who never came, so a late
+  // push of theirs is refused and they register again.
   {
     absl::MutexLock lock(&mu_);
     for (int r : alarm.missing) {
@@ -493,16 +501,14 @@ bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
   return mu_.AwaitWithTimeout(absl::Condition(&all_left), timeout);
 }
 
-void ParameterServer::Shutdown() {
+void ParameterServer::Shutdown(const absl::Status& reason) {
   std::vector<ChunkBarrier*> chunks;
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
     chunks = OwnedChunksLocked();
   }
-  for (ChunkBarrier* c : chunks) {
-    c->Close(absl::UnavailableError("server is shutting down"));
-  }
+  for (ChunkBarrier* c : chunks) c->Close(reason);
 }
 
 }  // namespace lockstep

@@ -165,16 +165,21 @@ class ParameterServer final {
   };
 
   // Called periodically by the daemon. Reports each step once at half the
-  // timeout and once when it expires.
+  // timeout and once when it expires. With `fail_job` an expired step's
+  // waiting pushes get CANCELLED (the job is over) and nobody is evicted;
+  // otherwise they get ABORTED (push again) and the missing are evicted.
   std::vector<StepAlarm> CheckStepTimeout(absl::Time now,
-                                          absl::Duration timeout);
+                                          absl::Duration timeout,
+                                          bool fail_job = false);
 
   // True once every rank has left; false when `timeout` passes first.
   bool WaitUntilDone(absl::Duration timeout) const;
 
-  // Answers every waiting push and pull with UNAVAILABLE and refuses new
-  // ones, so that a transport can shut down without pending calls.
-  void Shutdown();
+  // Answers every waiting push and pull with `reason` (UNAVAILABLE by
+  // default) and refuses new ones, so that a transport can shut down
+  // without pending calls.
+  void Shutdown(const absl::Status& reason =
+                    absl::UnavailableError("server is shutting down"));
 
  private:
   explicit ParameterServer(const ParameterServerOptions& options);
