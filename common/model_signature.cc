@@ -112,6 +112,11 @@ std::string DescribeDifference(const ModelSignature& expected,
                         " (backup_workers=", got.sync.backup_workers,
                         " staleness=", got.sync.staleness, ")");
   }
+  if (expected.total_steps != got.total_steps) {
+    return absl::StrCat("total_steps: job has ", expected.total_steps,
+                        ", worker has ", got.total_steps,
+                        " (different data, batch size or --epochs)");
+  }
   if (expected.chunk_bytes != got.chunk_bytes) {
     return absl::StrCat("chunk_bytes: job has ", expected.chunk_bytes,
                         ", worker has ", got.chunk_bytes);

@@ -63,6 +63,11 @@ struct ModelSignature {
   int num_workers = 1;
   int num_shards = 1;  // Server shards the chunks are spread over.
   SyncPolicy sync;
+  // The job's length in global steps. Every worker computes it from the
+  // shared data size and W x B; a worker that disagrees (other data, other
+  // --epochs) is refused at registration instead of leaving the others
+  // waiting at a barrier it will never reach. 0: not checked.
+  int64_t total_steps = 0;
 
   // Total fp32 elements over all tensors: the length of the flat vector.
   int64_t NumParameters() const;

@@ -24,6 +24,7 @@ void SignatureToProto(const ModelSignature& signature,
   proto->set_chunk_bytes(signature.chunk_bytes);
   proto->set_num_workers(signature.num_workers);
   proto->set_num_shards(signature.num_shards);
+  proto->set_total_steps(signature.total_steps);
   v1::SyncSpec* sync = proto->mutable_sync();
   sync->set_mode(SyncModeName(signature.sync.mode));
   sync->set_backup_workers(signature.sync.backup_workers);
@@ -51,6 +52,7 @@ ModelSignature SignatureFromProto(const v1::ModelSignature& proto) {
   signature.chunk_bytes = proto.chunk_bytes();
   signature.num_workers = proto.num_workers();
   signature.num_shards = proto.num_shards() > 0 ? proto.num_shards() : 1;
+  signature.total_steps = proto.total_steps();
   const std::string& mode = proto.sync().mode();
   // The gRPC adapter refuses unknown mode names before this point.
   signature.sync.mode = mode == "async" ? SyncPolicy::Mode::kAsync

@@ -48,6 +48,62 @@ absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
   return absl::OkStatus();
 }
 
+std::optional<ChunkState> ChunkBarrier::Export() {
+  absl::MutexLock lock(&mu_);
+  if (!initialized_) return std::nullopt;
+  ChunkState state;
+  state.chunk = chunk_.index;
+  state.version = version_;
+  state.weights = weights_;
+  for (const auto& [name, values] : optimizer_->Slots()) {
+    state.slots.emplace_back(name,
+                             std::vector<float>(values.begin(), values.end()));
+  }
+  return state;
+}
+
+absl::Status ChunkBarrier::Restore(const ChunkState& state) {
+  Answers answers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state.weights.size() != weights_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", chunk_.index, " has ", weights_.size(),
+          " weights, the checkpoint ", state.weights.size()));
+    }
+    std::vector<std::pair<std::string, absl::Span<float>>> slots =
+        optimizer_->Slots();
+    if (slots.size() != state.slots.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", chunk_.index, " optimizer has ", slots.size(),
+          " state vectors, the checkpoint ", state.slots.size()));
+    }
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].first != state.slots[i].first ||
+          slots[i].second.size() != state.slots[i].second.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk ", chunk_.index, " optimizer state ", slots[i].first,
+            " does not match the checkpoint's ", state.slots[i].first));
+      }
+    }
+    for (size_t i = 0; i < slots.size(); ++i) {
+      std::copy(state.slots[i].second.begin(), state.slots[i].second.end(),
+                slots[i].second.begin());
+    }
+    weights_ = state.weights;
+    version_ = state.version;
+    initialized_ = true;
+    published_ = std::make_shared<const std::vector<float>>(weights_);
+    published_version_.store(version_);
+    for (auto& [min_version, cb] : pull_waiters_) {
+      answers.Add(std::move(cb), SnapshotLocked());
+    }
+    pull_waiters_.clear();
+  }
+  answers.Run();
+  return absl::OkStatus();
+}
+
 void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
                         absl::Span<const absl::string_view> payload,
                         absl::Time arrival, ChunkCallback done) {
@@ -206,6 +262,38 @@ void ChunkBarrier::Close(const absl::Status& status) {
     pull_waiters_.clear();
   }
   answers.Run();
+}
+
+std::optional<ChunkBarrier::Gathering> ChunkBarrier::Pending() const {
+  absl::MutexLock lock(&mu_);
+  if (policy_.mode != SyncPolicy::Mode::kSync || num_pushed_ == 0) {
+    return std::nullopt;
+  }
+  Gathering g;
+  g.step = version_;
+  g.since = first_push_;
+  for (int r = 0; r < num_workers_; ++r) {
+    if (!pushed_[r]) g.missing.push_back(r);
+  }
+  return g;
+}
+
+bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
+  Answers answers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (policy_.mode != SyncPolicy::Mode::kSync || num_pushed_ == 0 ||
+        version_ != step) {
+      return false;
+    }
+    std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+    std::fill(pushed_.begin(), pushed_.end(), false);
+    num_pushed_ = 0;
+    for (ChunkCallback& cb : push_waiters_) answers.Add(std::move(cb), status);
+    push_waiters_.clear();
+  }
+  answers.Run();
+  return true;
 }
 
 bool ChunkBarrier::HasPushed(int rank) const {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -37,8 +38,9 @@
 #include "absl/types/span.h"
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
-#include "common/wire_codec.h"
 #include "common/optimizer.h"
+#include "common/wire_codec.h"
+#include "server/checkpoint.h"
 
 namespace lockstep {
 
@@ -82,8 +84,29 @@ class ChunkBarrier final {
   // `done` gets the latest weights once their version is >= min_version.
   void Pull(int64_t min_version, ChunkCallback done);
 
+  // The chunk's weights, optimizer slots and version, for a checkpoint;
+  // nullopt before initialization.
+  std::optional<ChunkState> Export();
+  // Replaces weights, optimizer slots and version (before any push);
+  // INVALID_ARGUMENT when sizes or slot names do not fit.
+  absl::Status Restore(const ChunkState& state);
+
   // Answers every waiting call with `status` and refuses new ones.
   void Close(const absl::Status& status);
+
+  // kSync: the step being gathered, since when, and who has not pushed it;
+  // nullopt when no push is waiting.
+  struct Gathering {
+    int64_t step = 0;
+    absl::Time since;
+    std::vector<int> missing;
+  };
+  std::optional<Gathering> Pending() const;
+
+  // kSync: gives up on `step` if it is still being gathered: its waiting
+  // pushes get `status` and their gradients are forgotten (nothing is
+  // applied). Returns whether it did.
+  bool Expire(int64_t step, const absl::Status& status);
 
   // Latest published version (-1 before initialization). Lock-free.
   int64_t version() const { return published_version_.load(); }

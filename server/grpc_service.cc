@@ -1,5 +1,7 @@
 #include "server/grpc_service.h"
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/signature_proto.h"
@@ -172,6 +174,28 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
   counters->set_bytes_sent(c.bytes_sent);
   counters->set_pushes_dropped_late(c.pushes_dropped_late);
   return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
+    grpc::CallbackServerContext* context,
+    const v1::SaveCheckpointRequest* request,
+    v1::SaveCheckpointResponse* response) {
+  if (!save_checkpoint_) {
+    return FinishWith(context, absl::FailedPreconditionError(
+                                   "this server was started without "
+                                   "--checkpoint_dir"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Writing takes disk time: off gRPC's threads.
+  std::thread([this, reactor, response]() {
+    absl::StatusOr<std::pair<std::string, int64_t>> saved = save_checkpoint_();
+    if (saved.ok()) {
+      response->set_path(saved->first);
+      response->set_version(saved->second);
+    }
+    reactor->Finish(ToGrpcStatus(saved.status()));
+  }).detach();
+  return reactor;
 }
 
 }  // namespace lockstep

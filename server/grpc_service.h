@@ -10,6 +10,10 @@
 #ifndef LOCKSTEP_SERVER_GRPC_SERVICE_H_
 #define LOCKSTEP_SERVER_GRPC_SERVICE_H_
 
+#include <functional>
+#include <string>
+#include <utility>
+
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "server/parameter_server.h"
 
@@ -21,12 +25,20 @@ using ParameterServerServiceBase = v1::ParameterServer::WithCallbackMethod_Regis
             v1::ParameterServer::WithRawCallbackMethod_Pull<
                 v1::ParameterServer::WithCallbackMethod_Leave<
                     v1::ParameterServer::WithCallbackMethod_GetStatus<
-                        v1::ParameterServer::Service>>>>>>;
+                        v1::ParameterServer::WithCallbackMethod_SaveCheckpoint<
+                            v1::ParameterServer::Service>>>>>>>;
 
 class ParameterServerService final : public ParameterServerServiceBase {
  public:
-  // `core` is not owned and must outlive the service.
-  explicit ParameterServerService(ParameterServer* core) : core_(core) {}
+  // Writes a checkpoint now; returns its path and version.
+  using SaveCheckpointFn =
+      std::function<absl::StatusOr<std::pair<std::string, int64_t>>()>;
+
+  // `core` is not owned and must outlive the service. Without
+  // `save_checkpoint`, SaveCheckpoint answers FAILED_PRECONDITION.
+  explicit ParameterServerService(ParameterServer* core,
+                                  SaveCheckpointFn save_checkpoint = nullptr)
+      : core_(core), save_checkpoint_(std::move(save_checkpoint)) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -47,9 +59,14 @@ class ParameterServerService final : public ParameterServerServiceBase {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::StatusRequest* request,
                                       v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* SaveCheckpoint(
+      grpc::CallbackServerContext* context,
+      const v1::SaveCheckpointRequest* request,
+      v1::SaveCheckpointResponse* response) override;
 
  private:
   ParameterServer* const core_;  // Not owned.
+  const SaveCheckpointFn save_checkpoint_;
 };
 
 }  // namespace lockstep

@@ -20,10 +20,7 @@
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
-#include "server/coordination_service.h"
-#include "server/coordination_store.h"
-#include "server/grpc_service.h"
-#include "server/parameter_server.h"
+#include "server/daemon.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to listen on, host:port (port 0 picks a free one). "
@@ -43,6 +40,24 @@ ABSL_FLAG(std::string, port_file, "",
           "server listens; launchers use it with --listen=HOST:0.");
 ABSL_FLAG(bool, exit_when_done, true,
           "Exit with status 0 once every worker has left the job.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Folder for this shard's checkpoints (a sub-folder per shard). On "
+          "start the newest intact one is restored. Empty: no checkpoints.");
+ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
+          "Write a checkpoint every N versions (0: not by steps).");
+ABSL_FLAG(int, checkpoint_every_seconds, 0,
+          "Write a checkpoint every N seconds (0: not by time).");
+ABSL_FLAG(int, checkpoints_to_keep, 3, "How many checkpoints to keep.");
+ABSL_FLAG(int, testing_checkpoint_pause_ms, 0,
+          "For fault tests only: pause before renaming a checkpoint into "
+          "place.");
+ABSL_FLAG(int, step_timeout_s, 300,
+          "A synchronous step that still misses workers after this many "
+          "seconds is given up (not applied) and the missing workers are "
+          "evicted; a warning comes at half of it. 0: wait forever.");
+ABSL_FLAG(std::string, on_worker_loss, "wait",
+          "After a step timeout: wait (for a replacement worker to register "
+          "and push) or fail (exit with the retryable code 75).");
 ABSL_FLAG(int, max_message_mb, 64,
           "Largest gRPC message accepted, in MiB (must exceed the chunk "
           "size).");
@@ -50,21 +65,8 @@ ABSL_FLAG(int, max_message_mb, 64,
 namespace lockstep {
 namespace {
 
-struct ServerMainOptions {
-  std::string listen;
-  int workers = 0;
-  int shard = -1;
-  int num_shards = 0;
-  std::string port_file;
-  bool exit_when_done = true;
-  int max_message_bytes = 0;
-};
-
-// Exit codes shared with the worker: 2 for bad flags or configuration.
-constexpr int kExitUsage = 2;
-
-absl::StatusOr<ServerMainOptions> ParseOptions() {
-  ServerMainOptions options;
+absl::StatusOr<DaemonOptions> ParseOptions() {
+  DaemonOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.shard = absl::GetFlag(FLAGS_shard);
@@ -79,7 +81,7 @@ absl::StatusOr<ServerMainOptions> ParseOptions() {
           "; lockstep_server runs ps tasks"));
     }
     if (options.listen.empty()) {
-      const std::string& own = tf.PsAddresses()[tf.task_index];
+      const std::string own = tf.PsAddresses()[tf.task_index];
       const size_t colon = own.rfind(':');
       if (colon == std::string::npos) {
         return absl::InvalidArgumentError(
@@ -110,95 +112,48 @@ absl::StatusOr<ServerMainOptions> ParseOptions() {
     return absl::InvalidArgumentError("--max_message_mb must be in [1, 1024]");
   }
   options.max_message_bytes = mb << 20;
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
+  options.checkpoint_every =
+      absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_seconds));
+  options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  options.checkpoint_pause_for_tests =
+      absl::Milliseconds(absl::GetFlag(FLAGS_testing_checkpoint_pause_ms));
+  if (options.checkpoint_every_steps < 0 ||
+      options.checkpoint_every < absl::ZeroDuration() ||
+      options.checkpoints_to_keep < 1) {
+    return absl::InvalidArgumentError(
+        "checkpoint intervals must not be negative and at least one "
+        "checkpoint is kept");
+  }
+  const int timeout = absl::GetFlag(FLAGS_step_timeout_s);
+  if (timeout < 0) {
+    return absl::InvalidArgumentError("--step_timeout_s must not be negative");
+  }
+  options.step_timeout = absl::Seconds(timeout);
+  const std::string loss = absl::GetFlag(FLAGS_on_worker_loss);
+  if (loss != "wait" && loss != "fail") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--on_worker_loss must be wait or fail, got \"", loss, "\""));
+  }
+  options.fail_on_worker_loss = loss == "fail";
   return options;
 }
 
 // Blocks SIGINT and SIGTERM in every thread (gRPC's included, which start
-// later and inherit the mask) and turns them into a notification.
-void HandleSignals(absl::Notification* stop) {
+// later and inherit the mask) and turns them into Daemon::Stop().
+void HandleSignals(Daemon* daemon) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([set, stop]() {
+  std::thread([set, daemon]() {
     int sig = 0;
     sigwait(&set, &sig);
-    std::fprintf(stderr, "lockstep_server: got signal %d, shutting down\n",
-                 sig);
-    stop->Notify();
+    std::fprintf(stderr, "lockstep_server: got signal %d, draining\n", sig);
+    daemon->Stop();
   }).detach();
-}
-
-int Run(const ServerMainOptions& options) {
-  absl::Notification stop;
-  HandleSignals(&stop);
-
-  ParameterServerOptions core_options;
-  core_options.num_workers = options.workers;
-  core_options.shard = options.shard;
-  core_options.num_shards = options.num_shards;
-  absl::StatusOr<std::unique_ptr<ParameterServer>> core =
-      ParameterServer::Create(core_options);
-  if (!core.ok()) {
-    std::fprintf(stderr, "lockstep_server: %s\n",
-                 core.status().ToString().c_str());
-    return kExitUsage;
-  }
-  ParameterServerService service(core->get());
-  // Rendezvous for --sync=allreduce workers (worker/allreduce).
-  CoordinationStore coordination_store;
-  CoordinatorService coordinator(&coordination_store);
-
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.RegisterService(&service);
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    std::fprintf(stderr, "lockstep_server: cannot listen on %s\n",
-                 options.listen.c_str());
-    return kExitUsage;
-  }
-  const std::string host =
-      options.listen.substr(0, options.listen.rfind(':'));
-  std::fprintf(stderr,
-               "lockstep_server: shard %d of %d listening on %s:%d for %d "
-               "worker(s)\n",
-               options.shard, options.num_shards, host.c_str(), port,
-               options.workers);
-  if (!options.port_file.empty()) {
-    absl::Status s =
-        WriteFileAtomically(options.port_file, absl::StrCat(port, "\n"));
-    if (!s.ok()) {
-      std::fprintf(stderr, "lockstep_server: %s\n", s.ToString().c_str());
-      return kExitUsage;
-    }
-  }
-
-  const absl::Time start = absl::Now();
-  while (!stop.HasBeenNotified()) {
-    if (options.exit_when_done &&
-        (*core)->WaitUntilDone(absl::Milliseconds(200))) {
-      std::fprintf(stderr, "lockstep_server: every worker has left\n");
-      break;
-    }
-    if (!options.exit_when_done) {
-      stop.WaitForNotificationWithTimeout(absl::Milliseconds(200));
-    }
-  }
-  const ServerStatus status = (*core)->GetStatus();
-  std::fprintf(stderr,
-               "lockstep_server: final version %lld after %.1f s; exiting\n",
-               static_cast<long long>(status.version),
-               absl::ToDoubleSeconds(absl::Now() - start));
-  (*core)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  return 0;
 }
 
 }  // namespace
@@ -209,14 +164,17 @@ int main(int argc, char** argv) {
       "Lockstep parameter-server shard: keeps the master weights, waits "
       "every step until all workers pushed their gradients, averages them, "
       "applies the optimizer and answers with the new weights.\n"
-      "Usage: lockstep_server --listen=HOST:PORT --workers=N");
+      "Usage: lockstep_server --listen=HOST:PORT --workers=N\n"
+      "Exit codes: 0 done, 2 bad flags or checkpoint (permanent), 75 a lost "
+      "worker with --on_worker_loss=fail (retryable), 1 other failures.");
   absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<lockstep::ServerMainOptions> options =
-      lockstep::ParseOptions();
+  absl::StatusOr<lockstep::DaemonOptions> options = lockstep::ParseOptions();
   if (!options.ok()) {
     std::fprintf(stderr, "lockstep_server: %s\n",
                  std::string(options.status().message()).c_str());
-    return lockstep::kExitUsage;
+    return lockstep::kExitPermanent;
   }
-  return lockstep::Run(*options);
+  lockstep::Daemon daemon(*std::move(options));
+  lockstep::HandleSignals(&daemon);
+  return daemon.Run();
 }

@@ -142,12 +142,44 @@ class ParameterServer final {
     bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
   }
 
+  // A checkpoint of this shard. In sync mode every chunk is taken at the
+  // same version (waiting up to `timeout` for chunks one step behind); in
+  // the asynchronous modes each chunk at its own. FAILED_PRECONDITION before
+  // version 0, DEADLINE_EXCEEDED when the chunks do not line up in time.
+  absl::StatusOr<ShardCheckpoint> Snapshot(absl::Duration timeout);
+
+  // Restores a checkpoint before any worker registers: its signature becomes
+  // the job's and its version the current one. FAILED_PRECONDITION naming
+  // the difference when it belongs to another layout (shard, shard count,
+  // worker count) or model.
+  absl::Status Restore(const ShardCheckpoint& checkpoint);
+
+  // What CheckStepTimeout found: a step gathered for longer than half the
+  // timeout (warn) or the whole of it (expired: not applied, its waiting
+  // pushes answered ABORTED, the missing ranks evicted).
+  struct StepAlarm {
+    int64_t step = 0;
+    absl::Duration waited;
+    std::vector<int> missing;
+    bool expired = false;
+  };
+
+  // Called periodically by the daemon. Reports each step once at half the
+  // timeout and once when it expires. With `fail_job` an expired step's
+  // waiting pushes get CANCELLED (the job is over) and nobody is evicted;
+  // otherwise they get ABORTED (push again) and the missing are evicted.
+  std::vector<StepAlarm> CheckStepTimeout(absl::Time now,
+                                          absl::Duration timeout,
+                                          bool fail_job = false);
+
   // True once every rank has left; false when `timeout` passes first.
   bool WaitUntilDone(absl::Duration timeout) const;
 
-  // Answers every waiting push and pull with UNAVAILABLE and refuses new
-  // ones, so that a transport can shut down without pending calls.
-  void Shutdown();
+  // Answers every waiting push and pull with `reason` (UNAVAILABLE by
+  // default) and refuses new ones, so that a transport can shut down
+  // without pending calls.
+  void Shutdown(const absl::Status& reason =
+                    absl::UnavailableError("server is shutting down"));
 
  private:
   explicit ParameterServer(const ParameterServerOptions& options);
@@ -186,8 +218,9 @@ class ParameterServer final {
   std::optional<ModelSignature> signature_ ABSL_GUARDED_BY(mu_);
   // Until rank 0 registers, the signature is provisional and rank 0's wins.
   bool signature_from_rank0_ ABSL_GUARDED_BY(mu_) = false;
-  // Why a revoked incarnation was refused, to tell it when it calls again.
-  absl::flat_hash_map<int64_t, std::string> revoked_ ABSL_GUARDED_BY(mu_);
+  // Why a revoked or evicted incarnation was dropped, to tell it when it
+  // calls again.
+  absl::flat_hash_map<int64_t, absl::Status> revoked_ ABSL_GUARDED_BY(mu_);
   std::optional<ChunkPlan> plan_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // 0: none.
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
@@ -199,6 +232,7 @@ class ParameterServer final {
   std::vector<std::unique_ptr<ChunkBarrier>> chunks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<ChunkBarrier>> retired_chunks_
       ABSL_GUARDED_BY(mu_);
+  int64_t warned_step_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace lockstep

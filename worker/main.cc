@@ -1,4 +1,8 @@
 // lockstep_worker: one model replica training in synchronous steps.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/exit_codes.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
@@ -88,14 +93,15 @@ ABSL_FLAG(std::string, summary_json, "",
 ABSL_FLAG(std::string, dump_weights, "",
           "Write the final weights here as raw little-endian float32.");
 ABSL_FLAG(int, connect_timeout_s, 60, "Seconds to wait for the server.");
+ABSL_FLAG(int, rejoin_timeout_s, 300,
+          "After the server restarts, gives up on a step or evicts this "
+          "worker, keep registering again (with backoff) for this long.");
 ABSL_FLAG(int, step_timeout_s, 300,
           "Seconds a push may wait for the slowest worker.");
 
 namespace lockstep {
 namespace {
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 struct WorkerMainOptions {
   TrainerOptions trainer;
@@ -233,6 +239,8 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
   o.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.trainer.rejoin_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout_s));
   const std::string sync = absl::GetFlag(FLAGS_sync);
   if (sync == "ps") {
     o.trainer.sync = SyncMode::kPs;
@@ -307,6 +315,7 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("steps", s.steps)
       .Add("final_version", s.final_version)
       .Add("wall_seconds", s.wall_seconds)
+      .Add("rejoins", s.rejoins)
       .Add("workers", o.trainer.num_workers)
       .Add("batch_size", o.trainer.batch_size)
       .Add("optimizer", o.trainer.optimizer.name)
@@ -324,24 +333,50 @@ absl::Status DumpWeights(const std::string& path,
                               weights.size() * sizeof(float)));
 }
 
-int Run(const WorkerMainOptions& o) {
-  auto fail = [&](const absl::Status& s) {
+// The first SIGINT or SIGTERM asks the trainer to leave after the current
+// step; a second ends the process at once. A plain handler rather than a
+// sigwait thread: OpenBLAS starts its threads before main, so the signal
+// may land on any thread. The flag is the one piece of global state here,
+// as a signal handler needs.
+std::atomic<bool> stop_requested{false};
+
+void OnStopSignal(int) {
+  if (stop_requested.exchange(true)) std::_Exit(kExitTerminated);
+  static const char kMessage[] =
+      "lockstep_worker: stop signal received; leaving after this step\n";
+  const ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  (void)ignored;
+}
+
+void HandleSignals() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+int Run(WorkerMainOptions o) {
+  auto fail = [&](const absl::Status& s, int code) {
     std::fprintf(stderr, "lockstep_worker %d: %s\n", o.trainer.rank,
                  s.ToString().c_str());
-    return s.code() == absl::StatusCode::kInvalidArgument ||
-                   s.code() == absl::StatusCode::kNotFound
-               ? kExitUsage
-               : kExitFailure;
+    return code;
   };
+  HandleSignals();
+  o.trainer.stop = &stop_requested;
   Dataset train, test;
-  if (absl::Status s = LoadData(o, &train, &test); !s.ok()) return fail(s);
+  // Data, device and model problems will not go away by retrying.
+  if (absl::Status s = LoadData(o, &train, &test); !s.ok()) {
+    return fail(s, kExitPermanent);
+  }
   absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(o.device);
-  if (!device.ok()) return fail(device.status());
+  if (!device.ok()) return fail(device.status(), kExitPermanent);
   absl::StatusOr<std::unique_ptr<Mlp>> model =
       Mlp::Create(o.layers, o.trainer.batch_size, device->get());
-  if (!model.ok()) return fail(model.status());
+  if (!model.ok()) return fail(model.status(), kExitPermanent);
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(o.client);
-  if (!client.ok()) return fail(client.status());
+  if (!client.ok()) return fail(client.status(), kExitPermanent);
   if (o.trainer.rank == 0) {
     std::printf("Training MLP %s (%lld parameters) on %lld examples with %d "
                 "worker(s) x batch %d, %s, device %s\n",
@@ -358,7 +393,9 @@ int Run(const WorkerMainOptions& o) {
   }
   Trainer trainer(o.trainer, model->get(), client->get(), &train, &test);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
-  if (!summary.ok()) return fail(summary.status());
+  if (!summary.ok()) {
+    return fail(summary.status(), ExitCodeFor(summary.status()));
+  }
   if (summary->test_accuracy >= 0) {
     std::printf("Test accuracy %.4f - test loss %.4f - %.0f examples/s over "
                 "%lld steps\n",
@@ -369,16 +406,21 @@ int Run(const WorkerMainOptions& o) {
   std::fflush(stdout);
   if (!o.summary_json.empty()) {
     if (absl::Status s = WriteSummary(o.summary_json, *summary, o); !s.ok()) {
-      return fail(s);
+      return fail(s, kExitFailure);
     }
   }
   if (!o.dump_weights.empty()) {
     if (absl::Status s = DumpWeights(o.dump_weights, trainer.weights());
         !s.ok()) {
-      return fail(s);
+      return fail(s, kExitFailure);
     }
   }
-  return 0;
+  if (summary->stopped) {
+    std::printf("Left the job after a stop signal at version %lld\n",
+                static_cast<long long>(summary->final_version));
+    return kExitTerminated;
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -389,14 +431,16 @@ int main(int argc, char** argv) {
       "Lockstep worker: trains one replica of an MLP on its shard of the "
       "data, pushing gradients to the parameter server every step.\n"
       "Usage: lockstep_worker --servers=HOST:PORT --workers=N --rank=R "
-      "[--layers=784,128,10 --optimizer=adam --batch_size=64 --epochs=5]");
+      "[--layers=784,128,10 --optimizer=adam --batch_size=64 --epochs=5]\n"
+      "Exit codes: 0 done, 2 bad flags, data or model (permanent), 75 a lost "
+      "server or timeout (retryable), 143 left after SIGTERM, 1 other.");
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<lockstep::WorkerMainOptions> options =
       lockstep::ParseOptions();
   if (!options.ok()) {
     std::fprintf(stderr, "lockstep_worker: %s\n",
                  std::string(options.status().message()).c_str());
-    return lockstep::kExitUsage;
+    return lockstep::kExitPermanent;
   }
-  return lockstep::Run(*options);
+  return lockstep::Run(*std::move(options));
 }

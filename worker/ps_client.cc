@@ -58,7 +58,8 @@ class PsClient::Impl {
   }
 
   absl::StatusOr<RegisterResult> Register(int rank,
-                                          const ModelSignature& signature) {
+                                          const ModelSignature& signature,
+                                          absl::Duration timeout) {
     if (signature.num_shards != static_cast<int>(stubs_.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the signature says ", signature.num_shards, " shard(s) but ",
@@ -76,7 +77,8 @@ class PsClient::Impl {
     absl::BlockingCounter pending(static_cast<int>(stubs_.size()));
     for (size_t shard = 0; shard < stubs_.size(); ++shard) {
       RegisterCall& call = calls[shard];
-      call.context.set_deadline(DeadlineAfter(options_.connect_timeout));
+      call.context.set_deadline(
+          DeadlineAfter(std::min(timeout, options_.connect_timeout)));
       call.context.set_wait_for_ready(true);  // Servers may still be starting.
       call.request = request;
       stubs_[shard]->async()->Register(&call.context, &call.request,
@@ -425,8 +427,8 @@ PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PsClient::~PsClient() = default;
 
 absl::StatusOr<RegisterResult> PsClient::Register(
-    int rank, const ModelSignature& signature) {
-  return impl_->Register(rank, signature);
+    int rank, const ModelSignature& signature, absl::Duration timeout) {
+  return impl_->Register(rank, signature, timeout);
 }
 absl::Status PsClient::Initialize(absl::Span<const float> weights) {
   return impl_->Initialize(weights);

@@ -66,8 +66,10 @@ class PsClient final {
   ~PsClient();
 
   // Joins the job as `rank`; waits up to connect_timeout for the server.
-  absl::StatusOr<RegisterResult> Register(int rank,
-                                          const ModelSignature& signature);
+  // `timeout` (default: connect_timeout) bounds the wait.
+  absl::StatusOr<RegisterResult> Register(
+      int rank, const ModelSignature& signature,
+      absl::Duration timeout = absl::InfiniteDuration());
 
   // Uploads version 0 (rank 0, after must_initialize).
   absl::Status Initialize(absl::Span<const float> weights);

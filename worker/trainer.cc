@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/exit_codes.h"
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "worker/sharded_sampler.h"
@@ -22,13 +23,14 @@ Trainer::Trainer(const TrainerOptions& options, Mlp* model, PsClient* client,
       gradient_(model->NumParameters()) {}
 
 // Registers and obtains the weights to start from; returns their version.
-absl::StatusOr<int64_t> Trainer::JoinJob() {
+absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
   ModelSignature signature;
   signature.tensors = model_->Tensors();
   signature.optimizer = options_.optimizer;
   signature.chunk_bytes = options_.chunk_bytes;
   signature.num_workers = options_.num_workers;
   signature.num_shards = options_.num_shards;
+  signature.total_steps = total_steps_;
   switch (options_.sync) {
     case SyncMode::kPs:
       signature.sync.mode = SyncPolicy::Mode::kSync;
@@ -43,7 +45,7 @@ absl::StatusOr<int64_t> Trainer::JoinJob() {
       break;
   }
   ASSIGN_OR_RETURN(RegisterResult reg,
-                   client_->Register(options_.rank, signature));
+                   client_->Register(options_.rank, signature, timeout));
   if (reg.must_initialize) {
     // Rank 0 defines version 0 from --seed; everyone else receives it.
     weights_ = model_->InitialWeights(options_.seed);
@@ -82,6 +84,50 @@ absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
   return step + 1;
 }
 
+absl::StatusOr<int64_t> Trainer::Rejoin(const absl::Status& cause,
+                                        absl::Time deadline) {
+  std::fprintf(stderr, "lockstep_worker %d: %s; registering again\n",
+               options_.rank, cause.ToString().c_str());
+  absl::Duration backoff = absl::Milliseconds(100);
+  Random jitter(Random::Derive(options_.seed, 1000 + options_.rank));
+  while (true) {
+    absl::StatusOr<int64_t> version =
+        JoinJob(std::max(deadline - absl::Now(), absl::Milliseconds(100)));
+    if (version.ok() || !IsRetryable(version.status())) return version;
+    if (absl::Now() + backoff >= deadline) {
+      return absl::Status(
+          version.status().code(),
+          absl::StrCat("gave up registering again after ",
+                       absl::FormatDuration(options_.rejoin_timeout), ": ",
+                       version.status().message()));
+    }
+    // Full jitter: the workers of a restarted server do not all come back in
+    // the same instant.
+    absl::SleepFor(backoff * (0.5 + 0.5 * jitter.UniformFloat()));
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+}
+
+absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
+                                          absl::Span<const float> features,
+                                          absl::Span<const int32_t> labels,
+                                          BatchStats* stats) {
+  RETURN_IF_ERROR(model_->SetWeights(weights_));
+  // Each layer's gradient is pushed as soon as backprop has it; the
+  // replies land in weights_ (already uploaded to the model).
+  RETURN_IF_ERROR(client_->BeginStep(step, gradient_, absl::MakeSpan(weights_)));
+  absl::StatusOr<BatchStats> computed = model_->ComputeGradients(
+      features, labels, absl::MakeSpan(gradient_),
+      [this](int64_t begin, int64_t end) {
+        client_->GradientReady(begin, end);
+      });
+  // Always finish the step, so no push outlives it.
+  absl::StatusOr<int64_t> version = client_->FinishStep();
+  if (!computed.ok()) return computed.status();
+  *stats = *computed;
+  return version;
+}
+
 absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
   RETURN_IF_ERROR(model_->SetWeights(weights_));
   return model_->Evaluate(test_->features, test_->labels);
@@ -97,6 +143,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   if (options_.max_steps > 0) {
     total_steps = std::min(total_steps, options_.max_steps);
   }
+  total_steps_ = total_steps;
   ASSIGN_OR_RETURN(int64_t version, JoinJob());
   if (version > total_steps) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -118,7 +165,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   // Synchronous steps follow the server's version; in the asynchronous
   // modes each worker walks its own steps from 0.
   int64_t step = options_.sync == SyncMode::kPs ? version : 0;
+  absl::Time last_success = absl::Now();
   while (step < total_steps) {
+    if (options_.stop != nullptr && options_.stop->load()) {
+      summary.stopped = true;
+      break;
+    }
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t epoch_end =
         std::min(total_steps, (epoch + 1) * steps_per_epoch);
@@ -128,23 +180,29 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     const absl::Time epoch_start = absl::Now();
-    while (step < epoch_end) {
+    while (step < epoch_end &&
+           !(options_.stop != nullptr && options_.stop->load())) {
       const std::vector<int64_t> indices = sampler.BatchIndices(step);
       GatherBatch(*train_, indices, absl::MakeSpan(features),
                   absl::MakeSpan(labels));
       Straggle(step);
-      RETURN_IF_ERROR(model_->SetWeights(weights_));
-      // Each layer's gradient is pushed as soon as backprop has it; the
-      // replies land in weights_ (already uploaded to the model).
-      RETURN_IF_ERROR(
-          client_->BeginStep(step, gradient_, absl::MakeSpan(weights_)));
-      ASSIGN_OR_RETURN(
-          BatchStats stats,
-          model_->ComputeGradients(features, labels, absl::MakeSpan(gradient_),
-                                   [this](int64_t begin, int64_t end) {
-                                     client_->GradientReady(begin, end);
-                                   }));
-      ASSIGN_OR_RETURN(const int64_t version, client_->FinishStep());
+      BatchStats stats;
+      absl::StatusOr<int64_t> exchanged =
+          Exchange(step, features, labels, &stats);
+      if (!exchanged.ok()) {
+        if (!IsRetryable(exchanged.status())) return exchanged.status();
+        // The server restarted, gave up on the step or evicted us: register
+        // again and go on from the version it has (the data order follows
+        // the version, so no batch is skipped or repeated in sync mode).
+        ASSIGN_OR_RETURN(const int64_t version,
+                         Rejoin(exchanged.status(),
+                                last_success + options_.rejoin_timeout));
+        ++summary.rejoins;
+        if (options_.sync == SyncMode::kPs) step = version;
+        break;  // Re-enter the epoch loop at the version's epoch.
+      }
+      last_success = absl::Now();
+      const int64_t version = *exchanged;
       ASSIGN_OR_RETURN(step, NextStep(step, version));
       summary.final_version = std::max(summary.final_version, version);
       loss_sum += stats.loss_sum;
@@ -163,6 +221,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     summary.train_loss = seen > 0 ? loss_sum / seen : 0;
     summary.train_accuracy =
         seen > 0 ? static_cast<double>(correct) / seen : 0;
+    if (step < epoch_end) continue;  // Interrupted: no epoch summary.
     const double epoch_steps = static_cast<double>(seen) / batch;
     progress.Finish(summary.train_loss, summary.train_accuracy,
                     epoch_steps * global_batch /
@@ -180,7 +239,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       summary.wall_seconds > 0
           ? summary.steps * global_batch / summary.wall_seconds
           : 0;
-  if (evaluates) {
+  if (evaluates && !summary.stopped) {
     ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
     summary.test_loss = eval.loss_sum / eval.examples;
     summary.test_accuracy = static_cast<double>(eval.correct) / eval.examples;

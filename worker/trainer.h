@@ -10,11 +10,13 @@
 #ifndef LOCKSTEP_WORKER_TRAINER_H_
 #define LOCKSTEP_WORKER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/model_signature.h"
 #include "worker/dataset.h"
 #include "worker/mlp.h"
@@ -49,6 +51,13 @@ struct TrainerOptions {
   // uniformly from [0, straggle_random_ms] (seeded by seed, rank and step).
   int straggle_ms = 0;
   int straggle_random_ms = 0;
+  // After a retryable failure (the server restarted or is away, a step timed
+  // out, this worker was evicted) register again and go on, for at most this
+  // long since the last step that succeeded.
+  absl::Duration rejoin_timeout = absl::Seconds(300);
+  // Set (by a signal handler's thread) to stop after the current step and
+  // leave the job. Not owned; may be null.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct TrainSummary {
@@ -58,6 +67,8 @@ struct TrainSummary {
   double train_accuracy = 0;
   double examples_per_sec = 0;  // All workers' examples per second.
   int64_t steps = 0;            // Global steps this worker took part in.
+  int64_t rejoins = 0;          // Times it registered again after a fault.
+  bool stopped = false;         // Left early on request (SIGTERM).
   int64_t final_version = 0;
   double wall_seconds = 0;      // Training loop only.
 };
@@ -73,7 +84,17 @@ class Trainer final {
   const std::vector<float>& weights() const { return weights_; }
 
  private:
-  absl::StatusOr<int64_t> JoinJob();
+  absl::StatusOr<int64_t> JoinJob(
+      absl::Duration timeout = absl::InfiniteDuration());
+  // JoinJob, retried with exponential backoff and jitter while the failure
+  // is retryable and `deadline` has not passed.
+  absl::StatusOr<int64_t> Rejoin(const absl::Status& cause,
+                                 absl::Time deadline);
+  // One step's exchange: compute the gradient (pushing each layer as it is
+  // ready) and receive the next weights. Returns the version received.
+  absl::StatusOr<int64_t> Exchange(int64_t step, absl::Span<const float> features,
+                                   absl::Span<const int32_t> labels,
+                                   BatchStats* stats);
   // Sleeps as --straggle asks for this step.
   void Straggle(int64_t step) const;
   // The step after `step`, given the version the server answered with.
@@ -87,6 +108,7 @@ class Trainer final {
   const Dataset* const test_;   // Not owned; may be null.
   std::vector<float> weights_;
   std::vector<float> gradient_;
+  int64_t total_steps_ = 0;  // Set by Run before joining.
 };
 
 }  // namespace lockstep

@@ -274,8 +274,9 @@ TEST(TrainingTest, TfConfigAloneConfiguresTheJob) {
   const std::string cluster = absl::StrCat(
       R"({"cluster": {"ps": [")", address,
       R"("], "worker": ["w0:1", "w1:1"]}, "task": {"type": ")");
+  // No flags at all: the server takes its port from its own ps entry.
   Subprocess server = Subprocess::Start(
-      {kBin + "/lockstep_server", "--listen=" + address},
+      {kBin + "/lockstep_server"},
       {"TF_CONFIG=" + cluster + R"(ps", "index": 0}})"});
   std::vector<Subprocess> workers;
   for (int i = 0; i < 2; ++i) {
@@ -305,7 +306,7 @@ TEST(BadInputTest, WorkerWithAnotherModelIsRefusedAtConnect) {
   // what differs at once, not left waiting.
   Subprocess first = Subprocess::Start(rank0);
   RunResult refused = RunProcess(rank1, {}, absl::Seconds(30));
-  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;  // Permanent.
   EXPECT_THAT(refused.output, HasSubstr("model signature differs"));
   EXPECT_THAT(refused.output, HasSubstr("dense_0/kernel[10,6]"));
 }

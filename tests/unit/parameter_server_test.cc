@@ -136,7 +136,7 @@ TEST_F(ParameterServerTest, BadPushesChangeNothing) {
       {0, inc0_, 0, 0, inf, absl::StatusCode::kInvalidArgument, "not finite"},
       {0, inc0_, 0, 0, short_grad, absl::StatusCode::kInvalidArgument, "12 bytes"},
       {5, inc0_, 0, 0, good, absl::StatusCode::kFailedPrecondition, "rank 5"},
-      {1, inc0_, 0, 0, good, absl::StatusCode::kFailedPrecondition, "incarnation"},
+      {1, inc0_, 0, 0, good, absl::StatusCode::kAlreadyExists, "incarnation"},
       {0, inc0_, 0, 7, good, absl::StatusCode::kInvalidArgument, "chunk 7"},
   };
   for (const Case& c : cases) {
@@ -167,7 +167,7 @@ TEST_F(ParameterServerTest, ReplacedIncarnationIsRefused) {
   EXPECT_EQ(again->version, 0);
   Reply r;
   ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(initial_), r.Callback());
-  EXPECT_EQ(r.result->status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.result->status().code(), absl::StatusCode::kAlreadyExists);
 }
 
 TEST_F(ParameterServerTest, SignatureMismatchNamesTheDifference) {
@@ -294,13 +294,55 @@ TEST_F(ParameterServerTest, ShardOwnsOnlyItsChunks) {
   EXPECT_FALSE(ParameterServer::Create({1, 2, 2}).ok());
 }
 
+TEST_F(ParameterServerTest, StepTimeoutWarnsThenExpiresAndEvicts) {
+  SetUpJob();
+  const std::vector<float> g0 = {2, 2, 2, 2, 2}, g1 = {4, 4, 4, 4, 4};
+  Reply first;
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g0), first.Callback());
+  const absl::Time start = absl::Now();
+  const absl::Duration timeout = absl::Seconds(10);
+  EXPECT_TRUE(ps_->CheckStepTimeout(start, timeout).empty());
+  auto warn = ps_->CheckStepTimeout(start + absl::Seconds(6), timeout);
+  ASSERT_EQ(warn.size(), 1u);
+  EXPECT_FALSE(warn[0].expired);
+  EXPECT_EQ(warn[0].step, 0);
+  EXPECT_THAT(warn[0].missing, ElementsAre(1));
+  EXPECT_TRUE(ps_->CheckStepTimeout(start + absl::Seconds(7), timeout).empty())
+      << "warned once per step";
+  auto expired = ps_->CheckStepTimeout(start + absl::Seconds(11), timeout);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_TRUE(expired[0].expired);
+  ASSERT_TRUE(first.result.has_value());
+  EXPECT_EQ(first.result->status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(first.result->status().message()),
+              HasSubstr("rank(s) 1"));
+  EXPECT_EQ(ps_->GetStatus().version, 0) << "nothing was applied";
+  // The missing rank was evicted; its late push is refused.
+  Reply late;
+  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(g1), late.Callback());
+  EXPECT_EQ(late.result->status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(late.result->status().message()),
+              HasSubstr("evicted"));
+  // Registered again, both push step 0; rank 0's first gradient is gone.
+  auto again = ps_->Register(1, SmallSignature(2));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->version, 0);
+  Reply a, b;
+  ps_->Push(1, again->incarnation, 0, 0, WireDType::kFloat32, Bytes(g1),
+            b.Callback());
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g0), a.Callback());
+  ASSERT_TRUE(a.result.has_value() && a.result->ok());
+  // w - 0.5 * (2 + 4) / 2.
+  EXPECT_THAT(*(*a.result)->values, ElementsAre(-0.5f, 0.5f, 1.5f, 2.5f, 3.5f));
+}
+
 TEST_F(ParameterServerTest, LeaveAndShutdown) {
   SetUpJob();
   Reply waiting;
   ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(initial_), waiting.Callback());
   EXPECT_FALSE(ps_->WaitUntilDone(absl::ZeroDuration()));
   ASSERT_TRUE(ps_->Leave(0, inc0_).ok());
-  EXPECT_EQ(ps_->Leave(1, inc0_).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ps_->Leave(1, inc0_).code(), absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(ps_->Leave(1, inc1_).ok());
   EXPECT_TRUE(ps_->WaitUntilDone(absl::Seconds(5)));
   EXPECT_THAT(ps_->GetStatus().finished_ranks, ElementsAre(0, 1));

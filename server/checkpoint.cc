@@ -1,0 +1,267 @@
+#include "server/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/signature_proto.h"
+#include "common/status_macros.h"
+#include "lockstep/v1/lockstep.pb.h"
+
+namespace lockstep {
+namespace {
+
+constexpr char kMagic[8] = {'L', 'S', 'C', 'K', 'P', 'T', '\n', '\0'};
+constexpr size_t kPreamble = 8 + 4 + 8 + 4;  // magic, format, length, crc.
+constexpr char kSuffix[] = ".lsc";
+
+uint32_t Crc32(const void* data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const Bytef* p = static_cast<const Bytef*>(data);
+  // zlib takes uInt lengths: feed large buffers in pieces.
+  while (size > 0) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    crc = crc32(crc, p, n);
+    p += n;
+    size -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+template <typename T>
+void AppendLittleEndian(T value, std::string* out) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));  // Hosts are little-endian.
+  out->append(bytes, sizeof(T));
+}
+
+template <typename T>
+T ReadLittleEndian(const char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+absl::Status Corrupt(absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("corrupt checkpoint: ", what));
+}
+
+absl::Status Errno(absl::string_view what, const std::string& path) {
+  return absl::UnavailableError(
+      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status WriteAll(int fd, absl::string_view bytes,
+                      const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot write", path);
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FsyncPath(const std::string& path, int flags) {
+  const int fd = open(path.c_str(), flags);
+  if (fd < 0) return Errno("cannot open", path);
+  const int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? absl::OkStatus() : Errno("cannot fsync", path);
+}
+
+absl::Status MakeDirs(const std::string& dir) {
+  std::string path;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      path = dir.substr(0, i);
+      if (!path.empty() && mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+        return Errno("cannot create", path);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint) {
+  v1::CheckpointHeader header;
+  SignatureToProto(checkpoint.signature, header.mutable_signature());
+  header.set_shard(checkpoint.shard);
+  header.set_num_shards(checkpoint.num_shards);
+  header.set_num_workers(checkpoint.num_workers);
+  header.set_version(checkpoint.version);
+  header.set_written_unix_micros(absl::ToUnixMicros(absl::Now()));
+  std::string data;
+  auto add = [&](const ChunkState& chunk, const std::string& name,
+                 const std::vector<float>& values) {
+    v1::CheckpointTensor* t = header.add_tensors();
+    t->set_chunk(chunk.chunk);
+    t->set_name(name);
+    t->set_offset(static_cast<int64_t>(data.size()));
+    t->set_elements(static_cast<int64_t>(values.size()));
+    t->set_crc32(Crc32(values.data(), values.size() * sizeof(float)));
+    t->set_chunk_version(chunk.version);
+    data.append(reinterpret_cast<const char*>(values.data()),
+                values.size() * sizeof(float));
+  };
+  for (const ChunkState& chunk : checkpoint.chunks) {
+    add(chunk, "weights", chunk.weights);
+    for (const auto& [name, values] : chunk.slots) add(chunk, name, values);
+  }
+  const std::string header_bytes = header.SerializeAsString();
+  std::string out(kMagic, sizeof(kMagic));
+  AppendLittleEndian<uint32_t>(kCheckpointFormatVersion, &out);
+  AppendLittleEndian<uint64_t>(header_bytes.size(), &out);
+  AppendLittleEndian<uint32_t>(Crc32(header_bytes.data(), header_bytes.size()),
+                               &out);
+  out += header_bytes;
+  out += data;
+  return out;
+}
+
+absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
+  if (bytes.size() < kPreamble) return Corrupt("shorter than its preamble");
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return Corrupt("not a Lockstep checkpoint (bad magic)");
+  }
+  const uint32_t format = ReadLittleEndian<uint32_t>(bytes.data() + 8);
+  if (format != kCheckpointFormatVersion) {
+    return Corrupt(absl::StrCat("format version ", format, ", this build reads ",
+                                kCheckpointFormatVersion));
+  }
+  const uint64_t header_size = ReadLittleEndian<uint64_t>(bytes.data() + 12);
+  const uint32_t header_crc = ReadLittleEndian<uint32_t>(bytes.data() + 20);
+  if (header_size > bytes.size() - kPreamble) return Corrupt("truncated header");
+  const absl::string_view header_bytes = bytes.substr(kPreamble, header_size);
+  if (Crc32(header_bytes.data(), header_bytes.size()) != header_crc) {
+    return Corrupt("header checksum mismatch");
+  }
+  v1::CheckpointHeader header;
+  if (!header.ParseFromArray(header_bytes.data(),
+                             static_cast<int>(header_bytes.size()))) {
+    return Corrupt("unreadable header");
+  }
+  const absl::string_view data = bytes.substr(kPreamble + header_size);
+  ShardCheckpoint checkpoint;
+  checkpoint.signature = SignatureFromProto(header.signature());
+  checkpoint.shard = header.shard();
+  checkpoint.num_shards = header.num_shards();
+  checkpoint.num_workers = header.num_workers();
+  checkpoint.version = header.version();
+  for (const v1::CheckpointTensor& t : header.tensors()) {
+    const uint64_t bytes_needed = static_cast<uint64_t>(t.elements()) * 4;
+    if (t.offset() < 0 || t.elements() < 0 ||
+        static_cast<uint64_t>(t.offset()) > data.size() ||
+        bytes_needed > data.size() - static_cast<uint64_t>(t.offset())) {
+      return Corrupt(absl::StrCat("tensor ", t.name(), " of chunk ", t.chunk(),
+                                  " lies past the end of the file (truncated)"));
+    }
+    const char* p = data.data() + t.offset();
+    if (Crc32(p, bytes_needed) != t.crc32()) {
+      return Corrupt(absl::StrCat("checksum mismatch in tensor ", t.name(),
+                                  " of chunk ", t.chunk()));
+    }
+    std::vector<float> values(static_cast<size_t>(t.elements()));
+    std::memcpy(values.data(), p, bytes_needed);
+    if (t.name() == "weights") {
+      ChunkState chunk;
+      chunk.chunk = t.chunk();
+      chunk.version = t.chunk_version();
+      chunk.weights = std::move(values);
+      checkpoint.chunks.push_back(std::move(chunk));
+    } else if (!checkpoint.chunks.empty() &&
+               checkpoint.chunks.back().chunk == t.chunk()) {
+      checkpoint.chunks.back().slots.emplace_back(t.name(), std::move(values));
+    } else {
+      return Corrupt(absl::StrCat("slot ", t.name(), " of chunk ", t.chunk(),
+                                  " comes before the chunk's weights"));
+    }
+  }
+  return checkpoint;
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
+    const std::string& dir, int shard, int num_shards, int keep) {
+  if (keep < 1) {
+    return absl::InvalidArgumentError("must keep at least one checkpoint");
+  }
+  const std::string shard_dir =
+      absl::StrCat(dir, "/shard-", shard, "-of-", num_shards);
+  RETURN_IF_ERROR(MakeDirs(shard_dir));
+  return std::unique_ptr<CheckpointStore>(new CheckpointStore(shard_dir, keep));
+}
+
+std::vector<std::string> CheckpointStore::List() const {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir_.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, kSuffix)) {
+        names.push_back(name);
+      }
+    }
+    closedir(d);
+  }
+  // Zero-padded versions sort by name.
+  std::sort(names.begin(), names.end());
+  for (std::string& name : names) name = absl::StrCat(dir_, "/", name);
+  return names;
+}
+
+absl::StatusOr<std::string> CheckpointStore::Save(
+    const ShardCheckpoint& checkpoint) {
+  const std::string path =
+      absl::StrFormat("%s/ckpt-%012d%s", dir_, checkpoint.version, kSuffix);
+  const std::string tmp = path + ".tmp";
+  const std::string bytes = EncodeCheckpoint(checkpoint);
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Errno("cannot create", tmp);
+  absl::Status written = WriteAll(fd, bytes, tmp);
+  if (written.ok() && fsync(fd) != 0) written = Errno("cannot fsync", tmp);
+  close(fd);
+  if (!written.ok()) {
+    unlink(tmp.c_str());
+    return written;
+  }
+  if (pause_ > absl::ZeroDuration()) absl::SleepFor(pause_);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename", tmp);
+  RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY));
+  std::vector<std::string> all = List();
+  for (size_t i = 0; i + keep_ < all.size(); ++i) unlink(all[i].c_str());
+  return path;
+}
+
+absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
+    std::vector<std::string>* notes) const {
+  std::vector<std::string> all = List();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    std::ifstream in(*it, std::ios::binary);
+    std::stringstream contents;
+    contents << in.rdbuf();
+    absl::StatusOr<ShardCheckpoint> checkpoint =
+        in ? DecodeCheckpoint(contents.str())
+           : absl::StatusOr<ShardCheckpoint>(Errno("cannot read", *it));
+    if (checkpoint.ok()) return std::optional<ShardCheckpoint>(*checkpoint);
+    notes->push_back(absl::StrCat(*it, ": ", checkpoint.status().message(),
+                                  "; falling back to the previous one"));
+  }
+  return std::optional<ShardCheckpoint>();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,219 @@
+#include "server/daemon.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/json_writer.h"
+#include "server/coordination_service.h"
+#include "server/coordination_store.h"
+#include "server/grpc_service.h"
+
+namespace lockstep {
+namespace {
+
+// How often the daemon looks at timeouts, checkpoints and the job's end.
+constexpr absl::Duration kTick = absl::Milliseconds(50);
+
+void Log(const std::string& message) {
+  std::fprintf(stderr, "lockstep_server: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+std::string Ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) absl::StrAppend(&out, out.empty() ? "" : ",", r);
+  return out;
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
+Daemon::~Daemon() = default;
+
+absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint() {
+  if (checkpoints_ == nullptr) {
+    return absl::FailedPreconditionError("no --checkpoint_dir");
+  }
+  absl::MutexLock lock(&checkpoint_mu_);
+  absl::StatusOr<ShardCheckpoint> snapshot = core_->Snapshot(absl::Seconds(30));
+  if (!snapshot.ok()) return snapshot.status();
+  absl::StatusOr<std::string> path = checkpoints_->Save(*snapshot);
+  if (!path.ok()) return path.status();
+  last_saved_version_ = snapshot->version;
+  last_saved_ = absl::Now();
+  Log(absl::StrCat("checkpoint of version ", snapshot->version, " in ", *path));
+  return std::make_pair(*path, snapshot->version);
+}
+
+std::optional<int> Daemon::Tick(absl::Time now) {
+  if (options_.step_timeout > absl::ZeroDuration()) {
+    for (const ParameterServer::StepAlarm& alarm :
+         core_->CheckStepTimeout(now, options_.step_timeout,
+                                 options_.fail_on_worker_loss)) {
+      if (!alarm.expired) {
+        Log(absl::StrCat("warning: step ", alarm.step, " has waited ",
+                         absl::FormatDuration(alarm.waited),
+                         " for rank(s) ", Ranks(alarm.missing)));
+        continue;
+      }
+      Log(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",
+                       Ranks(alarm.missing), "; not applied",
+                       options_.fail_on_worker_loss
+                           ? "; failing the job (--on_worker_loss=fail)"
+                           : "; waiting for a replacement"));
+      if (options_.fail_on_worker_loss) {
+        core_->Shutdown(absl::CancelledError(absl::StrCat(
+            "the job failed: rank(s) ", Ranks(alarm.missing),
+            " were lost (--on_worker_loss=fail)")));
+        return kExitRetryable;
+      }
+    }
+  }
+  if (checkpoints_ != nullptr) {
+    const int64_t version = core_->GetStatus().version;
+    bool due = false;
+    {
+      absl::MutexLock lock(&checkpoint_mu_);
+      due = version > last_saved_version_ &&
+            ((options_.checkpoint_every_steps > 0 &&
+              version - std::max<int64_t>(last_saved_version_, 0) >=
+                  options_.checkpoint_every_steps) ||
+             (options_.checkpoint_every > absl::ZeroDuration() &&
+              now - last_saved_ >= options_.checkpoint_every));
+    }
+    if (due) {
+      absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+      if (!saved.ok()) {
+        Log(absl::StrCat("checkpoint failed: ", saved.status().ToString()));
+      }
+    }
+  }
+  if (options_.exit_when_done && core_->WaitUntilDone(absl::ZeroDuration())) {
+    Log("every worker has left");
+    bool unsaved = false;
+    if (checkpoints_ != nullptr) {
+      absl::MutexLock lock(&checkpoint_mu_);
+      unsaved = last_saved_version_ < core_->GetStatus().version;
+    }
+    if (unsaved) {
+      // The trained model is saved whatever the interval.
+      absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+      if (!saved.ok()) {
+        Log(absl::StrCat("final checkpoint failed: ", saved.status().ToString()));
+        return kExitFailure;
+      }
+    }
+    return kExitOk;
+  }
+  return std::nullopt;
+}
+
+int Daemon::Run() {
+  ParameterServerOptions core_options;
+  core_options.num_workers = options_.workers;
+  core_options.shard = options_.shard;
+  core_options.num_shards = options_.num_shards;
+  absl::StatusOr<std::unique_ptr<ParameterServer>> core =
+      ParameterServer::Create(core_options);
+  if (!core.ok()) {
+    Log(core.status().ToString());
+    return kExitPermanent;
+  }
+  core_ = std::move(*core);
+
+  if (!options_.checkpoint_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
+        CheckpointStore::Create(options_.checkpoint_dir, options_.shard,
+                                options_.num_shards,
+                                options_.checkpoints_to_keep);
+    if (!store.ok()) {
+      Log(store.status().ToString());
+      return kExitPermanent;
+    }
+    checkpoints_ = std::move(*store);
+    checkpoints_->set_pause_before_rename(options_.checkpoint_pause_for_tests);
+    std::vector<std::string> notes;
+    absl::StatusOr<std::optional<ShardCheckpoint>> newest =
+        checkpoints_->LoadNewest(&notes);
+    for (const std::string& note : notes) Log(note);
+    if (!newest.ok()) {
+      Log(newest.status().ToString());
+      return kExitPermanent;
+    }
+    if (newest->has_value()) {
+      if (absl::Status s = core_->Restore(**newest); !s.ok()) {
+        Log(absl::StrCat("cannot restore the checkpoint in ",
+                         options_.checkpoint_dir, ": ", s.message()));
+        return kExitPermanent;
+      }
+      absl::MutexLock lock(&checkpoint_mu_);
+      last_saved_version_ = (*newest)->version;
+      Log(absl::StrCat("restored version ", (*newest)->version, " from ",
+                       options_.checkpoint_dir));
+    }
+  }
+
+  ParameterServerService service(
+      core_.get(), checkpoints_ == nullptr
+                       ? ParameterServerService::SaveCheckpointFn()
+                       : [this]() { return SaveCheckpoint(); });
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(),
+                           &port);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  builder.RegisterService(&service);
+  // Rendezvous for --sync=allreduce workers (worker/allreduce).
+  CoordinationStore coordination_store;
+  CoordinatorService coordinator(&coordination_store);
+  builder.RegisterService(&coordinator);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    Log(absl::StrCat("cannot listen on ", options_.listen));
+    return kExitPermanent;
+  }
+  const std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
+  Log(absl::StrCat("shard ", options_.shard, " of ", options_.num_shards,
+                   " listening on ", host, ":", port, " for ", options_.workers,
+                   " worker(s)"));
+  if (!options_.port_file.empty()) {
+    absl::Status s =
+        WriteFileAtomically(options_.port_file, absl::StrCat(port, "\n"));
+    if (!s.ok()) {
+      Log(s.ToString());
+      return kExitPermanent;
+    }
+  }
+
+  const absl::Time start = absl::Now();
+  int exit_code = kExitOk;
+  while (true) {
+    if (stop_.WaitForNotificationWithTimeout(kTick)) {
+      // Drain: no new steps, a last checkpoint, then a clean exit.
+      Log("stopping: no new steps are taken");
+      core_->Shutdown();
+      if (checkpoints_ != nullptr) {
+        absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+        if (!saved.ok()) Log(absl::StrCat("last checkpoint failed: ",
+                                          saved.status().ToString()));
+      }
+      break;
+    }
+    if (std::optional<int> code = Tick(absl::Now())) {
+      exit_code = *code;
+      break;
+    }
+  }
+  Log(absl::StrCat("final version ", core_->GetStatus().version, " after ",
+                   absl::FormatDuration(absl::Now() - start), "; exiting"));
+  core_->Shutdown();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  return exit_code;
+}
+
+}  // namespace lockstep

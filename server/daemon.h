@@ -1,0 +1,70 @@
+// The lockstep_server process around a ParameterServer: the gRPC server, the
+// checkpointer, the step-timeout watchdog, and a clean end.
+//
+// Run() restores the newest intact checkpoint (if a folder is given), serves
+// until every worker has left, a stop is requested (SIGTERM: drain, write a
+// checkpoint, exit 0) or a worker is lost under --on_worker_loss=fail, and
+// returns the process exit code. Used from one thread; Stop() may be called
+// from any.
+#ifndef LOCKSTEP_SERVER_DAEMON_H_
+#define LOCKSTEP_SERVER_DAEMON_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/exit_codes.h"
+#include "server/checkpoint.h"
+#include "server/parameter_server.h"
+
+namespace lockstep {
+
+struct DaemonOptions {
+  std::string listen;
+  int workers = 1;
+  int shard = 0;
+  int num_shards = 1;
+  std::string port_file;
+  bool exit_when_done = true;
+  int max_message_bytes = 64 << 20;
+  std::string checkpoint_dir;  // Empty: no checkpoints.
+  int64_t checkpoint_every_steps = 0;
+  absl::Duration checkpoint_every = absl::ZeroDuration();
+  int checkpoints_to_keep = 3;
+  absl::Duration checkpoint_pause_for_tests = absl::ZeroDuration();
+  absl::Duration step_timeout = absl::ZeroDuration();  // Zero: none.
+  bool fail_on_worker_loss = false;  // Else wait for a replacement.
+};
+
+class Daemon final {
+ public:
+  explicit Daemon(DaemonOptions options);
+  ~Daemon();
+
+  int Run();
+  // Asks Run() to drain and return (signal-safe callers use a thread).
+  void Stop() { stop_.Notify(); }
+
+ private:
+  // Writes a checkpoint now; returns its path and version.
+  absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint();
+  // One pass of the periodic duties; returns an exit code to stop with.
+  std::optional<int> Tick(absl::Time now);
+
+  const DaemonOptions options_;
+  absl::Notification stop_;
+  std::unique_ptr<ParameterServer> core_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
+  int64_t last_saved_version_ ABSL_GUARDED_BY(checkpoint_mu_) = -1;
+  absl::Time last_saved_ ABSL_GUARDED_BY(checkpoint_mu_) = absl::Now();
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_DAEMON_H_

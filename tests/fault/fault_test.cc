@@ -1,0 +1,238 @@
+// Fault tests: real lockstep_server and lockstep_worker processes on
+// loopback, killed, stopped and restarted with real signals. In every case
+// nothing hangs, no partial step is applied, no step is applied twice, and
+// where the scenario allows the final weights equal a fault-free run's
+// exactly (two workers: the sum of two gradients does not depend on order).
+#include <signal.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fault/job.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A run long enough to interrupt: 40 steps, rank 1 a little slow so that a
+// signal lands mid-job.
+const std::vector<std::string> kWorkerFlags = {
+    "--dataset=synthetic", "--synthetic_examples=640", "--layers=23,17,5",
+    "--optimizer=adam",    "--batch_size=8",           "--max_steps=40",
+    "--epochs=3",          "--seed=11",                "--chunk_bytes=700",
+    "--progress=none",     "--rejoin_timeout_s=60"};
+
+std::vector<std::string> Flags(std::vector<std::string> extra = {}) {
+  std::vector<std::string> flags = kWorkerFlags;
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+// The fault-free result, computed once.
+const std::vector<float>& Reference() {
+  static const std::vector<float>* reference = [] {
+    Job job(2);
+    job.StartServer({});
+    job.StartWorker(0, Flags());
+    job.StartWorker(1, Flags());
+    EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+    EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+    EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+    return new std::vector<float>(job.Weights(0));
+  }();
+  return *reference;
+}
+
+TEST(FaultTest, KilledWorkerIsReplacedAndTheResultIsUnchanged) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=2", "--on_worker_loss=wait"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForVersion(8)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGKILL);
+  job.StartWorker(1, Flags());  // The replacement, same rank.
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_EQ(job.Weights(0), Reference());
+  EXPECT_EQ(job.Weights(1), Reference());
+}
+
+TEST(FaultTest, StoppedWorkerIsEvictedThenRecovers) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=1", "--on_worker_loss=wait"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForVersion(8)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGSTOP);
+  ASSERT_TRUE(job.WaitForServerLog("timed out waiting for rank(s) 1"))
+      << job.ServerOutput();
+  job.Signal(job.worker(1), SIGCONT);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_THAT(job.WorkerOutput(1), HasSubstr("evicted"));
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_EQ(job.Weights(0), Reference());
+  EXPECT_EQ(job.Weights(1), Reference());
+}
+
+TEST(FaultTest, LostWorkerFailsTheJobRetryablyWhenAskedTo) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=1", "--on_worker_loss=fail"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForVersion(5)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGKILL);
+  EXPECT_EQ(job.WaitServer(), 75) << job.ServerOutput();
+  EXPECT_EQ(job.WaitWorker(0), 75) << job.WorkerOutput(0);
+  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("the job failed"));
+}
+
+TEST(FaultTest, KilledServerRestartsFromItsCheckpoint) {
+  Job job(2);
+  const std::vector<std::string> server = {"--checkpoint_every_steps=5"};
+  job.StartServer(server);
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForVersion(12)) << job.ServerOutput();
+  job.Signal(job.server(), SIGKILL);
+  job.StartServer(server);  // Same port, same checkpoint folder.
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("restored version"));
+  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("registering again"));
+  EXPECT_EQ(job.Weights(0), Reference());
+}
+
+TEST(FaultTest, ServerKilledWhileWritingACheckpointRestoresThePreviousOne) {
+  Job job(2);
+  job.StartServer({"--checkpoint_every_steps=5"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForCheckpointFile()) << job.ServerOutput();
+  // Restart with writes that stall before their rename, and kill the server
+  // inside the next write.
+  job.Signal(job.server(), SIGKILL);
+  job.StartServer({"--checkpoint_every_steps=5",
+                   "--testing_checkpoint_pause_ms=600000"});
+  ASSERT_TRUE(job.WaitForCheckpointTmp()) << job.ServerOutput();
+  const std::vector<std::string> complete = job.CheckpointFiles();
+  ASSERT_EQ(complete.size(), 1u);
+  job.Signal(job.server(), SIGKILL);
+  job.StartServer({"--checkpoint_every_steps=5"});
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  // The third start restored the complete checkpoint, as the second did,
+  // and ignored the half-written one.
+  const size_t name = complete[0].rfind("ckpt-") + 5;
+  const std::string restored = absl::StrCat(
+      "restored version ", std::stoll(complete[0].substr(name, 12)), " from");
+  const std::string log = job.ServerOutput();
+  const size_t first = log.find(restored);
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_NE(log.find(restored, first + 1), std::string::npos) << log;
+  EXPECT_EQ(job.Weights(0), Reference());
+}
+
+TEST(FaultTest, CorruptAndTruncatedCheckpointsFallBack) {
+  Job job(2);
+  job.StartServer({"--checkpoint_every_steps=10", "--checkpoints_to_keep=5"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags({"--straggle=1:30"}));
+  ASSERT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  ASSERT_EQ(job.WaitWorker(1), 0);
+  ASSERT_EQ(job.WaitServer(), 0);
+  std::vector<std::string> files = job.CheckpointFiles();
+  ASSERT_GE(files.size(), 3u) << job.ServerOutput();
+  job.CorruptByte(files[files.size() - 1]);
+  job.Truncate(files[files.size() - 2]);
+  const std::string expected = files[files.size() - 3];
+  job.StartServer({});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags());
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0);
+  EXPECT_EQ(job.WaitServer(), 0);
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("checksum mismatch"));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("truncated"));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("falling back"));
+  EXPECT_EQ(job.Weights(0), Reference());
+}
+
+TEST(FaultTest, TwoWorkersClaimingOneRank) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=5"});
+  job.StartWorker(0, Flags());
+  // Slow enough that the second starts long before the job could end.
+  job.StartWorker(1, Flags({"--straggle=1:20"}));
+  job.StartWorker(1, Flags({"--straggle=1:20"}), /*slot=*/2);
+  const int a = job.WaitWorker(1);
+  const int b = job.WaitWorker(2);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  // One of them finishes the job; the other is told, permanently.
+  EXPECT_TRUE((a == 0 && b == 2) || (a == 2 && b == 0))
+      << a << " " << b << "\n" << job.WorkerOutput(1) << job.WorkerOutput(2);
+  EXPECT_THAT(job.WorkerOutput(1) + job.WorkerOutput(2),
+              HasSubstr("another worker registered as rank 1"));
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_EQ(job.Weights(0), Reference());
+}
+
+TEST(FaultTest, UnevenDataEndsWithoutDeadlockAndMismatchIsRefused) {
+  // 100 examples, 3 workers x 8: every worker takes floor(100/24) = 4 steps
+  // an epoch and the remainder is dropped, so all reach the same end.
+  Job job(3);
+  job.StartServer({"--step_timeout_s=30"});
+  const std::vector<std::string> flags = {
+      "--dataset=synthetic", "--synthetic_examples=100", "--layers=5,3",
+      "--batch_size=8",      "--epochs=2",               "--progress=none"};
+  for (int rank = 0; rank < 3; ++rank) job.StartWorker(rank, flags);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(job.WaitWorker(rank), 0) << job.WorkerOutput(rank);
+  }
+  EXPECT_EQ(job.WaitServer(), 0);
+  // A worker whose data gives another length is refused at once.
+  Job other(2);
+  other.StartServer({});
+  other.StartWorker(0, flags);
+  std::vector<std::string> more = flags;
+  more.push_back("--synthetic_examples=200");
+  other.StartWorker(1, more);
+  EXPECT_EQ(other.WaitWorker(1), 2) << other.WorkerOutput(1);
+  EXPECT_THAT(other.WorkerOutput(1), HasSubstr("total_steps"));
+}
+
+TEST(FaultTest, SigtermDrainsTheServerAndWorkersLeave) {
+  Job job(2);
+  job.StartServer({});
+  job.StartWorker(0, Flags({"--rejoin_timeout_s=2"}));
+  job.StartWorker(1, Flags({"--straggle=1:50", "--rejoin_timeout_s=2"}));
+  ASSERT_TRUE(job.WaitForVersion(5)) << job.ServerOutput();
+  job.Signal(job.server(), SIGTERM);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("checkpoint of version"));
+  // With the server gone for good, workers give up with the retryable code.
+  EXPECT_EQ(job.WaitWorker(0), 75) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 75) << job.WorkerOutput(1);
+  // A worker told to stop leaves after its step.
+  Job second(1);
+  second.StartServer({});
+  second.StartWorker(0, Flags({"--straggle=0:50"}));
+  ASSERT_TRUE(second.WaitForVersion(3));
+  second.Signal(second.worker(0), SIGTERM);
+  EXPECT_EQ(second.WaitWorker(0), 143) << second.WorkerOutput(0);
+  EXPECT_THAT(second.WorkerOutput(0), HasSubstr("Left the job"));
+  EXPECT_EQ(second.WaitServer(), 0) << "its Leave ends the job";
+}
+
+}  // namespace
+}  // namespace lockstep

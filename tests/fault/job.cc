@@ -1,0 +1,179 @@
+#include "tests/fault/job.h"
+
+#include <dirent.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "lockstep/v1/lockstep.grpc.pb.h"
+
+namespace lockstep {
+namespace {
+
+const std::string kBin = LOCKSTEP_BIN_DIR;
+const absl::Duration kProcessDeadline = absl::Seconds(120);
+
+// A port that was free a moment ago (bind to 0, read, close).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+template <typename Ready>
+bool Job::WaitFor(Ready ready) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    if (ready()) return true;
+    absl::SleepFor(absl::Milliseconds(10));  // Polls; bounded above.
+  }
+  return false;
+}
+
+Job::Job(int workers)
+    : workers_count_(workers), dir_(MakeTempDir()), port_(FreePort()) {}
+
+void Job::StartServer(const std::vector<std::string>& flags) {
+  const std::string port_file =
+      absl::StrCat(dir_, "/port", servers_.size());
+  std::vector<std::string> argv = {
+      kBin + "/lockstep_server",
+      absl::StrCat("--listen=127.0.0.1:", port_),
+      absl::StrCat("--workers=", workers_count_),
+      "--checkpoint_dir=" + dir_ + "/ckpt",
+      "--port_file=" + port_file};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  servers_.push_back(std::make_unique<Subprocess>(Subprocess::Start(argv)));
+  Subprocess* server = servers_.back().get();
+  WaitFor([&] {
+    return !ReadFile(port_file).empty() ||
+           server->Wait(absl::ZeroDuration()).has_value();
+  });
+}
+
+void Job::StartWorker(int rank, const std::vector<std::string>& flags,
+                      int slot) {
+  if (slot < 0) slot = rank;
+  std::vector<std::string> argv = {
+      kBin + "/lockstep_worker",
+      absl::StrCat("--servers=127.0.0.1:", port_),
+      absl::StrCat("--workers=", workers_count_),
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--dump_weights=", dir_, "/w", slot)};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  workers_[slot] = std::make_unique<Subprocess>(Subprocess::Start(argv));
+}
+
+int Job::WaitWorker(int slot) {
+  Subprocess& p = *workers_.at(slot);
+  std::optional<int> code = p.Wait(kProcessDeadline);
+  if (!code.has_value()) p.Kill();
+  return code.value_or(-1);
+}
+
+int Job::WaitServer() {
+  Subprocess& p = *servers_.back();
+  std::optional<int> code = p.Wait(kProcessDeadline);
+  if (!code.has_value()) p.Kill();
+  return code.value_or(-1);
+}
+
+void Job::Signal(pid_t pid, int sig) const { kill(pid, sig); }
+
+bool Job::WaitForVersion(int64_t version) const {
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  return WaitFor([&] {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    v1::StatusResponse status;
+    return stub->GetStatus(&context, v1::StatusRequest(), &status).ok() &&
+           status.version() >= version;
+  });
+}
+
+bool Job::WaitForServerLog(const std::string& text) const {
+  return WaitFor([&] { return absl::StrContains(ServerOutput(), text); });
+}
+
+bool Job::WaitForCheckpointTmp() const {
+  const std::string dir = dir_ + "/ckpt/shard-0-of-1";
+  return WaitFor([&] {
+    bool found = false;
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (absl::EndsWith(e->d_name, ".tmp")) found = true;
+      }
+      closedir(d);
+    }
+    return found;
+  });
+}
+
+bool Job::WaitForCheckpointFile() const {
+  return WaitFor([&] { return !CheckpointFiles().empty(); });
+}
+
+std::vector<std::string> Job::CheckpointFiles() const {
+  const std::string dir = dir_ + "/ckpt/shard-0-of-1";
+  std::vector<std::string> files;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (absl::EndsWith(e->d_name, ".lsc")) {
+        files.push_back(absl::StrCat(dir, "/", e->d_name));
+      }
+    }
+    closedir(d);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void Job::CorruptByte(const std::string& path) const {
+  std::string bytes = ReadFile(path);
+  bytes[bytes.size() - 5] ^= 0x20;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+void Job::Truncate(const std::string& path) const {
+  const std::string bytes = ReadFile(path);
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << bytes.substr(0, bytes.size() / 2);
+}
+
+std::vector<float> Job::Weights(int slot) const {
+  const std::string bytes = ReadFile(absl::StrCat(dir_, "/w", slot));
+  std::vector<float> w(bytes.size() / sizeof(float));
+  std::memcpy(w.data(), bytes.data(), w.size() * sizeof(float));
+  return w;
+}
+
+std::string Job::ServerOutput() const {
+  std::string out;
+  for (const auto& s : servers_) out += s->Output();
+  return out;
+}
+
+std::string Job::WorkerOutput(int slot) const {
+  return workers_.at(slot)->Output();
+}
+
+}  // namespace lockstep

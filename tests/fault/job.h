@@ -1,0 +1,65 @@
+// A Lockstep job of real processes for fault tests: one server on a fixed
+// loopback port (so it can be restarted in place) with a checkpoint folder,
+// and workers that dump their final weights. Not thread-safe.
+#ifndef LOCKSTEP_TESTS_FAULT_JOB_H_
+#define LOCKSTEP_TESTS_FAULT_JOB_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "tests/integration/subprocess.h"
+
+namespace lockstep {
+
+class Job final {
+ public:
+  explicit Job(int workers);
+
+  // Starts (or restarts) the server and waits until it listens.
+  void StartServer(const std::vector<std::string>& flags);
+  // Starts rank `rank` in `slot` (default: the rank's own).
+  void StartWorker(int rank, const std::vector<std::string>& flags,
+                   int slot = -1);
+
+  // Exit codes, -1 on a 120 s timeout (the process is then killed).
+  int WaitWorker(int slot);
+  int WaitServer();
+
+  pid_t server() const { return servers_.back()->pid(); }
+  pid_t worker(int slot) const { return workers_.at(slot)->pid(); }
+  void Signal(pid_t pid, int sig) const;
+
+  // Each waits on its condition with a 60 s deadline; false on timeout.
+  bool WaitForVersion(int64_t version) const;
+  bool WaitForServerLog(const std::string& text) const;
+  bool WaitForCheckpointTmp() const;
+  bool WaitForCheckpointFile() const;
+
+  std::vector<std::string> CheckpointFiles() const;
+  void CorruptByte(const std::string& path) const;
+  void Truncate(const std::string& path) const;
+
+  std::vector<float> Weights(int slot) const;
+  std::string ServerOutput() const;  // Every server start, in order.
+  std::string WorkerOutput(int slot) const;
+
+ private:
+  // Polls `ready` until it holds or 60 s pass.
+  template <typename Ready>
+  static bool WaitFor(Ready ready);
+
+  const int workers_count_;
+  const std::string dir_;
+  int port_ = 0;
+  std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::map<int, std::unique_ptr<Subprocess>> workers_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_TESTS_FAULT_JOB_H_

@@ -1,0 +1,196 @@
+#include "server/checkpoint.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/parameter_server.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+std::string TempDir() {
+  std::string dir = ::testing::TempDir() + "/ckpt.XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) std::abort();
+  return dir;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void Spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+ModelSignature Signature() {
+  ModelSignature s;
+  s.tensors = {{"dense_0/kernel", {2, 2}}, {"dense_0/bias", {2}}};
+  s.optimizer = OptimizerConfig::Defaults("adam");
+  s.num_workers = 2;
+  return s;
+}
+
+ShardCheckpoint Example(int64_t version) {
+  ShardCheckpoint c;
+  c.signature = Signature();
+  c.num_workers = 2;
+  c.version = version;
+  ChunkState chunk;
+  chunk.chunk = 0;
+  chunk.version = version;
+  chunk.weights = {0.5f, -1.25f, 3.0f, 7.5f, -0.125f, 9.0f};
+  chunk.slots = {{"m", {1, 2, 3, 4, 5, 6}}, {"v", {6, 5, 4, 3, 2, 1}}};
+  c.chunks.push_back(chunk);
+  return c;
+}
+
+TEST(CheckpointFormatTest, RoundTripsExactly) {
+  const ShardCheckpoint original = Example(42);
+  absl::StatusOr<ShardCheckpoint> back =
+      DecodeCheckpoint(EncodeCheckpoint(original));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->version, 42);
+  EXPECT_EQ(back->num_workers, 2);
+  EXPECT_TRUE(DescribeDifference(back->signature, original.signature).empty());
+  ASSERT_THAT(back->chunks, SizeIs(1));
+  EXPECT_EQ(back->chunks[0].weights, original.chunks[0].weights);
+  EXPECT_EQ(back->chunks[0].slots, original.chunks[0].slots);
+}
+
+TEST(CheckpointFormatTest, DamageIsDetected) {
+  const std::string good = EncodeCheckpoint(Example(1));
+  std::string flipped = good;
+  flipped[flipped.size() - 3] ^= 0x10;  // Inside the last tensor.
+  std::string header = good;
+  header[30] ^= 0x01;  // Inside the header.
+  std::string magic = good;
+  magic[0] = 'X';
+  std::string format = good;
+  format[8] = 9;
+  for (const auto& [bytes, words] : std::vector<std::pair<std::string, std::string>>{
+           {flipped, "checksum mismatch in tensor v"},
+           {good.substr(0, good.size() - 1), "truncated"},
+           {good.substr(0, 10), "preamble"},
+           {header, "header checksum"},
+           {magic, "bad magic"},
+           {format, "format version 9"}}) {
+    absl::StatusOr<ShardCheckpoint> c = DecodeCheckpoint(bytes);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss) << words;
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(words));
+  }
+}
+
+TEST(CheckpointStoreTest, KeepsTheNewestAndFallsBackPastDamage) {
+  const std::string dir = TempDir();
+  auto store = CheckpointStore::Create(dir + "/a/b", 0, 1, /*keep=*/3);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::string> notes;
+  auto none = (*store)->LoadNewest(&notes);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  for (int64_t v : {5, 10, 15, 20, 25}) ASSERT_TRUE((*store)->Save(Example(v)).ok());
+  std::vector<std::string> files = (*store)->List();
+  ASSERT_THAT(files, SizeIs(3));
+  EXPECT_THAT(files.back(), HasSubstr("ckpt-000000000025.lsc"));
+  // A leftover temporary file (a crash mid-write) is ignored.
+  Spit(files.back() + ".tmp", "partial");
+  auto newest = (*store)->LoadNewest(&notes);
+  ASSERT_TRUE(newest.ok() && newest->has_value());
+  EXPECT_EQ((*newest)->version, 25);
+  EXPECT_TRUE(notes.empty());
+  // Damage the newest (a flipped bit) and truncate the next: the oldest kept
+  // one loads, and both are reported.
+  std::string bytes = Slurp(files[2]);
+  bytes[bytes.size() - 1] ^= 0x01;
+  Spit(files[2], bytes);
+  Spit(files[1], Slurp(files[1]).substr(0, 40));
+  auto fallback = (*store)->LoadNewest(&notes);
+  ASSERT_TRUE(fallback.ok() && fallback->has_value());
+  EXPECT_EQ((*fallback)->version, 15);
+  ASSERT_THAT(notes, SizeIs(2));
+  EXPECT_THAT(notes[0], HasSubstr("falling back"));
+  EXPECT_FALSE(CheckpointStore::Create(dir, 0, 1, 0).ok());
+}
+
+absl::string_view Bytes(const std::vector<float>& v) {
+  return absl::string_view(reinterpret_cast<const char*>(v.data()),
+                           v.size() * sizeof(float));
+}
+
+// Pushes the same gradients from both workers and returns the reply.
+std::vector<float> Step(ParameterServer& ps, const std::vector<int64_t>& inc,
+                        int64_t step, const std::vector<float>& g) {
+  std::optional<absl::StatusOr<ChunkSnapshot>> out;
+  for (int rank = 0; rank < 2; ++rank) {
+    ps.Push(rank, inc[rank], step, 0, WireDType::kFloat32, Bytes(g),
+            [&](absl::StatusOr<ChunkSnapshot> r) { out = std::move(r); });
+  }
+  EXPECT_TRUE(out.has_value() && out->ok());
+  return *(*out)->values;
+}
+
+// A restored server continues exactly where the saved one was: weights and
+// Adam's moments and step count.
+TEST(CheckpointServerTest, RestoredServerContinuesBitForBit) {
+  auto a = ParameterServer::Create({2});
+  ASSERT_TRUE(a.ok());
+  std::vector<int64_t> inc;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto reg = (*a)->Register(rank, Signature());
+    ASSERT_TRUE(reg.ok());
+    inc.push_back(reg->incarnation);
+  }
+  ASSERT_TRUE((*a)->Initialize(0, inc[0], 0, Bytes(Example(0).chunks[0].weights)).ok());
+  const std::vector<float> g1 = {0.1f, -0.2f, 0.3f, 0.05f, -0.5f, 0.25f};
+  const std::vector<float> g2 = {-0.3f, 0.2f, 0.01f, 0.4f, 0.5f, -0.25f};
+  Step(**a, inc, 0, g1);
+  Step(**a, inc, 1, g2);
+  absl::StatusOr<ShardCheckpoint> saved = (*a)->Snapshot(absl::Seconds(5));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->version, 2);
+  ASSERT_THAT(saved->chunks[0].slots, SizeIs(2));
+
+  auto b = ParameterServer::Create({2});
+  ASSERT_TRUE(b.ok());
+  absl::StatusOr<ShardCheckpoint> loaded =
+      DecodeCheckpoint(EncodeCheckpoint(*saved));
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_TRUE((*b)->Restore(*loaded).ok());
+  EXPECT_EQ((*b)->GetStatus().version, 2);
+  std::vector<int64_t> inc_b;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto reg = (*b)->Register(rank, Signature());
+    ASSERT_TRUE(reg.ok());
+    EXPECT_FALSE(reg->must_initialize);
+    EXPECT_EQ(reg->version, 2);
+    inc_b.push_back(reg->incarnation);
+  }
+  EXPECT_EQ(Step(**b, inc_b, 2, g1), Step(**a, inc, 2, g1));
+  // Another model, or another layout, is refused.
+  ModelSignature other = Signature();
+  other.tensors[1].shape = {3};
+  EXPECT_EQ((*b)->Register(1, other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto c = ParameterServer::Create({3});
+  absl::Status layout = (*c)->Restore(*loaded);
+  EXPECT_EQ(layout.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(layout.message()), HasSubstr("2 workers"));
+}
+
+}  // namespace
+}  // namespace lockstep
