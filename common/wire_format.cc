@@ -42,16 +42,18 @@ class Cursor {
 
   bool AtEnd() const { return part_ == parts_.size(); }
 
-  absl::StatusOr<uint64_t> Varint() {
+  // At most `max_bytes` bytes: 10 for a value, 5 for a key or a length
+  // (protobuf reads those as 32-bit and refuses longer encodings).
+  absl::StatusOr<uint64_t> Varint(int max_bytes = 10) {
     uint64_t value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int i = 0; i < max_bytes; ++i) {
       if (AtEnd()) return Malformed("truncated varint");
       const uint8_t byte = static_cast<uint8_t>(parts_[part_][pos_]);
       Advance(1);
-      value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      value |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
       if ((byte & 0x80) == 0) return value;
     }
-    return Malformed("varint longer than 10 bytes");
+    return Malformed(absl::StrCat("varint longer than ", max_bytes, " bytes"));
   }
 
   // Takes `n` bytes as pieces referring to the slices.
@@ -129,8 +131,11 @@ absl::Status ParseMessage(const grpc::ByteBuffer& buffer, uint32_t data_field,
   }
   Cursor cursor(parts);
   while (!cursor.AtEnd()) {
-    absl::StatusOr<uint64_t> key = cursor.Varint();
+    absl::StatusOr<uint64_t> key = cursor.Varint(5);
     if (!key.ok()) return key.status();
+    if (*key >> 3 == 0 || *key >> 3 > 0x1fffffff) {
+      return Malformed("field number out of range");  // As protobuf says.
+    }
     const uint32_t field = static_cast<uint32_t>(*key >> 3);
     const int type = static_cast<int>(*key & 7);
     if (type == kVarint) {
@@ -139,8 +144,9 @@ absl::Status ParseMessage(const grpc::ByteBuffer& buffer, uint32_t data_field,
       // Negative int32 values arrive sign-extended to 64 bits.
       on_varint(field, static_cast<int64_t>(*v));
     } else if (type == kLengthDelimited) {
-      absl::StatusOr<uint64_t> length = cursor.Varint();
+      absl::StatusOr<uint64_t> length = cursor.Varint(5);
       if (!length.ok()) return length.status();
+      if (*length > 0x7fffffff) return Malformed("length above 2 GiB");
       std::vector<absl::string_view>* out = nullptr;
       if (field == data_field) {
         data->clear();

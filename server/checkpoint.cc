@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -148,6 +149,9 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
   const uint64_t header_size = ReadLittleEndian<uint64_t>(bytes.data() + 12);
   const uint32_t header_crc = ReadLittleEndian<uint32_t>(bytes.data() + 20);
   if (header_size > bytes.size() - kPreamble) return Corrupt("truncated header");
+  if (header_size > static_cast<uint64_t>(INT_MAX)) {
+    return Corrupt("header larger than 2 GiB");
+  }
   const absl::string_view header_bytes = bytes.substr(kPreamble, header_size);
   if (Crc32(header_bytes.data(), header_bytes.size()) != header_crc) {
     return Corrupt("header checksum mismatch");
@@ -160,25 +164,43 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
   const absl::string_view data = bytes.substr(kPreamble + header_size);
   ShardCheckpoint checkpoint;
   checkpoint.signature = SignatureFromProto(header.signature());
+  // Shapes whose products overflow or go negative would make every later
+  // size computation (NumParameters, ChunkPlan) undefined.
+  int64_t parameters = 0;
+  for (const TensorInfo& t : checkpoint.signature.tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0 || __builtin_mul_overflow(n, d, &n)) {
+        return Corrupt(absl::StrCat("tensor ", t.name, " has a bad shape"));
+      }
+    }
+    if (__builtin_add_overflow(parameters, n, &parameters) ||
+        parameters > (int64_t{1} << 50)) {
+      return Corrupt("the model's parameter count overflows");
+    }
+  }
   checkpoint.shard = header.shard();
   checkpoint.num_shards = header.num_shards();
   checkpoint.num_workers = header.num_workers();
   checkpoint.version = header.version();
   for (const v1::CheckpointTensor& t : header.tensors()) {
-    const uint64_t bytes_needed = static_cast<uint64_t>(t.elements()) * 4;
+    // Bounded by the data before multiplying: elements * 4 must not wrap.
     if (t.offset() < 0 || t.elements() < 0 ||
         static_cast<uint64_t>(t.offset()) > data.size() ||
-        bytes_needed > data.size() - static_cast<uint64_t>(t.offset())) {
+        static_cast<uint64_t>(t.elements()) >
+            (data.size() - static_cast<uint64_t>(t.offset())) / 4) {
       return Corrupt(absl::StrCat("tensor ", t.name(), " of chunk ", t.chunk(),
                                   " lies past the end of the file (truncated)"));
     }
+    const uint64_t bytes_needed = static_cast<uint64_t>(t.elements()) * 4;
     const char* p = data.data() + t.offset();
     if (Crc32(p, bytes_needed) != t.crc32()) {
       return Corrupt(absl::StrCat("checksum mismatch in tensor ", t.name(),
                                   " of chunk ", t.chunk()));
     }
     std::vector<float> values(static_cast<size_t>(t.elements()));
-    std::memcpy(values.data(), p, bytes_needed);
+    // memcpy from or to null is undefined even for 0 bytes.
+    if (bytes_needed > 0) std::memcpy(values.data(), p, bytes_needed);
     if (t.name() == "weights") {
       ChunkState chunk;
       chunk.chunk = t.chunk();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -11,11 +13,13 @@ namespace lockstep {
 ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
                            int num_workers,
                            std::unique_ptr<Optimizer> optimizer,
-                           BarrierCounters* counters)
+                           BarrierCounters* counters,
+                           BarrierObserver* observer)
     : chunk_(chunk),
       policy_(policy),
       num_workers_(num_workers),
-      counters_(counters) {
+      counters_(counters),
+      observer_(observer) {
   absl::MutexLock lock(&mu_);
   optimizer_ = std::move(optimizer);
   weights_.assign(chunk.size, 0.0f);
@@ -23,6 +27,7 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
   pushed_.assign(num_workers, false);
   pushed_previous_.assign(num_workers, false);
   clock_.assign(num_workers, 0);
+  arrivals_.assign(num_workers, absl::InfinitePast());
 }
 
 absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
@@ -108,10 +113,15 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
                         absl::Span<const absl::string_view> payload,
                         absl::Time arrival, ChunkCallback done) {
   Answers answers;
+  // For the observer, reported once the lock is released.
+  bool summed = false;
+  absl::Time sum_start, sum_end;
+  std::optional<BarrierObserver::Applied> applied;
+  std::vector<absl::Time> arrivals;
   {
     absl::MutexLock lock(&mu_);
     auto refuse = [&](absl::Status status) {
-      counters_->pushes_refused.fetch_add(1, std::memory_order_relaxed);
+      counters_->CountRefused(status.code());
       answers.Add(std::move(done), std::move(status));
     };
     if (closed_) {
@@ -145,20 +155,40 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
       const bool counted = policy_.mode == SyncPolicy::Mode::kSync &&
                            pushed_[rank];
       if (!counted) {
+        if (observer_ != nullptr) sum_start = absl::Now();
         AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
         counters_->pushes_accepted.fetch_add(1, std::memory_order_relaxed);
         counters_->bytes_received.fetch_add(PiecesSize(payload),
                                             std::memory_order_relaxed);
+        sum_end = absl::Now();
+        summed = true;
         counters_->accumulate_ns.fetch_add(
-            absl::ToInt64Nanoseconds(absl::Now() - arrival),
+            absl::ToInt64Nanoseconds(sum_end - arrival),
             std::memory_order_relaxed);
       }
+      const int64_t before = version_;
       if (policy_.mode == SyncPolicy::Mode::kSync) {
+        if (observer_ != nullptr && !pushed_[rank]) arrivals_[rank] = arrival;
         PushSync(rank, step, arrival, std::move(done), &answers);
       } else {
         PushAsync(rank, step, std::move(done), &answers);
       }
+      if (observer_ != nullptr && version_ != before) {
+        if (policy_.mode == SyncPolicy::Mode::kSync) {
+          arrivals.swap(arrivals_);
+          arrivals_.assign(num_workers_, absl::InfinitePast());
+        }
+        applied = BarrierObserver::Applied{chunk_.index,         before,
+                                           apply_start_,         published_at_,
+                                           previous_published_at_, arrivals};
+      }
     }
+  }
+  if (observer_ != nullptr) {
+    if (summed) {
+      observer_->OnAccumulate(chunk_.index, step, rank, sum_start, sum_end);
+    }
+    if (applied.has_value()) observer_->OnApply(*applied);
   }
   answers.Run();
 }
@@ -209,13 +239,16 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
 
 void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
   const absl::Time start = absl::Now();
+  apply_start_ = start;
   optimizer_->Apply(version_, 0, absl::MakeSpan(weights_), accumulator_);
   std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
   ++version_;
   published_ = std::make_shared<const std::vector<float>>(weights_);
   published_version_.store(version_);
   counters_->chunk_steps.fetch_add(1, std::memory_order_relaxed);
-  counters_->apply_ns.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
+  previous_published_at_ = published_at_;
+  published_at_ = absl::Now();
+  counters_->apply_ns.fetch_add(absl::ToInt64Nanoseconds(published_at_ - start),
                                 std::memory_order_relaxed);
   auto ready = std::stable_partition(
       pull_waiters_.begin(), pull_waiters_.end(),
@@ -288,6 +321,7 @@ bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
     }
     std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
     std::fill(pushed_.begin(), pushed_.end(), false);
+    std::fill(arrivals_.begin(), arrivals_.end(), absl::InfinitePast());
     num_pushed_ = 0;
     for (ChunkCallback& cb : push_waiters_) answers.Add(std::move(cb), status);
     push_waiters_.clear();

@@ -40,6 +40,7 @@
 #include "common/model_signature.h"
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
+#include "server/barrier_observer.h"
 #include "server/checkpoint.h"
 
 namespace lockstep {
@@ -63,13 +64,24 @@ struct BarrierCounters {
   std::atomic<int64_t> apply_ns{0};
   std::atomic<int64_t> barrier_wait_ns{0};
   std::atomic<int64_t> bytes_received{0};
+  // pushes_refused by absl::StatusCode (0..16).
+  std::atomic<int64_t> pushes_refused_by_code[17] = {};
+
+  void CountRefused(absl::StatusCode code) {
+    pushes_refused.fetch_add(1, std::memory_order_relaxed);
+    const int index = static_cast<int>(code);
+    pushes_refused_by_code[index >= 0 && index < 17 ? index : 2].fetch_add(
+        1, std::memory_order_relaxed);
+  }
 };
 
 class ChunkBarrier final {
  public:
-  // `counters` is not owned and outlives the barrier.
+  // `counters` and `observer` (may be null) are not owned and outlive the
+  // barrier.
   ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy, int num_workers,
-               std::unique_ptr<Optimizer> optimizer, BarrierCounters* counters);
+               std::unique_ptr<Optimizer> optimizer, BarrierCounters* counters,
+               BarrierObserver* observer = nullptr);
 
   // Stores version 0 (fp32 values; size checked by the caller) and answers
   // waiting pulls. FAILED_PRECONDITION when already initialized.
@@ -145,6 +157,7 @@ class ChunkBarrier final {
   const SyncPolicy policy_;
   const int num_workers_;
   BarrierCounters* const counters_;  // Not owned.
+  BarrierObserver* const observer_;  // Not owned; may be null.
   std::atomic<int64_t> published_version_{-1};
 
   mutable absl::Mutex mu_;
@@ -162,6 +175,13 @@ class ChunkBarrier final {
   int num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time first_push_ ABSL_GUARDED_BY(mu_);
   std::vector<ChunkCallback> push_waiters_ ABSL_GUARDED_BY(mu_);
+  // For the observer: kSync arrivals of the step being gathered, by rank,
+  // and when the last two versions were applied.
+  std::vector<absl::Time> arrivals_ ABSL_GUARDED_BY(mu_);
+  absl::Time apply_start_ ABSL_GUARDED_BY(mu_);
+  absl::Time published_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time previous_published_at_ ABSL_GUARDED_BY(mu_) =
+      absl::InfinitePast();
   // kSsp: steps each rank has pushed, and pushes held for the slowest.
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<int64_t, ChunkCallback>> ssp_waiters_

@@ -46,6 +46,13 @@ class WaitingGet final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* CoordinatorService::Set(
     grpc::CallbackServerContext* context, const v1::SetRequest* request,
     v1::SetResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
+                                   "Coordinator.Set");
+      !s.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   absl::StatusOr<bool> created =
       store_->Set(request->key(), request->value(), request->if_absent());
   if (created.ok()) response->set_created(*created);
@@ -57,6 +64,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Set(
 grpc::ServerUnaryReactor* CoordinatorService::Get(
     grpc::CallbackServerContext* context, const v1::GetRequest* request,
     v1::GetResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
+                                   "Coordinator.Get");
+      !s.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   if (request->no_wait()) {
     absl::StatusOr<std::string> value = store_->TryGet(request->key());
     if (value.ok()) response->set_value(*std::move(value));

@@ -4,11 +4,13 @@
 // Set answers at once. A Get of a missing key stores a reactor with the
 // store and returns without holding a gRPC thread; the Set that creates the
 // key finishes it, and a cancelled call (its deadline passed, the client went
-// away, the server shuts down) withdraws it. Protobuf types stop here.
+// away, the server shuts down) withdraws it. Both first ask the Authorizer
+// (common/authorizer.h): they are worker RPCs. Protobuf types stop here.
 // Thread-safe (the store is).
 #ifndef LOCKSTEP_SERVER_COORDINATION_SERVICE_H_
 #define LOCKSTEP_SERVER_COORDINATION_SERVICE_H_
 
+#include "common/authorizer.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
 #include "server/coordination_store.h"
 
@@ -16,8 +18,11 @@ namespace lockstep {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  // `store` is not owned and must outlive the service.
-  explicit CoordinatorService(CoordinationStore* store) : store_(store) {}
+  // `store` and `authorizer` are not owned and must outlive the service; a
+  // null authorizer lets every caller in.
+  explicit CoordinatorService(CoordinationStore* store,
+                              const Authorizer* authorizer = nullptr)
+      : store_(store), authorizer_(authorizer) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::SetRequest* request,
@@ -27,7 +32,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                                 v1::GetResponse* response) override;
 
  private:
-  CoordinationStore* const store_;  // Not owned.
+  CoordinationStore* const store_;      // Not owned.
+  const Authorizer* const authorizer_;  // Not owned; may be null.
 };
 
 }  // namespace lockstep

@@ -1,13 +1,19 @@
 #include "server/daemon.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <cstdio>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/authorizer.h"
 #include "common/json_writer.h"
+#include "common/signature_limits.h"
+#include "common/status_macros.h"
+#include "common/tls.h"
 #include "server/coordination_service.h"
 #include "server/coordination_store.h"
 #include "server/grpc_service.h"
@@ -29,6 +35,36 @@ std::string Ranks(const std::vector<int>& ranks) {
   return out;
 }
 
+// The server's credentials and who may call what, from --tls_* and
+// --token_file; checked before any work so bad settings fail at once.
+struct Security {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<Authorizer> authorizer;
+};
+
+SignatureLimits SignatureLimitsOf(const DaemonOptions& options) {
+  SignatureLimits limits;
+  limits.max_chunk_bytes = options.max_chunk_bytes;
+  limits.max_parameters = options.max_parameters;
+  return limits;
+}
+
+absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
+  Security security;
+  ASSIGN_OR_RETURN(security.credentials,
+                   MakeServerCredentials(options.tls, options.listen));
+  ASSIGN_OR_RETURN(security.authorizer, Authorizer::Create(options.tls));
+  if (!options.tls.ServerTls() && !IsLoopbackAddress(options.listen)) {
+    Log("warning: plaintext on a non-loopback address (--insecure): anyone "
+        "on the network can read and write the model");
+  } else if (options.tls.ServerTls() && options.tls.ca_file.empty() &&
+             options.tls.token_file.empty()) {
+    Log("warning: TLS without client certificates (--tls_ca) or "
+        "--token_file: anyone who reaches the server may call every RPC");
+  }
+  return security;
+}
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
@@ -45,6 +81,9 @@ absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint() {
   if (!path.ok()) return path.status();
   last_saved_version_ = snapshot->version;
   last_saved_ = absl::Now();
+  if (telemetry_ != nullptr) {
+    telemetry_->CheckpointSaved(snapshot->version, last_saved_);
+  }
   Log(absl::StrCat("checkpoint of version ", snapshot->version, " in ", *path));
   return std::make_pair(*path, snapshot->version);
 }
@@ -112,11 +151,52 @@ std::optional<int> Daemon::Tick(absl::Time now) {
   return std::nullopt;
 }
 
+absl::Status Daemon::RestoreNewestCheckpoint() {
+  if (checkpoints_ == nullptr) return absl::OkStatus();
+  std::vector<std::string> notes;
+  absl::StatusOr<std::optional<ShardCheckpoint>> newest =
+      checkpoints_->LoadNewest(&notes);
+  for (const std::string& note : notes) Log(note);
+  if (!newest.ok()) {
+    Log(newest.status().ToString());
+    return newest.status();
+  }
+  if (!newest->has_value()) return absl::OkStatus();
+  absl::SleepFor(options_.restore_pause_for_tests);
+  if (absl::Status s = core_->Restore(**newest); !s.ok()) {
+    Log(absl::StrCat("cannot restore the checkpoint in ",
+                     options_.checkpoint_dir, ": ", s.message()));
+    return s;
+  }
+  absl::MutexLock lock(&checkpoint_mu_);
+  last_saved_version_ = (*newest)->version;
+  telemetry_->CheckpointSaved((*newest)->version, absl::Now());
+  Log(absl::StrCat("restored version ", (*newest)->version, " from ",
+                   options_.checkpoint_dir));
+  return absl::OkStatus();
+}
+
 int Daemon::Run() {
+  absl::StatusOr<Security> security = MakeSecurity(options_);
+  if (!security.ok()) {
+    Log(std::string(security.status().message()));
+    return kExitPermanent;
+  }
+  ServerTelemetryOptions telemetry_options = options_.telemetry;
+  telemetry_options.shard = options_.shard;
+  telemetry_options.checkpoints = !options_.checkpoint_dir.empty();
+  absl::StatusOr<std::unique_ptr<ServerTelemetry>> telemetry =
+      ServerTelemetry::Create(telemetry_options);
+  if (!telemetry.ok()) {
+    Log(telemetry.status().ToString());
+    return kExitPermanent;
+  }
+  telemetry_ = std::move(*telemetry);
   ParameterServerOptions core_options;
   core_options.num_workers = options_.workers;
   core_options.shard = options_.shard;
   core_options.num_shards = options_.num_shards;
+  core_options.observer = telemetry_->observer();
   absl::StatusOr<std::unique_ptr<ParameterServer>> core =
       ParameterServer::Create(core_options);
   if (!core.ok()) {
@@ -124,6 +204,7 @@ int Daemon::Run() {
     return kExitPermanent;
   }
   core_ = std::move(*core);
+  telemetry_->AttachCore(core_.get(), options_.workers);
 
   if (!options_.checkpoint_dir.empty()) {
     absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
@@ -136,51 +217,49 @@ int Daemon::Run() {
     }
     checkpoints_ = std::move(*store);
     checkpoints_->set_pause_before_rename(options_.checkpoint_pause_for_tests);
-    std::vector<std::string> notes;
-    absl::StatusOr<std::optional<ShardCheckpoint>> newest =
-        checkpoints_->LoadNewest(&notes);
-    for (const std::string& note : notes) Log(note);
-    if (!newest.ok()) {
-      Log(newest.status().ToString());
-      return kExitPermanent;
-    }
-    if (newest->has_value()) {
-      if (absl::Status s = core_->Restore(**newest); !s.ok()) {
-        Log(absl::StrCat("cannot restore the checkpoint in ",
-                         options_.checkpoint_dir, ": ", s.message()));
-        return kExitPermanent;
-      }
-      absl::MutexLock lock(&checkpoint_mu_);
-      last_saved_version_ = (*newest)->version;
-      Log(absl::StrCat("restored version ", (*newest)->version, " from ",
-                       options_.checkpoint_dir));
-    }
   }
 
   ParameterServerService service(
       core_.get(), checkpoints_ == nullptr
                        ? ParameterServerService::SaveCheckpointFn()
-                       : [this]() { return SaveCheckpoint(); });
+                       : [this]() { return SaveCheckpoint(); },
+      security->authorizer.get(), SignatureLimitsOf(options_));
+  service.HoldRegistration();  // Until the checkpoint is restored (below).
+  grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1, for probes.
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(),
-                           &port);
-  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.AddListeningPort(options_.listen, security->credentials, &port);
+  builder.SetMaxReceiveMessageSize(MaxRequestBytes(options_.max_chunk_bytes));
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  ApplyServerLimits(options_.limits, &builder);
   builder.RegisterService(&service);
   // Rendezvous for --sync=allreduce workers (worker/allreduce).
   CoordinationStore coordination_store;
-  CoordinatorService coordinator(&coordination_store);
+  CoordinatorService coordinator(&coordination_store,
+                                 security->authorizer.get());
   builder.RegisterService(&coordinator);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     Log(absl::StrCat("cannot listen on ", options_.listen));
     return kExitPermanent;
   }
+  // NOT_SERVING while the checkpoint loads and while draining.
+  auto set_serving = [&](bool serving) {
+    server->GetHealthCheckService()->SetServingStatus(serving);
+    telemetry_->SetServing(serving);
+  };
+  set_serving(false);
+  // However Run() ends, held registrations are answered (the server's
+  // shutdown waits for them).
+  absl::Cleanup release_registrations = [&]() {
+    core_->Shutdown();
+    service.OpenRegistration();
+  };
   const std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
   Log(absl::StrCat("shard ", options_.shard, " of ", options_.num_shards,
-                   " listening on ", host, ":", port, " for ", options_.workers,
-                   " worker(s)"));
+                   " listening on ", host, ":", port, " (",
+                   DescribeServerSecurity(options_.tls), ") for ",
+                   options_.workers, " worker(s)"));
   if (!options_.port_file.empty()) {
     absl::Status s =
         WriteFileAtomically(options_.port_file, absl::StrCat(port, "\n"));
@@ -190,12 +269,19 @@ int Daemon::Run() {
     }
   }
 
+  // Listening already: probes see NOT_SERVING rather than a closed port,
+  // and GetStatus answers, while the newest checkpoint loads.
+  if (!RestoreNewestCheckpoint().ok()) return kExitPermanent;
+  service.OpenRegistration();
+  set_serving(true);
+
   const absl::Time start = absl::Now();
   int exit_code = kExitOk;
   while (true) {
     if (stop_.WaitForNotificationWithTimeout(kTick)) {
       // Drain: no new steps, a last checkpoint, then a clean exit.
       Log("stopping: no new steps are taken");
+      set_serving(false);
       core_->Shutdown();
       if (checkpoints_ != nullptr) {
         absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
@@ -213,6 +299,7 @@ int Daemon::Run() {
                    absl::FormatDuration(absl::Now() - start), "; exiting"));
   core_->Shutdown();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (absl::Status s = telemetry_->FlushTrace(); !s.ok()) Log(s.ToString());
   return exit_code;
 }
 

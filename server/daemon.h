@@ -19,8 +19,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/exit_codes.h"
+#include "common/grpc_limits.h"
+#include "common/tls_options.h"
 #include "server/checkpoint.h"
 #include "server/parameter_server.h"
+#include "server/server_telemetry.h"
 
 namespace lockstep {
 
@@ -31,12 +34,22 @@ struct DaemonOptions {
   int num_shards = 1;
   std::string port_file;
   bool exit_when_done = true;
-  int max_message_bytes = 64 << 20;
+  int max_message_bytes = 64 << 20;  // Largest reply sent.
+  // Largest chunk a worker may register (and Initialize or Push); larger
+  // requests (this plus a margin) are refused from their length prefix.
+  int64_t max_chunk_bytes = kDefaultChunkBytes;
+  int64_t max_parameters = int64_t{1} << 30;  // Largest model registered.
+  ServerLimits limits;  // Streams, keepalive, connection idle and age.
+  TlsOptions tls;       // Credentials and who may call what.
   std::string checkpoint_dir;  // Empty: no checkpoints.
   int64_t checkpoint_every_steps = 0;
   absl::Duration checkpoint_every = absl::ZeroDuration();
   int checkpoints_to_keep = 3;
   absl::Duration checkpoint_pause_for_tests = absl::ZeroDuration();
+  // For tests: a pause after reading the newest checkpoint at start.
+  absl::Duration restore_pause_for_tests = absl::ZeroDuration();
+  // --metrics_port and --trace; Run() fills in the shard and checkpoints.
+  ServerTelemetryOptions telemetry;
   absl::Duration step_timeout = absl::ZeroDuration();  // Zero: none.
   bool fail_on_worker_loss = false;  // Else wait for a replacement.
 };
@@ -55,10 +68,14 @@ class Daemon final {
   absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint();
   // One pass of the periodic duties; returns an exit code to stop with.
   std::optional<int> Tick(absl::Time now);
+  // Restores the newest intact checkpoint in checkpoint_dir, if any.
+  absl::Status RestoreNewestCheckpoint();
 
   const DaemonOptions options_;
   absl::Notification stop_;
   std::unique_ptr<ParameterServer> core_;
+  // After core_: destroyed first, so no scrape reads a destroyed core.
+  std::unique_ptr<ServerTelemetry> telemetry_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
   int64_t last_saved_version_ ABSL_GUARDED_BY(checkpoint_mu_) = -1;

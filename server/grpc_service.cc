@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/signature_limits.h"
 #include "common/signature_proto.h"
 #include "common/wire_codec.h"
 #include "common/wire_format.h"
@@ -78,25 +79,73 @@ ChunkCallback WeightsReply(ParameterServer* core,
 grpc::ServerUnaryReactor* ParameterServerService::Register(
     grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
     v1::RegisterResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Register");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
   const std::string& mode = request->signature().sync().mode();
   if (!mode.empty() && mode != "sync" && mode != "async" && mode != "ssp") {
     return FinishWith(context, absl::InvalidArgumentError(absl::StrCat(
                                    "unknown sync mode \"", mode, "\"")));
   }
-  absl::StatusOr<Registration> reg = core_->Register(
-      request->rank(), SignatureFromProto(request->signature()));
+  // Bounded before the core allocates weights and state for the model.
+  const ModelSignature signature = SignatureFromProto(request->signature());
+  if (absl::Status s = ValidateSignature(signature, limits_); !s.ok()) {
+    return FinishWith(context, s);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  {
+    absl::MutexLock lock(&gate_mu_);
+    if (registration_held_) {  // A checkpoint is being restored.
+      held_.push_back([this, rank = request->rank(), signature, response,
+                       reactor]() {
+        DoRegister(rank, signature, response, reactor);
+      });
+      return reactor;
+    }
+  }
+  DoRegister(request->rank(), signature, response, reactor);
+  return reactor;
+}
+
+void ParameterServerService::DoRegister(int rank,
+                                        const ModelSignature& signature,
+                                        v1::RegisterResponse* response,
+                                        grpc::ServerUnaryReactor* reactor) {
+  absl::StatusOr<Registration> reg = core_->Register(rank, signature);
   if (reg.ok()) {
     response->set_incarnation(reg->incarnation);
     response->set_must_initialize(reg->must_initialize);
     response->set_version(reg->version);
     response->set_server_incarnation(reg->server_incarnation);
   }
-  return FinishWith(context, reg.status());
+  reactor->Finish(ToGrpcStatus(reg.status()));
+}
+
+void ParameterServerService::HoldRegistration() {
+  absl::MutexLock lock(&gate_mu_);
+  registration_held_ = true;
+}
+
+void ParameterServerService::OpenRegistration() {
+  std::vector<std::function<void()>> held;
+  {
+    absl::MutexLock lock(&gate_mu_);
+    registration_held_ = false;
+    held.swap(held_);
+  }
+  for (auto& run : held) run();
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Initialize(
     grpc::CallbackServerContext* context, const v1::InitializeRequest* request,
     v1::InitializeResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Initialize");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
   absl::StatusOr<int64_t> version =
       core_->Initialize(request->rank(), request->incarnation(),
                         request->chunk(), request->data());
@@ -107,6 +156,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Initialize(
 grpc::ServerUnaryReactor* ParameterServerService::Push(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Push");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
   absl::StatusOr<PushView> push = ParsePushRequest(*request);
   if (!push.ok()) return FinishWith(context, push.status());
   absl::StatusOr<WireDType> dtype =
@@ -122,6 +176,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
 grpc::ServerUnaryReactor* ParameterServerService::Pull(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Pull");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
   grpc::Slice bytes;
   v1::PullRequest pull;
   if (!request->DumpToSingleSlice(&bytes).ok() ||
@@ -141,6 +200,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
 grpc::ServerUnaryReactor* ParameterServerService::Leave(
     grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
     v1::LeaveResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Leave");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
   return FinishWith(context,
                     core_->Leave(request->rank(), request->incarnation()));
 }
@@ -148,6 +212,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Leave(
 grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
     grpc::CallbackServerContext* context, const v1::StatusRequest* request,
     v1::StatusResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kRead, "GetStatus");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
   const ServerStatus status = core_->GetStatus();
   response->set_version(status.version);
   response->set_step(status.version);
@@ -173,6 +242,20 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
   counters->set_bytes_received(c.bytes_received);
   counters->set_bytes_sent(c.bytes_sent);
   counters->set_pushes_dropped_late(c.pushes_dropped_late);
+  for (const auto& [code, n] : c.pushes_refused_by_code) {
+    (*counters->mutable_pushes_refused_by_code())[absl::StatusCodeToString(
+        code)] = n;
+  }
+  response->set_server_time_unix_micros(absl::ToUnixMicros(status.now));
+  for (const WorkerActivity& a : status.workers) {
+    v1::WorkerActivity* w = response->add_workers();
+    w->set_rank(a.rank);
+    w->set_last_contact_unix_micros(
+        a.last_contact == absl::InfinitePast() ? 0
+                                               : absl::ToUnixMicros(a.last_contact));
+    w->set_last_step(a.last_step);
+    w->set_last_step_seconds(absl::ToDoubleSeconds(a.last_step_time));
+  }
   return FinishWith(context, absl::OkStatus());
 }
 
@@ -180,6 +263,11 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
     grpc::CallbackServerContext* context,
     const v1::SaveCheckpointRequest* request,
     v1::SaveCheckpointResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kAdmin,
+                                   "SaveCheckpoint");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
   if (!save_checkpoint_) {
     return FinishWith(context, absl::FailedPreconditionError(
                                    "this server was started without "

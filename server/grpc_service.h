@@ -5,15 +5,23 @@
 // by the core's callback, so no gRPC thread ever blocks on a barrier.
 // Push and Pull are "raw" methods: their tensors are read from and written
 // to gRPC's byte buffers in place (server/wire_format.h) rather than copied
-// through protobuf objects. Protobuf types stop here. Thread-safe (the core
-// is).
+// through protobuf objects. Protobuf types stop here. Every handler first
+// asks the Authorizer (common/authorizer.h) whether the caller may make the
+// call, and Register checks the signature against SignatureLimits before
+// the core allocates anything for it. Thread-safe (the core is).
 #ifndef LOCKSTEP_SERVER_GRPC_SERVICE_H_
 #define LOCKSTEP_SERVER_GRPC_SERVICE_H_
 
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+#include "common/authorizer.h"
+#include "common/signature_limits.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "server/parameter_server.h"
 
@@ -36,9 +44,16 @@ class ParameterServerService final : public ParameterServerServiceBase {
 
   // `core` is not owned and must outlive the service. Without
   // `save_checkpoint`, SaveCheckpoint answers FAILED_PRECONDITION.
+  // `authorizer` (not owned; null: every caller may call everything) must
+  // outlive the service too.
   explicit ParameterServerService(ParameterServer* core,
-                                  SaveCheckpointFn save_checkpoint = nullptr)
-      : core_(core), save_checkpoint_(std::move(save_checkpoint)) {}
+                                  SaveCheckpointFn save_checkpoint = nullptr,
+                                  const Authorizer* authorizer = nullptr,
+                                  SignatureLimits limits = SignatureLimits())
+      : core_(core),
+        save_checkpoint_(std::move(save_checkpoint)),
+        authorizer_(authorizer),
+        limits_(limits) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -64,9 +79,27 @@ class ParameterServerService final : public ParameterServerServiceBase {
       const v1::SaveCheckpointRequest* request,
       v1::SaveCheckpointResponse* response) override;
 
+  // Holds Register calls, answering them once OpenRegistration() runs, so
+  // that a server can listen (and answer health checks and GetStatus) while
+  // it restores a checkpoint, which must come before any registration.
+  // Registration is open unless held. Held calls run on the caller of
+  // OpenRegistration().
+  void HoldRegistration();
+  void OpenRegistration();
+
  private:
+  // Answers a Register call (the reactor's Finish included).
+  void DoRegister(int rank, const ModelSignature& signature,
+                  v1::RegisterResponse* response,
+                  grpc::ServerUnaryReactor* reactor);
+
   ParameterServer* const core_;  // Not owned.
   const SaveCheckpointFn save_checkpoint_;
+  const Authorizer* const authorizer_;  // Not owned; may be null.
+  const SignatureLimits limits_;
+  absl::Mutex gate_mu_;
+  bool registration_held_ ABSL_GUARDED_BY(gate_mu_) = false;
+  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(gate_mu_);
 };
 
 }  // namespace lockstep

@@ -15,17 +15,21 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
 #include "server/daemon.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to listen on, host:port (port 0 picks a free one). "
           "Default: this task's entry in TF_CONFIG's ps list (on all "
-          "interfaces), else 127.0.0.1:50051.");
+          "interfaces, or on loopback for a loopback entry), else "
+          "127.0.0.1:50051. A non-loopback address needs TLS or --insecure.");
 ABSL_FLAG(int, workers, 0,
           "Workers taking part in every synchronous step. Default: the "
           "chief + worker count in TF_CONFIG.");
@@ -51,6 +55,15 @@ ABSL_FLAG(int, checkpoints_to_keep, 3, "How many checkpoints to keep.");
 ABSL_FLAG(int, testing_checkpoint_pause_ms, 0,
           "For fault tests only: pause before renaming a checkpoint into "
           "place.");
+ABSL_FLAG(int, testing_restore_pause_ms, 0,
+          "For tests only: pause after reading the checkpoint to restore.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Serve Prometheus metrics at http://HOST:PORT/metrics on every "
+          "interface (0: off). See README.md, Operations.");
+ABSL_FLAG(std::string, trace, "",
+          "Write a Chrome trace-event JSON file of the accumulate and apply "
+          "phases here (empty: off); open it in ui.perfetto.dev. {shard} in "
+          "the path becomes the shard index.");
 ABSL_FLAG(int, step_timeout_s, 300,
           "A synchronous step that still misses workers after this many "
           "seconds is given up (not applied) and the missing workers are "
@@ -59,8 +72,26 @@ ABSL_FLAG(std::string, on_worker_loss, "wait",
           "After a step timeout: wait (for a replacement worker to register "
           "and push) or fail (exit with the retryable code 75).");
 ABSL_FLAG(int, max_message_mb, 64,
-          "Largest gRPC message accepted, in MiB (must exceed the chunk "
-          "size).");
+          "Largest gRPC reply sent, in MiB (replies carry at most a chunk). "
+          "What is received follows --max_chunk_bytes.");
+ABSL_FLAG(int64_t, max_chunk_bytes, lockstep::kDefaultChunkBytes,
+          "Largest chunk a worker may register (its --chunk_bytes). "
+          "Requests larger than this plus 64 KiB are refused before they "
+          "are read.");
+ABSL_FLAG(int64_t, max_parameters, int64_t{1} << 30,
+          "Largest model a worker may register, in fp32 parameters.");
+ABSL_FLAG(int, max_grpc_memory_mb, 1024,
+          "gRPC's memory quota for buffering requests, in MiB: past it gRPC "
+          "cancels calls rather than grow. Must hold every worker's pushes "
+          "of a step (about workers x model bytes / shards). 0: no quota.");
+ABSL_FLAG(int, max_concurrent_streams, 1024,
+          "Concurrent calls per client connection.");
+ABSL_FLAG(int, max_connection_idle_s, 600,
+          "Close client connections without calls for this long (0: never).");
+ABSL_FLAG(int, max_connection_age_s, 3600,
+          "Close every client connection after about this long, so clients "
+          "reconnect (and pick up rotated certificates); calls in flight get "
+          "--step_timeout_s + 30 s to finish (0: never).");
 
 namespace lockstep {
 namespace {
@@ -87,7 +118,11 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
         return absl::InvalidArgumentError(
             absl::StrCat("TF_CONFIG ps address \"", own, "\" has no port"));
       }
-      options.listen = absl::StrCat("0.0.0.0", own.substr(colon));
+      // All interfaces, unless the cluster reaches this task on loopback
+      // (then plaintext needs no --insecure).
+      options.listen = lockstep::IsLoopbackAddress(own)
+                           ? own
+                           : absl::StrCat("0.0.0.0", own.substr(colon));
     }
     if (options.workers == 0) options.workers = tf.NumWorkers();
     if (options.shard < 0) options.shard = tf.task_index;
@@ -112,6 +147,32 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
     return absl::InvalidArgumentError("--max_message_mb must be in [1, 1024]");
   }
   options.max_message_bytes = mb << 20;
+  options.max_chunk_bytes = absl::GetFlag(FLAGS_max_chunk_bytes);
+  if (options.max_chunk_bytes < 4 || options.max_chunk_bytes > (1 << 30)) {
+    return absl::InvalidArgumentError("--max_chunk_bytes must be in [4, 2^30]");
+  }
+  options.max_parameters = absl::GetFlag(FLAGS_max_parameters);
+  if (options.max_parameters < 1) {
+    return absl::InvalidArgumentError("--max_parameters must be positive");
+  }
+  options.limits.max_concurrent_streams =
+      absl::GetFlag(FLAGS_max_concurrent_streams);
+  const int idle = absl::GetFlag(FLAGS_max_connection_idle_s);
+  const int age = absl::GetFlag(FLAGS_max_connection_age_s);
+  if (options.limits.max_concurrent_streams < 1 || idle < 0 || age < 0) {
+    return absl::InvalidArgumentError(
+        "--max_concurrent_streams must be positive and connection times not "
+        "negative");
+  }
+  const int memory_mb = absl::GetFlag(FLAGS_max_grpc_memory_mb);
+  if (memory_mb < 0) {
+    return absl::InvalidArgumentError(
+        "--max_grpc_memory_mb must not be negative");
+  }
+  options.limits.max_memory_bytes = int64_t{memory_mb} << 20;
+  options.limits.max_connection_idle = absl::Seconds(idle);
+  options.limits.max_connection_age = absl::Seconds(age);
+  ASSIGN_OR_RETURN(options.tls, lockstep::TlsOptionsFromFlags());
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_every_steps = absl::GetFlag(FLAGS_checkpoint_every_steps);
   options.checkpoint_every =
@@ -119,6 +180,16 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
   options.checkpoint_pause_for_tests =
       absl::Milliseconds(absl::GetFlag(FLAGS_testing_checkpoint_pause_ms));
+  options.restore_pause_for_tests =
+      absl::Milliseconds(absl::GetFlag(FLAGS_testing_restore_pause_ms));
+  options.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.telemetry.trace_path =
+      absl::StrReplaceAll(absl::GetFlag(FLAGS_trace),
+                          {{"{shard}", absl::StrCat(options.shard)}});
+  if (options.telemetry.metrics_port < 0 ||
+      options.telemetry.metrics_port > 65535) {
+    return absl::InvalidArgumentError("--metrics_port must be in [0, 65535]");
+  }
   if (options.checkpoint_every_steps < 0 ||
       options.checkpoint_every < absl::ZeroDuration() ||
       options.checkpoints_to_keep < 1) {
@@ -131,6 +202,10 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
     return absl::InvalidArgumentError("--step_timeout_s must not be negative");
   }
   options.step_timeout = absl::Seconds(timeout);
+  // A push may wait a whole step at the barrier: let it finish when its
+  // connection reaches its maximum age.
+  options.limits.max_connection_age_grace =
+      timeout > 0 ? absl::Seconds(timeout + 30) : absl::Minutes(10);
   const std::string loss = absl::GetFlag(FLAGS_on_worker_loss);
   if (loss != "wait" && loss != "fail") {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -69,7 +69,12 @@ ParameterServer::ParameterServer(const ParameterServerOptions& options)
     : options_(options),
       server_incarnation_(NewServerIncarnation()),
       incarnations_(options.num_workers, 0),
-      finished_(options.num_workers, false) {}
+      finished_(options.num_workers, false) {
+  absl::MutexLock lock(&activity_mu_);
+  activity_.resize(options.num_workers);
+  step_started_.resize(options.num_workers);
+  for (int r = 0; r < options.num_workers; ++r) activity_[r].rank = r;
+}
 
 ParameterServer::~ParameterServer() { Shutdown(); }
 
@@ -92,7 +97,7 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
                      Optimizer::Create(signature.optimizer, chunk.size));
     chunks.push_back(std::make_unique<ChunkBarrier>(
         chunk, signature.sync, options_.num_workers, std::move(optimizer),
-        &counters_));
+        &counters_, options_.observer));
   }
   // Barriers of an earlier, provisional configuration stay alive: a caller
   // may still hold a pointer to one (they are closed).
@@ -120,6 +125,7 @@ absl::StatusOr<Registration> ParameterServer::Register(
   std::string reason;
   absl::StatusOr<Registration> result =
       RegisterInternal(rank, signature, &revoked, &reason);
+  if (result.ok()) NoteContact(rank, absl::Now());
   // Old barriers: their waiting pulls learn why.
   for (ChunkBarrier* b : revoked) b->Close(absl::FailedPreconditionError(reason));
   return result;
@@ -250,6 +256,7 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
         absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
   }
   ASSIGN_OR_RETURN(ChunkBarrier * barrier, FindChunk(rank, incarnation, chunk));
+  NoteContact(rank, absl::Now());
   RETURN_IF_ERROR(
       CheckPayload({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
   RETURN_IF_ERROR(barrier->Initialize(fp32_bytes));
@@ -264,9 +271,12 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   const absl::Time arrival = absl::Now();
   absl::StatusOr<ChunkBarrier*> barrier = FindChunk(rank, incarnation, chunk);
   absl::Status valid = barrier.status();
-  if (valid.ok()) valid = CheckPayload(payload, dtype, (*barrier)->chunk());
+  if (valid.ok()) {
+    NoteContact(rank, arrival, step);
+    valid = CheckPayload(payload, dtype, (*barrier)->chunk());
+  }
   if (!valid.ok()) {
-    counters_.pushes_refused.fetch_add(1, std::memory_order_relaxed);
+    counters_.CountRefused(valid.code());
     return done(valid);
   }
   (*barrier)->Push(rank, step, dtype, payload, arrival, std::move(done));
@@ -297,14 +307,32 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
       return done(status);
     }
   }
+  if (incarnation != 0) NoteContact(rank, absl::Now());
   barrier->Pull(min_version, std::move(done));
 }
 
 absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
-  absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
-  finished_[rank] = true;
+  {
+    absl::MutexLock lock(&mu_);
+    RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
+    finished_[rank] = true;
+  }
+  NoteContact(rank, absl::Now());
   return absl::OkStatus();
+}
+
+void ParameterServer::NoteContact(int rank, absl::Time when,
+                                  int64_t pushed_step) {
+  absl::MutexLock lock(&activity_mu_);
+  if (rank < 0 || rank >= static_cast<int>(activity_.size())) return;
+  WorkerActivity& a = activity_[rank];
+  a.last_contact = std::max(a.last_contact, when);
+  if (pushed_step <= a.last_step) return;  // Not a push, or not a new step.
+  if (pushed_step == a.last_step + 1 && a.last_step >= 0) {
+    a.last_step_time = when - step_started_[rank];
+  }
+  a.last_step = pushed_step;
+  step_started_[rank] = when;
 }
 
 ServerStatus ParameterServer::GetStatus() const {
@@ -347,6 +375,16 @@ ServerStatus ParameterServer::GetStatus() const {
   c.barrier_wait_seconds = seconds(counters_.barrier_wait_ns);
   c.bytes_received = counters_.bytes_received.load();
   c.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
+  for (int code = 0; code < 17; ++code) {
+    const int64_t n = counters_.pushes_refused_by_code[code].load();
+    if (n > 0) {
+      c.pushes_refused_by_code.emplace_back(static_cast<absl::StatusCode>(code),
+                                            n);
+    }
+  }
+  status.now = absl::Now();
+  absl::MutexLock lock(&activity_mu_);
+  status.workers = activity_;
   return status;
 }
 

@@ -45,6 +45,7 @@
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
 #include "common/wire_codec.h"
+#include "server/barrier_observer.h"
 #include "server/chunk_barrier.h"
 #include "common/optimizer.h"
 
@@ -54,6 +55,7 @@ struct ParameterServerOptions {
   int num_workers = 1;  // Workers in every synchronous step.
   int shard = 0;        // This server's index among num_shards.
   int num_shards = 1;   // Chunks are spread over shards by ChunkPlan.
+  BarrierObserver* observer = nullptr;  // Not owned; may be null.
 };
 
 struct Registration {
@@ -75,6 +77,18 @@ struct ServerCounters {
   double barrier_wait_seconds = 0;
   int64_t bytes_received = 0;
   int64_t bytes_sent = 0;
+  // pushes_refused by code; codes with none are left out.
+  std::vector<std::pair<absl::StatusCode, int64_t>> pushes_refused_by_code;
+};
+
+// What the shard last saw of one rank (see WorkerActivity in the proto).
+struct WorkerActivity {
+  int rank = 0;
+  absl::Time last_contact = absl::InfinitePast();  // Any RPC; past: never.
+  int64_t last_step = -1;  // Latest step pushed; -1: none.
+  // Between the first pushes of its two latest steps (when consecutive);
+  // zero until then.
+  absl::Duration last_step_time;
 };
 
 struct ServerStatus {
@@ -89,6 +103,8 @@ struct ServerStatus {
   ServerCounters counters;
   int shard = 0;
   int num_shards = 1;
+  absl::Time now;                       // When this status was taken.
+  std::vector<WorkerActivity> workers;  // One per rank, in rank order.
 };
 
 class ParameterServer final {
@@ -208,6 +224,9 @@ class ParameterServer final {
   int64_t VersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<ChunkBarrier*> OwnedChunksLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records an RPC from `rank` at `when`; a push also names its step.
+  void NoteContact(int rank, absl::Time when, int64_t pushed_step = -1)
+      ABSL_LOCKS_EXCLUDED(activity_mu_);
 
   const ParameterServerOptions options_;
   const int64_t server_incarnation_;
@@ -233,6 +252,12 @@ class ParameterServer final {
   std::vector<std::unique_ptr<ChunkBarrier>> retired_chunks_
       ABSL_GUARDED_BY(mu_);
   int64_t warned_step_ ABSL_GUARDED_BY(mu_) = -1;
+
+  // Its own lock: taken once per push, never with mu_.
+  mutable absl::Mutex activity_mu_;
+  std::vector<WorkerActivity> activity_ ABSL_GUARDED_BY(activity_mu_);
+  // By rank: when its first push of last_step arrived.
+  std::vector<absl::Time> step_started_ ABSL_GUARDED_BY(activity_mu_);
 };
 
 }  // namespace lockstep

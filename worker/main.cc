@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/exit_codes.h"
 #include "common/json_writer.h"
@@ -27,6 +28,7 @@
 #include "worker/mlp.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
+#include "worker/worker_telemetry.h"
 
 ABSL_FLAG(std::string, servers, "",
           "Parameter-server shard addresses, host:port, comma-separated in "
@@ -98,6 +100,16 @@ ABSL_FLAG(int, rejoin_timeout_s, 300,
           "worker, keep registering again (with backoff) for this long.");
 ABSL_FLAG(int, step_timeout_s, 300,
           "Seconds a push may wait for the slowest worker.");
+ABSL_FLAG(int, health_port, 0,
+          "Serve grpc.health.v1 on this port, on every interface: SERVING "
+          "while training (0: off). See README.md, Operations.");
+ABSL_FLAG(int, metrics_port, 0,
+          "Serve Prometheus metrics at http://HOST:PORT/metrics on every "
+          "interface (0: off).");
+ABSL_FLAG(std::string, trace, "",
+          "Write a Chrome trace-event JSON file of every step's pull, "
+          "compute, push and wait phases here (empty: off); {rank} in the "
+          "path becomes the rank.");
 
 namespace lockstep {
 namespace {
@@ -113,6 +125,7 @@ struct WorkerMainOptions {
   int64_t synthetic_examples = 0;
   std::string summary_json;
   std::string dump_weights;
+  WorkerTelemetryOptions telemetry;
 };
 
 absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
@@ -236,6 +249,18 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   o.device.tf32 = absl::GetFlag(FLAGS_tf32);
   o.device.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.summary_json = absl::GetFlag(FLAGS_summary_json);
+  o.telemetry.rank = rank;
+  o.telemetry.health_port = absl::GetFlag(FLAGS_health_port);
+  o.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  o.telemetry.trace_path = absl::StrReplaceAll(
+      absl::GetFlag(FLAGS_trace), {{"{rank}", absl::StrCat(rank)}});
+  o.telemetry.examples_per_step = o.trainer.batch_size;
+  for (int port : {o.telemetry.health_port, o.telemetry.metrics_port}) {
+    if (port < 0 || port > 65535) {
+      return absl::InvalidArgumentError(
+          "--health_port and --metrics_port must be in [0, 65535]");
+    }
+  }
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
   o.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
@@ -365,6 +390,11 @@ int Run(WorkerMainOptions o) {
   };
   HandleSignals();
   o.trainer.stop = &stop_requested;
+  // Health, metrics and trace; NOT_SERVING until training starts.
+  absl::StatusOr<std::unique_ptr<WorkerTelemetry>> telemetry =
+      WorkerTelemetry::Create(o.telemetry);
+  if (!telemetry.ok()) return fail(telemetry.status(), kExitPermanent);
+  o.trainer.observer = (*telemetry)->observer();
   Dataset train, test;
   // Data, device and model problems will not go away by retrying.
   if (absl::Status s = LoadData(o, &train, &test); !s.ok()) {
@@ -392,7 +422,9 @@ int Run(WorkerMainOptions o) {
     std::fflush(stdout);
   }
   Trainer trainer(o.trainer, model->get(), client->get(), &train, &test);
+  (*telemetry)->SetTraining(true);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
+  (*telemetry)->SetTraining(false);
   if (!summary.ok()) {
     return fail(summary.status(), ExitCodeFor(summary.status()));
   }

@@ -13,6 +13,8 @@
 #include "common/grpc_status.h"
 #include "common/signature_proto.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
 #include "common/wire_codec.h"
 #include "common/wire_format.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
@@ -45,13 +47,11 @@ absl::Status Annotate(const grpc::Status& status, absl::string_view rpc,
 
 class PsClient::Impl {
  public:
-  explicit Impl(const PsClientOptions& options) : options_(options) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(options.max_message_bytes);
-    args.SetMaxSendMessageSize(options.max_message_bytes);
-    for (const std::string& server : options.servers) {
-      std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-          server, grpc::InsecureChannelCredentials(), args);
+  // One channel per shard, in shard order.
+  Impl(const PsClientOptions& options,
+       const std::vector<std::shared_ptr<grpc::Channel>>& channels)
+      : options_(options) {
+    for (const std::shared_ptr<grpc::Channel>& channel : channels) {
       stubs_.push_back(v1::ParameterServer::NewStub(channel));
       raw_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
@@ -419,8 +419,23 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("no parameter-server address given");
   }
+  TlsOptions tls;
+  if (options.tls.has_value()) {
+    tls = *options.tls;
+  } else {
+    ASSIGN_OR_RETURN(tls, TlsOptionsFromFlags());
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (const std::string& server : options.servers) {
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                     MakeChannel(server, tls, args));
+    channels.push_back(std::move(channel));
+  }
   return std::unique_ptr<PsClient>(
-      new PsClient(std::make_unique<Impl>(options)));
+      new PsClient(std::make_unique<Impl>(options, channels)));
 }
 
 PsClient::PsClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
+#include "common/tls_options.h"
 #include "common/wire_codec.h"
 
 namespace lockstep {
@@ -35,6 +37,9 @@ struct PsClientOptions {
   int max_message_bytes = 64 << 20;
   // Encoding of gradients and weights on the wire (servers keep fp32).
   WireDType wire_dtype = WireDType::kFloat32;
+  // TLS, client certificate and bearer token (common/tls.h). nullopt: from
+  // the --tls_* / --token_file flags (common/tls_flags.h).
+  std::optional<TlsOptions> tls;
 };
 
 // Where a worker's steps spent their time on the client side, summed over
@@ -61,6 +66,8 @@ struct RegisterResult {
 
 class PsClient final {
  public:
+  // INVALID_ARGUMENT without servers or with bad TLS settings or files;
+  // FAILED_PRECONDITION for a token that would travel in plaintext.
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       const PsClientOptions& options);
   ~PsClient();

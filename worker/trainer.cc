@@ -51,6 +51,8 @@ absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
     weights_ = model_->InitialWeights(options_.seed);
     RETURN_IF_ERROR(client_->Initialize(weights_));
   }
+  PhaseTimer pull(options_.observer, StepObserver::Phase::kPull,
+                  std::max<int64_t>(reg.version, 0));
   return client_->Pull(std::max<int64_t>(reg.version, 0),
                        absl::MakeSpan(weights_));
 }
@@ -112,17 +114,30 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
                                           absl::Span<const float> features,
                                           absl::Span<const int32_t> labels,
                                           BatchStats* stats) {
+  using Phase = StepObserver::Phase;  // Timed for metrics and traces.
+  StepObserver* const observer = options_.observer;
+  const absl::Time start = observer != nullptr ? absl::Now() : absl::Time();
+  PhaseTimer pull(observer, Phase::kPull, step);
   RETURN_IF_ERROR(model_->SetWeights(weights_));
+  pull.Stop();
   // Each layer's gradient is pushed as soon as backprop has it; the
   // replies land in weights_ (already uploaded to the model).
   RETURN_IF_ERROR(client_->BeginStep(step, gradient_, absl::MakeSpan(weights_)));
+  PhaseTimer compute(observer, Phase::kCompute, step);
   absl::StatusOr<BatchStats> computed = model_->ComputeGradients(
       features, labels, absl::MakeSpan(gradient_),
-      [this](int64_t begin, int64_t end) {
+      [this, observer, step](int64_t begin, int64_t end) {
+        PhaseTimer push(observer, Phase::kPush, step);
         client_->GradientReady(begin, end);
       });
+  compute.Stop();
   // Always finish the step, so no push outlives it.
+  PhaseTimer wait(observer, Phase::kWait, step);
   absl::StatusOr<int64_t> version = client_->FinishStep();
+  wait.Stop();
+  if (observer != nullptr && version.ok()) {
+    observer->OnStep(step, *version, start, absl::Now());
+  }
   if (!computed.ok()) return computed.status();
   *stats = *computed;
   return version;

@@ -22,6 +22,7 @@
 #include "worker/mlp.h"
 #include "worker/progress.h"
 #include "worker/ps_client.h"
+#include "worker/step_observer.h"
 
 namespace lockstep {
 
@@ -58,6 +59,9 @@ struct TrainerOptions {
   // Set (by a signal handler's thread) to stop after the current step and
   // leave the job. Not owned; may be null.
   const std::atomic<bool>* stop = nullptr;
+  // Told where each step's time goes (metrics, traces). Not owned; may be
+  // null.
+  StepObserver* observer = nullptr;
 };
 
 struct TrainSummary {

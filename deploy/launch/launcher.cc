@@ -28,6 +28,26 @@ namespace {
 // appearing to poll(), and a server takes far longer than this to start.
 constexpr absl::Duration kPortFileRecheck = absl::Milliseconds(20);
 
+// What deploy/tls/make_certs.sh writes, and the admin certificate's CN.
+constexpr const char* kTlsFiles[] = {"ca.pem", "server.pem", "server.key",
+                                     "worker.pem", "worker.key"};
+constexpr char kAdminIdentity[] = "lockstep-admin";
+
+// --tls_cert/--tls_key/--tls_ca for `role` ("server" or "worker").
+void AddTlsFlags(const LaunchOptions& options, const char* role,
+                 std::vector<std::string>* argv) {
+  if (!options.tls_dir.empty()) {
+    argv->push_back(absl::StrCat("--tls_cert=", options.tls_dir, "/", role,
+                                 ".pem"));
+    argv->push_back(absl::StrCat("--tls_key=", options.tls_dir, "/", role,
+                                 ".key"));
+    argv->push_back(absl::StrCat("--tls_ca=", options.tls_dir, "/ca.pem"));
+  }
+  if (!options.token_file.empty()) {
+    argv->push_back(absl::StrCat("--token_file=", options.token_file));
+  }
+}
+
 // A mkdtemp() directory for the port files, removed with its contents by the
 // destructor. Thread-compatible.
 class TempDir final {
@@ -118,6 +138,16 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& options) {
   if (options.grace_period < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--grace_period must not be negative");
   }
+  if (!options.tls_dir.empty()) {
+    for (const char* name : kTlsFiles) {
+      const std::string path = absl::StrCat(options.tls_dir, "/", name);
+      if (access(path.c_str(), R_OK) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--tls: cannot read ", path, " (make the certificates with "
+            "deploy/tls/make_certs.sh ", options.tls_dir, ")"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -146,6 +176,10 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
     argv.push_back(absl::StrCat("--shard=", shard));
     argv.push_back(absl::StrCat("--num_shards=", options.ps));
   }
+  AddTlsFlags(options, "server", &argv);
+  if (!options.tls_dir.empty()) {
+    argv.push_back(absl::StrCat("--admin_identities=", kAdminIdentity));
+  }
   return argv;
 }
 
@@ -166,6 +200,7 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
   if (rank == 0 && !options.summary_json.empty()) {
     argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
   }
+  AddTlsFlags(options, "worker", &argv);
   argv.insert(argv.end(), options.worker_args.begin(),
               options.worker_args.end());
   return argv;

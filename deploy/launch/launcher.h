@@ -25,6 +25,12 @@ struct LaunchOptions {
   // several may share one); 0: none, the workers choose their device.
   int gpus = 0;
   std::vector<std::string> worker_args;  // Passed through, after ours.
+  // Mutual TLS with the files deploy/tls/make_certs.sh writes in this folder
+  // (ca.pem, server.pem/.key, worker.pem/.key; the admin identity is
+  // "lockstep-admin"). Empty: plaintext on loopback.
+  std::string tls_dir;
+  // Passed as --token_file to every server and worker; empty: none.
+  std::string token_file;
 };
 
 absl::Status ValidateLaunchOptions(const LaunchOptions& options);

@@ -38,6 +38,17 @@ ABSL_FLAG(int32_t, gpus, -1,
           "GPUs to place workers on, round-robin (worker r gets --gpu=r % "
           "gpus; several workers may share one). -1: count them with "
           "nvidia-smi; 0: pass no --gpu (each worker picks its device).");
+ABSL_FLAG(bool, tls, false,
+          "Run the job over mutual TLS with the certificates in --tls_dir "
+          "(made by deploy/tls/make_certs.sh): servers get "
+          "--tls_cert/--tls_key/--tls_ca and --admin_identities="
+          "lockstep-admin, workers their client certificate.");
+ABSL_FLAG(std::string, tls_dir, "",
+          "With --tls: the certificate folder. Default: tls/ beside the "
+          "bin directory (build/tls, where train.sh --tls makes them).");
+ABSL_FLAG(std::string, token_file, "",
+          "A bearer-token file passed as --token_file to every server and "
+          "worker.");
 ABSL_FLAG(double, grace_period, 10,
           "Seconds between SIGTERM and SIGKILL when stopping processes; also "
           "how long servers get to exit by themselves after the workers "
@@ -132,6 +143,14 @@ int main(int argc, char** argv) {
       return 1;
     }
     options.bin_dir = *dir;
+  }
+  options.token_file = absl::GetFlag(FLAGS_token_file);
+  if (absl::GetFlag(FLAGS_tls)) {
+    options.tls_dir = absl::GetFlag(FLAGS_tls_dir);
+    if (options.tls_dir.empty()) options.tls_dir = options.bin_dir + "/../tls";
+  } else if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
+    fprintf(stderr, "lockstep_launch: --tls_dir needs --tls\n");
+    return 1;
   }
   if (absl::Status status = lockstep::ValidateLaunchOptions(options);
       !status.ok()) {

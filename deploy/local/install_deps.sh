@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libopenblas-dev zlib1g-dev libgloo-dev
   dataset-fashion-mnist
   python3-venv python3-yaml iproute2
+  openssl
 )
 
 missing=()

@@ -25,24 +25,8 @@ BINARY_ENV = {"TF_CONFIG"}
 # --helpfull does not list them, and says so. When a flag lands, the check
 # prints "now accepted: drop it from COMING_FLAGS" -- then delete the line.
 COMING_FLAGS = {
-    "lockstep_server": {
-        "metrics_port": "issue 8 (Prometheus metrics)",
-        "trace": "issue 8 (Chrome trace events)",
-        "tls_cert": "issue 7 (TLS)",
-        "tls_key": "issue 7 (TLS)",
-        "tls_ca": "issue 7 (TLS)",
-        "token_file": "issue 7 (bearer token)",
-        "insecure": "issue 7 (plaintext off loopback)",
-    },
-    "lockstep_worker": {
-        "health_port": "issue 8 (grpc.health.v1 for probes)",
-        "metrics_port": "issue 8 (Prometheus metrics)",
-        "trace": "issue 8 (Chrome trace events)",
-        "tls_cert": "issue 7 (TLS)",
-        "tls_key": "issue 7 (TLS)",
-        "tls_ca": "issue 7 (TLS)",
-        "token_file": "issue 7 (bearer token)",
-    },
+    "lockstep_server": {},
+    "lockstep_worker": {},
 }
 
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"

@@ -28,12 +28,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/tls_options.h"
 
 namespace lockstep {
 
@@ -69,6 +71,11 @@ struct AllReduceOptions {
   int max_in_flight = 4;
   // nccl: the CUDA device ordinal this rank uses.
   int gpu = 0;
+  // Security of the coordinator channel and the grpc-ring's service and
+  // channel (common/tls.h); nullopt: from the --tls_* flags. gloo's and
+  // NCCL's own transports have no TLS: with a non-loopback `host` they are
+  // refused unless tls->insecure.
+  std::optional<TlsOptions> tls;
 };
 
 // A communicator among `size` ranks. Collective calls must be made by every

@@ -1,4 +1,7 @@
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/tls.h"
+#include "common/tls_flags.h"
 #include "worker/allreduce/all_reducer.h"
 #include "worker/allreduce/gloo_all_reducer.h"
 #include "worker/allreduce/ring_all_reducer.h"
@@ -52,8 +55,21 @@ absl::Status ValidateOptions(const AllReduceOptions& o) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateAllReducer(
-    const AllReduceOptions& options) {
-  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+    const AllReduceOptions& given) {
+  if (absl::Status s = ValidateOptions(given); !s.ok()) return s;
+  AllReduceOptions options = given;
+  if (!options.tls.has_value()) {
+    ASSIGN_OR_RETURN(options.tls, TlsOptionsFromFlags());
+  }
+  // gloo's TCP pairs and NCCL's sockets are plaintext, like a server
+  // without TLS: loopback only, unless --insecure.
+  if (options.backend != "grpc-ring" && options.size > 1 &&
+      !options.tls->insecure && !IsLoopbackAddress(options.host)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", options.backend, " all-reduce sends gradients in plaintext; "
+        "on ", options.host, " (not loopback) use grpc-ring with TLS, or "
+        "pass --insecure on a trusted network"));
+  }
   if (options.backend == "gloo") return GlooAllReducer::Create(options);
   if (options.backend == "grpc-ring") return RingAllReducer::Create(options);
 #if LOCKSTEP_HAVE_NCCL

@@ -7,6 +7,8 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/tls.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
 
 namespace lockstep {
@@ -25,20 +27,21 @@ absl::Status Annotate(const grpc::Status& status, absl::string_view rpc,
 
 class CoordinatorClient::Impl {
  public:
-  explicit Impl(const std::string& address)
-      : stub_(v1::Coordinator::NewStub(grpc::CreateChannel(
-            address, grpc::InsecureChannelCredentials()))) {}
+  explicit Impl(std::shared_ptr<grpc::Channel> channel)
+      : stub_(v1::Coordinator::NewStub(std::move(channel))) {}
 
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
-    const std::string& address) {
+    const std::string& address, const TlsOptions& tls) {
   if (address.empty()) {
     return absl::InvalidArgumentError("no coordinator address given");
   }
-  return absl::WrapUnique(
-      new CoordinatorClient(address, std::make_unique<Impl>(address)));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   MakeChannel(address, tls));
+  return absl::WrapUnique(new CoordinatorClient(
+      address, std::make_unique<Impl>(std::move(channel))));
 }
 
 CoordinatorClient::CoordinatorClient(std::string address,

@@ -13,15 +13,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/tls_options.h"
 
 namespace lockstep {
 
 class CoordinatorClient final {
  public:
-  // A client of the coordinator at `address` (host:port). INVALID_ARGUMENT
-  // when the address is empty. Connects lazily.
+  // A client of the coordinator at `address` (host:port), secured by `tls`
+  // (common/tls.h). INVALID_ARGUMENT when the address is empty or the TLS
+  // files are bad. Connects lazily.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(
-      const std::string& address);
+      const std::string& address, const TlsOptions& tls = TlsOptions());
   ~CoordinatorClient();
 
   CoordinatorClient(const CoordinatorClient&) = delete;

@@ -65,7 +65,8 @@ absl::StatusOr<std::unique_ptr<AllReducer>> GlooAllReducer::Create(
     return absl::WrapUnique(new GlooAllReducer(options, nullptr));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
-                   CoordinatorClient::Create(options.coordinator));
+                   CoordinatorClient::Create(options.coordinator,
+                                             options.tls.value_or(TlsOptions())));
   CoordinatorGlooStore store(client.get(),
                              absl::StrCat(options.group, "/gloo/"),
                              options.rendezvous_timeout);

@@ -9,8 +9,10 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_limits.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "common/wire_codec.h"
 #include "lockstep/v1/ring.pb.h"
 #include "worker/allreduce/coordinator_client.h"
@@ -21,6 +23,10 @@ namespace {
 
 // gRPC's framing around a chunk's payload is far below this.
 constexpr int64_t kMessageOverheadBytes = 64 << 10;
+// Chunks of the next all-reduce held until it starts. An honest left
+// neighbour has at most its window (max_in_flight <= 64) in flight; the
+// bound keeps a misbehaving one from holding unbounded memory.
+constexpr size_t kMaxHeldChunks = 4096;
 
 uint64_t NewSession() {
   std::random_device device;
@@ -89,17 +95,25 @@ struct RingAllReducer::Op {
 
 absl::StatusOr<std::unique_ptr<AllReducer>> RingAllReducer::Create(
     const AllReduceOptions& options) {
-  auto reducer = absl::WrapUnique(new RingAllReducer(options));
+  std::unique_ptr<Authorizer> authorizer;
+  if (options.size > 1) {
+    ASSIGN_OR_RETURN(authorizer,
+                     Authorizer::Create(options.tls.value_or(TlsOptions())));
+  }
+  auto reducer =
+      absl::WrapUnique(new RingAllReducer(options, std::move(authorizer)));
   if (options.size > 1) RETURN_IF_ERROR(reducer->Start());
   return reducer;
 }
 
-RingAllReducer::RingAllReducer(const AllReduceOptions& options)
+RingAllReducer::RingAllReducer(const AllReduceOptions& options,
+                               std::unique_ptr<Authorizer> authorizer)
     : options_(options),
       chunk_elements_(static_cast<size_t>(options.chunk_bytes) / sizeof(float)),
       left_rank_((options.rank + options.size - 1) % options.size),
       right_rank_((options.rank + 1) % options.size),
-      session_(NewSession()) {}
+      session_(NewSession()),
+      authorizer_(std::move(authorizer)) {}
 
 RingAllReducer::~RingAllReducer() {
   std::vector<Held> held;
@@ -117,11 +131,20 @@ RingAllReducer::~RingAllReducer() {
 absl::Status RingAllReducer::Start() {
   const int64_t max_message =
       std::min<int64_t>(options_.chunk_bytes + kMessageOverheadBytes, INT_MAX);
+  const TlsOptions tls = options_.tls.value_or(TlsOptions());
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(tls, HostPort(options_.host, 0)));
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(HostPort(options_.host, 0),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(HostPort(options_.host, 0), credentials, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
+  ServerLimits limits;
+  // Room for the left neighbour's window several times over; a message
+  // above max_message is buffered by gRPC before it is refused, and the
+  // quota bounds that.
+  limits.max_memory_bytes = std::max<int64_t>(
+      int64_t{256} << 20, 4 * (options_.max_in_flight + 1) * max_message);
+  ApplyServerLimits(limits, &builder);
   builder.RegisterService(&service_);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
@@ -130,7 +153,7 @@ absl::Status RingAllReducer::Start() {
   }
 
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                   CoordinatorClient::Create(options_.coordinator));
+                   CoordinatorClient::Create(options_.coordinator, tls));
   const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
   v1::RingPeer self;
   self.set_address(HostPort(options_.host, port));
@@ -166,8 +189,13 @@ absl::Status RingAllReducer::Start() {
   }
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(-1);
-  right_stub_ = v1::Ring::NewStub(grpc::CreateCustomChannel(
-      right_address, grpc::InsecureChannelCredentials(), args));
+  // Peers present worker certificates for their own address: a
+  // --tls_server_name meant for the parameter servers does not apply.
+  TlsOptions peer_tls = tls;
+  peer_tls.server_name.clear();
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   MakeChannel(right_address, peer_tls, args));
+  right_stub_ = v1::Ring::NewStub(std::move(channel));
   return absl::OkStatus();
 }
 
@@ -264,6 +292,10 @@ void RingAllReducer::OnChunk(const RingChunkView& chunk, Done done) {
     } else if (op_ != nullptr && chunk.op == op_->id) {
       status = AcceptLocked(*op_, chunk);
       if (status.ok()) op = op_;
+    } else if (chunk.op >= next_op_ && held_.size() >= kMaxHeldChunks) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", options_.rank, " holds ", held_.size(),
+          " early chunks already"));
     } else if (chunk.op >= next_op_) {
       held_.push_back(Held{chunk, std::move(done)});
       return;

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/authorizer.h"
 #include "worker/allreduce/all_reducer.h"
 #include "worker/allreduce/ring_service.h"
 
@@ -65,7 +66,9 @@ class RingAllReducer final : public AllReducer, private RingChunkSink {
     Done done;
   };
 
-  explicit RingAllReducer(const AllReduceOptions& options);
+  // `authorizer` guards the ring service; null: every caller is let in.
+  RingAllReducer(const AllReduceOptions& options,
+                 std::unique_ptr<Authorizer> authorizer);
 
   // Starts the service, publishes this rank and reads the others.
   absl::Status Start();
@@ -107,7 +110,8 @@ class RingAllReducer final : public AllReducer, private RingChunkSink {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
 
   // Declared after the state its handlers use, so destroyed before it.
-  RingService service_{this};
+  const std::unique_ptr<Authorizer> authorizer_;
+  RingService service_{this, authorizer_.get()};
   std::unique_ptr<grpc::Server> server_;
   // To the right neighbour; set by Start, before any op, then only read.
   std::unique_ptr<v1::Ring::Stub> right_stub_;

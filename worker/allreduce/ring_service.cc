@@ -7,6 +7,13 @@ namespace lockstep {
 grpc::ServerUnaryReactor* RingService::SendChunk(
     grpc::CallbackServerContext* context, const v1::RingChunk* request,
     v1::RingChunkAck* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
+                                   "Ring.SendChunk");
+      !s.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
   RingChunkView chunk;
   chunk.sender_rank = request->sender_rank();
   chunk.session = request->session();

@@ -4,8 +4,9 @@
 // SendChunk hands the chunk, still in gRPC's request, to a RingChunkSink and
 // returns without waiting; the sink answers through `done` once it has used
 // the payload, which may be later (a chunk of an all-reduce the receiver has
-// not started yet is held until it does). Protobuf types stop here.
-// Thread-safe if the sink is.
+// not started yet is held until it does). The Authorizer
+// (common/authorizer.h) is asked first: SendChunk is a worker RPC. Protobuf
+// types stop here. Thread-safe if the sink is.
 #ifndef LOCKSTEP_WORKER_ALLREDUCE_RING_SERVICE_H_
 #define LOCKSTEP_WORKER_ALLREDUCE_RING_SERVICE_H_
 
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/authorizer.h"
 #include "lockstep/v1/ring.grpc.pb.h"
 
 namespace lockstep {
@@ -41,15 +43,19 @@ class RingChunkSink {
 
 class RingService final : public v1::Ring::CallbackService {
  public:
-  // `sink` is not owned and must outlive the service's server.
-  explicit RingService(RingChunkSink* sink) : sink_(sink) {}
+  // `sink` and `authorizer` are not owned and must outlive the service's
+  // server; a null authorizer lets every caller in.
+  explicit RingService(RingChunkSink* sink,
+                       const Authorizer* authorizer = nullptr)
+      : sink_(sink), authorizer_(authorizer) {}
 
   grpc::ServerUnaryReactor* SendChunk(grpc::CallbackServerContext* context,
                                       const v1::RingChunk* request,
                                       v1::RingChunkAck* response) override;
 
  private:
-  RingChunkSink* const sink_;  // Not owned.
+  RingChunkSink* const sink_;           // Not owned.
+  const Authorizer* const authorizer_;  // Not owned; may be null.
 };
 
 }  // namespace lockstep

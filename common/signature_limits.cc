@@ -1,0 +1,91 @@
+#include "common/signature_limits.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+absl::Status OutOfBounds(absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("model signature out of bounds: ", what));
+}
+
+}  // namespace
+
+absl::Status ValidateSignature(const ModelSignature& s,
+                               const SignatureLimits& limits) {
+  if (s.tensors.empty()) return OutOfBounds("no tensors");
+  if (s.tensors.size() > static_cast<size_t>(limits.max_tensors)) {
+    return OutOfBounds(absl::StrCat(s.tensors.size(), " tensors, at most ",
+                                    limits.max_tensors));
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    const TensorInfo& t = s.tensors[i];
+    if (t.name.size() > static_cast<size_t>(limits.max_name_bytes)) {
+      return OutOfBounds(
+          absl::StrCat("tensor ", i, "'s name has ", t.name.size(), " bytes"));
+    }
+    if (t.shape.size() > static_cast<size_t>(limits.max_dims)) {
+      return OutOfBounds(absl::StrCat("tensor ", i, " has ", t.shape.size(),
+                                      " dimensions, at most ",
+                                      limits.max_dims));
+    }
+    int64_t elements = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) {
+        return OutOfBounds(absl::StrCat("tensor ", i, " has dimension ", d));
+      }
+      if (__builtin_mul_overflow(elements, d, &elements) ||
+          elements > limits.max_parameters) {
+        elements = limits.max_parameters + 1;
+        break;
+      }
+    }
+    total += elements;
+    if (elements > limits.max_parameters || total > limits.max_parameters) {
+      return OutOfBounds(absl::StrCat("more than ", limits.max_parameters,
+                                      " parameters (server --max_parameters)"));
+    }
+  }
+  if (total == 0) return OutOfBounds("the model has no parameters");
+  if (s.chunk_bytes < 4 || s.chunk_bytes > limits.max_chunk_bytes) {
+    return OutOfBounds(absl::StrCat("chunk_bytes ", s.chunk_bytes,
+                                    " is outside [4, ", limits.max_chunk_bytes,
+                                    "] (server --max_chunk_bytes)"));
+  }
+  if (s.num_workers < 1 || s.num_workers > limits.max_workers) {
+    return OutOfBounds(absl::StrCat("num_workers ", s.num_workers));
+  }
+  if (s.num_shards < 1 || s.num_shards > limits.max_shards) {
+    return OutOfBounds(absl::StrCat("num_shards ", s.num_shards));
+  }
+  // As ChunkPlan cuts them: never more chunks than this.
+  const int64_t per_chunk = s.chunk_bytes / 4;
+  const int64_t chunks = (total + per_chunk - 1) / per_chunk +
+                         (s.num_shards > 1 ? s.num_shards : 0);
+  if (chunks > limits.max_chunks) {
+    return OutOfBounds(absl::StrCat("about ", chunks, " chunks, at most ",
+                                    limits.max_chunks,
+                                    " (use a larger chunk size)"));
+  }
+  const OptimizerConfig& o = s.optimizer;
+  if (o.name.size() > static_cast<size_t>(limits.max_name_bytes)) {
+    return OutOfBounds("optimizer name too long");
+  }
+  for (double v : {o.learning_rate, o.momentum, o.beta_1, o.beta_2, o.epsilon,
+                   o.weight_decay}) {
+    if (!std::isfinite(v)) {
+      return OutOfBounds("an optimizer setting is not a finite number");
+    }
+  }
+  if (s.total_steps < 0) return OutOfBounds("negative total_steps");
+  if (s.sync.backup_workers < 0 || s.sync.staleness < 0) {
+    return OutOfBounds("negative backup_workers or staleness");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lockstep

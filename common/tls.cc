@@ -1,0 +1,377 @@
+#include "common/tls.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+#include <grpcpp/support/client_interceptor.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+// PEM files and token files are small; anything larger is not one.
+constexpr size_t kMaxFileBytes = size_t{1} << 20;
+constexpr size_t kMinTokenChars = 16;
+constexpr size_t kMaxTokenChars = 4096;
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+
+// Reads at most kMaxFileBytes of `path`, which `flag` named.
+absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag,
+                                          const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", path, ": cannot open: ", std::strerror(errno)));
+  }
+  std::string bytes(kMaxFileBytes + 1, '\0');
+  const size_t n = std::fread(bytes.data(), 1, bytes.size(), f);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": read failed"));
+  }
+  if (n > kMaxFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", path, ": larger than ", kMaxFileBytes, " bytes"));
+  }
+  bytes.resize(n);
+  return bytes;
+}
+
+absl::Status Invalid(absl::string_view flag, const std::string& path,
+                     absl::string_view problem) {
+  ERR_clear_error();  // Leave OpenSSL's per-thread queue clean for gRPC.
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", path, ": ", problem));
+}
+
+// Every certificate in a PEM file; at least one.
+absl::StatusOr<std::vector<X509Ptr>> ReadCertificates(absl::string_view flag,
+                                                      const std::string& path) {
+  ASSIGN_OR_RETURN(std::string pem, ReadSmallFile(flag, path));
+  std::unique_ptr<BIO, BioFree> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (bio == nullptr) return Invalid(flag, path, "out of memory");
+  std::vector<X509Ptr> certs;
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    certs.emplace_back(cert);
+  }
+  ERR_clear_error();  // The loop ends on an expected "no start line".
+  if (certs.empty()) {
+    return Invalid(flag, path, "holds no PEM certificate");
+  }
+  return certs;
+}
+
+absl::Status CheckKeyPair(const TlsOptions& o) {
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: give both or neither");
+  }
+  if (o.cert_file.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<X509Ptr> chain,
+                   ReadCertificates("tls_cert", o.cert_file));
+  ASSIGN_OR_RETURN(std::string pem, ReadSmallFile("tls_key", o.key_file));
+  std::unique_ptr<BIO, BioFree> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  std::unique_ptr<EVP_PKEY, KeyFree> key(
+      bio == nullptr
+          ? nullptr
+          : PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  // Overwrite our copy of the key; OpenSSL holds its own now.
+  std::fill(pem.begin(), pem.end(), '\0');
+  if (key == nullptr) {
+    return Invalid("tls_key", o.key_file,
+                   "holds no unencrypted PEM private key");
+  }
+  X509* leaf = chain.front().get();
+  if (X509_check_private_key(leaf, key.get()) != 1) {
+    return Invalid(
+        "tls_key", o.key_file,
+        absl::StrCat("does not match the certificate in ", o.cert_file));
+  }
+  if (X509_cmp_current_time(X509_get0_notBefore(leaf)) > 0) {
+    return Invalid("tls_cert", o.cert_file, "certificate is not valid yet");
+  }
+  if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
+    return Invalid("tls_cert", o.cert_file, "certificate has expired");
+  }
+  ERR_clear_error();
+  return absl::OkStatus();
+}
+
+unsigned int RefreshSeconds(const TlsOptions& o) {
+  const int64_t s = absl::ToInt64Seconds(o.refresh_interval);
+  return static_cast<unsigned int>(std::clamp<int64_t>(s, 1, 86400));
+}
+
+// Adds "authorization: Bearer <token>" to every call. The header value is
+// the only copy of the token the client keeps.
+class BearerTokenPlugin final : public grpc::MetadataCredentialsPlugin {
+ public:
+  explicit BearerTokenPlugin(const std::string& token)
+      : header_(absl::StrCat("Bearer ", token)) {}
+
+  bool IsBlocking() const override { return false; }
+  const char* GetType() const override { return "lockstep.bearer"; }
+  grpc::Status GetMetadata(
+      grpc::string_ref service_url, grpc::string_ref method_name,
+      const grpc::AuthContext& channel_auth_context,
+      std::multimap<grpc::string, grpc::string>* metadata) override {
+    metadata->emplace("authorization", header_);
+    return grpc::Status::OK;
+  }
+  grpc::string DebugString() override {
+    return "lockstep bearer token (withheld)";
+  }
+
+ private:
+  const std::string header_;
+};
+
+// The same header on a plaintext channel, where gRPC sends no call
+// credentials: added to every call's initial metadata. MakeChannel allows
+// it on loopback or with --insecure only.
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(std::shared_ptr<const std::string> header)
+      : header_(std::move(header)) {}
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", *header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::shared_ptr<const std::string> header_;
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(const std::string& token)
+      : header_(std::make_shared<const std::string>(
+            absl::StrCat("Bearer ", token))) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new BearerTokenInterceptor(header_);  // gRPC owns it.
+  }
+
+ private:
+  const std::shared_ptr<const std::string> header_;
+};
+
+}  // namespace
+
+bool IsLoopbackAddress(absl::string_view address) {
+  if (absl::StartsWith(address, "unix:") ||
+      absl::StartsWith(address, "unix-abstract:")) {
+    return true;
+  }
+  for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&address, scheme)) break;
+  }
+  absl::string_view host = address;
+  if (absl::StartsWith(host, "[")) {
+    const size_t close = host.find(']');
+    if (close == absl::string_view::npos) return false;
+    host = host.substr(1, close - 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));
+  }
+  if (host.empty()) return false;
+  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
+  const std::string h(host);
+  in_addr v4;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6;
+  if (inet_pton(AF_INET6, h.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+absl::Status CheckTlsFiles(const TlsOptions& options, bool server) {
+  RETURN_IF_ERROR(CheckKeyPair(options));
+  if (server && options.cert_file.empty() && !options.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_ca on a server turns on mutual TLS, which needs --tls_cert "
+        "and --tls_key as well");
+  }
+  if (!server && !options.cert_file.empty() && options.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a client with --tls_cert needs --tls_ca to verify the servers it "
+        "connects to");
+  }
+  if (!options.ca_file.empty()) {
+    RETURN_IF_ERROR(ReadCertificates("tls_ca", options.ca_file).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsOptions& options, absl::string_view listen_address) {
+  RETURN_IF_ERROR(CheckTlsFiles(options, /*server=*/true));
+  if (!options.token_file.empty()) {
+    RETURN_IF_ERROR(ReadTokenFile(options.token_file).status());
+  }
+  if (!options.ServerTls()) {
+    if (!options.insecure && !IsLoopbackAddress(listen_address)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to listen on ", listen_address,
+          " without TLS: give --tls_cert and --tls_key (and --tls_ca for "
+          "mutual TLS), listen on loopback, or pass --insecure on a trusted "
+          "network"));
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  auto provider =
+      std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+          options.key_file, options.cert_file, options.ca_file,
+          RefreshSeconds(options));
+  grpc::experimental::TlsServerCredentialsOptions tls(provider);
+  tls.watch_identity_key_cert_pairs();
+  if (options.ca_file.empty()) {
+    tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    tls.watch_root_certs();
+    tls.set_cert_request_type(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::experimental::TlsServerCredentials(tls);
+  if (credentials == nullptr) {
+    return absl::InternalError("gRPC could not make TLS server credentials");
+  }
+  return credentials;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
+    const std::string& target, const TlsOptions& options,
+    grpc::ChannelArguments args) {
+  RETURN_IF_ERROR(CheckTlsFiles(options, /*server=*/false));
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  const bool tls = options.ClientTls();
+  if (tls) {
+    auto provider =
+        options.cert_file.empty()
+            ? std::make_shared<
+                  grpc::experimental::FileWatcherCertificateProvider>(
+                  options.ca_file, RefreshSeconds(options))
+            : std::make_shared<
+                  grpc::experimental::FileWatcherCertificateProvider>(
+                  options.key_file, options.cert_file, options.ca_file,
+                  RefreshSeconds(options));
+    grpc::experimental::TlsChannelCredentialsOptions tls_options;
+    tls_options.set_certificate_provider(provider);
+    tls_options.watch_root_certs();
+    if (!options.cert_file.empty()) {
+      tls_options.watch_identity_key_cert_pairs();
+    }
+    if (!options.server_name.empty()) {
+      args.SetSslTargetNameOverride(options.server_name);
+    }
+    credentials = grpc::experimental::TlsCredentials(tls_options);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  if (credentials == nullptr) {
+    return absl::InternalError("gRPC could not make channel credentials");
+  }
+  if (!options.token_file.empty()) {
+    if (!tls && !options.insecure && !IsLoopbackAddress(target)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to send the bearer token in plaintext to ", target,
+          ": give --tls_ca (TLS), or --insecure on a trusted network"));
+    }
+    ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file));
+    if (!tls) {
+      std::vector<std::unique_ptr<
+          grpc::experimental::ClientInterceptorFactoryInterface>>
+          interceptors;
+      interceptors.push_back(
+          std::make_unique<BearerTokenInterceptorFactory>(token));
+      std::fill(token.begin(), token.end(), '\0');
+      return grpc::experimental::CreateCustomChannelWithInterceptors(
+          target, credentials, args, std::move(interceptors));
+    }
+    // Call credentials: gRPC itself refuses to send them over a channel
+    // less secure than privacy and integrity.
+    std::shared_ptr<grpc::CallCredentials> call =
+        grpc::experimental::MetadataCredentialsFromPlugin(
+            std::make_unique<BearerTokenPlugin>(token),
+            GRPC_PRIVACY_AND_INTEGRITY);
+    std::fill(token.begin(), token.end(), '\0');
+    credentials = grpc::CompositeChannelCredentials(credentials, call);
+    if (credentials == nullptr) {
+      return absl::InternalError(
+          "gRPC could not combine the channel and token credentials");
+    }
+  }
+  return grpc::CreateCustomChannel(target, credentials, args);
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string token, ReadSmallFile("token_file", path));
+  while (!token.empty() && absl::ascii_isspace(token.back())) token.pop_back();
+  const bool printable = std::all_of(
+      token.begin(), token.end(), [](char c) { return c > ' ' && c < 0x7f; });
+  if (!printable || token.size() < kMinTokenChars ||
+      token.size() > kMaxTokenChars) {
+    std::fill(token.begin(), token.end(), '\0');
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--token_file=", path, ": must hold one token of ", kMinTokenChars,
+        " to ", kMaxTokenChars,
+        " printable ASCII characters without spaces (e.g. openssl rand "
+        "-hex 32)"));
+  }
+  return token;
+}
+
+std::string DescribeServerSecurity(const TlsOptions& options) {
+  std::string out = !options.ServerTls()      ? "plaintext"
+                    : options.ca_file.empty() ? "TLS"
+                                              : "mutual TLS";
+  if (!options.token_file.empty()) absl::StrAppend(&out, ", bearer token");
+  return out;
+}
+
+}  // namespace lockstep

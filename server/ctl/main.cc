@@ -1,0 +1,217 @@
+// lockstep_ctl: look inside a running Lockstep job and act on it.
+//
+//   lockstep_ctl status ADDRESS[,ADDRESS...] [--watch] [--interval=1s]
+//                [--count=N]
+//   lockstep_ctl checkpoint ADDRESS[,ADDRESS...]
+//   lockstep_ctl merge-traces OUT IN...
+//
+// ADDRESS is a parameter-server shard (host:port); give every shard of the
+// job, in shard order. Exit codes: 0 done, 1 a server did not answer or
+// refused, 2 bad usage.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/exit_codes.h"
+#include "common/json_writer.h"
+#include "common/tls_flags.h"
+#include "server/ctl/shard_client.h"
+#include "server/ctl/status_view.h"
+#include "server/ctl/trace_merge.h"
+
+ABSL_FLAG(bool, watch, false,
+          "status: refresh every --interval (redrawn in place on a terminal, "
+          "repeated blocks otherwise) until interrupted or --count views.");
+ABSL_FLAG(absl::Duration, interval, absl::Seconds(1),
+          "status --watch: time between refreshes.");
+ABSL_FLAG(int, count, 0,
+          "status --watch: stop after this many views (0: no limit).");
+ABSL_FLAG(absl::Duration, timeout, absl::ZeroDuration(),
+          "Deadline of each call (default: 5s for status, 10m for "
+          "checkpoint).");
+
+namespace lockstep {
+namespace {
+
+constexpr char kUsage[] =
+    "lockstep_ctl: live status of a Lockstep job and admin actions.\n"
+    "Usage:\n"
+    "  lockstep_ctl status ADDRESS[,ADDRESS...] [--watch] [--interval=1s] "
+    "[--count=N]\n"
+    "  lockstep_ctl checkpoint ADDRESS[,ADDRESS...]\n"
+    "  lockstep_ctl merge-traces OUT IN...\n"
+    "ADDRESS: every server shard of the job (host:port), in shard order. "
+    "TLS and token flags (--tls_ca, --token_file, ...) as for the other "
+    "binaries.\n"
+    "Exit codes: 0 done, 1 a server did not answer or refused, 2 bad usage.";
+
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "lockstep_ctl: %s\n\n%s\n", message.c_str(), kUsage);
+  return kExitPermanent;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> Connect(
+    const std::string& addresses) {
+  absl::StatusOr<TlsOptions> tls = TlsOptionsFromFlags();
+  if (!tls.ok()) return tls.status();
+  std::vector<std::unique_ptr<ShardClient>> shards;
+  for (absl::string_view address :
+       absl::StrSplit(addresses, ',', absl::SkipEmpty())) {
+    absl::StatusOr<std::unique_ptr<ShardClient>> client =
+        ShardClient::Create(std::string(address), *tls);
+    if (!client.ok()) return client.status();
+    shards.push_back(std::move(*client));
+  }
+  if (shards.empty()) {
+    return absl::InvalidArgumentError("no server address given");
+  }
+  return shards;
+}
+
+std::vector<ShardReading> Read(
+    const std::vector<std::unique_ptr<ShardClient>>& shards,
+    absl::Duration timeout) {
+  std::vector<ShardReading> readings;
+  for (const auto& shard : shards) {
+    ShardReading r{shard->address(), shard->GetStatus(timeout),
+                   absl::UnknownError("not asked")};
+    // A shard that did not answer GetStatus is not asked twice.
+    r.health = r.status.ok() ? shard->Health(timeout) : r.status.status();
+    readings.push_back(std::move(r));
+  }
+  return readings;
+}
+
+int Status(const std::string& addresses) {
+  absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> shards =
+      Connect(addresses);
+  if (!shards.ok()) return UsageError(std::string(shards.status().message()));
+  const bool watch = absl::GetFlag(FLAGS_watch);
+  const absl::Duration interval = absl::GetFlag(FLAGS_interval);
+  const int count = absl::GetFlag(FLAGS_count);
+  absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  if (timeout <= absl::ZeroDuration()) timeout = absl::Seconds(5);
+  if (interval <= absl::ZeroDuration() || count < 0) {
+    return UsageError("--interval must be positive and --count not negative");
+  }
+  const bool terminal = isatty(STDOUT_FILENO) == 1;
+  bool finished = false;  // The previous view showed a finished job.
+  for (int view = 0;; ++view) {
+    const absl::Time next = absl::Now() + interval;
+    const std::vector<ShardReading> readings = Read(*shards, timeout);
+    int exit_code = kExitOk;
+    for (const ShardReading& r : readings) {
+      if (!r.status.ok()) exit_code = kExitFailure;
+    }
+    if (watch && finished && exit_code != kExitOk) {
+      // Servers exit once every worker has left.
+      std::printf("\nThe job finished and its servers have exited.\n");
+      return kExitOk;
+    }
+    finished = JobFinished(readings);
+    if (watch && terminal) {
+      // Home and clear, then draw: the view stays in place.
+      std::fputs("\033[H\033[2J", stdout);
+    } else if (view > 0) {
+      std::fputs("\n", stdout);
+    }
+    std::fputs(RenderJobStatus(readings).c_str(), stdout);
+    std::fflush(stdout);
+    const bool last = !watch || (count > 0 && view + 1 >= count);
+    if (last) {
+      // The reasons are in the view; on stderr too, for scripts.
+      for (const ShardReading& r : readings) {
+        if (!r.status.ok()) {
+          std::fprintf(stderr, "lockstep_ctl: %s\n",
+                       std::string(r.status.status().message()).c_str());
+        }
+      }
+      return exit_code;
+    }
+    absl::SleepFor(next - absl::Now());
+  }
+}
+
+int Checkpoint(const std::string& addresses) {
+  absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> shards =
+      Connect(addresses);
+  if (!shards.ok()) return UsageError(std::string(shards.status().message()));
+  absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  if (timeout <= absl::ZeroDuration()) timeout = absl::Minutes(10);
+  int exit_code = kExitOk;
+  for (const auto& shard : *shards) {
+    absl::StatusOr<std::pair<std::string, int64_t>> saved =
+        shard->SaveCheckpoint(timeout);
+    if (!saved.ok()) {
+      std::fprintf(stderr, "lockstep_ctl: %s\n",
+                   std::string(saved.status().message()).c_str());
+      exit_code = kExitFailure;
+      continue;
+    }
+    std::printf("%s: checkpoint of version %lld in %s\n",
+                shard->address().c_str(),
+                static_cast<long long>(saved->second), saved->first.c_str());
+  }
+  return exit_code;
+}
+
+int MergeTraceFiles(const std::vector<std::string>& args) {
+  if (args.size() < 2) return UsageError("merge-traces needs OUT and IN...");
+  std::vector<std::pair<std::string, std::string>> files;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::ifstream in(args[i], std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "lockstep_ctl: cannot read %s\n", args[i].c_str());
+      return kExitFailure;
+    }
+    std::stringstream contents;
+    contents << in.rdbuf();
+    files.emplace_back(args[i], contents.str());
+  }
+  absl::StatusOr<std::string> merged = MergeTraces(files);
+  if (!merged.ok()) {
+    std::fprintf(stderr, "lockstep_ctl: %s\n",
+                 std::string(merged.status().message()).c_str());
+    return kExitFailure;
+  }
+  if (absl::Status s = WriteFileAtomically(args[0], *merged); !s.ok()) {
+    std::fprintf(stderr, "lockstep_ctl: %s\n", s.ToString().c_str());
+    return kExitFailure;
+  }
+  std::printf("merged %zu trace(s) into %s\n", files.size(), args[0].c_str());
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(lockstep::kUsage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  if (args.empty()) return lockstep::UsageError("no command");
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "status" || command == "checkpoint") {
+    if (args.size() != 1) {
+      return lockstep::UsageError(
+          absl::StrCat(command, " takes one ADDRESS[,ADDRESS...]"));
+    }
+    return command == "status" ? lockstep::Status(args[0])
+                               : lockstep::Checkpoint(args[0]);
+  }
+  if (command == "merge-traces") return lockstep::MergeTraceFiles(args);
+  return lockstep::UsageError(absl::StrCat("unknown command \"", command, "\""));
+}

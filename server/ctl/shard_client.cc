@@ -1,0 +1,125 @@
+#include "server/ctl/shard_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "lockstep/v1/lockstep.grpc.pb.h"
+
+namespace lockstep {
+namespace {
+
+// The RPC's error, naming the shard; the code is kept.
+absl::Status Describe(const grpc::Status& status, const std::string& address,
+                      absl::string_view rpc) {
+  const absl::Status s = FromGrpcStatus(status);
+  return absl::Status(s.code(), absl::StrCat(rpc, " on ", address, ": ",
+                                             absl::StatusCodeToString(s.code()),
+                                             ": ", s.message()));
+}
+
+std::string DescribeModel(const v1::ModelSignature& signature) {
+  int64_t parameters = 0;
+  for (const v1::TensorSpec& t : signature.tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.shape()) n *= d;
+    parameters += n;
+  }
+  const std::string& mode = signature.sync().mode();
+  return absl::StrCat(parameters, " parameters in ", signature.tensors_size(),
+                      " tensors, ", signature.optimizer().name(), ", ",
+                      mode.empty() ? "sync" : mode, ", total ",
+                      signature.total_steps(), " steps");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardClient>> ShardClient::Create(
+    const std::string& address, const TlsOptions& tls) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(address, tls);
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<ShardClient>(
+      new ShardClient(address, std::move(*channel)));
+}
+
+ShardClient::ShardClient(std::string address,
+                         std::shared_ptr<grpc::Channel> channel)
+    : address_(std::move(address)), channel_(std::move(channel)) {}
+
+ShardClient::~ShardClient() = default;
+
+absl::StatusOr<ShardStatus> ShardClient::GetStatus(absl::Duration timeout) {
+  std::unique_ptr<v1::ParameterServer::Stub> stub =
+      v1::ParameterServer::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::StatusRequest request;
+  v1::StatusResponse r;
+  const grpc::Status status = stub->GetStatus(&context, request, &r);
+  if (!status.ok()) return Describe(status, address_, "GetStatus");
+  ShardStatus s;
+  s.shard = r.shard();
+  s.num_shards = r.num_shards();
+  s.version = r.version();
+  s.num_workers = r.num_workers();
+  s.num_chunks = r.num_chunks();
+  s.registered_ranks.assign(r.registered_ranks().begin(),
+                            r.registered_ranks().end());
+  s.pushed_ranks.assign(r.pushed_ranks().begin(), r.pushed_ranks().end());
+  s.finished_ranks.assign(r.finished_ranks().begin(),
+                          r.finished_ranks().end());
+  // Servers from before WorkerActivity send no time: use ours.
+  s.server_time = r.server_time_unix_micros() > 0
+                      ? absl::FromUnixMicros(r.server_time_unix_micros())
+                      : absl::Now();
+  for (const v1::WorkerActivity& w : r.workers()) {
+    ShardStatus::Worker worker;
+    worker.rank = w.rank();
+    if (w.last_contact_unix_micros() > 0) {
+      worker.last_contact = absl::FromUnixMicros(w.last_contact_unix_micros());
+    }
+    worker.last_step = w.last_step();
+    worker.last_step_seconds = w.last_step_seconds();
+    s.workers.push_back(worker);
+  }
+  if (r.signature().tensors_size() > 0) s.model = DescribeModel(r.signature());
+  const v1::ServerCounters& c = r.counters();
+  s.pushes_accepted = c.pushes_accepted();
+  s.pushes_refused = c.pushes_refused();
+  s.pushes_dropped_late = c.pushes_dropped_late();
+  s.bytes_received = c.bytes_received();
+  s.bytes_sent = c.bytes_sent();
+  s.pushes_refused_by_code.insert(c.pushes_refused_by_code().begin(),
+                                  c.pushes_refused_by_code().end());
+  return s;
+}
+
+absl::StatusOr<HealthStatus> ShardClient::Health(absl::Duration timeout) {
+  absl::StatusOr<HealthStatus> health = CheckHealth(channel_, "", timeout);
+  if (!health.ok()) {
+    return absl::Status(health.status().code(),
+                        absl::StrCat("health check on ", address_, ": ",
+                                     health.status().message()));
+  }
+  return health;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> ShardClient::SaveCheckpoint(
+    absl::Duration timeout) {
+  std::unique_ptr<v1::ParameterServer::Stub> stub =
+      v1::ParameterServer::NewStub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::SaveCheckpointRequest request;
+  v1::SaveCheckpointResponse response;
+  const grpc::Status status =
+      stub->SaveCheckpoint(&context, request, &response);
+  if (!status.ok()) return Describe(status, address_, "SaveCheckpoint");
+  return std::make_pair(response.path(), response.version());
+}
+
+}  // namespace lockstep

@@ -1,0 +1,80 @@
+// lockstep_ctl's connection to one parameter-server shard: GetStatus,
+// SaveCheckpoint and grpc.health.v1, converted into plain structs (protobuf
+// types stay in shard_client.cc). Every call has a deadline. Thread-compatible.
+#ifndef LOCKSTEP_SERVER_CTL_SHARD_CLIENT_H_
+#define LOCKSTEP_SERVER_CTL_SHARD_CLIENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/health_client.h"
+#include "common/tls.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
+namespace lockstep {
+
+// What a shard said in GetStatus (see StatusResponse in lockstep.proto).
+struct ShardStatus {
+  int shard = 0;
+  int num_shards = 1;
+  int64_t version = -1;
+  int num_workers = 0;
+  int num_chunks = 0;
+  std::vector<int> registered_ranks;
+  std::vector<int> pushed_ranks;  // Pushed every chunk of step `version`.
+  std::vector<int> finished_ranks;
+  absl::Time server_time;  // The shard's clock when it answered.
+  struct Worker {
+    int rank = 0;
+    absl::Time last_contact = absl::InfinitePast();  // Past: never.
+    int64_t last_step = -1;
+    double last_step_seconds = 0;  // 0: not known yet.
+  };
+  std::vector<Worker> workers;  // By rank.
+  // The model, when a worker has registered: "101770 parameters, adam,
+  // sync".
+  std::string model;
+  int64_t pushes_accepted = 0;
+  int64_t pushes_refused = 0;
+  int64_t pushes_dropped_late = 0;
+  int64_t bytes_received = 0;
+  int64_t bytes_sent = 0;
+  std::map<std::string, int64_t> pushes_refused_by_code;
+};
+
+class ShardClient final {
+ public:
+  // A channel to `address` (host:port) secured as `tls` says (the --tls_*
+  // flags). Connects lazily: an unreachable shard shows in the calls.
+  static absl::StatusOr<std::unique_ptr<ShardClient>> Create(
+      const std::string& address, const TlsOptions& tls);
+  ~ShardClient();
+
+  absl::StatusOr<ShardStatus> GetStatus(absl::Duration timeout);
+  // grpc.health.v1 Check for the server as a whole.
+  absl::StatusOr<HealthStatus> Health(absl::Duration timeout);
+  // Writes a checkpoint now; its path and version.
+  absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(
+      absl::Duration timeout);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  ShardClient(std::string address, std::shared_ptr<grpc::Channel> channel);
+
+  const std::string address_;
+  const std::shared_ptr<grpc::Channel> channel_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_CTL_SHARD_CLIENT_H_

@@ -1,0 +1,220 @@
+#include "server/ctl/status_view.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace lockstep {
+namespace {
+
+bool Contains(const std::vector<int>& ranks, int rank) {
+  return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+}
+
+// Columns padded to their widest cell, two spaces apart; no trailing
+// spaces.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (row.size() > width.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) {
+      width[i] = std::max(width[i], row[i].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      absl::StrAppend(&line, row[i]);
+      if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string Ranks(const std::vector<int>& ranks) {
+  return ranks.empty() ? "none" : absl::StrJoin(ranks, ",");
+}
+
+// One rank over every shard that answered.
+struct RankView {
+  bool registered = false;
+  bool finished = true;
+  bool pushed = true;
+  absl::Duration age = absl::InfiniteDuration();  // Since its last contact.
+  int64_t last_step = -1;
+  double step_seconds = 0;
+};
+
+}  // namespace
+
+std::string FormatAge(absl::Time then, absl::Time now) {
+  if (then == absl::InfinitePast()) return "never";
+  const absl::Duration age = std::max(absl::ZeroDuration(), now - then);
+  const int64_t s = absl::ToInt64Seconds(age);
+  if (s < 10) return absl::StrFormat("%.1fs ago", absl::ToDoubleSeconds(age));
+  if (s < 60) return absl::StrFormat("%ds ago", s);
+  if (s < 3600) return absl::StrFormat("%dm%02ds ago", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm ago", s / 3600, (s / 60) % 60);
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+bool JobFinished(const std::vector<ShardReading>& shards) {
+  bool any = false;
+  for (const ShardReading& r : shards) {
+    if (!r.status.ok()) continue;
+    any = true;
+    if (static_cast<int>(r.status->finished_ranks.size()) <
+        r.status->num_workers) {
+      return false;
+    }
+  }
+  return any;
+}
+
+std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
+  std::vector<const ShardStatus*> ok;
+  for (const ShardReading& r : shards) {
+    if (r.status.ok()) ok.push_back(&*r.status);
+  }
+  std::string out;
+  if (ok.empty()) {
+    absl::StrAppend(&out, "Lockstep job: no server shard answered\n");
+    for (const ShardReading& r : shards) {
+      absl::StrAppend(&out, "  ", r.status.status().message(), "\n");
+    }
+    return out;
+  }
+  int64_t version = ok[0]->version;
+  for (const ShardStatus* s : ok) version = std::min(version, s->version);
+  const int workers = ok[0]->num_workers;
+  absl::StrAppend(&out, "Lockstep job: ",
+                  version >= 0 ? absl::StrCat("version ", version, " (step ",
+                                              version, ")")
+                               : std::string("no weights yet"),
+                  ", ", workers, workers == 1 ? " worker, " : " workers, ",
+                  shards.size(), shards.size() == 1 ? " shard" : " shards",
+                  "  [",
+                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", ok[0]->server_time,
+                                   absl::UTCTimeZone()),
+                  "]\n");
+  for (const ShardStatus* s : ok) {
+    if (!s->model.empty()) {
+      absl::StrAppend(&out, "Model: ", s->model, "\n");
+      break;
+    }
+  }
+
+  std::vector<RankView> ranks(workers);
+  for (int r = 0; r < workers; ++r) {
+    RankView& v = ranks[r];
+    for (const ShardStatus* s : ok) {
+      v.registered |= Contains(s->registered_ranks, r);
+      v.finished &= Contains(s->finished_ranks, r);
+      // Shards already past `version` have every push of it.
+      if (s->version == version) v.pushed &= Contains(s->pushed_ranks, r);
+      if (r < static_cast<int>(s->workers.size())) {
+        const ShardStatus::Worker& w = s->workers[r];
+        v.last_step = std::max(v.last_step, w.last_step);
+        if (w.last_contact != absl::InfinitePast() &&
+            s->server_time - w.last_contact < v.age) {
+          v.age = s->server_time - w.last_contact;
+          v.step_seconds = w.last_step_seconds;
+        }
+      }
+    }
+  }
+
+  std::vector<int> pushed, awaited;
+  for (int r = 0; r < workers; ++r) {
+    if (ranks[r].finished) continue;
+    (ranks[r].pushed && version >= 0 ? pushed : awaited).push_back(r);
+  }
+  if (JobFinished(shards)) {
+    absl::StrAppend(&out, "Every worker has left: the job is done\n");
+  } else if (version < 0) {
+    absl::StrAppend(&out, "Waiting for version 0 (rank 0 uploads it); "
+                          "registered: ",
+                    Ranks(ok[0]->registered_ranks), "\n");
+  } else {
+    absl::StrAppend(&out, "Step ", version, ": pushed by ", pushed.size(),
+                    " of ", pushed.size() + awaited.size(),
+                    " (", Ranks(pushed), "); awaiting ", Ranks(awaited), "\n");
+  }
+
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"RANK", "STATE",
+                  version >= 0 ? absl::StrCat("STEP ", version) : "STEP",
+                  "LAST CONTACT", "STEP TIME", "LAST STEP"});
+  for (int r = 0; r < workers; ++r) {
+    const RankView& v = ranks[r];
+    const bool seen = v.age != absl::InfiniteDuration();
+    const char* state = v.finished     ? "finished"
+                        : v.registered ? (v.last_step >= 0 ? "training"
+                                                           : "joined")
+                        : seen         ? "away"
+                                       : "absent";
+    const char* step = v.finished ? "left"
+                       : version < 0 ? "-"
+                       : v.pushed    ? "pushed"
+                                     : "awaited";
+    rows.push_back(
+        {absl::StrCat(r), state, step,
+         seen ? FormatAge(absl::UnixEpoch(), absl::UnixEpoch() + v.age)
+              : "never",
+         v.step_seconds > 0 ? absl::StrFormat("%.1f ms", v.step_seconds * 1e3)
+                            : "-",
+         v.last_step >= 0 ? absl::StrCat(v.last_step) : "-"});
+  }
+  absl::StrAppend(&out, "\n", Table(rows), "\n");
+
+  rows.clear();
+  rows.push_back({"SHARD", "ADDRESS", "HEALTH", "VERSION", "PUSHES", "REFUSED",
+                  "DROPPED", "IN", "OUT"});
+  std::vector<std::string> errors;
+  std::map<std::string, int64_t> refused;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardReading& r = shards[i];
+    const std::string health =
+        r.health.ok() ? std::string(HealthStatusName(*r.health)) : "?";
+    if (!r.status.ok()) {
+      rows.push_back({absl::StrCat(i), r.address, health, "?", "?", "?", "?",
+                      "?", "?"});
+      errors.push_back(std::string(r.status.status().message()));
+      continue;
+    }
+    const ShardStatus& s = *r.status;
+    rows.push_back({absl::StrCat(s.shard), r.address, health,
+                    absl::StrCat(s.version), absl::StrCat(s.pushes_accepted),
+                    absl::StrCat(s.pushes_refused),
+                    absl::StrCat(s.pushes_dropped_late),
+                    FormatBytes(s.bytes_received), FormatBytes(s.bytes_sent)});
+    for (const auto& [code, n] : s.pushes_refused_by_code) refused[code] += n;
+  }
+  absl::StrAppend(&out, Table(rows));
+  if (!refused.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [code, n] : refused) parts.push_back(absl::StrCat(code, " ", n));
+    absl::StrAppend(&out, "Refused pushes: ", absl::StrJoin(parts, ", "), "\n");
+  }
+  for (const std::string& e : errors) absl::StrAppend(&out, "error: ", e, "\n");
+  return out;
+}
+
+}  // namespace lockstep

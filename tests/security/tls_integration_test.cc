@@ -1,0 +1,251 @@
+// A real lockstep_server over TLS and mutual TLS on loopback, called by test
+// clients and lockstep_worker processes with chosen credentials.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lockstep/v1/coordination.grpc.pb.h"
+#include "tests/integration/subprocess.h"
+#include "tests/security/security_test_util.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kBin = LOCKSTEP_BIN_DIR;
+
+class TlsIntegrationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(MakeTempDir());
+    a_ = new CertSet;
+    b_ = new CertSet;
+    ASSERT_TRUE(MakeCertSet(*dir_, "a", a_).ok());
+    ASSERT_TRUE(MakeCertSet(*dir_, "b", b_).ok());
+  }
+  static void TearDownTestSuite() {
+    delete a_;
+    delete b_;
+    delete dir_;
+  }
+
+  // A mutual-TLS server with set A's certificates.
+  ServerProcess StartMutualTlsServer(std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = a_->ServerFlags();
+    flags.push_back("--workers=1");
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    ServerProcess s = StartServer(flags, *dir_);
+    EXPECT_FALSE(s.address.empty()) << s.process.Output();
+    return s;
+  }
+
+  static std::string* dir_;
+  static CertSet* a_;
+  static CertSet* b_;
+};
+std::string* TlsIntegrationTest::dir_ = nullptr;
+CertSet* TlsIntegrationTest::a_ = nullptr;
+CertSet* TlsIntegrationTest::b_ = nullptr;
+
+TEST_F(TlsIntegrationTest, PlaintextClientCannotTalkToTlsServer) {
+  ServerProcess server = StartMutualTlsServer();
+  EXPECT_THAT(server.process.Output(), HasSubstr("(mutual TLS)"));
+  auto plain = Stub(server.address, TlsOptions());
+  EXPECT_EQ(CallGetStatus(*plain, absl::Seconds(5)).code(),
+            absl::StatusCode::kUnavailable);
+  // The same server answers a client with the right certificate.
+  auto worker = Stub(server.address, a_->Client("worker"));
+  EXPECT_TRUE(CallGetStatus(*worker).ok());
+}
+
+TEST_F(TlsIntegrationTest, CertificatesFromAnotherCaAreRefused) {
+  ServerProcess server = StartMutualTlsServer();
+  // A client certificate the server's CA did not sign.
+  TlsOptions foreign_client = b_->Client("worker");
+  foreign_client.ca_file = a_->File("ca.pem");  // Trusts the server.
+  EXPECT_EQ(
+      CallGetStatus(*Stub(server.address, foreign_client), absl::Seconds(5))
+          .code(),
+      absl::StatusCode::kUnavailable);
+  // A client that does not trust the server's CA.
+  TlsOptions distrustful = a_->Client("worker");
+  distrustful.ca_file = b_->File("ca.pem");
+  EXPECT_EQ(CallGetStatus(*Stub(server.address, distrustful), absl::Seconds(5))
+                .code(),
+            absl::StatusCode::kUnavailable);
+  // TLS without a client certificate, against a mutual-TLS server.
+  TlsOptions anonymous;
+  anonymous.ca_file = a_->File("ca.pem");
+  EXPECT_EQ(
+      CallGetStatus(*Stub(server.address, anonymous), absl::Seconds(5)).code(),
+      absl::StatusCode::kUnavailable);
+}
+
+TEST_F(TlsIntegrationTest, RolesComeFromClientCertificates) {
+  ServerProcess server = StartMutualTlsServer();
+  auto worker = Stub(server.address, a_->Client("worker"));
+  auto admin = Stub(server.address, a_->Client("admin"));
+  EXPECT_TRUE(CallGetStatus(*worker).ok());
+  EXPECT_TRUE(CallGetStatus(*admin).ok());
+
+  auto save = [](v1::ParameterServer::Stub& stub) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::SaveCheckpointRequest request;
+    v1::SaveCheckpointResponse response;
+    return FromGrpcStatus(stub.SaveCheckpoint(&context, request, &response));
+  };
+  absl::Status denied = save(*worker);
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied) << denied;
+  EXPECT_THAT(denied.message(), HasSubstr("lockstep-worker"));
+  // The admin may; this server has no --checkpoint_dir, so it cannot.
+  EXPECT_EQ(save(*admin).code(), absl::StatusCode::kFailedPrecondition);
+
+  // An admin is not a worker.
+  grpc::ClientContext context;
+  v1::RegisterRequest request;
+  v1::RegisterResponse response;
+  EXPECT_EQ(admin->Register(&context, request, &response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  // The Coordinator on the same port checks the same way.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      MakeChannel(server.address, a_->Client("admin"));
+  ASSERT_TRUE(channel.ok());
+  auto coordinator = v1::Coordinator::NewStub(*channel);
+  grpc::ClientContext set_context;
+  v1::SetRequest set;
+  set.set_key("k");
+  v1::SetResponse set_response;
+  EXPECT_EQ(coordinator->Set(&set_context, set, &set_response).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(TlsIntegrationTest, WorkerIdentitiesRestrictWhoIsAWorker) {
+  ServerProcess server =
+      StartMutualTlsServer({"--worker_identities=someone-else"});
+  absl::Status s = CallGetStatus(*Stub(server.address, a_->Client("worker")));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+}
+
+TEST_F(TlsIntegrationTest, WrongTokenIsUnauthenticatedAndNeverPrinted) {
+  const std::string good = "good-token-7f3a9c2e51d04b68";
+  const std::string bad = "bad-token-0c4e7a1f93b26d85";
+  const std::string good_file = *dir_ + "/good.token";
+  const std::string bad_file = *dir_ + "/bad.token";
+  WriteFileOrDie(good_file, good + "\n");
+  WriteFileOrDie(bad_file, bad + "\n");
+  // gRPC at its most talkative: still no token in any output.
+  const std::vector<std::string> env = {"GRPC_VERBOSITY=DEBUG"};
+
+  // Server-side TLS with a token, the deployment without client
+  // certificates.
+  ServerProcess server =
+      StartServer({"--tls_cert=" + a_->File("server.pem"),
+                   "--tls_key=" + a_->File("server.key"),
+                   "--token_file=" + good_file, "--workers=1"},
+                  *dir_, env);
+  ASSERT_FALSE(server.address.empty()) << server.process.Output();
+  TlsOptions client;
+  client.ca_file = a_->File("ca.pem");
+  EXPECT_EQ(CallGetStatus(*Stub(server.address, client)).code(),
+            absl::StatusCode::kUnauthenticated);
+  client.token_file = bad_file;
+  EXPECT_EQ(CallGetStatus(*Stub(server.address, client)).code(),
+            absl::StatusCode::kUnauthenticated);
+  client.token_file = good_file;
+  EXPECT_TRUE(CallGetStatus(*Stub(server.address, client)).ok());
+
+  const std::vector<std::string> worker = {kBin + "/lockstep_worker",
+                                           "--servers=" + server.address,
+                                           "--workers=1",
+                                           "--rank=0",
+                                           "--dataset=synthetic",
+                                           "--synthetic_examples=640",
+                                           "--max_steps=2",
+                                           "--progress=none",
+                                           "--connect_timeout_s=10",
+                                           "--tls_ca=" + a_->File("ca.pem")};
+  std::vector<std::string> wrong = worker;
+  wrong.push_back("--token_file=" + bad_file);
+  RunResult refused = RunProcess(wrong, env, absl::Seconds(60));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("UNAUTHENTICATED"));
+  std::vector<std::string> right = worker;
+  right.push_back("--token_file=" + good_file);
+  RunResult trained = RunProcess(right, env, absl::Seconds(60));
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_EQ(server.process.Wait(absl::Seconds(30)), 0);
+
+  // Plaintext on loopback with a token: the interceptor's path.
+  ServerProcess plain =
+      StartServer({"--token_file=" + good_file, "--workers=1"}, *dir_, env);
+  ASSERT_FALSE(plain.address.empty());
+  TlsOptions loopback;
+  loopback.token_file = bad_file;
+  EXPECT_EQ(CallGetStatus(*Stub(plain.address, loopback)).code(),
+            absl::StatusCode::kUnauthenticated);
+  loopback.token_file = good_file;
+  EXPECT_TRUE(CallGetStatus(*Stub(plain.address, loopback)).ok());
+  plain.process.Kill();
+
+  for (const std::string& output :
+       {server.process.Output(), plain.process.Output(), refused.output,
+        trained.output}) {
+    EXPECT_THAT(output, Not(HasSubstr(good)));
+    EXPECT_THAT(output, Not(HasSubstr(bad)));
+    EXPECT_THAT(output, Not(HasSubstr("7f3a9c2e")));
+  }
+}
+
+TEST_F(TlsIntegrationTest, RotatedCertificatesAreUsedWithoutRestart) {
+  // The server reads its files through a symlinked folder, swapped in one
+  // rename -- how Kubernetes updates a mounted Secret.
+  const std::string live = *dir_ + "/live";
+  ASSERT_EQ(symlink(a_->dir.c_str(), live.c_str()), 0);
+  ServerProcess server = StartServer(
+      {"--tls_cert=" + live + "/server.pem",
+       "--tls_key=" + live + "/server.key", "--tls_ca=" + live + "/ca.pem",
+       "--tls_refresh_s=1", "--workers=1"},
+      *dir_);
+  ASSERT_FALSE(server.address.empty()) << server.process.Output();
+  EXPECT_TRUE(CallGetStatus(*Stub(server.address, a_->Client("worker"))).ok());
+  // Only set B's CA signs this client, and only B's CA signs the server
+  // certificate it expects.
+  const TlsOptions new_client = b_->Client("worker");
+  EXPECT_EQ(
+      CallGetStatus(*Stub(server.address, new_client), absl::Seconds(5)).code(),
+      absl::StatusCode::kUnavailable);
+
+  const std::string next = *dir_ + "/live.next";
+  ASSERT_EQ(symlink(b_->dir.c_str(), next.c_str()), 0);
+  ASSERT_EQ(rename(next.c_str(), live.c_str()), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  absl::Status status;
+  while (true) {
+    // A new channel, so a new handshake, each time.
+    status = CallGetStatus(*Stub(server.address, new_client), absl::Seconds(2));
+    if (status.ok() || absl::Now() > deadline) break;
+    absl::SleepFor(absl::Milliseconds(50));  // Polls; the deadline bounds it.
+  }
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_FALSE(server.process.Wait(absl::ZeroDuration()).has_value())
+      << "the server restarted or died";
+  // The old CA's clients are out.
+  EXPECT_EQ(CallGetStatus(*Stub(server.address, a_->Client("worker")),
+                          absl::Seconds(5))
+                .code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace lockstep
