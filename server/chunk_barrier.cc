@@ -209,7 +209,13 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
 
 void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
   const absl::Time start = absl::Now();
-  optimizer_->Apply(version_, 0, absl::MakeSpan(weights_), accumulator_);
+  if (chunk_.state) {
+    // Model state (batch-norm moving statistics): the mean of what the
+    // workers pushed becomes the new value.
+    weights_ = accumulator_;
+  } else {
+    optimizer_->Apply(version_, 0, absl::MakeSpan(weights_), accumulator_);
+  }
   std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
   ++version_;
   published_ = std::make_shared<const std::vector<float>>(weights_);

@@ -15,6 +15,8 @@
 //   kSsp    like kAsync, but the answer to a push for step s is held until
 //           every worker has pushed step s - k (k = staleness): no worker runs
 //           more than k steps ahead of the slowest.
+// A state chunk (batch-norm moving statistics, Chunk::state) is not
+// optimized: its new value is the mean of the values pushed for it.
 // A published version is an immutable snapshot; versions only increase.
 //
 // Thread-safe. Callbacks run on the calling thread after the internal lock is

@@ -12,20 +12,22 @@
 
 namespace lockstep {
 
-Trainer::Trainer(const TrainerOptions& options, Mlp* model, PsClient* client,
-                 const Dataset* train, const Dataset* test)
+Trainer::Trainer(const TrainerOptions& options, Model* model,
+                 Exchanger* exchanger, const Dataset* train,
+                 const Dataset* test)
     : options_(options),
       model_(model),
-      client_(client),
+      exchanger_(exchanger),
+      num_parameters_(model->NumParameters()),
       train_(train),
       test_(test),
-      weights_(model->NumParameters()),
-      gradient_(model->NumParameters()) {}
+      weights_(model->NumParameters() + model->StateSize()),
+      gradient_(weights_.size()) {}
 
-// Registers and obtains the weights to start from; returns their version.
-absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
+ModelSignature Trainer::Signature() const {
   ModelSignature signature;
   signature.tensors = model_->Tensors();
+  signature.state_tensors = model_->StateTensors();
   signature.optimizer = options_.optimizer;
   signature.chunk_bytes = options_.chunk_bytes;
   signature.num_workers = options_.num_workers;
@@ -33,6 +35,7 @@ absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
   signature.total_steps = total_steps_;
   switch (options_.sync) {
     case SyncMode::kPs:
+    case SyncMode::kAllReduce:
       signature.sync.mode = SyncPolicy::Mode::kSync;
       signature.sync.backup_workers = options_.backup_workers;
       break;
@@ -44,15 +47,28 @@ absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
       signature.sync.staleness = options_.staleness;
       break;
   }
-  ASSIGN_OR_RETURN(RegisterResult reg,
-                   client_->Register(options_.rank, signature, timeout));
-  if (reg.must_initialize) {
-    // Rank 0 defines version 0 from --seed; everyone else receives it.
-    weights_ = model_->InitialWeights(options_.seed);
-    RETURN_IF_ERROR(client_->Initialize(weights_));
+  return signature;
+}
+
+// Joins the job and obtains the weights to start from; returns their version.
+absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
+  auto initial = [this]() {
+    std::vector<float> w = model_->InitialWeights(options_.seed);
+    const std::vector<float> state = model_->InitialState();
+    w.insert(w.end(), state.begin(), state.end());
+    return w;
+  };
+  return exchanger_->Join(Signature(), initial, absl::MakeSpan(weights_),
+                          timeout);
+}
+
+absl::Status Trainer::LoadModel() {
+  const absl::Span<const float> all(weights_);
+  RETURN_IF_ERROR(model_->SetWeights(all.subspan(0, num_parameters_)));
+  if (model_->StateSize() > 0) {
+    RETURN_IF_ERROR(model_->SetState(all.subspan(num_parameters_)));
   }
-  return client_->Pull(std::max<int64_t>(reg.version, 0),
-                       absl::MakeSpan(weights_));
+  return absl::OkStatus();
 }
 
 void Trainer::Straggle(int64_t step) const {
@@ -68,6 +84,8 @@ void Trainer::Straggle(int64_t step) const {
 
 absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
   switch (options_.sync) {
+    case SyncMode::kAllReduce:
+      return version;
     case SyncMode::kPs:
       // With backup workers a straggler may be answered with a later
       // version; its data position follows the version, so it skips the
@@ -112,24 +130,27 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
                                           absl::Span<const float> features,
                                           absl::Span<const int32_t> labels,
                                           BatchStats* stats) {
-  RETURN_IF_ERROR(model_->SetWeights(weights_));
-  // Each layer's gradient is pushed as soon as backprop has it; the
-  // replies land in weights_ (already uploaded to the model).
-  RETURN_IF_ERROR(client_->BeginStep(step, gradient_, absl::MakeSpan(weights_)));
-  absl::StatusOr<BatchStats> computed = model_->ComputeGradients(
-      features, labels, absl::MakeSpan(gradient_),
-      [this](int64_t begin, int64_t end) {
-        client_->GradientReady(begin, end);
-      });
-  // Always finish the step, so no push outlives it.
-  absl::StatusOr<int64_t> version = client_->FinishStep();
-  if (!computed.ok()) return computed.status();
-  *stats = *computed;
-  return version;
+  RETURN_IF_ERROR(LoadModel());
+  const absl::Span<float> gradient = absl::MakeSpan(gradient_);
+  auto compute = [&](const Model::GradientReadyFn& on_ready)
+      -> absl::StatusOr<BatchStats> {
+    ASSIGN_OR_RETURN(BatchStats batch,
+                     model_->ComputeGradients(
+                         features, labels, gradient.subspan(0, num_parameters_),
+                         on_ready));
+    if (model_->StateSize() > 0) {
+      // The moving statistics this batch produced go out with the gradient.
+      RETURN_IF_ERROR(model_->State(gradient.subspan(num_parameters_)));
+      if (on_ready) on_ready(num_parameters_, gradient.size());
+    }
+    return batch;
+  };
+  return exchanger_->Step(step, gradient, absl::MakeSpan(weights_), compute,
+                          stats);
 }
 
 absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
-  RETURN_IF_ERROR(model_->SetWeights(weights_));
+  RETURN_IF_ERROR(LoadModel());
   return model_->Evaluate(test_->features, test_->labels);
 }
 
@@ -152,7 +173,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   }
 
   const int batch = options_.batch_size;
-  const int dim = train_->feature_dim;
+  const int64_t dim = model_->FeatureSize();
+  if (train_->feature_dim != dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train_->feature_dim, " values per example, the model "
+        "takes ", dim));
+  }
   std::vector<float> features(static_cast<size_t>(batch) * dim);
   std::vector<int32_t> labels(batch);
   const double global_batch =
@@ -164,7 +190,10 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   absl::Duration training_time;
   // Synchronous steps follow the server's version; in the asynchronous
   // modes each worker walks its own steps from 0.
-  int64_t step = options_.sync == SyncMode::kPs ? version : 0;
+  int64_t step = options_.sync == SyncMode::kPs ||
+                         options_.sync == SyncMode::kAllReduce
+                     ? version
+                     : 0;
   absl::Time last_success = absl::Now();
   while (step < total_steps) {
     if (options_.stop != nullptr && options_.stop->load()) {
@@ -185,12 +214,19 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       const std::vector<int64_t> indices = sampler.BatchIndices(step);
       GatherBatch(*train_, indices, absl::MakeSpan(features),
                   absl::MakeSpan(labels));
+      if (options_.augmentation.random_crop ||
+          options_.augmentation.horizontal_flip) {
+        AugmentImages(options_.augmentation, options_.image_size,
+                      options_.seed, step, indices, absl::MakeSpan(features));
+      }
       Straggle(step);
       BatchStats stats;
       absl::StatusOr<int64_t> exchanged =
           Exchange(step, features, labels, &stats);
       if (!exchanged.ok()) {
-        if (!IsRetryable(exchanged.status())) return exchanged.status();
+        if (!IsRetryable(exchanged.status()) || !exchanger_->CanRejoin()) {
+          return exchanged.status();
+        }
         // The server restarted, gave up on the step or evicted us: register
         // again and go on from the version it has (the data order follows
         // the version, so no batch is skipped or repeated in sync mode).
@@ -244,7 +280,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     summary.test_loss = eval.loss_sum / eval.examples;
     summary.test_accuracy = static_cast<double>(eval.correct) / eval.examples;
   }
-  RETURN_IF_ERROR(client_->Leave());
+  RETURN_IF_ERROR(exchanger_->Leave());
   return summary;
 }
 
