@@ -1,0 +1,92 @@
+// Checks that lockstep_bench runs and reports what it promises. It asserts
+// no timing: the figures only have to exist and be positive, and the bytes
+// moved, which do not depend on speed, must be exact.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/bench/bench_util.h"
+#include "tests/bench/comm_worker.h"
+#include "tests/integration/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+const std::string kBench = std::string(LOCKSTEP_BIN_DIR) + "/lockstep_bench";
+
+TEST(BenchUtilTest, QuantileInterpolates) {
+  EXPECT_EQ(Median({3, 1, 2}), 2);
+  EXPECT_EQ(Median({4, 1, 3, 2}), 2.5);
+  EXPECT_DOUBLE_EQ(Quantile({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0.9), 10);
+  EXPECT_EQ(Quantile({}, 0.5), 0);
+}
+
+TEST(BenchUtilTest, FindsNumbersInOtherProgramsOutput) {
+  const std::string iperf = R"({"intervals": [{"sum": {"bits_per_second": 1}}],
+    "end": {"sum_received": {"bytes": 9, "bits_per_second": 2.5e10},
+            "sum_received_bidir_reverse": {"bits_per_second": 3e9}}})";
+  EXPECT_EQ(*FindJsonNumber(iperf, {"end", "sum_received", "bits_per_second"}),
+            2.5e10);
+  EXPECT_EQ(*FindJsonNumber(iperf, {"end", "sum_received_bidir_reverse",
+                                    "bits_per_second"}),
+            3e9);
+  EXPECT_FALSE(FindJsonNumber(iperf, {"end", "sum_sent"}).ok());
+  const std::string line =
+      "gloo-allreduce workers=2 n=100 median_s=0.0831 algbw_GBps=1.2\n";
+  EXPECT_EQ(*FindKeyValueNumber(line, "median_s"), 0.0831);
+  EXPECT_EQ(*FindKeyValueNumber("a x_n=1 n=7", "n"), 7);
+  EXPECT_FALSE(FindKeyValueNumber(line, "median_step_s").ok());
+  EXPECT_EQ(UntagLines("[a] one\n[b] two\n[a] three\n", "a"), "one\nthree\n");
+}
+
+TEST(BenchUtilTest, WorkerResultRoundTrips) {
+  CommWorkerResult result;
+  result.step_seconds = {0.5, 0.25};
+  result.timings.steps = 2;
+  result.timings.encode_seconds = 0.125;
+  result.timings.send_seconds = 1;
+  result.timings.wait_seconds = 2;
+  result.timings.decode_seconds = 3;
+  absl::StatusOr<CommWorkerResult> parsed =
+      ParseWorkerResult(FormatWorkerResult(result));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->step_seconds, result.step_seconds);
+  EXPECT_EQ(parsed->timings.steps, 2);
+  EXPECT_EQ(parsed->timings.encode_seconds, 0.125);
+  EXPECT_EQ(parsed->timings.decode_seconds, 3);
+  EXPECT_FALSE(ParseWorkerResult("step_seconds 1\n").ok());
+}
+
+TEST(BenchSmokeTest, CommReportsEveryFigure) {
+  const std::string json = MakeTempDir() + "/comm.json";
+  const RunResult run =
+      RunProcess({kBench, "comm", "--params=1000", "--workers=2", "--ps=2",
+                  "--iters=3", "--warmup=1", "--json=" + json},
+                 {}, absl::Seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string text = ReadFile(json);
+  for (const char* key :
+       {"median_step_seconds", "p90_step_seconds", "mean_step_seconds",
+        "bytes_per_step", "algbw_gbps", "model_bytes", "client_encode_seconds",
+        "client_send_seconds", "client_wait_seconds", "client_decode_seconds",
+        "server_accumulate_seconds", "server_apply_seconds",
+        "server_peak_rss_bytes"}) {
+    absl::StatusOr<double> value = FindJsonNumber(text, {key});
+    ASSERT_TRUE(value.ok()) << key << " missing from:\n" << text;
+    EXPECT_GT(*value, 0) << key;
+  }
+  ASSERT_TRUE(FindJsonNumber(text, {"server_barrier_wait_seconds"}).ok());
+  // Each step, each of 2 workers sends and receives 1000 fp32 values.
+  EXPECT_EQ(*FindJsonNumber(text, {"bytes_per_step"}), 2 * 2 * 1000 * 4);
+  EXPECT_EQ(*FindJsonNumber(text, {"model_bytes"}), 4000);
+  EXPECT_NE(run.output.find("median"), std::string::npos) << run.output;
+}
+
+TEST(BenchSmokeTest, RefusesBadFlags) {
+  const RunResult run =
+      RunProcess({kBench, "comm", "--workers=0"}, {}, absl::Seconds(30));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("--workers"), std::string::npos) << run.output;
+}
+
+}  // namespace
+}  // namespace lockstep

@@ -1,0 +1,279 @@
+// lockstep_bench: benchmarks that print figures and JSON (never timed tests).
+// Flags are parsed here, once, into each mode's options struct.
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/json_writer.h"
+#include "common/model_signature.h"
+#include "common/status_macros.h"
+#include "deploy/launch/launcher.h"
+#include "deploy/launch/launcher_args.h"
+#include "deploy/launch/signal_pipe.h"
+#include "tests/bench/child_runner.h"
+#include "tests/bench/comm_bench.h"
+#include "tests/bench/comm_worker.h"
+#include "tests/bench/e2e_bench.h"
+#include "tests/bench/loopback.h"
+#include "tests/bench/peers_bench.h"
+
+ABSL_FLAG(int64_t, params, 25'600'000,
+          "comm: fp32 parameters (one tensor) pushed by every worker.");
+ABSL_FLAG(int, workers, 2, "comm, e2e: worker processes.");
+ABSL_FLAG(int, ps, 1, "comm, e2e: parameter-server shards.");
+ABSL_FLAG(std::string, wire_dtype, "fp32",
+          "comm: encoding on the wire, fp32 | bf16 | fp16.");
+ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
+          "comm: largest chunk, in fp32 bytes (at most 32 MiB).");
+ABSL_FLAG(int, iters, 20, "comm: timed steps.");
+ABSL_FLAG(int, warmup, 3, "comm: untimed steps first.");
+ABSL_FLAG(bool, iperf3, false,
+          "comm: also measure the loopback floor with iperf3 --bidir.");
+ABSL_FLAG(int, runs, 3, "e2e: training runs.");
+ABSL_FLAG(std::string, peers_dir, LOCKSTEP_SOURCE_DIR "/../shared/peers",
+          "peers: folder of the PyTorch peer programs.");
+ABSL_FLAG(int, rounds, 3, "peers: alternated rounds of every program.");
+ABSL_FLAG(int, large_iters, 15, "peers: timed steps of the 25.6M runs.");
+ABSL_FLAG(int, small_iters, 1000, "peers: timed steps of the 101,770 runs.");
+ABSL_FLAG(std::string, json, "", "Also write the figures here as JSON.");
+ABSL_FLAG(double, timeout_s, 600,
+          "Give up on a comm run, an e2e run or a peer program after this "
+          "many seconds.");
+// The hidden comm-worker mode's own flags.
+ABSL_FLAG(std::string, servers, "", "comm-worker: shard addresses.");
+ABSL_FLAG(int, rank, -1, "comm-worker: this worker's rank.");
+ABSL_FLAG(std::string, out_dir, "", "comm-worker: ready and result files.");
+
+namespace lockstep {
+namespace {
+
+constexpr char kUsage[] = R"(benchmarks Lockstep; prints figures and JSON.
+
+Usage:
+  lockstep_bench comm --params=P --workers=W --ps=S [--wire_dtype=fp32|bf16|fp16]
+                 [--chunk_bytes=4194304] [--iters=20 --warmup=3] [--iperf3]
+                 [--json=PATH]
+      W workers push a fixed random gradient of P fp32 values through S real
+      lockstep_server processes on loopback, synchronously; prints the median
+      and p90 step, bytes moved, algorithm bandwidth, the client and server
+      phases, the servers' peak RSS and, with --iperf3, the loopback floor.
+  lockstep_bench e2e [--runs=3] [--workers=2 --ps=1] [worker flags...]
+      trains the tutorial MLP with lockstep_launch --runs times; prints the
+      median examples/s and test accuracy.
+  lockstep_bench peers [--peers_dir=DIR] [--rounds=3]
+      runs the PyTorch peer programs beside the matching Lockstep runs,
+      alternated, and prints medians and ratios to the targets of issue 4.
+
+Exit code: 0 on success, 1 when a run failed, 2 for bad flags.)";
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+FlagKind LookupFlag(absl::string_view name) {
+  // absl 20220623 does not register its usage flags; see the launcher.
+  for (absl::string_view usage :
+       {"help", "helpfull", "helpshort", "helppackage", "helpmatch", "helpon",
+        "version", "only_check_args"}) {
+    if (name == usage) return FlagKind::kBool;
+  }
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr) return FlagKind::kUnknown;
+  return flag->IsOfType<bool>() ? FlagKind::kBool : FlagKind::kValued;
+}
+
+// absl's --help lists flags from files named after the program; ours live
+// in tests/bench/main.cc.
+bool IsBenchFlagFile(absl::string_view file) {
+  return absl::StrContains(file, "tests/bench/");
+}
+
+absl::StatusOr<std::string> SelfExe() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return absl::InternalError("cannot read /proc/self/exe");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+absl::Status CheckAtLeast(absl::string_view flag, int64_t value, int64_t min) {
+  if (value >= min) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be at least ", min, ", got ", value));
+}
+
+absl::StatusOr<CommOptions> ParseCommOptions() {
+  CommOptions o;
+  o.params = absl::GetFlag(FLAGS_params);
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.ps = absl::GetFlag(FLAGS_ps);
+  ASSIGN_OR_RETURN(o.wire_dtype,
+                   ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
+  o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  o.iters = absl::GetFlag(FLAGS_iters);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.iperf3 = absl::GetFlag(FLAGS_iperf3);
+  o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  RETURN_IF_ERROR(CheckAtLeast("workers", o.workers, 1));
+  RETURN_IF_ERROR(CheckAtLeast("ps", o.ps, 1));
+  RETURN_IF_ERROR(CheckAtLeast("params", o.params, o.ps));
+  RETURN_IF_ERROR(CheckAtLeast("iters", o.iters, 1));
+  RETURN_IF_ERROR(CheckAtLeast("warmup", o.warmup, 0));
+  RETURN_IF_ERROR(CheckAtLeast("chunk_bytes", o.chunk_bytes, 4));
+  if (o.chunk_bytes > (int64_t{32} << 20)) {
+    return absl::InvalidArgumentError("--chunk_bytes must be at most 32 MiB");
+  }
+  if (o.iperf3 && access(kIperf3, X_OK) != 0) {
+    std::fprintf(stderr, "lockstep_bench: no %s; measuring without --iperf3\n",
+                 kIperf3);
+    o.iperf3 = false;
+  }
+  return o;
+}
+
+absl::StatusOr<CommWorkerOptions> ParseCommWorkerOptions() {
+  CommWorkerOptions o;
+  o.servers =
+      absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+  o.rank = absl::GetFlag(FLAGS_rank);
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.params = absl::GetFlag(FLAGS_params);
+  ASSIGN_OR_RETURN(o.wire_dtype,
+                   ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
+  o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.iters = absl::GetFlag(FLAGS_iters);
+  o.out_dir = absl::GetFlag(FLAGS_out_dir);
+  if (o.servers.empty() || o.rank < 0 || o.out_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "comm-worker is started by lockstep_bench comm; it needs --servers, "
+        "--rank and --out_dir");
+  }
+  return o;
+}
+
+// Writes a mode's JSON where --json says, if it says.
+absl::Status Report(const std::string& json) {
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (path.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(WriteFileAtomically(path, json));
+  std::printf("JSON written to %s\n", path.c_str());
+  return absl::OkStatus();
+}
+
+absl::Status RunMode(const std::string& mode,
+                     const std::vector<std::string>& extra, int interrupt_fd) {
+  if (mode != "e2e" && !extra.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unexpected argument(s) for ", mode, ": ", absl::StrJoin(extra, " ")));
+  }
+  ASSIGN_OR_RETURN(std::string self, SelfExe());
+  ASSIGN_OR_RETURN(std::string bin_dir, ExecutableDir());
+  if (mode == "comm") {
+    ASSIGN_OR_RETURN(CommOptions options, ParseCommOptions());
+    options.bin_dir = bin_dir;
+    options.self_exe = self;
+    options.interrupt_fd = interrupt_fd;
+    ASSIGN_OR_RETURN(CommResult result, RunCommBench(options));
+    PrintCommTable(result, stdout);
+    return Report(CommResultJson(result));
+  }
+  if (mode == "e2e") {
+    E2eOptions options;
+    options.runs = absl::GetFlag(FLAGS_runs);
+    options.workers = absl::GetFlag(FLAGS_workers);
+    options.ps = absl::GetFlag(FLAGS_ps);
+    options.extra_args = extra;
+    options.bin_dir = bin_dir;
+    options.interrupt_fd = interrupt_fd;
+    options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+    RETURN_IF_ERROR(CheckAtLeast("runs", options.runs, 1));
+    ASSIGN_OR_RETURN(E2eResult result, RunE2eBench(options));
+    PrintE2eTable(result, stdout);
+    return Report(E2eResultJson(result));
+  }
+  if (mode == "peers") {
+    PeersOptions options;
+    options.peers_dir = absl::GetFlag(FLAGS_peers_dir);
+    options.rounds = absl::GetFlag(FLAGS_rounds);
+    options.large_iters = absl::GetFlag(FLAGS_large_iters);
+    options.small_iters = absl::GetFlag(FLAGS_small_iters);
+    options.self_exe = self;
+    options.bin_dir = bin_dir;
+    options.interrupt_fd = interrupt_fd;
+    options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+    RETURN_IF_ERROR(CheckAtLeast("rounds", options.rounds, 1));
+    ASSIGN_OR_RETURN(PeersResult result, RunPeersBench(options));
+    PrintPeersTable(result, stdout);
+    return Report(PeersResultJson(result));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode \"", mode, "\"; expected comm, e2e or peers"));
+}
+
+int Main(int argc, char** argv) {
+  const bool worker = argc > 1 && std::string(argv[1]) == "comm-worker";
+  // Before any thread exists, so that every thread inherits the mask.
+  if (worker) BlockGoSignal();
+  absl::SetProgramUsageMessage(kUsage);
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = IsBenchFlagFile;
+  usage_config.contains_helpshort_flags = IsBenchFlagFile;
+  absl::SetFlagsUsageConfig(usage_config);
+  if (argc < 2 || argv[1][0] == '-') {
+    absl::ParseCommandLine(argc, argv);  // Handles --help.
+    std::fprintf(stderr, "lockstep_bench: name a mode: comm, e2e or peers\n");
+    return kExitUsage;
+  }
+  const std::string mode = argv[1];
+  std::vector<std::string> args = {argv[0]};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  absl::StatusOr<SplitArgs> split = SplitLauncherArgs(args, LookupFlag);
+  if (!split.ok()) {
+    std::fprintf(stderr, "lockstep_bench: %s\n",
+                 std::string(split.status().message()).c_str());
+    return kExitUsage;
+  }
+  std::vector<char*> own;
+  for (std::string& arg : split->launcher) own.push_back(arg.data());
+  own.push_back(nullptr);
+  absl::ParseCommandLine(static_cast<int>(own.size()) - 1, own.data());
+
+  absl::Status status;
+  if (worker) {
+    absl::StatusOr<CommWorkerOptions> options = ParseCommWorkerOptions();
+    status = options.ok() ? RunCommWorker(*options) : options.status();
+  } else {
+    // A closed stdout must not kill us while children run.
+    signal(SIGPIPE, SIG_IGN);
+    absl::StatusOr<std::unique_ptr<SignalPipe>> signals =
+        SignalPipe::Create({SIGINT, SIGTERM, SIGHUP});
+    if (!signals.ok()) {
+      status = signals.status();
+    } else {
+      AdoptOrphans();
+      status = RunMode(mode, split->passthrough, (*signals)->read_fd());
+      ReapOrphans();
+    }
+  }
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "lockstep_bench %s: %s\n", mode.c_str(),
+               status.ToString().c_str());
+  return absl::IsInvalidArgument(status) ? kExitUsage : kExitFailure;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+int main(int argc, char** argv) { return lockstep::Main(argc, argv); }
