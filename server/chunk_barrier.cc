@@ -18,7 +18,6 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
       counters_(counters) {
   absl::MutexLock lock(&mu_);
   optimizer_ = std::move(optimizer);
-  weights_.assign(chunk.size, 0.0f);
   accumulator_.assign(chunk.size, 0.0f);
   pushed_.assign(num_workers, false);
   pushed_previous_.assign(num_workers, false);
@@ -34,10 +33,11 @@ absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
       return absl::FailedPreconditionError(
           absl::StrCat("chunk ", chunk_.index, " is already initialized"));
     }
-    std::memcpy(weights_.data(), fp32_bytes.data(), fp32_bytes.size());
+    auto weights = std::make_shared<std::vector<float>>(chunk_.size);
+    std::memcpy(weights->data(), fp32_bytes.data(), fp32_bytes.size());
     initialized_ = true;
     version_ = 0;
-    published_ = std::make_shared<const std::vector<float>>(weights_);
+    published_ = std::move(weights);
     published_version_.store(0);
     for (auto& [min_version, cb] : pull_waiters_) {
       answers.Add(std::move(cb), SnapshotLocked());
@@ -54,7 +54,7 @@ std::optional<ChunkState> ChunkBarrier::Export() {
   ChunkState state;
   state.chunk = chunk_.index;
   state.version = version_;
-  state.weights = weights_;
+  state.weights = *published_;
   for (const auto& [name, values] : optimizer_->Slots()) {
     state.slots.emplace_back(name,
                              std::vector<float>(values.begin(), values.end()));
@@ -66,9 +66,9 @@ absl::Status ChunkBarrier::Restore(const ChunkState& state) {
   Answers answers;
   {
     absl::MutexLock lock(&mu_);
-    if (state.weights.size() != weights_.size()) {
+    if (state.weights.size() != static_cast<size_t>(chunk_.size)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "chunk ", chunk_.index, " has ", weights_.size(),
+          "chunk ", chunk_.index, " has ", chunk_.size,
           " weights, the checkpoint ", state.weights.size()));
     }
     std::vector<std::pair<std::string, absl::Span<float>>> slots =
@@ -90,10 +90,9 @@ absl::Status ChunkBarrier::Restore(const ChunkState& state) {
       std::copy(state.slots[i].second.begin(), state.slots[i].second.end(),
                 slots[i].second.begin());
     }
-    weights_ = state.weights;
     version_ = state.version;
     initialized_ = true;
-    published_ = std::make_shared<const std::vector<float>>(weights_);
+    published_ = std::make_shared<const std::vector<float>>(state.weights);
     published_version_.store(version_);
     for (auto& [min_version, cb] : pull_waiters_) {
       answers.Add(std::move(cb), SnapshotLocked());
@@ -209,16 +208,21 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
 
 void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
   const absl::Time start = absl::Now();
+  // The published snapshot is the master copy: the next version is made in
+  // a new buffer and published in turn, so a chunk holds one copy of its
+  // weights (plus, briefly, the ones replies still send).
+  std::shared_ptr<std::vector<float>> next;
   if (chunk_.state) {
     // Model state (batch-norm moving statistics): the mean of what the
     // workers pushed becomes the new value.
-    weights_ = accumulator_;
+    next = std::make_shared<std::vector<float>>(accumulator_);
   } else {
-    optimizer_->Apply(version_, 0, absl::MakeSpan(weights_), accumulator_);
+    next = std::make_shared<std::vector<float>>(*published_);
+    optimizer_->Apply(version_, 0, absl::MakeSpan(*next), accumulator_);
   }
   std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
   ++version_;
-  published_ = std::make_shared<const std::vector<float>>(weights_);
+  published_ = std::move(next);
   published_version_.store(version_);
   counters_->chunk_steps.fetch_add(1, std::memory_order_relaxed);
   counters_->apply_ns.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
