@@ -111,6 +111,9 @@ ABSL_FLAG(bool, eval_every_epoch, false,
           "Rank 0 evaluates on the test set after every epoch.");
 ABSL_FLAG(std::string, summary_json, "",
           "Write a JSON summary of the run here.");
+ABSL_FLAG(std::string, step_log, "",
+          "Rank 0 writes one CSV line per step here: step,seconds,loss "
+          "(seconds since training began; the step's mean batch loss).");
 ABSL_FLAG(std::string, dump_weights, "",
           "Write the final weights here as raw little-endian float32.");
 ABSL_FLAG(int, connect_timeout_s, 60, "Seconds to wait for the server.");
@@ -133,6 +136,7 @@ struct WorkerMainOptions {
   DataOptions data;
   std::string summary_json;
   std::string dump_weights;
+  std::string step_log;
 };
 
 absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
@@ -267,6 +271,7 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   o.device.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.summary_json = absl::GetFlag(FLAGS_summary_json);
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
+  o.step_log = absl::GetFlag(FLAGS_step_log);
   o.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   o.trainer.rejoin_timeout =
@@ -420,8 +425,28 @@ int Run(WorkerMainOptions o) {
                 (*device)->Name().c_str());
     std::fflush(stdout);
   }
+  // Rank 0 only: in the synchronous modes every replica holds the same
+  // weights, so its batches sample the job's loss; closed by the deleter.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr,
+                                                           &std::fclose);
+  if (!o.step_log.empty() && o.trainer.rank == 0) {
+    step_log.reset(std::fopen(o.step_log.c_str(), "w"));
+    if (step_log == nullptr) {
+      return fail(
+          absl::InternalError(absl::StrCat("cannot write ", o.step_log)),
+          kExitPermanent);
+    }
+    std::fputs("step,seconds,loss\n", step_log.get());
+    o.trainer.on_step = [file = step_log.get()](int64_t step, double seconds,
+                                                double loss) {
+      std::fprintf(file, "%lld,%.6f,%.6f\n", static_cast<long long>(step),
+                   seconds, loss);
+    };
+  }
   Trainer trainer(o.trainer, model->get(), exchanger.get(), &train, &test);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
+  // Complete before the summary appears, for readers that wait on it.
+  step_log.reset();
   if (!summary.ok()) {
     return fail(summary.status(), ExitCodeFor(summary.status()));
   }

@@ -166,7 +166,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   }
   total_steps_ = total_steps;
   ASSIGN_OR_RETURN(int64_t version, JoinJob());
-  if (version > total_steps) {
+  const bool synchronous =
+      options_.sync == SyncMode::kPs || options_.sync == SyncMode::kAllReduce;
+  // Only there is the version the next global step. In async and SSP it
+  // counts every worker's pushes, so a worker that joins late (slow to load
+  // its data) may find it past its own step count and must still train.
+  if (synchronous && version > total_steps) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the server is at version ", version, ", past this job's ",
         total_steps, " steps"));
@@ -190,11 +195,9 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   absl::Duration training_time;
   // Synchronous steps follow the server's version; in the asynchronous
   // modes each worker walks its own steps from 0.
-  int64_t step = options_.sync == SyncMode::kPs ||
-                         options_.sync == SyncMode::kAllReduce
-                     ? version
-                     : 0;
+  int64_t step = synchronous ? version : 0;
   absl::Time last_success = absl::Now();
+  const absl::Time loop_start = last_success;
   while (step < total_steps) {
     if (options_.stop != nullptr && options_.stop->load()) {
       summary.stopped = true;
@@ -239,6 +242,10 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       }
       last_success = absl::Now();
       const int64_t version = *exchanged;
+      if (options_.on_step && stats.examples > 0) {
+        options_.on_step(step, absl::ToDoubleSeconds(last_success - loop_start),
+                         stats.loss_sum / stats.examples);
+      }
       ASSIGN_OR_RETURN(step, NextStep(step, version));
       summary.final_version = std::max(summary.final_version, version);
       loss_sum += stats.loss_sum;

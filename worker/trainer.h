@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,10 @@ struct TrainerOptions {
   // Image models: random crops and flips (seeded by seed, step and example).
   ImageAugmentation augmentation;
   ImageSize image_size;
+  // Called after each step this worker completes, with that step, the
+  // seconds since the training loop began and the step's mean batch loss:
+  // what loss-against-time curves need (--step_log). May be empty.
+  std::function<void(int64_t step, double seconds, double loss)> on_step;
 };
 
 struct TrainSummary {

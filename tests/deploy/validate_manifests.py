@@ -346,6 +346,7 @@ NOT_FOR_BUILDERS = {
     "dataset-fashion-mnist",             # data, not a build input
     "python3-venv", "python3-yaml",      # tests/deploy tooling
     "iproute2",                          # tests/deploy/netns_job_test.sh
+    "python3-matplotlib",                # lockstep_bench study's plots
 }
 
 

@@ -237,6 +237,31 @@ TEST(SyncModesTest, AsyncAndSspFinishEveryStep) {
   }
 }
 
+// In async mode the server's version counts every push, so a worker that
+// joins after the others have finished finds it past its own 20 steps; it
+// must still train them (it once refused, when loading its data was slow).
+TEST(SyncModesTest, AsyncWorkerThatJoinsLateStillTrains) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(3, dir);
+  auto start = [&](int rank) {
+    return Subprocess::Start(
+        {kBin + "/lockstep_worker", "--servers=" + server.address,
+         "--workers=3", absl::StrCat("--rank=", rank), "--sync=async",
+         "--dataset=synthetic", "--synthetic_examples=640", "--layers=23,17,5",
+         "--batch_size=8", "--max_steps=20", "--progress=none",
+         absl::StrCat("--summary_json=", dir, "/s", rank)});
+  };
+  std::vector<Subprocess> early;
+  for (int rank = 0; rank < 2; ++rank) early.push_back(start(rank));
+  for (Subprocess& p : early) EXPECT_EQ(p.Wait(kDeadline), 0) << p.Output();
+  Subprocess late = start(2);
+  EXPECT_EQ(late.Wait(kDeadline), 0) << late.Output();
+  const std::string summary = ReadFile(absl::StrCat(dir, "/s2"));
+  EXPECT_THAT(summary, HasSubstr("\"steps\": 20,"));
+  EXPECT_EQ(JsonInt(summary, "final_version"), 60) << summary;
+  EXPECT_EQ(server.process.Wait(kDeadline), 0) << server.process.Output();
+}
+
 // The same job through a parameter server and through each all-reduce
 // backend ends with the same weights (DESIGN.md's second invariant).
 class AllReduceTest
