@@ -8,8 +8,8 @@ namespace lockstep {
 
 absl::StatusOr<ChunkPlan> ChunkPlan::Create(int64_t num_elements,
                                             int64_t chunk_bytes,
-                                            int num_shards) {
-  if (num_elements < 0) {
+                                            int num_shards, int64_t num_state) {
+  if (num_elements < 0 || num_state < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("negative element count ", num_elements));
   }
@@ -32,17 +32,24 @@ absl::StatusOr<ChunkPlan> ChunkPlan::Create(int64_t num_elements,
         std::max<int64_t>(1, std::min(plan.elements_per_chunk_, per_shard));
   }
   std::vector<int64_t> load(num_shards, 0);
-  for (int64_t offset = 0; offset < num_elements;
-       offset += plan.elements_per_chunk_) {
-    Chunk chunk;
-    chunk.index = static_cast<int>(plan.chunks_.size());
-    chunk.offset = offset;
-    chunk.size = std::min(plan.elements_per_chunk_, num_elements - offset);
-    chunk.shard = static_cast<int>(
-        std::min_element(load.begin(), load.end()) - load.begin());
-    load[chunk.shard] += chunk.size;
-    plan.chunks_.push_back(chunk);
-  }
+  // Parameters first, then state, each cut on its own.
+  auto cut = [&](int64_t begin, int64_t end, bool state) {
+    for (int64_t offset = begin; offset < end;
+         offset += plan.elements_per_chunk_) {
+      Chunk chunk;
+      chunk.index = static_cast<int>(plan.chunks_.size());
+      chunk.offset = offset;
+      chunk.size = std::min(plan.elements_per_chunk_, end - offset);
+      chunk.shard = static_cast<int>(
+          std::min_element(load.begin(), load.end()) - load.begin());
+      chunk.state = state;
+      load[chunk.shard] += chunk.size;
+      plan.chunks_.push_back(chunk);
+    }
+  };
+  cut(0, num_elements, false);
+  cut(num_elements, num_elements + num_state, true);
+  plan.num_elements_ = num_elements + num_state;
   return plan;
 }
 

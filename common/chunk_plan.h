@@ -24,18 +24,25 @@ struct Chunk {
   int64_t offset = 0;  // In elements of the flat vector.
   int64_t size = 0;    // In elements; > 0.
   int shard = 0;       // The server shard that owns it.
+  // Part of the model's state (batch-norm moving statistics), which servers
+  // average rather than optimize.
+  bool state = false;
 };
 
 class ChunkPlan final {
  public:
   // Fails for negative sizes, a chunk smaller than one fp32 element, or
   // fewer than one shard.
+  // The flat vector holds `num_elements` trainable parameters followed by
+  // `num_state` state values; no chunk mixes the two.
   static absl::StatusOr<ChunkPlan> Create(int64_t num_elements,
                                           int64_t chunk_bytes,
-                                          int num_shards = 1);
+                                          int num_shards = 1,
+                                          int64_t num_state = 0);
 
   const std::vector<Chunk>& chunks() const { return chunks_; }
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  // Parameters and state together: the length of the flat vector.
   int64_t num_elements() const { return num_elements_; }
   int64_t elements_per_chunk() const { return elements_per_chunk_; }
   int num_shards() const { return num_shards_; }

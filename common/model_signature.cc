@@ -58,6 +58,12 @@ int64_t ModelSignature::NumParameters() const {
   return n;
 }
 
+int64_t ModelSignature::NumStateElements() const {
+  int64_t n = 0;
+  for (const TensorInfo& t : state_tensors) n += t.NumElements();
+  return n;
+}
+
 std::vector<int64_t> ModelSignature::TensorOffsets() const {
   std::vector<int64_t> offsets;
   int64_t offset = 0;
@@ -87,6 +93,20 @@ std::string DescribeDifference(const ModelSignature& expected,
     const TensorInfo& g = got.tensors[i];
     if (!(e == g)) {
       return absl::StrCat("tensor ", i, ": job has ", e.name,
+                          ShapeString(e.shape), ", worker has ", g.name,
+                          ShapeString(g.shape));
+    }
+  }
+  if (expected.state_tensors.size() != got.state_tensors.size()) {
+    return absl::StrCat("state tensor count: job has ",
+                        expected.state_tensors.size(), ", worker has ",
+                        got.state_tensors.size());
+  }
+  for (size_t i = 0; i < expected.state_tensors.size(); ++i) {
+    const TensorInfo& e = expected.state_tensors[i];
+    const TensorInfo& g = got.state_tensors[i];
+    if (!(e == g)) {
+      return absl::StrCat("state tensor ", i, ": job has ", e.name,
                           ShapeString(e.shape), ", worker has ", g.name,
                           ShapeString(g.shape));
     }

@@ -58,6 +58,10 @@ inline constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
 
 struct ModelSignature {
   std::vector<TensorInfo> tensors;
+  // Non-trainable model state (batch-norm moving mean and variance). It
+  // travels after the parameters in the flat vector; servers keep the mean
+  // of what workers push for it instead of running the optimizer.
+  std::vector<TensorInfo> state_tensors;
   OptimizerConfig optimizer;
   int64_t chunk_bytes = kDefaultChunkBytes;
   int num_workers = 1;
@@ -69,8 +73,10 @@ struct ModelSignature {
   // waiting at a barrier it will never reach. 0: not checked.
   int64_t total_steps = 0;
 
-  // Total fp32 elements over all tensors: the length of the flat vector.
+  // Total fp32 elements over the trainable tensors.
   int64_t NumParameters() const;
+  // Total fp32 elements over the state tensors.
+  int64_t NumStateElements() const;
   // Offset of each tensor in the flat parameter vector.
   std::vector<int64_t> TensorOffsets() const;
 };

@@ -11,6 +11,12 @@ void SignatureToProto(const ModelSignature& signature,
     for (int64_t d : t.shape) spec->add_shape(d);
     spec->set_dtype(v1::DTYPE_FLOAT32);
   }
+  for (const TensorInfo& t : signature.state_tensors) {
+    v1::TensorSpec* spec = proto->add_state_tensors();
+    spec->set_name(t.name);
+    for (int64_t d : t.shape) spec->add_shape(d);
+    spec->set_dtype(v1::DTYPE_FLOAT32);
+  }
   const OptimizerConfig& o = signature.optimizer;
   v1::OptimizerSpec* opt = proto->mutable_optimizer();
   opt->set_name(o.name);
@@ -38,6 +44,12 @@ ModelSignature SignatureFromProto(const v1::ModelSignature& proto) {
     t.name = spec.name();
     t.shape.assign(spec.shape().begin(), spec.shape().end());
     signature.tensors.push_back(std::move(t));
+  }
+  for (const v1::TensorSpec& spec : proto.state_tensors()) {
+    TensorInfo t;
+    t.name = spec.name();
+    t.shape.assign(spec.shape().begin(), spec.shape().end());
+    signature.state_tensors.push_back(std::move(t));
   }
   const v1::OptimizerSpec& opt = proto.optimizer();
   OptimizerConfig& o = signature.optimizer;

@@ -22,7 +22,6 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
       observer_(observer) {
   absl::MutexLock lock(&mu_);
   optimizer_ = std::move(optimizer);
-  weights_.assign(chunk.size, 0.0f);
   accumulator_.assign(chunk.size, 0.0f);
   pushed_.assign(num_workers, false);
   pushed_previous_.assign(num_workers, false);
@@ -39,10 +38,11 @@ absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
       return absl::FailedPreconditionError(
           absl::StrCat("chunk ", chunk_.index, " is already initialized"));
     }
-    std::memcpy(weights_.data(), fp32_bytes.data(), fp32_bytes.size());
+    auto weights = std::make_shared<std::vector<float>>(chunk_.size);
+    std::memcpy(weights->data(), fp32_bytes.data(), fp32_bytes.size());
     initialized_ = true;
     version_ = 0;
-    published_ = std::make_shared<const std::vector<float>>(weights_);
+    published_ = std::move(weights);
     published_version_.store(0);
     for (auto& [min_version, cb] : pull_waiters_) {
       answers.Add(std::move(cb), SnapshotLocked());
@@ -59,7 +59,7 @@ std::optional<ChunkState> ChunkBarrier::Export() {
   ChunkState state;
   state.chunk = chunk_.index;
   state.version = version_;
-  state.weights = weights_;
+  state.weights = *published_;
   for (const auto& [name, values] : optimizer_->Slots()) {
     state.slots.emplace_back(name,
                              std::vector<float>(values.begin(), values.end()));
@@ -71,9 +71,9 @@ absl::Status ChunkBarrier::Restore(const ChunkState& state) {
   Answers answers;
   {
     absl::MutexLock lock(&mu_);
-    if (state.weights.size() != weights_.size()) {
+    if (state.weights.size() != static_cast<size_t>(chunk_.size)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "chunk ", chunk_.index, " has ", weights_.size(),
+          "chunk ", chunk_.index, " has ", chunk_.size,
           " weights, the checkpoint ", state.weights.size()));
     }
     std::vector<std::pair<std::string, absl::Span<float>>> slots =
@@ -95,10 +95,9 @@ absl::Status ChunkBarrier::Restore(const ChunkState& state) {
       std::copy(state.slots[i].second.begin(), state.slots[i].second.end(),
                 slots[i].second.begin());
     }
-    weights_ = state.weights;
     version_ = state.version;
     initialized_ = true;
-    published_ = std::make_shared<const std::vector<float>>(weights_);
+    published_ = std::make_shared<const std::vector<float>>(state.weights);
     published_version_.store(version_);
     for (auto& [min_version, cb] : pull_waiters_) {
       answers.Add(std::move(cb), SnapshotLocked());
@@ -240,10 +239,21 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
 void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
   const absl::Time start = absl::Now();
   apply_start_ = start;
-  optimizer_->Apply(version_, 0, absl::MakeSpan(weights_), accumulator_);
+  // The published snapshot is the master copy: the next version is made in
+  // a new buffer and published in turn, so a chunk holds one copy of its
+  // weights (plus, briefly, the ones replies still send).
+  std::shared_ptr<std::vector<float>> next;
+  if (chunk_.state) {
+    // Model state (batch-norm moving statistics): the mean of what the
+    // workers pushed becomes the new value.
+    next = std::make_shared<std::vector<float>>(accumulator_);
+  } else {
+    next = std::make_shared<std::vector<float>>(*published_);
+    optimizer_->Apply(version_, 0, absl::MakeSpan(*next), accumulator_);
+  }
   std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
   ++version_;
-  published_ = std::make_shared<const std::vector<float>>(weights_);
+  published_ = std::move(next);
   published_version_.store(version_);
   counters_->chunk_steps.fetch_add(1, std::memory_order_relaxed);
   previous_published_at_ = published_at_;

@@ -15,6 +15,8 @@
 //   kSsp    like kAsync, but the answer to a push for step s is held until
 //           every worker has pushed step s - k (k = staleness): no worker runs
 //           more than k steps ahead of the slowest.
+// A state chunk (batch-norm moving statistics, Chunk::state) is not
+// optimized: its new value is the mean of the values pushed for it.
 // A published version is an immutable snapshot; versions only increase.
 //
 // Thread-safe. Callbacks run on the calling thread after the internal lock is
@@ -162,12 +164,12 @@ class ChunkBarrier final {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> weights_ ABSL_GUARDED_BY(mu_);  // Master, fp32.
   std::vector<float> accumulator_ ABSL_GUARDED_BY(mu_);
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = -1;
+  // The latest version: the master weights, immutable once published.
   std::shared_ptr<const std::vector<float>> published_ ABSL_GUARDED_BY(mu_);
   // kSync: who pushed the step being gathered, and the step before.
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);

@@ -170,6 +170,12 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   // The core sums the payload from the received slices before it returns.
   core_->Push(push->rank, push->incarnation, push->step, push->chunk, *dtype,
               push->data, WeightsReply(core_, *dtype, reactor, response));
+  // The push may now wait for the barrier, but its gradient is summed:
+  // release the received slices rather than hold every waiting worker's
+  // chunk until the step closes (memory O(model), not O(workers x model)).
+  push->data.clear();
+  push->slices.clear();
+  const_cast<grpc::ByteBuffer*>(request)->Clear();
   return reactor;
 }
 

@@ -83,7 +83,8 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
   ASSIGN_OR_RETURN(ChunkPlan plan,
                    ChunkPlan::Create(signature.NumParameters(),
                                      signature.chunk_bytes,
-                                     options_.num_shards));
+                                     options_.num_shards,
+                                     signature.NumStateElements()));
   if (plan.num_chunks() == 0) {
     return absl::InvalidArgumentError("the model has no parameters");
   }
@@ -314,6 +315,13 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
 absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
   {
     absl::MutexLock lock(&mu_);
+    if (incarnation == 0 && rank >= 0 && rank < options_.num_workers &&
+        incarnations_[rank] == 0) {
+      // An all-reduce worker: it never registered, the server only hosted
+      // its rendezvous, and it leaves so the server can end with the job.
+      finished_[rank] = true;
+      return absl::OkStatus();
+    }
     RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
     finished_[rank] = true;
   }

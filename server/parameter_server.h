@@ -149,6 +149,8 @@ class ParameterServer final {
   void Pull(int rank, int64_t incarnation, int chunk, int64_t min_version,
             ChunkCallback done);
 
+  // Incarnation 0 lets a rank that never registered (an all-reduce worker)
+  // leave.
   absl::Status Leave(int rank, int64_t incarnation);
 
   ServerStatus GetStatus() const;

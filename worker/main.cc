@@ -25,7 +25,11 @@
 #include "common/tf_config.h"
 #include "worker/dataset.h"
 #include "worker/device_factory.h"
-#include "worker/mlp.h"
+#include "worker/allreduce/all_reducer.h"
+#include "worker/allreduce_exchanger.h"
+#include "worker/models.h"
+#include "worker/ps_exchanger.h"
+#include "worker/setup.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 #include "worker/worker_telemetry.h"
@@ -37,8 +41,15 @@ ABSL_FLAG(int, rank, -1, "This worker's rank in [0, workers). Default: from "
                          "TF_CONFIG (chief is 0, worker i is i+1 with a chief).");
 ABSL_FLAG(int, workers, 0,
           "Workers in the job. Default: TF_CONFIG's chief + worker count.");
+ABSL_FLAG(std::string, model, "mlp",
+          "mlp (see --layers), cnn (LeNet-style), resnet20 or resnet50.");
 ABSL_FLAG(std::string, layers, "784,128,10",
           "MLP layer sizes, input first, classes last.");
+ABSL_FLAG(std::string, input_shape, "",
+          "Image models: H,W,C of an example (default: the data set's; "
+          "32,32,3 for synthetic images).");
+ABSL_FLAG(bool, augment, false,
+          "Image models: random crops (padding 4) and horizontal flips.");
 ABSL_FLAG(std::string, optimizer, "adam", "sgd | momentum | adam | adamw.");
 ABSL_FLAG(double, lr, -1, "Learning rate (default: Keras's for the optimizer: "
                           "0.01 for sgd/momentum, 0.001 for adam/adamw).");
@@ -54,7 +65,8 @@ ABSL_FLAG(int64_t, max_steps, 0, "If > 0, stop after this many global steps.");
 ABSL_FLAG(uint64_t, seed, 42,
           "Seed of the initial weights and of the shared data order.");
 ABSL_FLAG(std::string, dataset, "idx",
-          "idx (MNIST-format files in --data_dir) or synthetic.");
+          "idx (MNIST-format files in --data_dir), cifar10 (CIFAR-10's binary "
+          "files in --data_dir) or synthetic.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].");
 ABSL_FLAG(int64_t, synthetic_examples, 6400,
@@ -72,8 +84,17 @@ ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
 ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");
 ABSL_FLAG(std::string, sync, "ps",
           "How gradients are combined: ps (synchronous parameter server), "
-          "async (the server applies each gradient as it arrives) or ssp "
-          "(bounded staleness, see --staleness).");
+          "allreduce (among the workers, see --allreduce; the first server "
+          "only hosts the rendezvous), async (the server applies each "
+          "gradient as it arrives) or ssp (bounded staleness, --staleness).");
+ABSL_FLAG(std::string, allreduce, "gloo",
+          "sync=allreduce backend: gloo (TCP), grpc-ring (Lockstep's own "
+          "ring over gRPC) or nccl (GPUs).");
+ABSL_FLAG(std::string, allreduce_host, "127.0.0.1",
+          "sync=allreduce: the address other workers reach this one at.");
+ABSL_FLAG(std::string, allreduce_group, "lockstep",
+          "sync=allreduce: rendezvous key prefix; use a new one per run "
+          "against a long-lived server.");
 ABSL_FLAG(int, backup_workers, 0,
           "sync=ps: each step applies the first workers - b gradients to "
           "arrive; late ones are dropped and counted.");
@@ -92,6 +113,9 @@ ABSL_FLAG(bool, eval_every_epoch, false,
           "Rank 0 evaluates on the test set after every epoch.");
 ABSL_FLAG(std::string, summary_json, "",
           "Write a JSON summary of the run here.");
+ABSL_FLAG(std::string, step_log, "",
+          "Rank 0 writes one CSV line per step here: step,seconds,loss "
+          "(seconds since training began; the step's mean batch loss).");
 ABSL_FLAG(std::string, dump_weights, "",
           "Write the final weights here as raw little-endian float32.");
 ABSL_FLAG(int, connect_timeout_s, 60, "Seconds to wait for the server.");
@@ -119,13 +143,13 @@ struct WorkerMainOptions {
   TrainerOptions trainer;
   PsClientOptions client;
   DeviceOptions device;
-  std::vector<int> layers;
-  std::string dataset;
-  std::string data_dir;
-  int64_t synthetic_examples = 0;
+  AllReduceOptions allreduce;
+  ModelSpec model;
+  DataOptions data;
   std::string summary_json;
   std::string dump_weights;
   WorkerTelemetryOptions telemetry;
+  std::string step_log;
 };
 
 absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
@@ -215,7 +239,8 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   }
   o.trainer.rank = rank;
   o.trainer.num_workers = workers;
-  ASSIGN_OR_RETURN(o.layers, ParseLayers(absl::GetFlag(FLAGS_layers)));
+  ASSIGN_OR_RETURN(const std::vector<int> layers,
+                   ParseLayers(absl::GetFlag(FLAGS_layers)));
   ASSIGN_OR_RETURN(o.trainer.optimizer, OptimizerFromFlags());
   o.trainer.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.trainer.epochs = absl::GetFlag(FLAGS_epochs);
@@ -234,15 +259,24 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   if (o.trainer.chunk_bytes < 4 || o.trainer.chunk_bytes > (32 << 20)) {
     return absl::InvalidArgumentError("--chunk_bytes must be in [4, 32 MiB]");
   }
-  o.dataset = absl::GetFlag(FLAGS_dataset);
-  if (o.dataset != "idx" && o.dataset != "synthetic") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--dataset must be idx or synthetic, got \"", o.dataset, "\""));
-  }
-  o.data_dir = absl::GetFlag(FLAGS_data_dir);
-  o.synthetic_examples = absl::GetFlag(FLAGS_synthetic_examples);
-  if (o.synthetic_examples < 1) {
+  o.data.dataset = absl::GetFlag(FLAGS_dataset);
+  o.data.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.data.synthetic_examples = absl::GetFlag(FLAGS_synthetic_examples);
+  o.data.seed = o.trainer.seed;
+  if (o.data.synthetic_examples < 1) {
     return absl::InvalidArgumentError("--synthetic_examples must be positive");
+  }
+  if (o.data.dataset == "cifar10" &&
+      o.data.data_dir == "/usr/share/datasets/fashion-mnist") {
+    o.data.data_dir.clear();  // The default is Fashion-MNIST's folder.
+  }
+  ASSIGN_OR_RETURN(o.model,
+                   MakeModelSpec(absl::GetFlag(FLAGS_model), layers,
+                                 absl::GetFlag(FLAGS_input_shape), o.data));
+  if (o.model.name != "mlp") {
+    o.trainer.image_size = ImageSizeOf(o.model);
+    o.trainer.augmentation.random_crop = absl::GetFlag(FLAGS_augment);
+    o.trainer.augmentation.horizontal_flip = absl::GetFlag(FLAGS_augment);
   }
   o.device.kind = absl::GetFlag(FLAGS_device);
   o.device.gpu = absl::GetFlag(FLAGS_gpu);
@@ -262,6 +296,7 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
     }
   }
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
+  o.step_log = absl::GetFlag(FLAGS_step_log);
   o.client.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
   o.trainer.rejoin_timeout =
@@ -273,9 +308,17 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
     o.trainer.sync = SyncMode::kAsync;
   } else if (sync == "ssp") {
     o.trainer.sync = SyncMode::kSsp;
+  } else if (sync == "allreduce") {
+    o.trainer.sync = SyncMode::kAllReduce;
+    o.allreduce.backend = absl::GetFlag(FLAGS_allreduce);
+    o.allreduce.rank = rank;
+    o.allreduce.size = workers;
+    o.allreduce.coordinator = o.client.servers.front();
+    o.allreduce.host = absl::GetFlag(FLAGS_allreduce_host);
+    o.allreduce.group = absl::GetFlag(FLAGS_allreduce_group);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--sync must be ps, async or ssp, got \"", sync, "\""));
+        "--sync must be ps, allreduce, async or ssp, got \"", sync, "\""));
   }
   o.trainer.backup_workers = absl::GetFlag(FLAGS_backup_workers);
   if (o.trainer.backup_workers < 0 || o.trainer.backup_workers >= workers) {
@@ -302,33 +345,6 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   return o;
 }
 
-// Loads the train and test sets and checks them against the model's shape.
-absl::Status LoadData(const WorkerMainOptions& o, Dataset* train,
-                      Dataset* test) {
-  const int inputs = o.layers.front();
-  const int classes = o.layers.back();
-  if (o.dataset == "synthetic") {
-    *train = MakeSyntheticDataset(o.synthetic_examples, inputs, classes,
-                                  o.trainer.seed);
-    *test = MakeSyntheticDataset(std::max<int64_t>(1, o.synthetic_examples / 5),
-                                 inputs, classes, o.trainer.seed + 1);
-    return absl::OkStatus();
-  }
-  ASSIGN_OR_RETURN(*train, LoadIdxDataset(o.data_dir, /*train=*/true));
-  ASSIGN_OR_RETURN(*test, LoadIdxDataset(o.data_dir, /*train=*/false));
-  if (train->feature_dim != inputs) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data has ", train->feature_dim, " features per example but "
-        "--layers starts with ", inputs));
-  }
-  if (train->num_classes > classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data has ", train->num_classes, " classes but --layers ends with ",
-        classes));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
                           const WorkerMainOptions& o) {
   JsonObjectWriter json;
@@ -344,6 +360,7 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("workers", o.trainer.num_workers)
       .Add("batch_size", o.trainer.batch_size)
       .Add("optimizer", o.trainer.optimizer.name)
+      .Add("model", o.model.name)
       .Add("wire_dtype", WireDTypeName(o.client.wire_dtype))
       .Add("sync", absl::GetFlag(FLAGS_sync))
       .Add("backup_workers", o.trainer.backup_workers)
@@ -397,34 +414,71 @@ int Run(WorkerMainOptions o) {
   o.trainer.observer = (*telemetry)->observer();
   Dataset train, test;
   // Data, device and model problems will not go away by retrying.
-  if (absl::Status s = LoadData(o, &train, &test); !s.ok()) {
+  if (absl::Status s = LoadData(o.data, o.model, &train, &test); !s.ok()) {
     return fail(s, kExitPermanent);
   }
   absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(o.device);
   if (!device.ok()) return fail(device.status(), kExitPermanent);
-  absl::StatusOr<std::unique_ptr<Mlp>> model =
-      Mlp::Create(o.layers, o.trainer.batch_size, device->get());
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      CreateModel(o.model, o.trainer.batch_size, device->get());
   if (!model.ok()) return fail(model.status(), kExitPermanent);
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(o.client);
   if (!client.ok()) return fail(client.status(), kExitPermanent);
+  std::unique_ptr<Exchanger> exchanger;
+  if (o.trainer.sync == SyncMode::kAllReduce) {
+    // Returns once every worker has arrived at the rendezvous.
+    absl::StatusOr<std::unique_ptr<AllReducer>> reducer =
+        CreateAllReducer(o.allreduce);
+    if (!reducer.ok()) {
+      return fail(reducer.status(), ExitCodeFor(reducer.status()));
+    }
+    exchanger = std::make_unique<AllReduceExchanger>(
+        *std::move(reducer), client->get(), o.trainer.rank,
+        o.trainer.num_workers);
+  } else {
+    exchanger = std::make_unique<PsExchanger>(client->get(), o.trainer.rank);
+  }
   if (o.trainer.rank == 0) {
-    std::printf("Training MLP %s (%lld parameters) on %lld examples with %d "
-                "worker(s) x batch %d, %s, device %s\n",
-                absl::GetFlag(FLAGS_layers).c_str(),
+    std::printf("Training %s %s (%lld parameters) on %lld examples with %d "
+                "worker(s) x batch %d, %s, %s, device %s\n",
+                o.model.name.c_str(),
+                o.model.name == "mlp" ? absl::GetFlag(FLAGS_layers).c_str()
+                                      : "",
                 static_cast<long long>((*model)->NumParameters()),
                 static_cast<long long>(train.num_examples),
                 o.trainer.num_workers, o.trainer.batch_size,
-                o.trainer.optimizer.name.c_str(), (*device)->Name().c_str());
+                o.trainer.optimizer.name.c_str(),
+                absl::GetFlag(FLAGS_sync).c_str(), (*device)->Name().c_str());
     std::fflush(stdout);
   } else {
     std::printf("Rank %d on device %s\n", o.trainer.rank,
                 (*device)->Name().c_str());
     std::fflush(stdout);
   }
-  Trainer trainer(o.trainer, model->get(), client->get(), &train, &test);
+  // Rank 0 only: in the synchronous modes every replica holds the same
+  // weights, so its batches sample the job's loss; closed by the deleter.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr,
+                                                           &std::fclose);
+  if (!o.step_log.empty() && o.trainer.rank == 0) {
+    step_log.reset(std::fopen(o.step_log.c_str(), "w"));
+    if (step_log == nullptr) {
+      return fail(
+          absl::InternalError(absl::StrCat("cannot write ", o.step_log)),
+          kExitPermanent);
+    }
+    std::fputs("step,seconds,loss\n", step_log.get());
+    o.trainer.on_step = [file = step_log.get()](int64_t step, double seconds,
+                                                double loss) {
+      std::fprintf(file, "%lld,%.6f,%.6f\n", static_cast<long long>(step),
+                   seconds, loss);
+    };
+  }
+  Trainer trainer(o.trainer, model->get(), exchanger.get(), &train, &test);
   (*telemetry)->SetTraining(true);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
   (*telemetry)->SetTraining(false);
+  // Complete before the summary appears, for readers that wait on it.
+  step_log.reset();
   if (!summary.ok()) {
     return fail(summary.status(), ExitCodeFor(summary.status()));
   }
@@ -460,8 +514,9 @@ int Run(WorkerMainOptions o) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Lockstep worker: trains one replica of an MLP on its shard of the "
-      "data, pushing gradients to the parameter server every step.\n"
+      "Lockstep worker: trains one replica of a model (MLP, CNN, ResNet) on "
+      "its shard of the data, exchanging gradients every step through the "
+      "parameter servers or by all-reduce.\n"
       "Usage: lockstep_worker --servers=HOST:PORT --workers=N --rank=R "
       "[--layers=784,128,10 --optimizer=adam --batch_size=64 --epochs=5]\n"
       "Exit codes: 0 done, 2 bad flags, data or model (permanent), 75 a lost "

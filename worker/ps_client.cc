@@ -68,7 +68,8 @@ class PsClient::Impl {
     ASSIGN_OR_RETURN(ChunkPlan plan,
                      ChunkPlan::Create(signature.NumParameters(),
                                        signature.chunk_bytes,
-                                       signature.num_shards));
+                                       signature.num_shards,
+                                       signature.NumStateElements()));
     v1::RegisterRequest request;
     request.set_rank(rank);
     SignatureToProto(signature, request.mutable_signature());
@@ -251,6 +252,8 @@ class PsClient::Impl {
     return result;
   }
 
+  size_t num_shards() const { return stubs_.size(); }
+
   // Waits for the pushes already sent and drops the rest; run when a step
   // is abandoned, so no gRPC callback outlives the state it writes to.
   ~Impl() {
@@ -274,13 +277,17 @@ class PsClient::Impl {
 
   absl::Status Leave() {
     if (!plan_.has_value()) return absl::OkStatus();
+    return LeaveAs(rank_, incarnations_);
+  }
+
+  absl::Status LeaveAs(int rank, const std::vector<int64_t>& incarnations) {
     absl::Status result;
     for (size_t shard = 0; shard < stubs_.size(); ++shard) {
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(options_.rpc_timeout));
       v1::LeaveRequest request;
-      request.set_rank(rank_);
-      request.set_incarnation(incarnations_[shard]);
+      request.set_rank(rank);
+      request.set_incarnation(incarnations[shard]);
       v1::LeaveResponse response;
       result.Update(FromGrpcStatus(stubs_[shard]->Leave(&context, request,
                                                         &response)));
@@ -468,6 +475,10 @@ absl::StatusOr<int64_t> PsClient::FinishStep() {
   return impl_->FinishStep();
 }
 absl::Status PsClient::Leave() { return impl_->Leave(); }
+absl::Status PsClient::LeaveUnregistered(int rank) {
+  return impl_->LeaveAs(rank, std::vector<int64_t>(
+                                  impl_->num_shards(), /*incarnation=*/0));
+}
 StepTimings PsClient::step_timings() const { return impl_->step_timings(); }
 
 }  // namespace lockstep

@@ -106,6 +106,9 @@ class PsClient final {
 
   // Says this worker is done.
   absl::Status Leave();
+  // Says rank `rank`, which never registered (an all-reduce worker, for
+  // which the servers only host the rendezvous), is done.
+  absl::Status LeaveUnregistered(int rank);
 
   // Client-side time of the steps so far. Call between steps.
   StepTimings step_timings() const;

@@ -12,20 +12,22 @@
 
 namespace lockstep {
 
-Trainer::Trainer(const TrainerOptions& options, Mlp* model, PsClient* client,
-                 const Dataset* train, const Dataset* test)
+Trainer::Trainer(const TrainerOptions& options, Model* model,
+                 Exchanger* exchanger, const Dataset* train,
+                 const Dataset* test)
     : options_(options),
       model_(model),
-      client_(client),
+      exchanger_(exchanger),
+      num_parameters_(model->NumParameters()),
       train_(train),
       test_(test),
-      weights_(model->NumParameters()),
-      gradient_(model->NumParameters()) {}
+      weights_(model->NumParameters() + model->StateSize()),
+      gradient_(weights_.size()) {}
 
-// Registers and obtains the weights to start from; returns their version.
-absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
+ModelSignature Trainer::Signature() const {
   ModelSignature signature;
   signature.tensors = model_->Tensors();
+  signature.state_tensors = model_->StateTensors();
   signature.optimizer = options_.optimizer;
   signature.chunk_bytes = options_.chunk_bytes;
   signature.num_workers = options_.num_workers;
@@ -33,6 +35,7 @@ absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
   signature.total_steps = total_steps_;
   switch (options_.sync) {
     case SyncMode::kPs:
+    case SyncMode::kAllReduce:
       signature.sync.mode = SyncPolicy::Mode::kSync;
       signature.sync.backup_workers = options_.backup_workers;
       break;
@@ -44,17 +47,30 @@ absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
       signature.sync.staleness = options_.staleness;
       break;
   }
-  ASSIGN_OR_RETURN(RegisterResult reg,
-                   client_->Register(options_.rank, signature, timeout));
-  if (reg.must_initialize) {
-    // Rank 0 defines version 0 from --seed; everyone else receives it.
-    weights_ = model_->InitialWeights(options_.seed);
-    RETURN_IF_ERROR(client_->Initialize(weights_));
+  return signature;
+}
+
+// Joins the job and obtains the weights to start from; returns their version.
+absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
+  auto initial = [this]() {
+    std::vector<float> w = model_->InitialWeights(options_.seed);
+    const std::vector<float> state = model_->InitialState();
+    w.insert(w.end(), state.begin(), state.end());
+    return w;
+  };
+  // Joining pulls the first weights: timed like every step's pull.
+  PhaseTimer pull(options_.observer, StepObserver::Phase::kPull, 0);
+  return exchanger_->Join(Signature(), initial, absl::MakeSpan(weights_),
+                          timeout);
+}
+
+absl::Status Trainer::LoadModel() {
+  const absl::Span<const float> all(weights_);
+  RETURN_IF_ERROR(model_->SetWeights(all.subspan(0, num_parameters_)));
+  if (model_->StateSize() > 0) {
+    RETURN_IF_ERROR(model_->SetState(all.subspan(num_parameters_)));
   }
-  PhaseTimer pull(options_.observer, StepObserver::Phase::kPull,
-                  std::max<int64_t>(reg.version, 0));
-  return client_->Pull(std::max<int64_t>(reg.version, 0),
-                       absl::MakeSpan(weights_));
+  return absl::OkStatus();
 }
 
 void Trainer::Straggle(int64_t step) const {
@@ -70,6 +86,8 @@ void Trainer::Straggle(int64_t step) const {
 
 absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
   switch (options_.sync) {
+    case SyncMode::kAllReduce:
+      return version;
     case SyncMode::kPs:
       // With backup workers a straggler may be answered with a later
       // version; its data position follows the version, so it skips the
@@ -118,33 +136,46 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
   StepObserver* const observer = options_.observer;
   const absl::Time start = observer != nullptr ? absl::Now() : absl::Time();
   PhaseTimer pull(observer, Phase::kPull, step);
-  RETURN_IF_ERROR(model_->SetWeights(weights_));
+  RETURN_IF_ERROR(LoadModel());
   pull.Stop();
-  // Each layer's gradient is pushed as soon as backprop has it; the
-  // replies land in weights_ (already uploaded to the model).
-  RETURN_IF_ERROR(client_->BeginStep(step, gradient_, absl::MakeSpan(weights_)));
-  PhaseTimer compute(observer, Phase::kCompute, step);
-  absl::StatusOr<BatchStats> computed = model_->ComputeGradients(
-      features, labels, absl::MakeSpan(gradient_),
-      [this, observer, step](int64_t begin, int64_t end) {
+  const absl::Span<float> gradient = absl::MakeSpan(gradient_);
+  absl::Time computed_at;
+  auto compute = [&](const Model::GradientReadyFn& on_ready)
+      -> absl::StatusOr<BatchStats> {
+    PhaseTimer compute_phase(observer, Phase::kCompute, step);
+    // Handing a range to the exchanger (a push) is timed on its own.
+    Model::GradientReadyFn ready;
+    if (on_ready) {
+      ready = [&](int64_t begin, int64_t end) {
         PhaseTimer push(observer, Phase::kPush, step);
-        client_->GradientReady(begin, end);
-      });
-  compute.Stop();
-  // Always finish the step, so no push outlives it.
-  PhaseTimer wait(observer, Phase::kWait, step);
-  absl::StatusOr<int64_t> version = client_->FinishStep();
-  wait.Stop();
+        on_ready(begin, end);
+      };
+    }
+    ASSIGN_OR_RETURN(BatchStats batch,
+                     model_->ComputeGradients(
+                         features, labels, gradient.subspan(0, num_parameters_),
+                         ready));
+    if (model_->StateSize() > 0) {
+      // The moving statistics this batch produced go out with the gradient.
+      RETURN_IF_ERROR(model_->State(gradient.subspan(num_parameters_)));
+      if (ready) ready(num_parameters_, gradient.size());
+    }
+    compute_phase.Stop();
+    computed_at = absl::Now();
+    return batch;
+  };
+  absl::StatusOr<int64_t> version = exchanger_->Step(
+      step, gradient, absl::MakeSpan(weights_), compute, stats);
   if (observer != nullptr && version.ok()) {
-    observer->OnStep(step, *version, start, absl::Now());
+    const absl::Time now = absl::Now();
+    observer->OnPhase(Phase::kWait, step, computed_at, now);
+    observer->OnStep(step, *version, start, now);
   }
-  if (!computed.ok()) return computed.status();
-  *stats = *computed;
   return version;
 }
 
 absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
-  RETURN_IF_ERROR(model_->SetWeights(weights_));
+  RETURN_IF_ERROR(LoadModel());
   return model_->Evaluate(test_->features, test_->labels);
 }
 
@@ -160,14 +191,24 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   }
   total_steps_ = total_steps;
   ASSIGN_OR_RETURN(int64_t version, JoinJob());
-  if (version > total_steps) {
+  const bool synchronous =
+      options_.sync == SyncMode::kPs || options_.sync == SyncMode::kAllReduce;
+  // Only there is the version the next global step. In async and SSP it
+  // counts every worker's pushes, so a worker that joins late (slow to load
+  // its data) may find it past its own step count and must still train.
+  if (synchronous && version > total_steps) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the server is at version ", version, ", past this job's ",
         total_steps, " steps"));
   }
 
   const int batch = options_.batch_size;
-  const int dim = train_->feature_dim;
+  const int64_t dim = model_->FeatureSize();
+  if (train_->feature_dim != dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train_->feature_dim, " values per example, the model "
+        "takes ", dim));
+  }
   std::vector<float> features(static_cast<size_t>(batch) * dim);
   std::vector<int32_t> labels(batch);
   const double global_batch =
@@ -179,8 +220,9 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   absl::Duration training_time;
   // Synchronous steps follow the server's version; in the asynchronous
   // modes each worker walks its own steps from 0.
-  int64_t step = options_.sync == SyncMode::kPs ? version : 0;
+  int64_t step = synchronous ? version : 0;
   absl::Time last_success = absl::Now();
+  const absl::Time loop_start = last_success;
   while (step < total_steps) {
     if (options_.stop != nullptr && options_.stop->load()) {
       summary.stopped = true;
@@ -200,12 +242,19 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       const std::vector<int64_t> indices = sampler.BatchIndices(step);
       GatherBatch(*train_, indices, absl::MakeSpan(features),
                   absl::MakeSpan(labels));
+      if (options_.augmentation.random_crop ||
+          options_.augmentation.horizontal_flip) {
+        AugmentImages(options_.augmentation, options_.image_size,
+                      options_.seed, step, indices, absl::MakeSpan(features));
+      }
       Straggle(step);
       BatchStats stats;
       absl::StatusOr<int64_t> exchanged =
           Exchange(step, features, labels, &stats);
       if (!exchanged.ok()) {
-        if (!IsRetryable(exchanged.status())) return exchanged.status();
+        if (!IsRetryable(exchanged.status()) || !exchanger_->CanRejoin()) {
+          return exchanged.status();
+        }
         // The server restarted, gave up on the step or evicted us: register
         // again and go on from the version it has (the data order follows
         // the version, so no batch is skipped or repeated in sync mode).
@@ -218,6 +267,10 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       }
       last_success = absl::Now();
       const int64_t version = *exchanged;
+      if (options_.on_step && stats.examples > 0) {
+        options_.on_step(step, absl::ToDoubleSeconds(last_success - loop_start),
+                         stats.loss_sum / stats.examples);
+      }
       ASSIGN_OR_RETURN(step, NextStep(step, version));
       summary.final_version = std::max(summary.final_version, version);
       loss_sum += stats.loss_sum;
@@ -259,7 +312,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     summary.test_loss = eval.loss_sum / eval.examples;
     summary.test_accuracy = static_cast<double>(eval.correct) / eval.examples;
   }
-  RETURN_IF_ERROR(client_->Leave());
+  RETURN_IF_ERROR(exchanger_->Leave());
   return summary;
 }
 

@@ -1,17 +1,20 @@
-// The synchronous training loop of one worker (PS mode).
+// The training loop of one worker.
 //
-// Trainer registers with the server, obtains version 0 (rank 0 uploads its
-// seeded initial weights; the others pull them), then runs global steps:
-// set weights of version v, compute the gradient on this worker's shard of
-// step v's examples, push it and receive version v + 1. Rank 0 evaluates on
-// the test set at the end (and after every epoch on request).
+// Trainer joins the job through its Exchanger (parameter servers or
+// all-reduce), obtains version 0 (rank 0's seeded initial weights), then
+// runs global steps: set the weights of version v, compute the gradient on
+// this worker's shard of step v's examples, exchange it and receive version
+// v + 1. Batch-norm moving statistics travel with the gradient and come
+// back as the workers' mean, so every replica evaluates alike. Rank 0
+// evaluates on the test set at the end (and after every epoch on request).
 //
-// Externally synchronized; the model, client and data sets are not owned.
+// Externally synchronized; the model, exchanger and data are not owned.
 #ifndef LOCKSTEP_WORKER_TRAINER_H_
 #define LOCKSTEP_WORKER_TRAINER_H_
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,9 +22,10 @@
 #include "absl/time/time.h"
 #include "common/model_signature.h"
 #include "worker/dataset.h"
-#include "worker/mlp.h"
+#include "worker/exchanger.h"
+#include "worker/image_data.h"
+#include "worker/model.h"
 #include "worker/progress.h"
-#include "worker/ps_client.h"
 #include "worker/step_observer.h"
 
 namespace lockstep {
@@ -31,6 +35,7 @@ enum class SyncMode {
   kPs,      // Synchronous parameter server (optionally with backup workers).
   kAsync,   // Parameter server applying each gradient as it arrives.
   kSsp,     // Parameter server with bounded staleness.
+  kAllReduce,  // Among the workers, no server in the data path.
 };
 
 struct TrainerOptions {
@@ -62,6 +67,13 @@ struct TrainerOptions {
   // Told where each step's time goes (metrics, traces). Not owned; may be
   // null.
   StepObserver* observer = nullptr;
+  // Image models: random crops and flips (seeded by seed, step and example).
+  ImageAugmentation augmentation;
+  ImageSize image_size;
+  // Called after each step this worker completes, with that step, the
+  // seconds since the training loop began and the step's mean batch loss:
+  // what loss-against-time curves need (--step_log). May be empty.
+  std::function<void(int64_t step, double seconds, double loss)> on_step;
 };
 
 struct TrainSummary {
@@ -79,12 +91,12 @@ struct TrainSummary {
 
 class Trainer final {
  public:
-  Trainer(const TrainerOptions& options, Mlp* model, PsClient* client,
+  Trainer(const TrainerOptions& options, Model* model, Exchanger* exchanger,
           const Dataset* train, const Dataset* test);
 
   absl::StatusOr<TrainSummary> Run();
 
-  // The weights after Run (version final_version).
+  // The weights after Run (version final_version): parameters, then state.
   const std::vector<float>& weights() const { return weights_; }
 
  private:
@@ -94,11 +106,15 @@ class Trainer final {
   // is retryable and `deadline` has not passed.
   absl::StatusOr<int64_t> Rejoin(const absl::Status& cause,
                                  absl::Time deadline);
-  // One step's exchange: compute the gradient (pushing each layer as it is
-  // ready) and receive the next weights. Returns the version received.
+  // One step's exchange: compute the gradient (handing each layer to the
+  // exchanger as it is ready) and receive the next weights. Returns the
+  // version received.
   absl::StatusOr<int64_t> Exchange(int64_t step, absl::Span<const float> features,
                                    absl::Span<const int32_t> labels,
                                    BatchStats* stats);
+  // Loads weights_ (parameters and state) into the model.
+  absl::Status LoadModel();
+  ModelSignature Signature() const;
   // Sleeps as --straggle asks for this step.
   void Straggle(int64_t step) const;
   // The step after `step`, given the version the server answered with.
@@ -106,8 +122,9 @@ class Trainer final {
   absl::StatusOr<BatchStats> EvaluateTest();
 
   const TrainerOptions options_;
-  Mlp* const model_;          // Not owned.
-  PsClient* const client_;    // Not owned.
+  Model* const model_;          // Not owned.
+  Exchanger* const exchanger_;  // Not owned.
+  const int64_t num_parameters_;
   const Dataset* const train_;  // Not owned.
   const Dataset* const test_;   // Not owned; may be null.
   std::vector<float> weights_;

@@ -1,6 +1,7 @@
 #include "deploy/launch/launcher.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -218,12 +219,20 @@ int CountVisibleGpus() {
 }
 
 absl::StatusOr<int> ReadPortFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    if (access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
+  // Judge by open()'s own errno: checking existence separately races with
+  // the server's rename, which can land in between.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
       return absl::NotFoundError(absl::StrCat(path, " does not exist yet"));
     }
-    return absl::InternalError(absl::StrCat("cannot read ", path));
+    return absl::InternalError(
+        absl::StrCat("cannot read ", path, ": ", strerror(errno)));
+  }
+  close(fd);
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(path, " vanished while read"));
   }
   std::stringstream text;
   text << in.rdbuf();

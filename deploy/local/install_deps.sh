@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libopenblas-dev zlib1g-dev libgloo-dev
   dataset-fashion-mnist
-  python3-venv python3-yaml iproute2
+  python3-venv python3-yaml iproute2 python3-matplotlib
   openssl
 )
 

@@ -1,6 +1,5 @@
 #include "tests/bench/comm_bench.h"
 
-#include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -11,32 +10,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/grpc_status.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "deploy/launch/launcher.h"
-#include "lockstep/v1/lockstep.grpc.pb.h"
+#include "lockstep/v1/lockstep.pb.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/child_runner.h"
 #include "tests/bench/comm_worker.h"
+#include "tests/bench/server_counters.h"
 
 namespace lockstep {
 namespace {
 
 absl::Duration Left(absl::Time deadline) {
   return std::max(deadline - absl::Now(), absl::ZeroDuration());
-}
-
-absl::StatusOr<v1::ServerCounters> ReadCounters(const std::string& address) {
-  std::unique_ptr<v1::ParameterServer::Stub> stub =
-      v1::ParameterServer::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  v1::StatusResponse response;
-  RETURN_IF_ERROR(FromGrpcStatus(
-      stub->GetStatus(&context, v1::StatusRequest(), &response)));
-  return response.counters();
 }
 
 // Everything the servers did between the two readings, summed over shards.
@@ -76,34 +63,23 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
   ASSIGN_OR_RETURN(std::unique_ptr<ChildRunner> runner,
                    ChildRunner::Create(absl::StrCat(dir, "/comm.log"),
                                        options.interrupt_fd));
-  std::vector<pid_t> servers;
-  std::vector<std::string> port_files;
-  for (int shard = 0; shard < options.ps; ++shard) {
-    port_files.push_back(absl::StrCat(dir, "/port.", shard));
-    ASSIGN_OR_RETURN(
-        pid_t pid,
-        runner->Start(absl::StrCat("ps", shard),
-                      {absl::StrCat(options.bin_dir, "/lockstep_server"),
-                       "--listen=127.0.0.1:0",
-                       absl::StrCat("--port_file=", port_files.back()),
-                       absl::StrCat("--workers=", options.workers),
-                       absl::StrCat("--shard=", shard),
-                       absl::StrCat("--num_shards=", options.ps),
-                       "--exit_when_done=false"}));
-    servers.push_back(pid);
+  const std::vector<BenchHost> hosts =
+      options.hosts.empty() ? LoopbackHosts(options.ps + options.workers)
+                            : options.hosts;
+  if (static_cast<int>(hosts.size()) < options.ps + options.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.ps, " server(s) and ", options.workers,
+        " worker(s) need that many hosts; there are ", hosts.size()));
   }
-  std::vector<std::string> addresses(options.ps);
-  RETURN_IF_ERROR(runner->WaitUntil(
-      "starting the servers",
-      [&]() {
-        for (int shard = 0; shard < options.ps; ++shard) {
-          absl::StatusOr<int> port = ReadPortFile(port_files[shard]);
-          if (!port.ok()) return false;
-          addresses[shard] = absl::StrCat("127.0.0.1:", *port);
-        }
-        return true;
-      },
-      std::min(Left(deadline), absl::Seconds(60))));
+  ASSIGN_OR_RETURN(
+      ServerSet servers,
+      StartServers(runner.get(), options.bin_dir,
+                   absl::MakeConstSpan(hosts).subspan(0, options.ps),
+                   options.workers, dir, {"--exit_when_done=false"},
+                   std::min(Left(deadline), absl::Seconds(60))));
+  const std::vector<std::string>& addresses = servers.addresses;
+  const BenchHost& reader = hosts[options.ps];  // Reaches every server.
+  const absl::Duration read_timeout = absl::Seconds(60);
 
   std::vector<pid_t> workers;
   for (int rank = 0; rank < options.workers; ++rank) {
@@ -111,16 +87,21 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
         pid_t pid,
         runner->Start(
             absl::StrCat("worker", rank),
-            {options.self_exe, "comm-worker",
-             absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
-             absl::StrCat("--rank=", rank),
-             absl::StrCat("--workers=", options.workers),
-             absl::StrCat("--params=", options.params),
-             absl::StrCat("--wire_dtype=", WireDTypeName(options.wire_dtype)),
-             absl::StrCat("--chunk_bytes=", options.chunk_bytes),
-             absl::StrCat("--warmup=", options.warmup),
-             absl::StrCat("--iters=", options.iters),
-             absl::StrCat("--out_dir=", dir)}));
+            OnHost(
+                hosts[options.ps + rank],
+                {options.self_exe, "comm-worker",
+                 absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
+                 absl::StrCat("--rank=", rank),
+                 absl::StrCat("--workers=", options.workers),
+                 absl::StrCat("--params=", options.params),
+                 absl::StrCat("--wire_dtype=",
+                              WireDTypeName(options.wire_dtype)),
+                 absl::StrCat("--chunk_bytes=", options.chunk_bytes),
+                 absl::StrCat("--warmup=", options.warmup),
+                 absl::StrCat("--iters=", options.iters),
+                 absl::StrCat("--out_dir=", dir),
+                 absl::StrCat("--allreduce_backend=", options.allreduce),
+                 absl::StrCat("--host=", hosts[options.ps + rank].address)})));
     workers.push_back(pid);
   }
   RETURN_IF_ERROR(runner->WaitUntil(
@@ -135,24 +116,29 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
 
   // Every worker is parked before its first timed step: the counters hold
   // exactly the warmup.
-  std::vector<v1::ServerCounters> before;
-  for (const std::string& address : addresses) {
-    ASSIGN_OR_RETURN(v1::ServerCounters c, ReadCounters(address));
-    before.push_back(std::move(c));
-  }
+  ASSIGN_OR_RETURN(std::vector<v1::ServerCounters> before,
+                   ReadServerCounters(runner.get(), reader, options.self_exe,
+                                      addresses, dir, read_timeout));
   for (pid_t pid : workers) kill(pid, kGoSignal);
+  // Done when every worker has written its result, not when every worker
+  // has exited: gRPC 1.51's grpc_shutdown at exit sometimes waits ~10 s for
+  // an executor thread's poll. StopAll below ends such a worker.
   RETURN_IF_ERROR(runner->WaitUntil(
       "running the timed steps",
       [&]() {
-        return std::none_of(workers.begin(), workers.end(),
-                            [&](pid_t pid) { return runner->IsRunning(pid); });
+        for (int rank = 0; rank < options.workers; ++rank) {
+          if (!std::filesystem::exists(ResultFile(dir, rank))) return false;
+        }
+        return true;
       },
       Left(deadline)));
   CounterDelta delta;
+  ASSIGN_OR_RETURN(std::vector<v1::ServerCounters> after,
+                   ReadServerCounters(runner.get(), reader, options.self_exe,
+                                      addresses, dir, read_timeout));
   for (int shard = 0; shard < options.ps; ++shard) {
-    ASSIGN_OR_RETURN(v1::ServerCounters after, ReadCounters(addresses[shard]));
-    AddDelta(before[shard], after, &delta);
-    ASSIGN_OR_RETURN(int64_t rss, PeakRssBytes(servers[shard]));
+    AddDelta(before[shard], after[shard], &delta);
+    ASSIGN_OR_RETURN(int64_t rss, PeakRssBytes(servers.pids[shard]));
     result.server_peak_rss_bytes.push_back(rss);
   }
   runner->StopAll();
@@ -233,6 +219,7 @@ std::string CommResultJson(const CommResult& r) {
                               r.server_peak_rss_bytes.end());
   JsonObjectWriter json;
   json.Add("mode", "comm")
+      .Add("allreduce", o.allreduce)
       .Add("params", o.params)
       .Add("workers", o.workers)
       .Add("ps", o.ps)

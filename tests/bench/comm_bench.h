@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "common/model_signature.h"
 #include "common/wire_codec.h"
+#include "tests/bench/bench_hosts.h"
 #include "tests/bench/loopback.h"
 
 namespace lockstep {
@@ -24,6 +25,13 @@ struct CommOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;
   int iters = 20;
   int warmup = 3;
+  // Empty: the workers push through `ps` servers. "gloo" or "grpc-ring":
+  // they all-reduce among themselves; `ps` must be 1, a server that only
+  // hosts the rendezvous.
+  std::string allreduce;
+  // Where the processes run: servers on hosts[0, ps), worker r on
+  // hosts[ps + r]. Empty: everything on loopback.
+  std::vector<BenchHost> hosts;
   bool iperf3 = false;   // Also measure the loopback floor.
   std::string bin_dir;   // Holds lockstep_server.
   std::string self_exe;  // This binary, re-run as the workers.

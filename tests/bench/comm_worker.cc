@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "common/model_signature.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "worker/allreduce/all_reducer.h"
 
 namespace lockstep {
 namespace {
@@ -127,7 +129,52 @@ void BlockGoSignal() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+namespace {
+
+// The all-reduce counterpart of RunCommWorker's loop: the same kind of fixed
+// gradient, summed in place by the backend each step. It is copied into the
+// buffer before each timed call, so that sums never grow to infinities and
+// every step moves the same values.
+absl::Status RunAllReduceWorker(const CommWorkerOptions& options) {
+  AllReduceOptions reduce;
+  reduce.backend = options.allreduce;
+  reduce.rank = options.rank;
+  reduce.size = options.workers;
+  reduce.coordinator = options.servers.front();
+  reduce.host = options.host;
+  reduce.group = "bench";
+  ASSIGN_OR_RETURN(std::unique_ptr<AllReducer> reducer,
+                   CreateAllReducer(reduce));
+  const size_t n = static_cast<size_t>(options.params);
+  std::vector<float> gradient(n), buffer(n);
+  Random random(Random::Derive(4, static_cast<uint64_t>(options.rank)));
+  for (float& g : gradient) g = random.Uniform(-1.0f, 1.0f);
+
+  CommWorkerResult result;
+  const int steps = options.warmup + options.iters;
+  for (int step = 0; step < steps; ++step) {
+    if (step == options.warmup) {
+      RETURN_IF_ERROR(
+          WriteFileAtomically(ReadyFile(options.out_dir, options.rank), "1\n"));
+      RETURN_IF_ERROR(WaitForGo(options.go_timeout));
+    }
+    std::copy(gradient.begin(), gradient.end(), buffer.begin());
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(reducer->AllReduceSum(absl::MakeSpan(buffer)));
+    if (step >= options.warmup) {
+      result.step_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+  }
+  // No client phases: the backends do not split their time.
+  result.timings.steps = options.iters;
+  return WriteFileAtomically(ResultFile(options.out_dir, options.rank),
+                             FormatWorkerResult(result));
+}
+
+}  // namespace
+
 absl::Status RunCommWorker(const CommWorkerOptions& options) {
+  if (!options.allreduce.empty()) return RunAllReduceWorker(options);
   PsClientOptions client_options;
   client_options.servers = options.servers;
   client_options.wire_dtype = options.wire_dtype;

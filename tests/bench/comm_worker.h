@@ -20,7 +20,13 @@
 namespace lockstep {
 
 struct CommWorkerOptions {
-  std::vector<std::string> servers;  // host:port by shard.
+  // host:port by shard; with `allreduce`, servers[0] is the coordinator.
+  std::vector<std::string> servers;
+  // Empty: push through the servers (PsClient::PushPull). Otherwise an
+  // AllReducer backend ("gloo", "grpc-ring") summing among the workers, with
+  // no server in the data path.
+  std::string allreduce;
+  std::string host = "127.0.0.1";  // allreduce: where peers reach this one.
   int rank = 0;
   int workers = 1;
   int64_t params = 0;  // One fp32 tensor of this many values.

@@ -29,6 +29,8 @@
 #include "tests/bench/e2e_bench.h"
 #include "tests/bench/loopback.h"
 #include "tests/bench/peers_bench.h"
+#include "tests/bench/server_counters.h"
+#include "tests/bench/study.h"
 
 ABSL_FLAG(int64_t, params, 25'600'000,
           "comm: fp32 parameters (one tensor) pushed by every worker.");
@@ -52,10 +54,40 @@ ABSL_FLAG(std::string, json, "", "Also write the figures here as JSON.");
 ABSL_FLAG(double, timeout_s, 600,
           "Give up on a comm run, an e2e run or a peer program after this "
           "many seconds.");
-// The hidden comm-worker mode's own flags.
-ABSL_FLAG(std::string, servers, "", "comm-worker: shard addresses.");
+ABSL_FLAG(std::string, allreduce_backend, "",
+          "comm: empty: push through the servers; gloo | grpc-ring: "
+          "all-reduce among the workers (--ps=1 then only hosts the "
+          "rendezvous).");
+ABSL_FLAG(bool, quick, false, "study: a small matrix on a small model.");
+ABSL_FLAG(std::string, links, "",
+          "study: loopback,sim or one of them. Default: loopback, plus the "
+          "simulated cluster when run as root.");
+ABSL_FLAG(double, sim_rate_mbit, 1000,
+          "study: each simulated host's bandwidth, each way, in Mbit/s.");
+ABSL_FLAG(double, sim_delay_ms, 0.2,
+          "study: one-way delay added to each simulated link (needs netem).");
+ABSL_FLAG(std::string, sim_name, "lss", "study: the cluster's --name.");
+ABSL_FLAG(std::string, cluster_script,
+          LOCKSTEP_SOURCE_DIR "/deploy/sim/cluster.sh",
+          "study: the simulated cluster's script.");
+ABSL_FLAG(bool, plots, true, "study: draw PNGs with matplotlib.");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "study: a Python with matplotlib for the plots.");
+ABSL_FLAG(std::string, plot_script,
+          LOCKSTEP_SOURCE_DIR "/tests/bench/study_plots.py",
+          "study: the plotting script.");
+ABSL_FLAG(std::string, study_data_dir, "/usr/share/datasets/fashion-mnist",
+          "study: Fashion-MNIST for the MLP runs (synthetic data if absent).");
+ABSL_FLAG(double, study_timeout_s, 1500,
+          "study: stop starting runs after this many seconds.");
+// The hidden comm-worker and counters modes' own flags.
+ABSL_FLAG(std::string, servers, "", "comm-worker, counters: shard addresses.");
 ABSL_FLAG(int, rank, -1, "comm-worker: this worker's rank.");
-ABSL_FLAG(std::string, out_dir, "", "comm-worker: ready and result files.");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "comm-worker: the address all-reduce peers reach it at.");
+ABSL_FLAG(std::string, out_dir, "",
+          "comm-worker, counters: ready and result files; study: where the "
+          "CSV, JSON and plots go (default ./study).");
 
 namespace lockstep {
 namespace {
@@ -76,6 +108,13 @@ Usage:
   lockstep_bench peers [--peers_dir=DIR] [--rounds=3]
       runs the PyTorch peer programs beside the matching Lockstep runs,
       alternated, and prints medians and ratios to the targets of issue 4.
+  lockstep_bench study [--quick] [--links=loopback,sim] [--out_dir=study]
+                 [--sim_rate_mbit=1000 --sim_delay_ms=0.2] [--noplots]
+      parameter servers against all-reduce: a matrix of sync mode x workers
+      x shards x model size x link (loopback, and as root a simulated
+      cluster of network namespaces with tc-limited links), written as
+      study.csv, study_steps.csv, study.json and PNG plots, with the cost
+      model's check on the simulated links; see docs/study.md.
 
 Exit code: 0 on success, 1 when a run failed, 2 for bad flags.)";
 
@@ -124,6 +163,12 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
   o.iters = absl::GetFlag(FLAGS_iters);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
+  o.allreduce = absl::GetFlag(FLAGS_allreduce_backend);
+  if (!o.allreduce.empty() && o.ps != 1) {
+    return absl::InvalidArgumentError(
+        "--allreduce_backend needs --ps=1 (the server only hosts the "
+        "rendezvous)");
+  }
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   RETURN_IF_ERROR(CheckAtLeast("workers", o.workers, 1));
   RETURN_IF_ERROR(CheckAtLeast("ps", o.ps, 1));
@@ -155,6 +200,8 @@ absl::StatusOr<CommWorkerOptions> ParseCommWorkerOptions() {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.iters = absl::GetFlag(FLAGS_iters);
   o.out_dir = absl::GetFlag(FLAGS_out_dir);
+  o.allreduce = absl::GetFlag(FLAGS_allreduce_backend);
+  o.host = absl::GetFlag(FLAGS_host);
   if (o.servers.empty() || o.rank < 0 || o.out_dir.empty()) {
     return absl::InvalidArgumentError(
         "comm-worker is started by lockstep_bench comm; it needs --servers, "
@@ -173,7 +220,8 @@ absl::Status Report(const std::string& json) {
 }
 
 absl::Status RunMode(const std::string& mode,
-                     const std::vector<std::string>& extra, int interrupt_fd) {
+                     const std::vector<std::string>& extra, int interrupt_fd,
+                     const std::string& command) {
   if (mode != "e2e" && !extra.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unexpected argument(s) for ", mode, ": ", absl::StrJoin(extra, " ")));
@@ -218,8 +266,41 @@ absl::Status RunMode(const std::string& mode,
     PrintPeersTable(result, stdout);
     return Report(PeersResultJson(result));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode \"", mode, "\"; expected comm, e2e or peers"));
+  if (mode == "study") {
+    StudyOptions options;
+    options.quick = absl::GetFlag(FLAGS_quick);
+    options.links =
+        absl::StrSplit(absl::GetFlag(FLAGS_links), ',', absl::SkipEmpty());
+    for (const std::string& link : options.links) {
+      if (link != "loopback" && link != "sim") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--links takes loopback and/or sim, got \"", link, "\""));
+      }
+    }
+    options.out_dir = absl::GetFlag(FLAGS_out_dir);
+    if (options.out_dir.empty()) options.out_dir = "study";
+    options.sim_rate_mbit = absl::GetFlag(FLAGS_sim_rate_mbit);
+    options.sim_delay_ms = absl::GetFlag(FLAGS_sim_delay_ms);
+    if (options.sim_rate_mbit <= 0 || options.sim_delay_ms < 0) {
+      return absl::InvalidArgumentError(
+          "--sim_rate_mbit must be positive and --sim_delay_ms not negative");
+    }
+    options.sim_name = absl::GetFlag(FLAGS_sim_name);
+    options.cluster_script = absl::GetFlag(FLAGS_cluster_script);
+    options.plots = absl::GetFlag(FLAGS_plots);
+    options.python = absl::GetFlag(FLAGS_python);
+    options.plot_script = absl::GetFlag(FLAGS_plot_script);
+    options.data_dir = absl::GetFlag(FLAGS_study_data_dir);
+    options.command = command;
+    options.bin_dir = bin_dir;
+    options.self_exe = self;
+    options.interrupt_fd = interrupt_fd;
+    options.run_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+    options.total_timeout = absl::Seconds(absl::GetFlag(FLAGS_study_timeout_s));
+    return RunStudy(options);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown mode \"", mode, "\"; expected comm, e2e, peers or study"));
 }
 
 int Main(int argc, char** argv) {
@@ -233,7 +314,8 @@ int Main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   if (argc < 2 || argv[1][0] == '-') {
     absl::ParseCommandLine(argc, argv);  // Handles --help.
-    std::fprintf(stderr, "lockstep_bench: name a mode: comm, e2e or peers\n");
+    std::fprintf(stderr,
+                 "lockstep_bench: name a mode: comm, e2e, peers or study\n");
     return kExitUsage;
   }
   const std::string mode = argv[1];
@@ -254,6 +336,11 @@ int Main(int argc, char** argv) {
   if (worker) {
     absl::StatusOr<CommWorkerOptions> options = ParseCommWorkerOptions();
     status = options.ok() ? RunCommWorker(*options) : options.status();
+  } else if (mode == "counters") {
+    // Hidden: run by the bench on a simulated host to read servers there.
+    status = RunCountersMode(
+        absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty()),
+        absl::GetFlag(FLAGS_out_dir));
   } else {
     // A closed stdout must not kill us while children run.
     signal(SIGPIPE, SIG_IGN);
@@ -263,7 +350,8 @@ int Main(int argc, char** argv) {
       status = signals.status();
     } else {
       AdoptOrphans();
-      status = RunMode(mode, split->passthrough, (*signals)->read_fd());
+      status = RunMode(mode, split->passthrough, (*signals)->read_fd(),
+                       absl::StrJoin(argv + 0, argv + argc, " "));
       ReapOrphans();
     }
   }

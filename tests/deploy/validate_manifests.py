@@ -347,6 +347,7 @@ NOT_FOR_BUILDERS = {
     "python3-venv", "python3-yaml",      # tests/deploy tooling
     "iproute2",                          # tests/deploy/netns_job_test.sh
     "openssl",                           # deploy/tls/make_certs.sh (tests)
+    "python3-matplotlib",                # lockstep_bench study's plots
 }
 
 

@@ -1,6 +1,7 @@
 // End-to-end tests through real lockstep_server and lockstep_worker processes
 // talking gRPC on loopback.
 #include <algorithm>
+#include <tuple>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -233,6 +234,84 @@ TEST(SyncModesTest, AsyncAndSspFinishEveryStep) {
     // Every push is applied on its own: two workers make 40 versions, and
     // the last to finish sees them all.
     EXPECT_EQ(last_version, 40) << flags[0];
+  }
+}
+
+// In async mode the server's version counts every push, so a worker that
+// joins after the others have finished finds it past its own 20 steps; it
+// must still train them (it once refused, when loading its data was slow).
+TEST(SyncModesTest, AsyncWorkerThatJoinsLateStillTrains) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(3, dir);
+  auto start = [&](int rank) {
+    return Subprocess::Start(
+        {kBin + "/lockstep_worker", "--servers=" + server.address,
+         "--workers=3", absl::StrCat("--rank=", rank), "--sync=async",
+         "--dataset=synthetic", "--synthetic_examples=640", "--layers=23,17,5",
+         "--batch_size=8", "--max_steps=20", "--progress=none",
+         absl::StrCat("--summary_json=", dir, "/s", rank)});
+  };
+  std::vector<Subprocess> early;
+  for (int rank = 0; rank < 2; ++rank) early.push_back(start(rank));
+  for (Subprocess& p : early) EXPECT_EQ(p.Wait(kDeadline), 0) << p.Output();
+  Subprocess late = start(2);
+  EXPECT_EQ(late.Wait(kDeadline), 0) << late.Output();
+  const std::string summary = ReadFile(absl::StrCat(dir, "/s2"));
+  EXPECT_THAT(summary, HasSubstr("\"steps\": 20,"));
+  EXPECT_EQ(JsonInt(summary, "final_version"), 60) << summary;
+  EXPECT_EQ(server.process.Wait(kDeadline), 0) << server.process.Output();
+}
+
+// The same job through a parameter server and through each all-reduce
+// backend ends with the same weights (DESIGN.md's second invariant).
+class AllReduceTest
+    : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(AllReduceTest, MatchesTheParameterServer) {
+  const auto& [optimizer, backend] = GetParam();
+  const std::vector<float> ps = Train(2, 8, optimizer);
+  const std::vector<float> allreduce = Train(
+      2, 8, optimizer, 1, {"--sync=allreduce", "--allreduce=" + backend});
+  ASSERT_EQ(allreduce.size(), ps.size());
+  const double difference = MaxRelativeDifference(allreduce, ps);
+  std::printf("%s all-reduce vs PS, %s: %.3g\n", backend.c_str(),
+              optimizer.c_str(), difference);
+  EXPECT_LE(difference, 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, AllReduceTest,
+    ::testing::Combine(::testing::Values("sgd", "adam"),
+                       ::testing::Values("gloo", "grpc-ring")),
+    [](const auto& info) {
+      std::string name = absl::StrCat(std::get<0>(info.param), "_",
+                                      std::get<1>(info.param));
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+// A convolutional network without batch norm: W workers x batch B equal one
+// worker with batch W*B, as for the MLP.
+TEST(ModelsTrainingTest, CnnWorkersTimesBatchEqualsOneBigBatch) {
+  const std::vector<std::string> cnn = {"--model=cnn", "--input_shape=16,16,1"};
+  const std::vector<float> two = Train(2, 4, "adam", 2, cnn);
+  const std::vector<float> one = Train(1, 8, "adam", 1, cnn);
+  ASSERT_EQ(two.size(), one.size());
+  EXPECT_LE(MaxRelativeDifference(two, one), 1e-5);
+}
+
+// ResNet-20 learns through the real server, and the batch-norm statistics
+// (saved after the parameters) end identical on both workers.
+TEST(ModelsTrainingTest, ResNet20TrainsThroughTheServer) {
+  const std::vector<std::string> s = RunJob(
+      2, {"--model=resnet20", "--input_shape=8,8,3", "--optimizer=adam",
+          "--synthetic_examples=128", "--max_steps=0", "--epochs=4"});
+  for (const std::string& summary : s) {
+    const size_t at = summary.find("\"train_loss\": ");
+    ASSERT_NE(at, std::string::npos) << summary;
+    const double loss = std::strtod(summary.c_str() + at + 14, nullptr);
+    // Chance is ln(10) = 2.30.
+    EXPECT_LT(loss, 1.0) << summary;
   }
 }
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# CPU images/s of Lockstep's ResNets next to PyTorch's, measured side by
+# side: alternating runs of one Lockstep worker (with its server, through
+# lockstep_launch) and the PyTorch program tests/bench/torch_resnet.py, one
+# thread each, same topology, batch and 32x32x3 synthetic images. Prints
+# every run and the medians. Needs Debian's python3-torch.
+#
+# usage: tests/bench/resnet_cpu_bench.sh [MODEL=resnet20] [BATCH=32] [STEPS=10] [ROUNDS=3]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+bin="${LOCKSTEP_BUILD_DIR:-$root/build}/bin"
+model="${1:-resnet20}" batch="${2:-32}" steps="${3:-10}" rounds="${4:-3}"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+ours=() theirs=()
+for ((r = 0; r < rounds; r++)); do
+  timeout 1200 "$bin/lockstep_launch" --workers=1 --model="$model" \
+    --dataset=synthetic --synthetic_examples=$((batch * (steps + 2))) \
+    --batch_size="$batch" --epochs=1 --optimizer=adam --progress=none \
+    --summary_json="$tmp/s.json" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
+  ours+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['examples_per_sec'])" "$tmp/s.json")")
+  theirs+=("$(timeout 1200 /usr/bin/python3 "$root/tests/bench/torch_resnet.py" "$model" "$batch" "$steps" | sed 's/.*images_per_sec=//')")
+  echo "round $r: lockstep ${ours[-1]} images/s, pytorch ${theirs[-1]} images/s"
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+m_ours=$(median "${ours[@]}") m_theirs=$(median "${theirs[@]}")
+echo "median: lockstep $m_ours images/s, pytorch $m_theirs images/s, ratio $(python3 -c "print(round($m_ours / $m_theirs, 2))") ($model, batch $batch, 1 thread, load $(cut -d' ' -f1-3 /proc/loadavg))"

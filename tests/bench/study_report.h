@@ -1,0 +1,107 @@
+// The figures of `lockstep_bench study`: one row per run of the matrix, the
+// per-step loss logs of the MLP runs, the analytic cost model, and their
+// CSV, JSON and printed forms. Plain data and free functions;
+// thread-compatible.
+#ifndef LOCKSTEP_TESTS_BENCH_STUDY_REPORT_H_
+#define LOCKSTEP_TESTS_BENCH_STUDY_REPORT_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace lockstep {
+
+// Seconds one synchronous exchange of `bytes` of gradients takes among
+// `workers` hosts on full-duplex links of `bytes_per_second` each, bandwidth
+// only (../shared/DESIGN.md, after BytePS):
+//   ring all-reduce        2 (n - 1) M / (n B)
+//   k parameter servers    max(M / B, n M / (k B)), shards on their own hosts
+double RingAllReduceModelSeconds(int workers, double bytes,
+                                 double bytes_per_second);
+double PsModelSeconds(int workers, int shards, double bytes,
+                      double bytes_per_second);
+
+// One run of the matrix. Times are seconds; -1 marks a figure the run's
+// kind does not have (no cost model on loopback, no loss for comm-only).
+struct StudyRow {
+  std::string run_id;  // Unique within a study, e.g. "sim-comm-017".
+  std::string link;    // "loopback" or "sim".
+  std::string kind;    // "comm" (synthetic gradients), "mlp", "straggler".
+  std::string mode;    // "ps", "gloo", "grpc-ring", "async", "ssp".
+  std::string label;   // For people and plot legends, e.g. "ps k=2".
+  int workers = 0;
+  int shards = 0;  // Parameter-server shards (1 rendezvous server for
+                   // all-reduce).
+  int backup_workers = 0;
+  int staleness = 0;
+  std::string straggle = "none";  // "RANK:MS" or "random:MS".
+  int64_t model_bytes = 0;        // Gradient bytes M exchanged per step.
+  int64_t steps = 0;              // Timed steps.
+  double median_step_s = -1;
+  double p90_step_s = -1;
+  double mean_step_s = -1;
+  double model_step_s = -1;  // The cost model on this link.
+  double link_gbit = -1;     // The simulated link's rate.
+  // comm with ps: the client and server phases of CommResult.
+  double client_encode_s = -1;
+  double client_send_s = -1;
+  double client_wait_s = -1;
+  double client_decode_s = -1;
+  double server_accumulate_s = -1;
+  double server_apply_s = -1;
+  double server_barrier_wait_s = -1;
+  double bytes_per_step = -1;
+  // mlp and straggler: rank 0's view.
+  double final_loss = -1;  // Mean batch loss of the last 20 steps.
+  double test_accuracy = -1;
+  double wall_s = -1;         // Training loop.
+  double load_average = -1;   // 1-minute load as the run started.
+  std::string status = "ok";  // Or what went wrong.
+};
+
+// One line of a worker's --step_log, tagged with its run.
+struct StepRow {
+  std::string run_id;
+  int64_t step = 0;
+  double seconds = 0;
+  double loss = 0;
+};
+
+// What the study was run with and on, for the JSON's "study" object.
+struct StudyMeta {
+  std::string command;
+  bool quick = false;
+  std::vector<std::string> links;
+  double sim_rate_gbit = 0;
+  double sim_delay_ms = 0;
+  bool sim_delay_applied = false;
+  std::vector<std::string> notes;  // Fallbacks and caveats, as printed.
+  double load_average_start = -1;
+  double load_average_end = -1;
+  int cpus = 0;
+  double seconds = 0;
+};
+
+// The columns every row has, in order (CSV header, JSON keys).
+std::vector<std::string> StudyColumns();
+std::string RowsCsv(const std::vector<StudyRow>& rows);
+std::string StepsCsv(const std::vector<StepRow>& steps);
+// {"study": {...}, "runs": [...], "model_checks": [...]}.
+std::string StudyJson(const StudyMeta& meta, const std::vector<StudyRow>& rows);
+
+// The benchmark check: on simulated links, every comm run with
+// M >= 10 MB within 20% of the cost model.
+struct ModelCheck {
+  const StudyRow* row;  // Not owned.
+  double ratio;         // Measured median / model.
+  bool held;
+};
+std::vector<ModelCheck> ModelChecks(const std::vector<StudyRow>& rows);
+
+void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
+                     std::FILE* out);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_TESTS_BENCH_STUDY_REPORT_H_

@@ -1,0 +1,52 @@
+#include "worker/allreduce_exchanger.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+
+absl::StatusOr<int64_t> AllReduceExchanger::Join(
+    const ModelSignature& signature,
+    const std::function<std::vector<float>()>& initial,
+    absl::Span<float> weights, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(signature.optimizer,
+                                                 signature.NumParameters()));
+  num_parameters_ = signature.NumParameters();
+  // Every rank draws version 0 from the same seed with a generator that
+  // gives the same bits everywhere, so nothing needs to be sent.
+  const std::vector<float> version0 = initial();
+  if (version0.size() != weights.size()) {
+    return absl::InternalError(absl::StrCat(
+        "initial weights have ", version0.size(), " values, expected ",
+        weights.size()));
+  }
+  std::copy(version0.begin(), version0.end(), weights.begin());
+  return 0;
+}
+
+absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
+                                                 absl::Span<float> gradient,
+                                                 absl::Span<float> weights,
+                                                 const ComputeFn& compute,
+                                                 BatchStats* stats) {
+  ASSIGN_OR_RETURN(*stats, compute(nullptr));
+  RETURN_IF_ERROR(reducer_->AllReduceSum(gradient));
+  // The same scaling as a parameter server's: multiply by 1/W.
+  const float scale = 1.0f / static_cast<float>(num_workers_);
+  for (float& g : gradient) g *= scale;
+  optimizer_->Apply(step, 0, weights.subspan(0, num_parameters_),
+                    gradient.subspan(0, num_parameters_));
+  // The state (batch-norm statistics) becomes the workers' mean.
+  std::copy(gradient.begin() + num_parameters_, gradient.end(),
+            weights.begin() + num_parameters_);
+  return step + 1;
+}
+
+absl::Status AllReduceExchanger::Leave() {
+  if (server_ == nullptr) return absl::OkStatus();
+  return server_->LeaveUnregistered(rank_);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,51 @@
+// Exchanges gradients by all-reduce among the workers (--sync=allreduce):
+// no server is in the data path (a server only hosts the rendezvous and
+// sees the workers leave). Every worker sums the gradients (and state) with
+// the others, divides by the worker count and applies the same optimizer to
+// its own copy of the weights, so all replicas stay bit-identical (the
+// backends give every rank the same sum). Externally synchronized.
+#ifndef LOCKSTEP_WORKER_ALLREDUCE_EXCHANGER_H_
+#define LOCKSTEP_WORKER_ALLREDUCE_EXCHANGER_H_
+
+#include <memory>
+
+#include "common/optimizer.h"
+#include "worker/allreduce/all_reducer.h"
+#include "worker/exchanger.h"
+#include "worker/ps_client.h"
+
+namespace lockstep {
+
+class AllReduceExchanger final : public Exchanger {
+ public:
+  // `reducer` is owned; `server` (for leaving the job, may be null) is not.
+  AllReduceExchanger(std::unique_ptr<AllReducer> reducer, PsClient* server,
+                     int rank, int num_workers)
+      : reducer_(std::move(reducer)),
+        server_(server),
+        rank_(rank),
+        num_workers_(num_workers) {}
+
+  absl::StatusOr<int64_t> Join(const ModelSignature& signature,
+                               const std::function<std::vector<float>()>& initial,
+                               absl::Span<float> weights,
+                               absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Step(int64_t step, absl::Span<float> gradient,
+                               absl::Span<float> weights,
+                               const ComputeFn& compute,
+                               BatchStats* stats) override;
+  absl::Status Leave() override;
+  bool CanRejoin() const override { return false; }
+
+ private:
+  std::unique_ptr<AllReducer> reducer_;
+  PsClient* const server_;  // Not owned; may be null.
+  const int rank_;
+  const int num_workers_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t num_parameters_ = 0;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_ALLREDUCE_EXCHANGER_H_

@@ -1,0 +1,36 @@
+// Exchanges gradients through the parameter-server shards (PS modes: sync,
+// async, ssp). Each chunk is pushed as soon as backprop has it, and the
+// replies are decoded into the weights as they arrive. Externally
+// synchronized.
+#ifndef LOCKSTEP_WORKER_PS_EXCHANGER_H_
+#define LOCKSTEP_WORKER_PS_EXCHANGER_H_
+
+#include "worker/exchanger.h"
+#include "worker/ps_client.h"
+
+namespace lockstep {
+
+class PsExchanger final : public Exchanger {
+ public:
+  // `client` is not owned.
+  PsExchanger(PsClient* client, int rank) : client_(client), rank_(rank) {}
+
+  absl::StatusOr<int64_t> Join(const ModelSignature& signature,
+                               const std::function<std::vector<float>()>& initial,
+                               absl::Span<float> weights,
+                               absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Step(int64_t step, absl::Span<float> gradient,
+                               absl::Span<float> weights,
+                               const ComputeFn& compute,
+                               BatchStats* stats) override;
+  absl::Status Leave() override { return client_->Leave(); }
+  bool CanRejoin() const override { return true; }
+
+ private:
+  PsClient* const client_;  // Not owned.
+  const int rank_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_PS_EXCHANGER_H_
