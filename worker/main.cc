@@ -175,40 +175,7 @@ absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
   return config;
 }
 
-absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text) {
-  std::vector<int> layers;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int size = 0;
-    if (!absl::SimpleAtoi(part, &size) || size < 1 || size > (1 << 24)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--layers must be positive integers separated by commas, got \"",
-          text, "\""));
-    }
-    layers.push_back(size);
-  }
-  if (layers.size() < 2) {
-    return absl::InvalidArgumentError(
-        "--layers needs at least an input and an output size");
-  }
-  return layers;
-}
 
-// This rank's delay from --straggle=RANK:MS[,RANK:MS...].
-absl::StatusOr<int> StraggleFor(const std::string& spec, int rank) {
-  int ms = 0;
-  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
-    std::pair<absl::string_view, absl::string_view> parts =
-        absl::StrSplit(item, absl::MaxSplits(':', 1));
-    int r = 0, delay = 0;
-    if (!absl::SimpleAtoi(parts.first, &r) ||
-        !absl::SimpleAtoi(parts.second, &delay) || r < 0 || delay < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--straggle takes RANK:MS[,RANK:MS...], got \"", spec, "\""));
-    }
-    if (r == rank) ms += delay;
-  }
-  return ms;
-}
 
 absl::StatusOr<WorkerMainOptions> ParseOptions() {
   WorkerMainOptions o;
@@ -368,12 +335,6 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
   return WriteFileAtomically(path, json.ToString());
 }
 
-absl::Status DumpWeights(const std::string& path,
-                         const std::vector<float>& weights) {
-  return WriteFileAtomically(
-      path, absl::string_view(reinterpret_cast<const char*>(weights.data()),
-                              weights.size() * sizeof(float)));
-}
 
 // The first SIGINT or SIGTERM asks the trainer to leave after the current
 // step; a second ends the process at once. A plain handler rather than a

@@ -35,6 +35,16 @@ absl::StatusOr<ModelSpec> MakeModelSpec(const std::string& model,
 absl::Status LoadData(const DataOptions& data, const ModelSpec& spec,
                       Dataset* train, Dataset* test);
 
+// --layers: positive sizes separated by commas, at least two.
+absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text);
+
+// This rank's delay in milliseconds from --straggle=RANK:MS[,RANK:MS...].
+absl::StatusOr<int> StraggleFor(const std::string& spec, int rank);
+
+// Writes the weights as raw little-endian float32 (--dump_weights).
+absl::Status DumpWeights(const std::string& path,
+                         const std::vector<float>& weights);
+
 // The image size of an image model's input.
 ImageSize ImageSizeOf(const ModelSpec& spec);
 
