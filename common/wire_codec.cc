@@ -255,7 +255,7 @@ void ForEachRun(absl::Span<const absl::string_view> pieces, size_t width,
   for (absl::string_view piece : pieces) {
     if (carried > 0) {
       const size_t take = std::min(width - carried, piece.size());
-      std::memcpy(carry + carried, piece.data(), take);
+      if (take > 0) std::memcpy(carry + carried, piece.data(), take);
       carried += take;
       piece.remove_prefix(take);
       if (carried < width) continue;
@@ -268,7 +268,8 @@ void ForEachRun(absl::Span<const absl::string_view> pieces, size_t width,
       element += whole / width;
     }
     carried = piece.size() - whole;
-    std::memcpy(carry, piece.data() + whole, carried);
+    // memcpy from null (an empty piece's data) is undefined even for 0.
+    if (carried > 0) std::memcpy(carry, piece.data() + whole, carried);
   }
 }
 

@@ -57,6 +57,11 @@ absl::StatusOr<ServerSet> StartServers(
         absl::StrCat("--workers=", workers),
         absl::StrCat("--shard=", shard),
         absl::StrCat("--num_shards=", shards)};
+    // A simulated host's address is not loopback, and servers refuse
+    // plaintext there unless told: the study's namespaces are its own.
+    if (!absl::StartsWith(hosts[shard].address, "127.")) {
+      argv.push_back("--insecure");
+    }
     for (const std::string& flag : extra_flags) argv.push_back(flag);
     ASSIGN_OR_RETURN(pid_t pid,
                      runner->Start(absl::StrCat("ps", shard),

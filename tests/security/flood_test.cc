@@ -218,9 +218,9 @@ TEST_F(FloodTest, OversizedRequestCostsAtMostTheMemoryQuota) {
   // 128 MiB against a limit of 1 MiB + 64 KiB and a 32 MiB quota. On a
   // channel of its own, left open: gRPC's client can take seconds to tear
   // down a channel whose refused request it was still writing.
-  auto* channel = new std::shared_ptr<grpc::Channel>(
-      *MakeChannel(server_->address, TlsOptions()));
-  grpc::GenericStub stub(*channel);
+  static auto* const kept = new std::vector<std::shared_ptr<grpc::Channel>>;
+  kept->push_back(*MakeChannel(server_->address, TlsOptions()));
+  grpc::GenericStub stub(kept->back());
   std::vector<Bad> one = {{kPush, std::string(128 << 20, '\x03')}};
   std::map<absl::StatusCode, int> codes =
       Send(one, 1, absl::Now() + absl::Seconds(30), &stub);
