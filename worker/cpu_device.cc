@@ -1,5 +1,8 @@
 #include "worker/cpu_device.h"
 
+#include "common/status_macros.h"
+#include "worker/device_checks.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -188,19 +191,9 @@ absl::Status CpuDevice::BiasGradient(int rows, int cols, const float* grad,
 absl::Status CpuDevice::SoftmaxCrossEntropy(
     int rows, int cols, const float* logits, const int32_t* labels,
     float grad_scale, float* grad_logits, double* loss_sum, int64_t* correct) {
-  if (rows < 0 || cols < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("SoftmaxCrossEntropy: bad shape %d x %d", rows, cols));
-  }
-  if (loss_sum == nullptr || correct == nullptr) {
-    return absl::InvalidArgumentError(
-        "SoftmaxCrossEntropy: null loss_sum or correct");
-  }
+  RETURN_IF_ERROR(CheckSoftmaxCrossEntropyArgs(rows, cols, logits, labels,
+                                               loss_sum, correct));
   if (rows == 0) return absl::OkStatus();
-  if (logits == nullptr || labels == nullptr) {
-    return absl::InvalidArgumentError(
-        "SoftmaxCrossEntropy: null logits or labels");
-  }
   // Labels come from data files; check them all before writing anything, so
   // a bad batch leaves the outputs untouched.
   for (int r = 0; r < rows; ++r) {

@@ -1,5 +1,7 @@
 #include "worker/cuda/cuda_device.h"
 
+#include "worker/device_checks.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -351,19 +353,9 @@ absl::Status CudaDevice::ReserveRows(int rows) {
 absl::Status CudaDevice::SoftmaxCrossEntropy(
     int rows, int cols, const float* logits, const int32_t* labels,
     float grad_scale, float* grad_logits, double* loss_sum, int64_t* correct) {
-  if (rows < 0 || cols < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("SoftmaxCrossEntropy: bad shape %d x %d", rows, cols));
-  }
-  if (loss_sum == nullptr || correct == nullptr) {
-    return absl::InvalidArgumentError(
-        "SoftmaxCrossEntropy: null loss_sum or correct");
-  }
+  RETURN_IF_ERROR(CheckSoftmaxCrossEntropyArgs(rows, cols, logits, labels,
+                                               loss_sum, correct));
   if (rows == 0) return absl::OkStatus();
-  if (logits == nullptr || labels == nullptr) {
-    return absl::InvalidArgumentError(
-        "SoftmaxCrossEntropy: null logits or labels");
-  }
   RETURN_IF_ERROR(Activate());
   RETURN_IF_ERROR(ReserveRows(rows));
   auto* row_loss = static_cast<double*>(rows_.get());
