@@ -42,4 +42,15 @@ absl::Status ValidateWindow(const char* op, const WindowGeometry& window) {
   return absl::OkStatus();
 }
 
+elements::Window ToElements(const WindowGeometry& g) {
+  return {g.input.batch,   g.input.height, g.input.width,  g.input.channels,
+          g.window_height, g.window_width, g.stride_height, g.stride_width,
+          g.pad_top,       g.pad_left,     g.out_height,    g.out_width};
+}
+
+elements::Pad ToElements(const NhwcShape& s, const Padding2D& p) {
+  return {s.batch, s.height, s.width, s.channels,
+          p.top,   p.bottom, p.left,  p.right};
+}
+
 }  // namespace lockstep

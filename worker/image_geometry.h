@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "worker/image_op_elements.h"
 
 namespace lockstep {
 
@@ -63,6 +64,11 @@ struct WindowGeometry {
 absl::Status ValidateShape(const char* op, const NhwcShape& shape);
 absl::Status ValidatePadding(const char* op, const Padding2D& padding);
 absl::Status ValidateWindow(const char* op, const WindowGeometry& window);
+
+// The same numbers as the plain structs of image_op_elements.h, which the
+// CUDA kernels take.
+elements::Window ToElements(const WindowGeometry& window);
+elements::Pad ToElements(const NhwcShape& shape, const Padding2D& padding);
 
 }  // namespace lockstep
 

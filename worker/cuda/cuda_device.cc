@@ -1,7 +1,5 @@
 #include "worker/cuda/cuda_device.h"
 
-#include "worker/device_checks.h"
-
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -16,7 +14,9 @@
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_resources.h"
+#include "worker/cuda/image_kernels.h"
 #include "worker/cuda/kernels.h"
+#include "worker/device_checks.h"
 
 namespace lockstep {
 namespace {
@@ -95,9 +95,6 @@ class CudaDevice final : public Device {
                                    const int32_t* labels, float grad_scale,
                                    float* grad_logits, double* loss_sum,
                                    int64_t* correct) override;
-  // The convolution-network ops are not on CUDA yet: each answers
-  // UNIMPLEMENTED, so a CNN model on this device fails at its first step
-  // with a clear status rather than computing garbage.
   absl::Status Axpy(size_t n, float alpha, const float* x, float* y) override;
   absl::Status CopyOnDevice(const void* src, void* dst, size_t bytes) override;
   absl::Status Im2Col(const WindowGeometry& window, const float* image,
@@ -144,6 +141,8 @@ class CudaDevice final : public Device {
   absl::Status Activate() const;
   // Grows the per-row scratch of SoftmaxCrossEntropy to `rows` rows.
   absl::Status ReserveRows(int rows);
+  // Grows the batch-norm kernels' scratch to `bytes`.
+  absl::Status ReserveScratch(size_t bytes);
 
   const int gpu_;
   const std::string name_;
@@ -158,6 +157,10 @@ class CudaDevice final : public Device {
   // double row_loss[row_capacity_], then int row_hit[row_capacity_].
   DeviceMemory rows_;
   int row_capacity_ = 0;
+  // The batch-norm kernels' partial sums and per-channel numbers; used by
+  // one call at a time (the calls queue on compute_).
+  DeviceMemory scratch_;
+  size_t scratch_bytes_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<Device>> CudaDevice::Create(int gpu, bool tf32) {
@@ -386,62 +389,195 @@ absl::Status CudaDevice::Synchronize() {
   return absl::OkStatus();
 }
 
-absl::Status NotYetOnCuda(const char* op) {
-  return absl::UnimplementedError(
-      absl::StrCat(op, " is not yet on CUDA (CPU device only for now)"));
+absl::Status CudaDevice::Axpy(size_t n, float alpha, const float* x,
+                              float* y) {
+  RETURN_IF_ERROR(CheckAxpyArgs(n, x, y));
+  if (n == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(
+      cuda_internal::LaunchAxpy(n, alpha, x, y, compute_.get()));
+  return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Axpy(size_t, float, const float*, float*) {
-  return NotYetOnCuda("Axpy");
+absl::Status CudaDevice::CopyOnDevice(const void* src, void* dst,
+                                      size_t bytes) {
+  RETURN_IF_ERROR(CheckCopyOnDeviceArgs(bytes, src, dst));
+  if (bytes == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes,
+                                       cudaMemcpyDeviceToDevice,
+                                       compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::CopyOnDevice(const void*, void*, size_t) {
-  return NotYetOnCuda("CopyOnDevice");
+
+absl::Status CudaDevice::Im2Col(const WindowGeometry& window,
+                                const float* image, float* columns) {
+  ASSIGN_OR_RETURN(const int64_t total,
+                   CheckIm2ColArgs(window, image, columns));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchIm2Col(
+      ToElements(window), image, columns, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::Im2Col(const WindowGeometry&, const float*, float*) {
-  return NotYetOnCuda("Im2Col");
+
+absl::Status CudaDevice::Col2Im(const WindowGeometry& window,
+                                const float* columns, float* image) {
+  ASSIGN_OR_RETURN(const int64_t total,
+                   CheckCol2ImArgs(window, columns, image));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchCol2Im(
+      ToElements(window), columns, image, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::Col2Im(const WindowGeometry&, const float*, float*) {
-  return NotYetOnCuda("Col2Im");
+
+absl::Status CudaDevice::MaxPoolForward(const WindowGeometry& window,
+                                        const float* x, float* y,
+                                        int32_t* argmax) {
+  ASSIGN_OR_RETURN(const int64_t total,
+                   CheckMaxPoolForwardArgs(window, x, y, argmax));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchMaxPoolForward(
+      ToElements(window), x, y, argmax, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::MaxPoolForward(const WindowGeometry&, const float*,
-                                        float*, int32_t*) {
-  return NotYetOnCuda("MaxPoolForward");
+
+absl::Status CudaDevice::MaxPoolBackward(const WindowGeometry& window,
+                                         const float* dy,
+                                         const int32_t* argmax, float* dx) {
+  ASSIGN_OR_RETURN(const int64_t total,
+                   CheckMaxPoolBackwardArgs(window, dy, argmax, dx));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  // A gather: each dx element sums the outputs whose argmax names it, so an
+  // argmax that names nothing in its window is ignored rather than written
+  // through (the CPU device, which scatters, refuses out-of-image ones).
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchMaxPoolBackward(
+      ToElements(window), dy, argmax, dx, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::MaxPoolBackward(const WindowGeometry&, const float*,
-                                         const int32_t*, float*) {
-  return NotYetOnCuda("MaxPoolBackward");
+
+absl::Status CudaDevice::ZeroPad2D(const NhwcShape& x_shape,
+                                   const Padding2D& padding, const float* x,
+                                   float* y) {
+  ASSIGN_OR_RETURN(const int64_t total,
+                   CheckZeroPad2DArgs(x_shape, padding, x, y));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchZeroPad2D(
+      ToElements(x_shape, padding), x, y, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::ZeroPad2D(const NhwcShape&, const Padding2D&,
-                                   const float*, float*) {
-  return NotYetOnCuda("ZeroPad2D");
+
+absl::Status CudaDevice::ZeroPad2DBackward(const NhwcShape& x_shape,
+                                           const Padding2D& padding,
+                                           const float* dy, float* dx) {
+  ASSIGN_OR_RETURN(const int64_t total,
+                   CheckZeroPad2DBackwardArgs(x_shape, padding, dy, dx));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchZeroPad2DBackward(
+      ToElements(x_shape, padding), dy, dx, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::ZeroPad2DBackward(const NhwcShape&, const Padding2D&,
-                                           const float*, float*) {
-  return NotYetOnCuda("ZeroPad2DBackward");
+
+absl::Status CudaDevice::GlobalAvgPool(int batch, int pixels, int channels,
+                                       const float* x, float* y) {
+  ASSIGN_OR_RETURN(const int64_t total,
+                   CheckGlobalAvgPoolArgs("GlobalAvgPool", batch, pixels,
+                                          channels, x, y, /*backward=*/false));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchGlobalAvgPool(
+      batch, pixels, channels, x, y, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::GlobalAvgPool(int, int, int, const float*, float*) {
-  return NotYetOnCuda("GlobalAvgPool");
+
+absl::Status CudaDevice::GlobalAvgPoolBackward(int batch, int pixels,
+                                               int channels, const float* dy,
+                                               float* dx) {
+  ASSIGN_OR_RETURN(
+      const int64_t total,
+      CheckGlobalAvgPoolArgs("GlobalAvgPoolBackward", batch, pixels, channels,
+                             dy, dx, /*backward=*/true));
+  if (total == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchGlobalAvgPoolBackward(
+      batch, pixels, channels, dy, dx, compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::GlobalAvgPoolBackward(int, int, int, const float*,
-                                               float*) {
-  return NotYetOnCuda("GlobalAvgPoolBackward");
+
+absl::Status CudaDevice::ReserveScratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return absl::OkStatus();
+  // cudaFree of the old scratch waits for the kernels that use it.
+  scratch_.reset();
+  scratch_bytes_ = 0;
+  ASSIGN_OR_RETURN(scratch_, cuda_internal::MakeDeviceMemory(bytes));
+  scratch_bytes_ = bytes;
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::BatchNormTraining(int, int, const float*, const float*,
-                                           const float*, float, float, float*,
-                                           float*, float*, float*, float*) {
-  return NotYetOnCuda("BatchNormTraining");
+
+absl::Status CudaDevice::BatchNormTraining(
+    int rows, int channels, const float* x, const float* gamma,
+    const float* beta, float epsilon, float momentum, float* y,
+    float* moving_mean, float* moving_variance, float* saved_mean,
+    float* saved_inv_std) {
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckBatchNormTrainingArgs(
+                       rows, channels, x, gamma, beta, y, moving_mean,
+                       moving_variance, saved_mean, saved_inv_std));
+  if (work == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  RETURN_IF_ERROR(
+      ReserveScratch(cuda_internal::BatchNormScratchBytes(rows, channels)));
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchBatchNormTraining(
+      rows, channels, x, gamma, beta, epsilon, momentum, y, moving_mean,
+      moving_variance, saved_mean, saved_inv_std, scratch_.get(),
+      compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::BatchNormInference(int, int, const float*,
-                                            const float*, const float*,
-                                            const float*, const float*, float,
-                                            float*) {
-  return NotYetOnCuda("BatchNormInference");
+
+absl::Status CudaDevice::BatchNormInference(int rows, int channels,
+                                            const float* x, const float* gamma,
+                                            const float* beta,
+                                            const float* moving_mean,
+                                            const float* moving_variance,
+                                            float epsilon, float* y) {
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckBatchNormInferenceArgs(rows, channels, x, gamma, beta,
+                                               moving_mean, moving_variance,
+                                               y));
+  if (work == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  RETURN_IF_ERROR(
+      ReserveScratch(cuda_internal::BatchNormScratchBytes(rows, channels)));
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchBatchNormInference(
+      rows, channels, x, gamma, beta, moving_mean, moving_variance, epsilon, y,
+      scratch_.get(), compute_.get()));
+  return absl::OkStatus();
 }
-absl::Status CudaDevice::BatchNormBackward(int, int, const float*, const float*,
-                                           const float*, const float*,
-                                           const float*, float*, float*,
-                                           float*) {
-  return NotYetOnCuda("BatchNormBackward");
+
+absl::Status CudaDevice::BatchNormBackward(int rows, int channels,
+                                           const float* x, const float* dy,
+                                           const float* gamma,
+                                           const float* saved_mean,
+                                           const float* saved_inv_std,
+                                           float* dx, float* dgamma,
+                                           float* dbeta) {
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckBatchNormBackwardArgs(rows, channels, x, dy, gamma,
+                                              saved_mean, saved_inv_std,
+                                              dgamma, dbeta));
+  if (work == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Activate());
+  RETURN_IF_ERROR(
+      ReserveScratch(cuda_internal::BatchNormScratchBytes(rows, channels)));
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchBatchNormBackward(
+      rows, channels, x, dy, gamma, saved_mean, saved_inv_std, dx, dgamma,
+      dbeta, scratch_.get(), compute_.get()));
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -1,0 +1,317 @@
+// The per-element image ops of worker/image_op_elements.h -- the code the
+// CUDA kernels run -- run here on the CPU, element by element, against the
+// CPU device's loops: bit for bit for the index-only ops (they add in the
+// same order), to float rounding for batch normalization's arithmetic. So
+// the GPU's index math is tested on every machine, with or without a GPU.
+#include "worker/image_op_elements.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/random.h"
+#include "gtest/gtest.h"
+#include "worker/cpu_device.h"
+#include "worker/image_geometry.h"
+
+namespace lockstep {
+namespace {
+
+std::vector<float> RandomFloats(size_t n, uint64_t seed) {
+  Random random(seed);
+  std::vector<float> v(n);
+  for (float& x : v) {
+    do {
+      x = random.Uniform(-1.0f, 1.0f);
+    } while (x == 0.0f);
+  }
+  return v;
+}
+
+// Windows of every kind: strides below, equal to and above the window,
+// padding up to the window's size (so some windows lie wholly in it), and
+// outputs that run past the image on the right and below.
+std::vector<WindowGeometry> Windows() {
+  std::vector<WindowGeometry> windows;
+  Random random(7);
+  for (int k = 0; k < 60; ++k) {
+    WindowGeometry g;
+    g.input = {1 + static_cast<int>(random.UniformInt(3)),
+               1 + static_cast<int>(random.UniformInt(7)),
+               1 + static_cast<int>(random.UniformInt(7)),
+               1 + static_cast<int>(random.UniformInt(4))};
+    g.window_height = 1 + static_cast<int>(random.UniformInt(4));
+    g.window_width = 1 + static_cast<int>(random.UniformInt(4));
+    g.stride_height = 1 + static_cast<int>(random.UniformInt(3));
+    g.stride_width = 1 + static_cast<int>(random.UniformInt(3));
+    g.pad_top = static_cast<int>(random.UniformInt(g.window_height + 1));
+    g.pad_left = static_cast<int>(random.UniformInt(g.window_width + 1));
+    g.out_height = std::max(1, (g.input.height + 2 * g.pad_top -
+                                g.window_height) / g.stride_height + 1);
+    g.out_width = std::max(1, (g.input.width + 2 * g.pad_left -
+                               g.window_width) / g.stride_width + 1);
+    windows.push_back(g);
+  }
+  // ResNet-50's stem at 32x32: a 7x7 stride-2 convolution over the padded
+  // 38x38 image, then 3x3 stride-2 pooling.
+  windows.push_back({{2, 38, 38, 3}, 7, 7, 2, 2, 0, 0, 16, 16});
+  windows.push_back({{2, 18, 18, 4}, 3, 3, 2, 2, 0, 0, 8, 8});
+  return windows;
+}
+
+std::string Describe(const WindowGeometry& g) {
+  return absl::StrFormat(
+      "input %dx%dx%dx%d window %dx%d stride %dx%d pad %d,%d out %dx%d",
+      g.input.batch, g.input.height, g.input.width, g.input.channels,
+      g.window_height, g.window_width, g.stride_height, g.stride_width,
+      g.pad_top, g.pad_left, g.out_height, g.out_width);
+}
+
+class ImageOpElementsTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Device> cpu_ = CpuDevice::Create(1);
+};
+
+// Both index widths the kernels use must give the same elements.
+template <typename Fn>
+void ForBothIndexTypes(int64_t n, Fn fn) {
+  for (int64_t i = 0; i < n; ++i) {
+    fn(static_cast<int32_t>(i), i);
+  }
+}
+
+TEST_F(ImageOpElementsTest, Im2ColAndCol2ImMatchTheCpuDeviceExactly) {
+  uint64_t seed = 100;
+  for (const WindowGeometry& g : Windows()) {
+    SCOPED_TRACE(Describe(g));
+    const elements::Window e = ToElements(g);
+    const std::vector<float> image = RandomFloats(g.input.Size(), ++seed);
+    const int64_t total = g.OutputPixels() * g.PatchSize();
+    std::vector<float> want(total);
+    ASSERT_TRUE(cpu_->Im2Col(g, image.data(), want.data()).ok());
+    ForBothIndexTypes(total, [&](int32_t i32, int64_t i64) {
+      ASSERT_EQ(elements::Im2ColAt(e, image.data(), i32), want[i64]) << i64;
+      ASSERT_EQ(elements::Im2ColAt(e, image.data(), i64), want[i64]) << i64;
+    });
+
+    const std::vector<float> columns = RandomFloats(total, ++seed);
+    std::vector<float> want_image(g.input.Size());
+    ASSERT_TRUE(cpu_->Col2Im(g, columns.data(), want_image.data()).ok());
+    ForBothIndexTypes(g.input.Size(), [&](int32_t i32, int64_t i64) {
+      ASSERT_EQ(elements::Col2ImAt(e, columns.data(), i32), want_image[i64])
+          << i64;
+      ASSERT_EQ(elements::Col2ImAt(e, columns.data(), i64), want_image[i64])
+          << i64;
+    });
+  }
+}
+
+TEST_F(ImageOpElementsTest, MaxPoolingMatchesTheCpuDeviceExactly) {
+  uint64_t seed = 200;
+  int windows_in_padding = 0;
+  for (const WindowGeometry& g : Windows()) {
+    SCOPED_TRACE(Describe(g));
+    const elements::Window e = ToElements(g);
+    // Few distinct values, so ties are common and the first must win.
+    std::vector<float> x = RandomFloats(g.input.Size(), ++seed);
+    for (float& v : x) v = static_cast<float>(static_cast<int>(v * 3.0f));
+    const int64_t outputs = g.OutputPixels() * g.input.channels;
+    std::vector<float> want_y(outputs), got_y(outputs);
+    std::vector<int32_t> want_arg(outputs), got_arg(outputs);
+    ASSERT_TRUE(
+        cpu_->MaxPoolForward(g, x.data(), want_y.data(), want_arg.data())
+            .ok());
+    for (int64_t i = 0; i < outputs; ++i) {
+      elements::MaxPoolAt(e, x.data(), i, got_y.data(), got_arg.data());
+    }
+    EXPECT_EQ(got_y, want_y);
+    EXPECT_EQ(got_arg, want_arg);
+    windows_in_padding += std::count(want_arg.begin(), want_arg.end(), -1);
+
+    const std::vector<float> dy = RandomFloats(outputs, ++seed);
+    std::vector<float> want_dx(g.input.Size());
+    ASSERT_TRUE(cpu_->MaxPoolBackward(g, dy.data(), want_arg.data(),
+                                      want_dx.data())
+                    .ok());
+    ForBothIndexTypes(g.input.Size(), [&](int32_t i32, int64_t i64) {
+      ASSERT_EQ(elements::MaxPoolGradAt(e, dy.data(), want_arg.data(), i32),
+                want_dx[i64])
+          << i64;
+      ASSERT_EQ(elements::MaxPoolGradAt(e, dy.data(), want_arg.data(), i64),
+                want_dx[i64])
+          << i64;
+    });
+  }
+  EXPECT_GT(windows_in_padding, 0) << "no window lay wholly in the padding";
+}
+
+TEST_F(ImageOpElementsTest, ZeroPaddingMatchesTheCpuDeviceExactly) {
+  const NhwcShape shapes[] = {{2, 3, 4, 3}, {1, 1, 1, 1}, {3, 5, 2, 2}};
+  const Padding2D paddings[] = {{1, 1, 1, 1}, {3, 3, 3, 3}, {0, 2, 1, 0},
+                                {0, 0, 0, 0}};
+  uint64_t seed = 300;
+  for (const NhwcShape& s : shapes) {
+    for (const Padding2D& p : paddings) {
+      const elements::Pad e = ToElements(s, p);
+      const std::vector<float> x = RandomFloats(s.Size(), ++seed);
+      const int64_t padded = int64_t{s.batch} * (s.height + p.top + p.bottom) *
+                             (s.width + p.left + p.right) * s.channels;
+      std::vector<float> want(padded);
+      ASSERT_TRUE(cpu_->ZeroPad2D(s, p, x.data(), want.data()).ok());
+      for (int64_t i = 0; i < padded; ++i) {
+        ASSERT_EQ(elements::ZeroPadAt(e, x.data(), i), want[i]) << i;
+      }
+      const std::vector<float> dy = RandomFloats(padded, ++seed);
+      std::vector<float> want_dx(s.Size());
+      ASSERT_TRUE(
+          cpu_->ZeroPad2DBackward(s, p, dy.data(), want_dx.data()).ok());
+      for (int64_t i = 0; i < s.Size(); ++i) {
+        ASSERT_EQ(elements::ZeroPadGradAt(e, dy.data(), static_cast<int>(i)),
+                  want_dx[i])
+            << i;
+      }
+    }
+  }
+}
+
+TEST_F(ImageOpElementsTest, GlobalAveragePoolingMatchesTheCpuDeviceExactly) {
+  const int batch = 3, pixels = 49, channels = 5;
+  const std::vector<float> x = RandomFloats(batch * pixels * channels, 400);
+  std::vector<float> want(batch * channels);
+  ASSERT_TRUE(
+      cpu_->GlobalAvgPool(batch, pixels, channels, x.data(), want.data())
+          .ok());
+  for (int i = 0; i < batch * channels; ++i) {
+    ASSERT_EQ(elements::GlobalAvgPoolAt(pixels, channels, x.data(), i),
+              want[i])
+        << i;
+  }
+  const std::vector<float> dy = RandomFloats(batch * channels, 401);
+  std::vector<float> want_dx(x.size());
+  ASSERT_TRUE(cpu_->GlobalAvgPoolBackward(batch, pixels, channels, dy.data(),
+                                          want_dx.data())
+                  .ok());
+  for (int i = 0; i < batch * pixels * channels; ++i) {
+    ASSERT_EQ(elements::GlobalAvgPoolGradAt(pixels, channels, dy.data(), i),
+              want_dx[i])
+        << i;
+  }
+}
+
+// Within a few float roundings: the CPU device's compiler may fuse a
+// multiply and an add where this test's did not, or the other way round.
+void ExpectFloatNear(const std::vector<float>& got,
+                     const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 4e-7 * std::max(1.0f, std::abs(want[i])))
+        << what << "[" << i << "]";
+  }
+}
+
+// Batch normalization: the kernels' sums are done here in double, as the
+// CPU device does them; the elements functions turn them into outputs.
+TEST_F(ImageOpElementsTest, BatchNormalizationMatchesTheCpuDevice) {
+  const int rows = 37, channels = 6;
+  const float epsilon = 1e-3f, momentum = 0.99f;
+  std::vector<float> x = RandomFloats(rows * channels, 500);
+  for (float& v : x) v = 3.0f * v + 5.0f;  // An offset the two passes absorb.
+  const std::vector<float> gamma = RandomFloats(channels, 501);
+  const std::vector<float> beta = RandomFloats(channels, 502);
+  const std::vector<float> dy = RandomFloats(rows * channels, 503);
+  const std::vector<float> moving_mean0 = RandomFloats(channels, 504);
+  std::vector<float> moving_variance0 = RandomFloats(channels, 505);
+  for (float& v : moving_variance0) v = std::abs(v);
+
+  // The CPU device.
+  std::vector<float> want_y(x.size()), want_mm = moving_mean0,
+                                       want_mv = moving_variance0;
+  std::vector<float> want_mean(channels), want_inv_std(channels);
+  ASSERT_TRUE(cpu_->BatchNormTraining(rows, channels, x.data(), gamma.data(),
+                                      beta.data(), epsilon, momentum,
+                                      want_y.data(), want_mm.data(),
+                                      want_mv.data(), want_mean.data(),
+                                      want_inv_std.data())
+                  .ok());
+  std::vector<float> want_dx(x.size()), want_dgamma(channels),
+      want_dbeta(channels);
+  ASSERT_TRUE(cpu_->BatchNormBackward(rows, channels, x.data(), dy.data(),
+                                      gamma.data(), want_mean.data(),
+                                      want_inv_std.data(), want_dx.data(),
+                                      want_dgamma.data(), want_dbeta.data())
+                  .ok());
+  std::vector<float> want_inference(x.size());
+  ASSERT_TRUE(cpu_->BatchNormInference(rows, channels, x.data(), gamma.data(),
+                                       beta.data(), moving_mean0.data(),
+                                       moving_variance0.data(), epsilon,
+                                       want_inference.data())
+                  .ok());
+
+  // The elements, as the kernels call them.
+  std::vector<float> y(x.size()), mm = moving_mean0, mv = moving_variance0;
+  std::vector<float> mean(channels), inv_std(channels), dx(x.size()),
+      dgamma(channels), dbeta(channels), inference(x.size());
+  for (int c = 0; c < channels; ++c) {
+    double sum = 0.0, centered = 0.0;
+    for (int r = 0; r < rows; ++r) sum += x[r * channels + c];
+    mean[c] = elements::BatchNormMean(sum, rows);
+    for (int r = 0; r < rows; ++r) {
+      const double d = static_cast<double>(x[r * channels + c]) - mean[c];
+      centered += d * d;
+    }
+    const elements::BatchNormChannel k = elements::BatchNormTrainingChannel(
+        sum, centered, rows, gamma[c], epsilon, momentum, &mm[c], &mv[c]);
+    EXPECT_EQ(k.mean, mean[c]);
+    inv_std[c] = k.inv_std;
+    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    for (int r = 0; r < rows; ++r) {
+      const int at = r * channels + c;
+      y[at] = elements::BatchNormApply(x[at], k.mean, k.scale, beta[c]);
+      sum_dy += dy[at];
+      sum_dy_xhat += static_cast<double>(dy[at]) *
+                     elements::BatchNormXhat(x[at], k.mean, k.inv_std);
+    }
+    const elements::BatchNormGradChannel gk = elements::BatchNormBackwardChannel(
+        sum_dy, sum_dy_xhat, rows, gamma[c], k.inv_std);
+    dgamma[c] = gk.dgamma;
+    dbeta[c] = gk.dbeta;
+    const float scale = elements::BatchNormInferenceScale(
+        gamma[c], moving_variance0[c], epsilon);
+    for (int r = 0; r < rows; ++r) {
+      const int at = r * channels + c;
+      dx[at] = elements::BatchNormInputGrad(
+          gk, dy[at], elements::BatchNormXhat(x[at], k.mean, k.inv_std));
+      inference[at] =
+          elements::BatchNormApply(x[at], moving_mean0[c], scale, beta[c]);
+    }
+  }
+  ExpectFloatNear(mean, want_mean, "saved mean");
+  ExpectFloatNear(inv_std, want_inv_std, "saved inv_std");
+  ExpectFloatNear(mm, want_mm, "moving mean");
+  ExpectFloatNear(mv, want_mv, "moving variance");
+  ExpectFloatNear(y, want_y, "y");
+  ExpectFloatNear(dgamma, want_dgamma, "dgamma");
+  ExpectFloatNear(dbeta, want_dbeta, "dbeta");
+  ExpectFloatNear(dx, want_dx, "dx");
+  ExpectFloatNear(inference, want_inference, "inference y");
+}
+
+TEST(ImageGeometryTest, ToElementsCopiesEveryField) {
+  const WindowGeometry g = {{2, 3, 4, 5}, 6, 7, 8, 9, 10, 11, 12, 13};
+  const elements::Window e = ToElements(g);
+  EXPECT_EQ((std::vector<int>{e.batch, e.height, e.width, e.channels,
+                              e.window_height, e.window_width,
+                              e.stride_height, e.stride_width, e.pad_top,
+                              e.pad_left, e.out_height, e.out_width}),
+            (std::vector<int>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
+  const elements::Pad p = ToElements(NhwcShape{1, 2, 3, 4}, {5, 6, 7, 8});
+  EXPECT_EQ((std::vector<int>{p.batch, p.height, p.width, p.channels, p.top,
+                              p.bottom, p.left, p.right}),
+            (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+}  // namespace
+}  // namespace lockstep

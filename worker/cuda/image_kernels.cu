@@ -1,0 +1,500 @@
+#include <climits>
+
+#include "worker/cuda/image_kernels.h"
+
+namespace lockstep {
+namespace cuda_internal {
+namespace {
+
+using elements::BatchNormGradChannel;
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+// Enough blocks to cover n elements, capped; the kernels stride over the
+// rest.
+unsigned GridFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < (1 << 20) ? blocks : (1 << 20));
+}
+
+// op(i) for every i in [0, n), i converted to Index for op's arithmetic.
+template <typename Index, typename Op>
+__global__ void ForEachKernel(int64_t n, Op op) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       i < n; i += stride) {
+    op(static_cast<Index>(i));
+  }
+}
+
+// Runs op over [0, n) with 32-bit index arithmetic when every buffer of the
+// call (the largest has `largest` elements) is indexable by int32.
+template <typename Op>
+cudaError_t ForEach(int64_t n, int64_t largest, const Op& op,
+                    cudaStream_t stream) {
+  if (largest <= INT_MAX) {
+    ForEachKernel<int32_t><<<GridFor(n), kThreads, 0, stream>>>(n, op);
+  } else {
+    ForEachKernel<int64_t><<<GridFor(n), kThreads, 0, stream>>>(n, op);
+  }
+  return cudaGetLastError();
+}
+
+int64_t InputSize(const elements::Window& g) {
+  return int64_t{g.batch} * g.height * g.width * g.channels;
+}
+int64_t OutputPixels(const elements::Window& g) {
+  return int64_t{g.batch} * g.out_height * g.out_width;
+}
+int64_t PatchSize(const elements::Window& g) {
+  return int64_t{g.window_height} * g.window_width * g.channels;
+}
+int64_t Larger(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// ---- Element-wise ops: image_op_elements.h at every index ----
+
+struct AxpyOp {
+  float alpha;
+  const float* x;
+  float* y;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    y[i] += alpha * x[i];
+  }
+};
+
+struct Im2ColOp {
+  elements::Window g;
+  const float* image;
+  float* columns;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    columns[i] = elements::Im2ColAt(g, image, i);
+  }
+};
+
+struct Col2ImOp {
+  elements::Window g;
+  const float* columns;
+  float* image;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    image[i] = elements::Col2ImAt(g, columns, i);
+  }
+};
+
+struct MaxPoolOp {
+  elements::Window g;
+  const float* x;
+  float* y;
+  int32_t* argmax;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    elements::MaxPoolAt(g, x, i, y, argmax);
+  }
+};
+
+struct MaxPoolGradOp {
+  elements::Window g;
+  const float* dy;
+  const int32_t* argmax;
+  float* dx;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    dx[i] = elements::MaxPoolGradAt(g, dy, argmax, i);
+  }
+};
+
+struct ZeroPadOp {
+  elements::Pad p;
+  const float* x;
+  float* y;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    y[i] = elements::ZeroPadAt(p, x, i);
+  }
+};
+
+struct ZeroPadGradOp {
+  elements::Pad p;
+  const float* dy;
+  float* dx;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    dx[i] = elements::ZeroPadGradAt(p, dy, i);
+  }
+};
+
+struct GlobalAvgPoolOp {
+  int pixels;
+  int channels;
+  const float* x;
+  float* y;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    y[i] = elements::GlobalAvgPoolAt(pixels, channels, x, i);
+  }
+};
+
+struct GlobalAvgPoolGradOp {
+  int pixels;
+  int channels;
+  const float* dy;
+  float* dx;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    dx[i] = elements::GlobalAvgPoolGradAt(pixels, channels, dy, i);
+  }
+};
+
+// ---- Batch normalization ----
+//
+// Per-channel sums in two steps, both in a fixed order: blocks of 32
+// channels x 8 threads sum a tile of rows each (coalesced: a warp reads 32
+// adjacent channels of one row) into partial[k][tile][channel]; then one
+// thread per channel adds its tiles in order.
+
+constexpr int kStatThreadsPerChannel = 8;
+constexpr int kMinTileRows = 256;
+constexpr int kMaxTiles = 1024;
+
+int TileRows(int rows) {
+  const int spread = (rows + kMaxTiles - 1) / kMaxTiles;
+  return spread > kMinTileRows ? spread : kMinTileRows;
+}
+int Tiles(int rows) { return (rows + TileRows(rows) - 1) / TileRows(rows); }
+
+// Where the pieces of the scratch lie: partial sums (two per channel and
+// tile), the sums of x, the backward pass's per-channel numbers, and a
+// per-channel scale.
+struct BatchNormScratch {
+  double* partial;
+  double* sums;
+  BatchNormGradChannel* grad;
+  float* scale;
+};
+BatchNormScratch Layout(void* scratch, int rows, int channels) {
+  BatchNormScratch s;
+  s.partial = static_cast<double*>(scratch);
+  s.sums = s.partial + 2 * int64_t{Tiles(rows)} * channels;
+  s.grad = reinterpret_cast<BatchNormGradChannel*>(s.sums + channels);
+  s.scale = reinterpret_cast<float*>(s.grad + channels);
+  return s;
+}
+
+// Adds Term's K values for (row, channel) over a tile of rows; see above.
+template <int K, typename Term>
+__global__ void ChannelPartialsKernel(int rows, int channels, int tile_rows,
+                                      Term term, double* partial) {
+  __shared__ double part[K][kStatThreadsPerChannel][kWarp];
+  const int c = blockIdx.x * kWarp + threadIdx.x;
+  const int begin = blockIdx.y * tile_rows;
+  const int end = begin + tile_rows < rows ? begin + tile_rows : rows;
+  double sum[K];
+  for (int k = 0; k < K; ++k) sum[k] = 0.0;
+  if (c < channels) {
+    for (int r = begin + threadIdx.y; r < end; r += kStatThreadsPerChannel) {
+      term(static_cast<int64_t>(r) * channels + c, c, sum);
+    }
+  }
+  for (int k = 0; k < K; ++k) part[k][threadIdx.y][threadIdx.x] = sum[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= channels) return;
+  for (int k = 0; k < K; ++k) {
+    double total = 0.0;
+    for (int i = 0; i < kStatThreadsPerChannel; ++i) {
+      total += part[k][i][threadIdx.x];
+    }
+    partial[(int64_t{k} * gridDim.y + blockIdx.y) * channels + c] = total;
+  }
+}
+
+template <int K, typename Term>
+cudaError_t ChannelPartials(int rows, int channels, const Term& term,
+                            double* partial, cudaStream_t stream) {
+  const dim3 grid((channels + kWarp - 1) / kWarp, Tiles(rows));
+  const dim3 block(kWarp, kStatThreadsPerChannel);
+  ChannelPartialsKernel<K><<<grid, block, 0, stream>>>(
+      rows, channels, TileRows(rows), term, partial);
+  return cudaGetLastError();
+}
+
+__device__ double TileTotal(const double* partial, int k, int tiles,
+                            int channels, int c) {
+  double total = 0.0;
+  for (int t = 0; t < tiles; ++t) {
+    total += partial[(int64_t{k} * tiles + t) * channels + c];
+  }
+  return total;
+}
+
+struct SumTerm {
+  const float* x;
+  __device__ void operator()(int64_t at, int, double* sum) const {
+    sum[0] += x[at];
+  }
+};
+
+// (x - mean)^2 with the float mean, in double, as the CPU device does.
+struct CenteredTerm {
+  const float* x;
+  const float* mean;
+  __device__ void operator()(int64_t at, int c, double* sum) const {
+    const double d = static_cast<double>(x[at]) - mean[c];
+    sum[0] += d * d;
+  }
+};
+
+// dy and dy * xhat.
+struct GradTerm {
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* inv_std;
+  __device__ void operator()(int64_t at, int c, double* sum) const {
+    const float xhat = elements::BatchNormXhat(x[at], mean[c], inv_std[c]);
+    sum[0] += dy[at];
+    sum[1] += static_cast<double>(dy[at]) * xhat;
+  }
+};
+
+__global__ void MeanKernel(int rows, int channels, int tiles,
+                           const double* partial, double* sums,
+                           float* saved_mean) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const double sum = TileTotal(partial, 0, tiles, channels, c);
+  sums[c] = sum;
+  saved_mean[c] = elements::BatchNormMean(sum, rows);
+}
+
+__global__ void TrainingChannelKernel(int rows, int channels, int tiles,
+                                      const double* partial,
+                                      const double* sums, const float* gamma,
+                                      float epsilon, float momentum,
+                                      float* moving_mean,
+                                      float* moving_variance,
+                                      float* saved_inv_std, float* scale) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const elements::BatchNormChannel k = elements::BatchNormTrainingChannel(
+      sums[c], TileTotal(partial, 0, tiles, channels, c), rows, gamma[c],
+      epsilon, momentum, &moving_mean[c], &moving_variance[c]);
+  saved_inv_std[c] = k.inv_std;
+  scale[c] = k.scale;
+}
+
+__global__ void InferenceScaleKernel(int channels, const float* gamma,
+                                     const float* moving_variance,
+                                     float epsilon, float* scale) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  scale[c] = elements::BatchNormInferenceScale(gamma[c], moving_variance[c],
+                                               epsilon);
+}
+
+__global__ void BackwardChannelKernel(int rows, int channels, int tiles,
+                                      const double* partial,
+                                      const float* gamma,
+                                      const float* saved_inv_std,
+                                      float* dgamma, float* dbeta,
+                                      BatchNormGradChannel* grad) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const BatchNormGradChannel k = elements::BatchNormBackwardChannel(
+      TileTotal(partial, 0, tiles, channels, c),
+      TileTotal(partial, 1, tiles, channels, c), rows, gamma[c],
+      saved_inv_std[c]);
+  grad[c] = k;
+  dgamma[c] = k.dgamma;
+  dbeta[c] = k.dbeta;
+}
+
+struct BatchNormApplyOp {
+  int channels;
+  const float* x;
+  const float* mean;
+  const float* scale;
+  const float* beta;
+  float* y;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    const Index c = i % channels;
+    y[i] = elements::BatchNormApply(x[i], mean[c], scale[c], beta[c]);
+  }
+};
+
+struct BatchNormInputGradOp {
+  int channels;
+  const float* x;
+  const float* dy;
+  const float* mean;
+  const float* inv_std;
+  const BatchNormGradChannel* grad;
+  float* dx;
+  template <typename Index>
+  __device__ void operator()(Index i) const {
+    const Index c = i % channels;
+    const float xhat = elements::BatchNormXhat(x[i], mean[c], inv_std[c]);
+    dx[i] = elements::BatchNormInputGrad(grad[c], dy[i], xhat);
+  }
+};
+
+unsigned ChannelGrid(int channels) {
+  return (channels + kThreads - 1) / kThreads;
+}
+
+}  // namespace
+
+cudaError_t LaunchAxpy(size_t n, float alpha, const float* x, float* y,
+                       cudaStream_t stream) {
+  const auto count = static_cast<int64_t>(n);
+  return ForEach(count, count, AxpyOp{alpha, x, y}, stream);
+}
+
+cudaError_t LaunchIm2Col(const elements::Window& g, const float* image,
+                         float* columns, cudaStream_t stream) {
+  const int64_t total = OutputPixels(g) * PatchSize(g);
+  return ForEach(total, Larger(total, InputSize(g)),
+                 Im2ColOp{g, image, columns}, stream);
+}
+
+cudaError_t LaunchCol2Im(const elements::Window& g, const float* columns,
+                         float* image, cudaStream_t stream) {
+  const int64_t total = InputSize(g);
+  return ForEach(total, Larger(total, OutputPixels(g) * PatchSize(g)),
+                 Col2ImOp{g, columns, image}, stream);
+}
+
+cudaError_t LaunchMaxPoolForward(const elements::Window& g, const float* x,
+                                 float* y, int32_t* argmax,
+                                 cudaStream_t stream) {
+  const int64_t total = OutputPixels(g) * g.channels;
+  return ForEach(total, Larger(total, InputSize(g)),
+                 MaxPoolOp{g, x, y, argmax}, stream);
+}
+
+cudaError_t LaunchMaxPoolBackward(const elements::Window& g, const float* dy,
+                                  const int32_t* argmax, float* dx,
+                                  cudaStream_t stream) {
+  const int64_t total = InputSize(g);
+  return ForEach(total, Larger(total, OutputPixels(g) * g.channels),
+                 MaxPoolGradOp{g, dy, argmax, dx}, stream);
+}
+
+cudaError_t LaunchZeroPad2D(const elements::Pad& p, const float* x, float* y,
+                            cudaStream_t stream) {
+  const int64_t total = int64_t{p.batch} * (int64_t{p.height} + p.top +
+                                            p.bottom) *
+                        (int64_t{p.width} + p.left + p.right) * p.channels;
+  return ForEach(total, total, ZeroPadOp{p, x, y}, stream);
+}
+
+cudaError_t LaunchZeroPad2DBackward(const elements::Pad& p, const float* dy,
+                                    float* dx, cudaStream_t stream) {
+  const int64_t padded = int64_t{p.batch} *
+                         (int64_t{p.height} + p.top + p.bottom) *
+                         (int64_t{p.width} + p.left + p.right) * p.channels;
+  const int64_t total = int64_t{p.batch} * p.height * p.width * p.channels;
+  return ForEach(total, padded, ZeroPadGradOp{p, dy, dx}, stream);
+}
+
+cudaError_t LaunchGlobalAvgPool(int batch, int pixels, int channels,
+                                const float* x, float* y,
+                                cudaStream_t stream) {
+  return ForEach(int64_t{batch} * channels,
+                 int64_t{batch} * pixels * channels,
+                 GlobalAvgPoolOp{pixels, channels, x, y}, stream);
+}
+
+cudaError_t LaunchGlobalAvgPoolBackward(int batch, int pixels, int channels,
+                                        const float* dy, float* dx,
+                                        cudaStream_t stream) {
+  const int64_t total = int64_t{batch} * pixels * channels;
+  return ForEach(total, total, GlobalAvgPoolGradOp{pixels, channels, dy, dx},
+                 stream);
+}
+
+size_t BatchNormScratchBytes(int rows, int channels) {
+  const size_t c = static_cast<size_t>(channels);
+  return (2 * static_cast<size_t>(Tiles(rows)) * c + c) * sizeof(double) +
+         c * sizeof(BatchNormGradChannel) + c * sizeof(float);
+}
+
+cudaError_t LaunchBatchNormTraining(int rows, int channels, const float* x,
+                                    const float* gamma, const float* beta,
+                                    float epsilon, float momentum, float* y,
+                                    float* moving_mean, float* moving_variance,
+                                    float* saved_mean, float* saved_inv_std,
+                                    void* scratch, cudaStream_t stream) {
+  const BatchNormScratch s = Layout(scratch, rows, channels);
+  const int tiles = Tiles(rows);
+  // The mean first, then the variance from centered values: two passes, as
+  // on the CPU, so the statistics hold whatever the rows' offset.
+  if (cudaError_t e = ChannelPartials<1>(rows, channels, SumTerm{x},
+                                         s.partial, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  MeanKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
+      rows, channels, tiles, s.partial, s.sums, saved_mean);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (cudaError_t e = ChannelPartials<1>(
+          rows, channels, CenteredTerm{x, saved_mean}, s.partial, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  TrainingChannelKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
+      rows, channels, tiles, s.partial, s.sums, gamma, epsilon, momentum,
+      moving_mean, moving_variance, saved_inv_std, s.scale);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int64_t total = int64_t{rows} * channels;
+  return ForEach(total, total,
+                 BatchNormApplyOp{channels, x, saved_mean, s.scale, beta, y},
+                 stream);
+}
+
+cudaError_t LaunchBatchNormInference(int rows, int channels, const float* x,
+                                     const float* gamma, const float* beta,
+                                     const float* moving_mean,
+                                     const float* moving_variance,
+                                     float epsilon, float* y, void* scratch,
+                                     cudaStream_t stream) {
+  const BatchNormScratch s = Layout(scratch, rows, channels);
+  InferenceScaleKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
+      channels, gamma, moving_variance, epsilon, s.scale);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int64_t total = int64_t{rows} * channels;
+  return ForEach(total, total,
+                 BatchNormApplyOp{channels, x, moving_mean, s.scale, beta, y},
+                 stream);
+}
+
+cudaError_t LaunchBatchNormBackward(int rows, int channels, const float* x,
+                                    const float* dy, const float* gamma,
+                                    const float* saved_mean,
+                                    const float* saved_inv_std, float* dx,
+                                    float* dgamma, float* dbeta, void* scratch,
+                                    cudaStream_t stream) {
+  const BatchNormScratch s = Layout(scratch, rows, channels);
+  if (cudaError_t e = ChannelPartials<2>(
+          rows, channels, GradTerm{x, dy, saved_mean, saved_inv_std},
+          s.partial, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  BackwardChannelKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
+      rows, channels, Tiles(rows), s.partial, gamma, saved_inv_std, dgamma,
+      dbeta, s.grad);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (dx == nullptr) return cudaSuccess;
+  const int64_t total = int64_t{rows} * channels;
+  return ForEach(total, total,
+                 BatchNormInputGradOp{channels, x, dy, saved_mean,
+                                      saved_inv_std, s.grad, dx},
+                 stream);
+}
+
+}  // namespace cuda_internal
+}  // namespace lockstep
