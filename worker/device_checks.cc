@@ -195,9 +195,9 @@ absl::StatusOr<int64_t> CheckBatchNormInferenceArgs(
 }
 
 absl::StatusOr<int64_t> CheckBatchNormBackwardArgs(
-    int rows, int channels, const float* x, const float* dy,
-    const float* gamma, const float* saved_mean, const float* saved_inv_std,
-    const float* dgamma, const float* dbeta) {
+    int rows, int channels, const float* x, const float* dy, const float* gamma,
+    const float* saved_mean, const float* saved_inv_std, const float* dgamma,
+    const float* dbeta) {
   RETURN_IF_ERROR(CheckRowsChannels("BatchNormBackward", rows, channels));
   if (rows < 1) {
     return absl::InvalidArgumentError("BatchNormBackward: no rows");

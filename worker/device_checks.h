@@ -58,8 +58,7 @@ absl::StatusOr<int64_t> CheckZeroPad2DBackwardArgs(const NhwcShape& x_shape,
 absl::StatusOr<int64_t> CheckGlobalAvgPoolArgs(const char* op, int batch,
                                                int pixels, int channels,
                                                const float* in,
-                                               const float* out,
-                                               bool backward);
+                                               const float* out, bool backward);
 // The channels to compute (0: nothing to do); training and backward need at
 // least one row.
 absl::StatusOr<int64_t> CheckBatchNormTrainingArgs(
@@ -74,9 +73,9 @@ absl::StatusOr<int64_t> CheckBatchNormInferenceArgs(
     const float* y);
 // The channels (dx may be null: then only dgamma and dbeta are computed).
 absl::StatusOr<int64_t> CheckBatchNormBackwardArgs(
-    int rows, int channels, const float* x, const float* dy,
-    const float* gamma, const float* saved_mean, const float* saved_inv_std,
-    const float* dgamma, const float* dbeta);
+    int rows, int channels, const float* x, const float* dy, const float* gamma,
+    const float* saved_mean, const float* saved_inv_std, const float* dgamma,
+    const float* dbeta);
 
 }  // namespace lockstep
 

@@ -39,4 +39,12 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
   return CpuDevice::Create(options.cpu_threads);
 }
 
+bool CudaDeviceBuilt() {
+#if LOCKSTEP_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace lockstep

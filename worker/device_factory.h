@@ -34,6 +34,9 @@ struct DeviceOptions {
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     const DeviceOptions& options);
 
+// Whether this build has the CUDA device (whether or not a GPU is visible).
+bool CudaDeviceBuilt();
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_WORKER_DEVICE_FACTORY_H_

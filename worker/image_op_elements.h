@@ -93,8 +93,8 @@ LOCKSTEP_HOST_DEVICE inline float Col2ImAt(const Window& g,
       const Index ow = left / g.stride_width;
       if (ow >= g.out_width) continue;
       const Index row = (n * g.out_height + oh) * g.out_width + ow;
-      sum += columns[row * patch + (Index{i} * g.window_width + j) * channels +
-                     c];
+      sum +=
+          columns[row * patch + (Index{i} * g.window_width + j) * channels + c];
     }
   }
   return sum;
@@ -138,8 +138,8 @@ LOCKSTEP_HOST_DEVICE inline void MaxPoolAt(const Window& g, const float* x,
   const int h_end =
       h0 + g.window_height < g.height ? h0 + g.window_height : g.height;
   const int w_begin = w0 > 0 ? w0 : 0;
-  const int w_end = w0 + g.window_width < g.width ? w0 + g.window_width
-                                                  : g.width;
+  const int w_end =
+      w0 + g.window_width < g.width ? w0 + g.window_width : g.width;
   if (h_begin >= h_end || w_begin >= w_end) {
     y[index] = 0.0f;
     argmax[index] = -1;
@@ -183,8 +183,8 @@ LOCKSTEP_HOST_DEVICE inline float MaxPoolGradAt(const Window& g,
   float sum = 0.0f;
   for (int oh = rows.first; oh <= rows.last; ++oh) {
     for (int ow = cols.first; ow <= cols.last; ++ow) {
-      const Index k = ((n * g.out_height + oh) * g.out_width + ow) * channels +
-                      c;
+      const Index k =
+          ((n * g.out_height + oh) * g.out_width + ow) * channels + c;
       if (argmax[k] == self) sum += dy[k];
     }
   }
@@ -230,8 +230,7 @@ LOCKSTEP_HOST_DEVICE inline float ZeroPadGradAt(const Pad& p, const float* dy,
 // over pixels in order, times 1 / pixels.
 template <typename Index>
 LOCKSTEP_HOST_DEVICE inline float GlobalAvgPoolAt(int pixels, int channels,
-                                                  const float* x,
-                                                  Index index) {
+                                                  const float* x, Index index) {
   const Index n = index / channels;
   const Index c = index - n * channels;
   const float* image = x + n * pixels * channels + c;
@@ -282,8 +281,9 @@ LOCKSTEP_HOST_DEVICE inline BatchNormChannel BatchNormTrainingChannel(
 }
 
 // BatchNormInference's per-channel scale.
-LOCKSTEP_HOST_DEVICE inline float BatchNormInferenceScale(
-    float gamma, float moving_variance, float epsilon) {
+LOCKSTEP_HOST_DEVICE inline float BatchNormInferenceScale(float gamma,
+                                                          float moving_variance,
+                                                          float epsilon) {
   return static_cast<float>(gamma / sqrt(double{moving_variance} + epsilon));
 }
 

@@ -23,6 +23,7 @@
 #include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/cuda_test_util.h"
 #include "worker/cpu_device.h"
 #include "worker/device_factory.h"
 #include "worker/mlp.h"
@@ -32,66 +33,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kNoGpu[] =
-    "no CUDA GPU is visible to this process; the CUDA device tests need one "
-    "(run tests/gpu/device_check.sh on a GPU machine)";
-constexpr double kTolerance = 1e-5;
-
-std::vector<float> RandomFloats(size_t n, uint64_t seed, float lo = -1.0f,
-                                float hi = 1.0f) {
-  Random random(seed);
-  std::vector<float> v(n);
-  for (float& x : v) {
-    do {
-      x = random.Uniform(lo, hi);
-    } while (x == 0.0f);  // Non-zero, so every entry is seen to matter.
-  }
-  return v;
-}
-
-std::vector<int32_t> RandomLabels(size_t n, int classes, uint64_t seed) {
-  Random random(seed);
-  std::vector<int32_t> v(n);
-  for (int32_t& y : v) y = static_cast<int32_t>(random.UniformInt(classes));
-  return v;
-}
-
-// |got - want| <= tolerance * max |want| for every entry.
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
-                 const std::string& what, double tolerance = kTolerance) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
-  for (float w : want) scale = std::max(scale, std::abs(double{w}));
-  ASSERT_GT(scale, 0.0) << what << ": all zeros proves nothing";
-  int reported = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(double{got[i]} - want[i]) > tolerance * scale &&
-        ++reported <= 5) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want "
-                    << want[i] << " (scale " << scale << ")";
-    }
-  }
-}
-
-// Host vectors in and out of one device's buffers.
-template <typename T>
-std::unique_ptr<DeviceBuffer> Upload(Device& device, const std::vector<T>& v) {
-  auto buffer = device.Allocate(v.size() * sizeof(T));
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  if (!buffer.ok()) return nullptr;
-  EXPECT_TRUE(
-      device.CopyToDevice(v.data(), (*buffer)->data(), v.size() * sizeof(T))
-          .ok());
-  return std::move(*buffer);
-}
-
-template <typename T>
-std::vector<T> Download(Device& device, const DeviceBuffer& buffer) {
-  std::vector<T> v(buffer.bytes() / sizeof(T));
-  EXPECT_TRUE(
-      device.CopyToHost(buffer.data(), v.data(), v.size() * sizeof(T)).ok());
-  return v;
-}
+using cuda_test::Download;
+using cuda_test::ExpectClose;
+using cuda_test::kNoGpu;
+using cuda_test::kTolerance;
+using cuda_test::RandomFloats;
+using cuda_test::RandomLabels;
+using cuda_test::Upload;
 
 // ---------------------------------------------------------------------------
 // Exact checks, run on both devices.
@@ -424,20 +372,6 @@ std::vector<float> RandomWeights(const Mlp& mlp, uint64_t seed) {
   return w;
 }
 
-// Splits a flat parameter vector into its tensors' pieces.
-std::vector<std::vector<float>> ByTensor(const Mlp& mlp,
-                                         const std::vector<float>& flat) {
-  std::vector<std::vector<float>> pieces;
-  auto it = flat.begin();
-  for (const TensorInfo& t : mlp.Tensors()) {
-    int64_t size = 1;
-    for (int64_t d : t.shape) size *= d;
-    pieces.emplace_back(it, it + size);
-    it += size;
-  }
-  return pieces;
-}
-
 TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
   const std::vector<int> sizes = {37, 45, 29, 11};
   const int max_batch = 53;
@@ -468,8 +402,8 @@ TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
                 kTolerance * stats[0].loss_sum);
     EXPECT_EQ(stats[1].correct, stats[0].correct);
     EXPECT_EQ(stats[1].examples, rows);
-    const auto want = ByTensor(*mlps[0], grad[0]);
-    const auto got = ByTensor(*mlps[0], grad[1]);
+    const auto want = cuda_test::ByTensor(*mlps[0], grad[0]);
+    const auto got = cuda_test::ByTensor(*mlps[0], grad[1]);
     const std::vector<TensorInfo> tensors = mlps[0]->Tensors();
     for (size_t t = 0; t < tensors.size(); ++t) {
       ExpectClose(got[t], want[t],
@@ -491,8 +425,8 @@ TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
     }
     EXPECT_NEAR(loss[1], loss[0], kTolerance * loss[0]) << "step " << step;
   }
-  const auto want = ByTensor(*mlps[0], w[0]);
-  const auto got = ByTensor(*mlps[0], w[1]);
+  const auto want = cuda_test::ByTensor(*mlps[0], w[0]);
+  const auto got = cuda_test::ByTensor(*mlps[0], w[1]);
   for (size_t t = 0; t < want.size(); ++t) {
     ExpectClose(got[t], want[t], absl::StrCat("weights after 5 steps, ", t));
   }

@@ -9,33 +9,42 @@
 #   then, on the GPU machine, from the repository root (DIR copied along):
 #     tests/gpu/device_check.sh --run DIR
 #
-# --bundle builds cuda_device_test, cpu_device_test and lockstep_gpu_bench
-# with -DLOCKSTEP_CUDA=ON (in $LOCKSTEP_GPU_BUILD_DIR, default
+# --bundle builds the tests below, lockstep_gpu_bench and the server, worker
+# and launcher with -DLOCKSTEP_CUDA=ON (in $LOCKSTEP_GPU_BUILD_DIR, default
 # build-gpu-check/) and copies them to DIR/bin, and every shared library they
-# need to DIR/lib -- except the C/C++ runtime that every Linux has and the
-# CUDA runtime, cuBLAS and driver, which must match the GPU machine's own.
-# The bundle must stay under 60 MiB.
+# need to DIR/lib.tar.xz -- except the C/C++ runtime that every Linux has and
+# CUDA's runtime, cuBLAS, NCCL and driver, which must match the GPU
+# machine's own. The bundle must stay under 40 MiB.
 #
-# --run puts DIR/lib and the machine's CUDA libraries on LD_LIBRARY_PATH,
-# prints nvidia-smi, runs the tests (the GPU ones skip themselves where no GPU
-# is visible) and then the benchmark. It exits non-zero if a test or the
-# benchmark fails. Extra arguments after DIR go to the benchmark.
+# --run puts those libraries and the machine's CUDA libraries on
+# LD_LIBRARY_PATH, prints nvidia-smi, and runs: the CUDA device and model
+# tests, the layer tests (every layer's gradients against finite
+# differences, on the CPU and on CUDA), the benchmark (extra arguments after
+# DIR go to it), and then ResNet-50 (batch 128 per worker, synthetic 32x32
+# images) through a real server with 1 and 4 workers on GPU 0, whose whole
+# synchronous step compares with the local step the benchmark measured. It
+# exits non-zero if anything fails.
 set -euo pipefail
 
-readonly kMaxBundleBytes=$((60 * 1024 * 1024))
-readonly kBinaries=(cuda_device_test cpu_device_test lockstep_gpu_bench)
+readonly kMaxBundleBytes=$((40 * 1024 * 1024))
+readonly kTests=(cuda_device_test cuda_models_test cpu_device_test
+  image_op_elements_test conv2d_test pooling_layers_test
+  batch_normalization_test basic_layers_test graph_model_test)
+readonly kTools=(lockstep_gpu_bench lockstep_server lockstep_worker
+  lockstep_launch)
+readonly kBinaries=("${kTests[@]}" "${kTools[@]}")
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
 usage() {
-  sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
 # Libraries the bundle leaves to the GPU machine: the loader and C/C++
-# runtime (every Linux has them, newer) and CUDA's runtime, cuBLAS and
-# driver (they must match the driver there).
+# runtime (every Linux has them, newer) and CUDA's runtime, cuBLAS, NCCL and
+# driver (they must match the driver there; PyTorch's wheels carry them).
 is_system_lib() {
-  [[ "$1" =~ ^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libgcc_s\.so|libstdc\+\+\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnvidia) ]]
+  [[ "$1" =~ ^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libgcc_s\.so|libstdc\+\+\.so|libcuda\.so|libcudart\.so|libcublas\.so|libcublasLt\.so|libnccl\.so|libnvidia) ]]
 }
 
 bundle() {
@@ -67,15 +76,18 @@ bundle() {
     echo "source: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
       "(plus uncommitted changes, if any), built $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "CUDA: $(nvcc --version 2>/dev/null | tail -n 1 || echo unknown)"
-    echo "needs on the GPU machine: libcudart.so.13, libcublas.so.13, libcublasLt.so.13, the driver"
+    echo "needs on the GPU machine: libcudart.so.13, libcublas.so.13, libcublasLt.so.13, libnccl.so.2, the driver"
     (cd "$dir" && find bin lib -type f -printf '%10s  %p\n' | sort -k2)
   } >"$dir/MANIFEST.txt"
+  # OpenBLAS alone is 35 MiB; compressed, the libraries take about a third.
+  tar -C "$dir" -cf - lib | xz -6 -T0 >"$dir/lib.tar.xz"
+  rm -rf "$dir/lib"
   local bytes
   bytes=$(du -sb "$dir" | cut -f1)
-  echo "== bundle $dir: $(find "$dir/lib" -type f | wc -l) libraries," \
+  echo "== bundle $dir: $(grep -c '  lib/' "$dir/MANIFEST.txt") libraries," \
     "$((bytes / 1024 / 1024)) MiB"
   if ((bytes > kMaxBundleBytes)); then
-    echo "error: the bundle is over 60 MiB" >&2
+    echo "error: the bundle is over 40 MiB" >&2
     exit 1
   fi
 }
@@ -94,7 +106,8 @@ import glob, os, site
 bases = site.getsitepackages() + [site.getusersitepackages()]
 dirs = set()
 for base in bases:
-    for pattern in ("libcublas.so.*", "libcublasLt.so.*", "libcudart.so.*"):
+    for pattern in ("libcublas.so.*", "libcublasLt.so.*", "libcudart.so.*",
+                    "libnccl.so.*"):
         for lib in glob.glob(os.path.join(base, "nvidia", "**", pattern),
                              recursive=True):
             dirs.add(os.path.dirname(lib))
@@ -103,13 +116,46 @@ EOF
   fi
 }
 
+# ResNet-50 through lockstep_launch: 1 server and $2 workers on GPU 0, batch
+# 128 each, 20 synchronous steps after the first. Prints the whole step's
+# milliseconds from rank 0's summary.
+resnet_job() {
+  local dir="$1" workers="$2" tmp="$3"
+  local batch=128 steps=20
+  echo "-- resnet50, $workers worker(s) on GPU 0, batch $batch each"
+  if ! timeout 600 "$dir/bin/lockstep_launch" --workers="$workers" --gpus=1 \
+    --model=resnet50 --dataset=synthetic \
+    --synthetic_examples=$((batch * workers * (steps + 1))) \
+    --batch_size="$batch" --epochs=1 --optimizer=adam --device=cuda \
+    --progress=none --summary_json="$tmp/resnet_$workers.json" \
+    >"$tmp/resnet_$workers.log" 2>&1; then
+    tail -n 30 "$tmp/resnet_$workers.log"
+    return 1
+  fi
+  python3 - "$tmp/resnet_$workers.json" "$batch" "$workers" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+batch, workers = int(sys.argv[2]), int(sys.argv[3])
+rate = s["examples_per_sec"]
+step_ms = batch * workers / rate * 1e3
+print(f"   {rate:.0f} images/s in all, {rate / workers:.0f} per worker, "
+      f"{step_ms:.1f} ms per synchronous step ({s['steps']} steps)")
+print("JSON_RESNET_JOB " + json.dumps({"workers": workers, "batch": batch,
+      "images_per_s": rate, "ms_per_step": step_ms}))
+EOF
+}
+
 run() {
   local dir
   dir="$(cd "$1" && pwd)"
   shift
+  # Global, for the EXIT trap.
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  xz -dc "$dir/lib.tar.xz" | tar -C "$tmp" -xf -
   local extra
   extra="$(cuda_lib_dirs | paste -sd: -)"
-  export LD_LIBRARY_PATH="$dir/lib${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$tmp/lib${extra:+:$extra}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== bundle"
   head -n 2 "$dir/MANIFEST.txt" 2>/dev/null || true
   local bin missing=0
@@ -127,7 +173,7 @@ run() {
     echo "(nvidia-smi not found: no NVIDIA driver here)"
   fi
   local failed=0
-  for bin in cuda_device_test cpu_device_test; do
+  for bin in "${kTests[@]}"; do
     echo "== $bin"
     # --gtest_brief prints failures only; the summary lines still say how
     # many tests passed and were skipped.
@@ -140,6 +186,18 @@ run() {
   if ! "$dir/bin/lockstep_gpu_bench" "$@"; then
     echo "FAILED: lockstep_gpu_bench"
     failed=1
+  fi
+  echo "== ResNet-50 through a real server (compare the local step above)"
+  local workers
+  if ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "(no GPU here: the ResNet-50 jobs need one; not run)"
+  else
+    for workers in 1 4; do
+      if ! resnet_job "$dir" "$workers" "$tmp"; then
+        echo "FAILED: resnet50 with $workers worker(s)"
+        failed=1
+      fi
+    done
   fi
   if ((failed)); then
     echo "== device check: FAILED"

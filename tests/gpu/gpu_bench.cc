@@ -5,7 +5,12 @@
 //    gradient, SGD on the host -- with 1 and 4 worker threads, each with its
 //    own device, on the CPU device and on GPU 0. No parameter server and no
 //    network: this is the compute side of a worker's step only.
-// 2. A large MLP (8192-8192-8192-10, batch 4096) on the GPU: forward +
+// 2. The tutorial's ResNet-50 (Keras topology, 32x32x3, batch 128): images
+//    per second and milliseconds per step of the same local steps, with 1
+//    and 4 worker threads sharing GPU 0 (the CPU column only with
+//    --cpu_resnet: seconds per step). tests/gpu/device_check.sh compares
+//    these with whole synchronous steps through a real server.
+// 3. A large MLP (8192-8192-8192-10, batch 4096) on the GPU: forward +
 //    backward TFLOP/s, of the device math alone and of Mlp::ComputeGradients
 //    (which adds the batch upload and the 537 MB gradient download), next to
 //    cuBLAS's own sgemm rate on 8192^3 (fp32, and TF32 for reference) in the
@@ -40,6 +45,7 @@
 #include "common/status_macros.h"
 #include "worker/device_factory.h"
 #include "worker/mlp.h"
+#include "worker/models.h"
 
 ABSL_FLAG(double, seconds, 2.0, "Timed seconds per tutorial measurement.");
 ABSL_FLAG(std::string, threads, "1,4", "Worker thread counts to measure.");
@@ -47,6 +53,11 @@ ABSL_FLAG(int, large_batch, 4096, "Batch of the large MLP.");
 ABSL_FLAG(int, large_steps, 5, "Timed steps of the large MLP.");
 ABSL_FLAG(bool, cpu_large, false,
           "Also run the large MLP and sgemm on the CPU device (minutes).");
+ABSL_FLAG(int, resnet_batch, 128, "Batch of the ResNet-50 measurement.");
+ABSL_FLAG(double, resnet_seconds, 5.0,
+          "Timed seconds per ResNet-50 measurement.");
+ABSL_FLAG(bool, cpu_resnet, false,
+          "Also measure ResNet-50 on the CPU device (seconds per step).");
 ABSL_FLAG(int, gpu, 0, "CUDA GPU ordinal.");
 
 namespace lockstep {
@@ -72,33 +83,57 @@ std::vector<int32_t> RandomLabels(size_t n, int classes, uint64_t seed) {
   return v;
 }
 
-// One worker's model and data for the tutorial loop.
+// One worker's model and data for the local training loop.
 struct Replica {
   std::unique_ptr<Device> device;
-  std::unique_ptr<Mlp> mlp;
+  std::unique_ptr<Model> model;
   std::vector<float> weights;
   std::vector<float> gradient;
   int64_t steps = 0;
   absl::Status status;
 };
 
-constexpr int kTutorialBatch = 64;
-constexpr int kTutorialBatches = 16;  // Cycled through.
+// What a worker thread trains: `batches` batches of `batch` examples of
+// `spec`, cycled through, after `warmup` untimed steps.
+struct Workload {
+  ModelSpec spec;
+  int batch = 64;
+  int batches = 16;
+  int warmup = 10;
+};
+
+Workload Tutorial() {
+  Workload w;
+  w.spec.name = "mlp";
+  w.spec.input = {1, 1, 784};
+  w.spec.hidden_units = {128};
+  return w;
+}
+
+Workload ResNet50(int batch) {
+  Workload w;
+  w.spec.name = "resnet50";
+  w.spec.input = {32, 32, 3};
+  w.batch = batch;
+  w.batches = 2;
+  w.warmup = 3;
+  return w;
+}
 
 // Warms `r` up, reports ready, and once `start` is notified runs steps
 // until `seconds` after *t0, counting them.
-void TrainLocally(Replica* r, const std::vector<float>& features,
+void TrainLocally(Replica* r, const Workload& work,
+                  const std::vector<float>& features,
                   const std::vector<int32_t>& labels,
                   absl::BlockingCounter* ready, const absl::Notification* start,
                   const Clock::time_point* t0, double seconds) {
   const size_t width = features.size() / labels.size();
   auto step = [&](int64_t i) -> absl::Status {
-    const size_t b = static_cast<size_t>(i % kTutorialBatches) * kTutorialBatch;
-    RETURN_IF_ERROR(r->mlp->SetWeights(r->weights));
-    absl::StatusOr<BatchStats> stats = r->mlp->ComputeGradients(
-        absl::MakeConstSpan(features).subspan(b * width,
-                                              kTutorialBatch * width),
-        absl::MakeConstSpan(labels).subspan(b, kTutorialBatch),
+    const size_t b = static_cast<size_t>(i % work.batches) * work.batch;
+    RETURN_IF_ERROR(r->model->SetWeights(r->weights));
+    absl::StatusOr<BatchStats> stats = r->model->ComputeGradients(
+        absl::MakeConstSpan(features).subspan(b * width, work.batch * width),
+        absl::MakeConstSpan(labels).subspan(b, work.batch),
         absl::MakeSpan(r->gradient));
     if (!stats.ok()) return stats.status();
     for (size_t j = 0; j < r->weights.size(); ++j) {
@@ -107,7 +142,9 @@ void TrainLocally(Replica* r, const std::vector<float>& features,
     return absl::OkStatus();
   };
   // Warm-up: caches, page faults, cuBLAS's first calls.
-  for (int64_t i = 0; i < 10 && r->status.ok(); ++i) r->status = step(i);
+  for (int64_t i = 0; i < work.warmup && r->status.ok(); ++i) {
+    r->status = step(i);
+  }
   ready->DecrementCount();
   start->WaitForNotification();
   if (!r->status.ok()) return;
@@ -117,18 +154,27 @@ void TrainLocally(Replica* r, const std::vector<float>& features,
   }
 }
 
-// Examples per second of `threads` replicas on devices made from `options`.
-absl::StatusOr<double> TutorialRate(const DeviceOptions& options, int threads,
-                                    double seconds) {
-  const std::vector<int> sizes = {784, 128, 10};
-  const size_t rows = size_t{kTutorialBatch} * kTutorialBatches;
-  const std::vector<float> features = RandomFloats(rows * sizes[0], 1);
-  const std::vector<int32_t> labels = RandomLabels(rows, sizes.back(), 2);
+struct Rate {
+  double examples_per_s = 0;
+  double ms_per_step = 0;  // Mean over the threads' steps.
+};
+
+// The training rate of `threads` replicas of `work`, each on its own device
+// made from `options`.
+absl::StatusOr<Rate> LocalRate(const Workload& work,
+                               const DeviceOptions& options, int threads,
+                               double seconds) {
+  const size_t rows = size_t{1} * work.batch * work.batches;
+  const size_t width = static_cast<size_t>(work.spec.input.size());
+  const std::vector<float> features = RandomFloats(rows * width, 1);
+  const std::vector<int32_t> labels =
+      RandomLabels(rows, work.spec.num_classes, 2);
   std::vector<Replica> replicas(threads);
   for (Replica& r : replicas) {
     ASSIGN_OR_RETURN(r.device, CreateDevice(options));
-    ASSIGN_OR_RETURN(r.mlp, Mlp::Create(sizes, kTutorialBatch, r.device.get()));
-    r.weights = r.mlp->InitialWeights(42);
+    ASSIGN_OR_RETURN(r.model,
+                     CreateModel(work.spec, work.batch, r.device.get()));
+    r.weights = r.model->InitialWeights(42);
     r.gradient.resize(r.weights.size());
   }
   absl::BlockingCounter ready(threads);
@@ -136,7 +182,7 @@ absl::StatusOr<double> TutorialRate(const DeviceOptions& options, int threads,
   Clock::time_point t0;
   std::vector<std::thread> workers;
   for (Replica& r : replicas) {
-    workers.emplace_back(TrainLocally, &r, std::cref(features),
+    workers.emplace_back(TrainLocally, &r, std::cref(work), std::cref(features),
                          std::cref(labels), &ready, &start, &t0, seconds);
   }
   ready.Wait();  // The clock starts once every worker is warm.
@@ -149,7 +195,11 @@ absl::StatusOr<double> TutorialRate(const DeviceOptions& options, int threads,
     RETURN_IF_ERROR(r.status);
     steps += r.steps;
   }
-  return steps * kTutorialBatch / elapsed;
+  if (steps == 0) {
+    return absl::DeadlineExceededError(
+        absl::StrFormat("no step finished within %.1f s", seconds));
+  }
+  return Rate{steps * work.batch / elapsed, elapsed * threads / steps * 1e3};
 }
 
 // Flops of forward + backward of an MLP on `batch` rows: per layer the
@@ -341,15 +391,15 @@ int Main() {
     double rates[2] = {-1, -1};
     for (int d = 0; d < 2; ++d) {
       if (d == 1 && !gpu.ok()) continue;
-      absl::StatusOr<double> rate =
-          TutorialRate(d == 0 ? cpu : cuda, threads, seconds);
+      absl::StatusOr<Rate> rate =
+          LocalRate(Tutorial(), d == 0 ? cpu : cuda, threads, seconds);
       if (!rate.ok()) {
         std::fprintf(stderr, "tutorial %s x%d: %s\n", d == 0 ? "cpu" : "cuda",
                      threads, rate.status().ToString().c_str());
         ++failures;
         continue;
       }
-      rates[d] = *rate;
+      rates[d] = rate->examples_per_s;
     }
     std::printf("  %-8d %14s %14s\n", threads, Figure(rates[0], "%.0f").c_str(),
                 Figure(rates[1], "%.0f").c_str());
@@ -357,6 +407,48 @@ int Main() {
              rates[0] >= 0 ? rates[0] : std::nan(""));
     json.Add(absl::StrFormat("tutorial_cuda_%d_examples_per_s", threads),
              rates[1] >= 0 ? rates[1] : std::nan(""));
+  }
+
+  const int resnet_batch = absl::GetFlag(FLAGS_resnet_batch);
+  std::printf(
+      "\nResNet-50 (Keras topology) 32x32x3, batch %d: images/s, and ms per "
+      "local step\n(weights upload, forward, backward, gradient download, SGD "
+      "on the host; the threads share one GPU)\n",
+      resnet_batch);
+  std::printf("  %-8s %14s %14s %14s %14s\n", "workers", "cpu img/s", "cpu ms",
+              "cuda img/s", "cuda ms");
+  for (int threads : thread_counts) {
+    Rate rates[2] = {{-1, -1}, {-1, -1}};
+    for (int d = 0; d < 2; ++d) {
+      if (d == 0 && !absl::GetFlag(FLAGS_cpu_resnet)) continue;
+      if (d == 1 && !gpu.ok()) continue;
+      absl::StatusOr<Rate> rate =
+          LocalRate(ResNet50(resnet_batch), d == 0 ? cpu : cuda, threads,
+                    absl::GetFlag(FLAGS_resnet_seconds));
+      if (!rate.ok()) {
+        std::fprintf(stderr, "resnet50 %s x%d: %s\n", d == 0 ? "cpu" : "cuda",
+                     threads, rate.status().ToString().c_str());
+        ++failures;
+        continue;
+      }
+      rates[d] = *rate;
+    }
+    std::printf("  %-8d %14s %14s %14s %14s\n", threads,
+                Figure(rates[0].examples_per_s, "%.0f").c_str(),
+                Figure(rates[0].ms_per_step, "%.1f").c_str(),
+                Figure(rates[1].examples_per_s, "%.0f").c_str(),
+                Figure(rates[1].ms_per_step, "%.1f").c_str());
+    for (int d = 0; d < 2; ++d) {
+      const char* kind = d == 0 ? "cpu" : "cuda";
+      json.Add(absl::StrFormat("resnet50_%s_%d_images_per_s", kind, threads),
+               rates[d].examples_per_s >= 0 ? rates[d].examples_per_s
+                                            : std::nan(""));
+      json.Add(absl::StrFormat("resnet50_%s_%d_ms_per_step", kind, threads),
+               rates[d].ms_per_step >= 0 ? rates[d].ms_per_step : std::nan(""));
+    }
+  }
+  if (!absl::GetFlag(FLAGS_cpu_resnet)) {
+    std::printf("  (cpu columns: not run; --cpu_resnet runs them)\n");
   }
 
   const int batch = absl::GetFlag(FLAGS_large_batch);
@@ -434,8 +526,9 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Measures the CPU and CUDA devices: the tutorial MLP's local training "
-      "rate and a large MLP's TFLOP/s next to cuBLAS sgemm. No server.");
+      "Measures the CPU and CUDA devices: the tutorial MLP's and ResNet-50's "
+      "local training rates and a large MLP's TFLOP/s next to cuBLAS sgemm. "
+      "No server.");
   absl::ParseCommandLine(argc, argv);
   return lockstep::Main();
 }

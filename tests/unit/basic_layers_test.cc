@@ -4,7 +4,6 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/cpu_device.h"
 #include "worker/nn/add.h"
 #include "worker/nn/dense.h"
 #include "worker/nn/flatten.h"
@@ -15,12 +14,9 @@ namespace {
 
 using nn_test::Vec;
 
-class BasicLayersTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Device> device_ = CpuDevice::Create(1);
-};
+using BasicLayersTest = nn_test::OnEachDevice;
 
-TEST_F(BasicLayersTest, ReLU) {
+TEST_P(BasicLayersTest, ReLU) {
   const TensorShape shape = {3, 2, 5};
   auto relu = ReLU::Create("relu", shape);
   ASSERT_TRUE(relu.ok());
@@ -41,7 +37,7 @@ TEST_F(BasicLayersTest, ReLU) {
   EXPECT_EQ(got.input_grads[0], (std::vector<float>{0, 0, 3, 0}));
 }
 
-TEST_F(BasicLayersTest, Add) {
+TEST_P(BasicLayersTest, Add) {
   const TensorShape shape = {2, 3, 4};
   auto add = Add::Create("add", shape, shape);
   ASSERT_TRUE(add.ok());
@@ -59,7 +55,7 @@ TEST_F(BasicLayersTest, Add) {
   EXPECT_FALSE(Add::Create("add", shape, {2, 3, 5}).ok());
 }
 
-TEST_F(BasicLayersTest, FlattenKeepsNhwcOrder) {
+TEST_P(BasicLayersTest, FlattenKeepsNhwcOrder) {
   auto flatten = Flatten::Create("flatten", {2, 3, 4});
   ASSERT_TRUE(flatten.ok());
   EXPECT_EQ((*flatten)->output_shape(), (TensorShape{1, 1, 24}));
@@ -71,7 +67,7 @@ TEST_F(BasicLayersTest, FlattenKeepsNhwcOrder) {
   EXPECT_EQ(got.input_grads[0], dy);
 }
 
-TEST_F(BasicLayersTest, DenseOnVectorsAndOnImages) {
+TEST_P(BasicLayersTest, DenseOnVectorsAndOnImages) {
   struct Case {
     int batch;
     TensorShape input;
@@ -117,6 +113,9 @@ TEST_F(BasicLayersTest, DenseOnVectorsAndOnImages) {
   zero.units = 0;
   EXPECT_FALSE(Dense::Create("dense", {1, 1, 3}, zero).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, BasicLayersTest,
+                         ::testing::ValuesIn(nn_test::TestDevices()));
 
 }  // namespace
 }  // namespace lockstep

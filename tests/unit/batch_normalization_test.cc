@@ -6,7 +6,6 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/cpu_device.h"
 
 namespace lockstep {
 namespace {
@@ -27,12 +26,9 @@ std::vector<float> Params(int channels, uint64_t seed) {
   return p;
 }
 
-class BatchNormalizationTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Device> device_ = CpuDevice::Create(1);
-};
+using BatchNormalizationTest = nn_test::OnEachDevice;
 
-TEST_F(BatchNormalizationTest, KerasTensorsAndDefaults) {
+TEST_P(BatchNormalizationTest, KerasTensorsAndDefaults) {
   auto bn = BatchNormalization::Create("bn", {3, 2, 5}, {});
   ASSERT_TRUE(bn.ok()) << bn.status();
   EXPECT_EQ((*bn)->options().momentum, 0.99f);
@@ -60,7 +56,7 @@ TEST_F(BatchNormalizationTest, KerasTensorsAndDefaults) {
       BatchNormalization::Create("bn", {2, 2, 2}, Options(0.9f, 0.0f)).ok());
 }
 
-TEST_F(BatchNormalizationTest, TrainingForwardAndGradientsMatchReference) {
+TEST_P(BatchNormalizationTest, TrainingForwardAndGradientsMatchReference) {
   struct Case {
     int batch;
     TensorShape shape;
@@ -96,7 +92,7 @@ TEST_F(BatchNormalizationTest, TrainingForwardAndGradientsMatchReference) {
   }
 }
 
-TEST_F(BatchNormalizationTest, TrainingMovesTheMovingStatistics) {
+TEST_P(BatchNormalizationTest, TrainingMovesTheMovingStatistics) {
   const int batch = 3, channels = 4;
   const TensorShape shape = {2, 3, channels};
   const BatchNormOptions options = Options(0.9f, 1e-3f);
@@ -124,7 +120,7 @@ TEST_F(BatchNormalizationTest, TrainingMovesTheMovingStatistics) {
   nn_test::ExpectNear(got.state, want, 1e-6, "moving statistics");
 }
 
-TEST_F(BatchNormalizationTest, InferenceUsesTheMovingStatistics) {
+TEST_P(BatchNormalizationTest, InferenceUsesTheMovingStatistics) {
   const int batch = 2, channels = 3;
   const TensorShape shape = {3, 1, channels};
   auto bn = BatchNormalization::Create("bn", shape, Options(0.99f, 1e-3f));
@@ -152,7 +148,7 @@ TEST_F(BatchNormalizationTest, InferenceUsesTheMovingStatistics) {
   EXPECT_NEAR(y.output[0], 2.0 / std::sqrt(2.001), 1e-6);
 }
 
-TEST_F(BatchNormalizationTest, BackwardNeedsATrainingPass) {
+TEST_P(BatchNormalizationTest, BackwardNeedsATrainingPass) {
   const TensorShape shape = {1, 1, 2};
   auto bn = BatchNormalization::Create("bn", shape, {});
   ASSERT_TRUE(bn.ok());
@@ -187,6 +183,9 @@ TEST_F(BatchNormalizationTest, BackwardNeedsATrainingPass) {
   b.batch = 1;  // Not the batch of the forward pass.
   EXPECT_EQ((*bn)->Backward(b).code(), absl::StatusCode::kFailedPrecondition);
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, BatchNormalizationTest,
+                         ::testing::ValuesIn(nn_test::TestDevices()));
 
 }  // namespace
 }  // namespace lockstep

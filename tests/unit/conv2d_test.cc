@@ -6,7 +6,6 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/cpu_device.h"
 #include "worker/nn/window.h"
 
 namespace lockstep {
@@ -121,12 +120,9 @@ nn_test::Reference ConvReference(const ConvCase& c) {
   };
 }
 
-class Conv2DTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Device> device_ = CpuDevice::Create(1);
-};
+using Conv2DTest = nn_test::OnEachDevice;
 
-TEST_F(Conv2DTest, ForwardAndGradientsMatchDoubleReference) {
+TEST_P(Conv2DTest, ForwardAndGradientsMatchDoubleReference) {
   uint64_t seed = 1;
   for (const ConvCase& c : Cases()) {
     SCOPED_TRACE(c.label);
@@ -141,7 +137,7 @@ TEST_F(Conv2DTest, ForwardAndGradientsMatchDoubleReference) {
   }
 }
 
-TEST_F(Conv2DTest, GroupedIm2ColGivesTheSameAnswers) {
+TEST_P(Conv2DTest, GroupedIm2ColGivesTheSameAnswers) {
   const ConvCase c = Cases()[1];
   Conv2DOptions small = c.options;
   // One image's columns: 3x5 pixels x (3x2x2) patch = 180 floats.
@@ -169,7 +165,7 @@ TEST_F(Conv2DTest, GroupedIm2ColGivesTheSameAnswers) {
                       "dW");
 }
 
-TEST_F(Conv2DTest, SmallerBatchAfterLargerOne) {
+TEST_P(Conv2DTest, SmallerBatchAfterLargerOne) {
   const ConvCase c = Cases()[0];
   auto conv = Conv2D::Create("conv", c.input, c.options);
   ASSERT_TRUE(conv.ok());
@@ -193,7 +189,7 @@ TEST_F(Conv2DTest, SmallerBatchAfterLargerOne) {
       1e-5, "batch 1 after batch 4");
 }
 
-TEST_F(Conv2DTest, ParametersFollowKeras) {
+TEST_P(Conv2DTest, ParametersFollowKeras) {
   auto conv = Conv2D::Create("c", {9, 9, 3},
                              Options(8, 3, 5, 1, 1, Padding::kSame, true));
   ASSERT_TRUE(conv.ok());
@@ -215,7 +211,7 @@ TEST_F(Conv2DTest, ParametersFollowKeras) {
   EXPECT_EQ((*no_bias)->NumParameters(), 3 * 8);
 }
 
-TEST_F(Conv2DTest, RejectsBadOptionsAndCalls) {
+TEST_P(Conv2DTest, RejectsBadOptionsAndCalls) {
   EXPECT_FALSE(Conv2D::Create("c", {4, 4, 1},
                               Options(0, 3, 3, 1, 1, Padding::kSame, true))
                    .ok());
@@ -238,6 +234,9 @@ TEST_F(Conv2DTest, RejectsBadOptionsAndCalls) {
   EXPECT_EQ((*conv)->Forward(args).code(),
             absl::StatusCode::kInvalidArgument);  // Above max_batch.
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Conv2DTest,
+                         ::testing::ValuesIn(nn_test::TestDevices()));
 
 }  // namespace
 }  // namespace lockstep

@@ -10,7 +10,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/cpu_device.h"
 #include "worker/nn/graph_builder.h"
 
 namespace lockstep {
@@ -91,7 +90,7 @@ double TinyResidualLoss(const Vec& p, const std::vector<float>& x,
       labels);
 }
 
-class GraphModelTest : public ::testing::Test {
+class GraphModelTest : public nn_test::OnEachDevice {
  protected:
   std::unique_ptr<GraphModel> MakeTiny(int max_batch) {
     auto graph = TinyResidualGraph();
@@ -102,11 +101,9 @@ class GraphModelTest : public ::testing::Test {
     EXPECT_TRUE(model.ok()) << model.status();
     return model.ok() ? *std::move(model) : nullptr;
   }
-
-  std::unique_ptr<Device> device_ = CpuDevice::Create(1);
 };
 
-TEST_F(GraphModelTest, BuilderReportsTheFirstError) {
+TEST_P(GraphModelTest, BuilderReportsTheFirstError) {
   {
     GraphBuilder b({4, 4, 2});
     const int x = b.Conv2D("c", b.input(), Conv(3, 3, Padding::kSame));
@@ -153,7 +150,7 @@ TEST_F(GraphModelTest, BuilderReportsTheFirstError) {
   }
 }
 
-TEST_F(GraphModelTest, TensorsInitialWeightsAndState) {
+TEST_P(GraphModelTest, TensorsInitialWeightsAndState) {
   auto model = MakeTiny(4);
   ASSERT_NE(model, nullptr);
   const std::vector<TensorInfo> want = {{"conv_a/kernel", {3, 3, kC, kF}},
@@ -205,7 +202,7 @@ TEST_F(GraphModelTest, TensorsInitialWeightsAndState) {
   check(4, 0, 0, "dense bias");
 }
 
-TEST_F(GraphModelTest, GradientsMatchFiniteDifferencesOfDoubleReference) {
+TEST_P(GraphModelTest, GradientsMatchFiniteDifferencesOfDoubleReference) {
   const int batch = 3;
   auto model = MakeTiny(batch);
   ASSERT_NE(model, nullptr);
@@ -244,7 +241,7 @@ TEST_F(GraphModelTest, GradientsMatchFiniteDifferencesOfDoubleReference) {
   EXPECT_NE(state, model->InitialState());
 }
 
-TEST_F(GraphModelTest, OnReadyCoversTheGradientLastLayerFirst) {
+TEST_P(GraphModelTest, OnReadyCoversTheGradientLastLayerFirst) {
   const int batch = 2;
   auto model = MakeTiny(batch);
   ASSERT_NE(model, nullptr);
@@ -273,7 +270,7 @@ TEST_F(GraphModelTest, OnReadyCoversTheGradientLastLayerFirst) {
   EXPECT_EQ(streamed, plain);
 }
 
-TEST_F(GraphModelTest, EvaluateUsesMovingStatisticsAndSplits) {
+TEST_P(GraphModelTest, EvaluateUsesMovingStatisticsAndSplits) {
   auto model = MakeTiny(2);
   ASSERT_NE(model, nullptr);
   ASSERT_TRUE(model->SetWeights(model->InitialWeights(5)).ok());
@@ -301,7 +298,7 @@ TEST_F(GraphModelTest, EvaluateUsesMovingStatisticsAndSplits) {
   EXPECT_EQ(after, state);
 }
 
-TEST_F(GraphModelTest, RejectsBadCallsWithoutSideEffects) {
+TEST_P(GraphModelTest, RejectsBadCallsWithoutSideEffects) {
   auto model = MakeTiny(2);
   ASSERT_NE(model, nullptr);
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
@@ -350,6 +347,9 @@ TEST_F(GraphModelTest, RejectsBadCallsWithoutSideEffects) {
                   .message(),
               HasSubstr("1x1xclasses"));
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, GraphModelTest,
+                         ::testing::ValuesIn(nn_test::TestDevices()));
 
 }  // namespace
 }  // namespace lockstep

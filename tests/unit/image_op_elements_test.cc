@@ -49,10 +49,13 @@ std::vector<WindowGeometry> Windows() {
     g.stride_width = 1 + static_cast<int>(random.UniformInt(3));
     g.pad_top = static_cast<int>(random.UniformInt(g.window_height + 1));
     g.pad_left = static_cast<int>(random.UniformInt(g.window_width + 1));
-    g.out_height = std::max(1, (g.input.height + 2 * g.pad_top -
-                                g.window_height) / g.stride_height + 1);
-    g.out_width = std::max(1, (g.input.width + 2 * g.pad_left -
-                               g.window_width) / g.stride_width + 1);
+    g.out_height =
+        std::max(1, (g.input.height + 2 * g.pad_top - g.window_height) /
+                            g.stride_height +
+                        1);
+    g.out_width = std::max(
+        1,
+        (g.input.width + 2 * g.pad_left - g.window_width) / g.stride_width + 1);
     windows.push_back(g);
   }
   // ResNet-50's stem at 32x32: a 7x7 stride-2 convolution over the padded
@@ -122,8 +125,7 @@ TEST_F(ImageOpElementsTest, MaxPoolingMatchesTheCpuDeviceExactly) {
     std::vector<float> want_y(outputs), got_y(outputs);
     std::vector<int32_t> want_arg(outputs), got_arg(outputs);
     ASSERT_TRUE(
-        cpu_->MaxPoolForward(g, x.data(), want_y.data(), want_arg.data())
-            .ok());
+        cpu_->MaxPoolForward(g, x.data(), want_y.data(), want_arg.data()).ok());
     for (int64_t i = 0; i < outputs; ++i) {
       elements::MaxPoolAt(e, x.data(), i, got_y.data(), got_arg.data());
     }
@@ -133,9 +135,9 @@ TEST_F(ImageOpElementsTest, MaxPoolingMatchesTheCpuDeviceExactly) {
 
     const std::vector<float> dy = RandomFloats(outputs, ++seed);
     std::vector<float> want_dx(g.input.Size());
-    ASSERT_TRUE(cpu_->MaxPoolBackward(g, dy.data(), want_arg.data(),
-                                      want_dx.data())
-                    .ok());
+    ASSERT_TRUE(
+        cpu_->MaxPoolBackward(g, dy.data(), want_arg.data(), want_dx.data())
+            .ok());
     ForBothIndexTypes(g.input.Size(), [&](int32_t i32, int64_t i64) {
       ASSERT_EQ(elements::MaxPoolGradAt(e, dy.data(), want_arg.data(), i32),
                 want_dx[i64])
@@ -150,8 +152,8 @@ TEST_F(ImageOpElementsTest, MaxPoolingMatchesTheCpuDeviceExactly) {
 
 TEST_F(ImageOpElementsTest, ZeroPaddingMatchesTheCpuDeviceExactly) {
   const NhwcShape shapes[] = {{2, 3, 4, 3}, {1, 1, 1, 1}, {3, 5, 2, 2}};
-  const Padding2D paddings[] = {{1, 1, 1, 1}, {3, 3, 3, 3}, {0, 2, 1, 0},
-                                {0, 0, 0, 0}};
+  const Padding2D paddings[] = {
+      {1, 1, 1, 1}, {3, 3, 3, 3}, {0, 2, 1, 0}, {0, 0, 0, 0}};
   uint64_t seed = 300;
   for (const NhwcShape& s : shapes) {
     for (const Padding2D& p : paddings) {
@@ -182,11 +184,9 @@ TEST_F(ImageOpElementsTest, GlobalAveragePoolingMatchesTheCpuDeviceExactly) {
   const std::vector<float> x = RandomFloats(batch * pixels * channels, 400);
   std::vector<float> want(batch * channels);
   ASSERT_TRUE(
-      cpu_->GlobalAvgPool(batch, pixels, channels, x.data(), want.data())
-          .ok());
+      cpu_->GlobalAvgPool(batch, pixels, channels, x.data(), want.data()).ok());
   for (int i = 0; i < batch * channels; ++i) {
-    ASSERT_EQ(elements::GlobalAvgPoolAt(pixels, channels, x.data(), i),
-              want[i])
+    ASSERT_EQ(elements::GlobalAvgPoolAt(pixels, channels, x.data(), i), want[i])
         << i;
   }
   const std::vector<float> dy = RandomFloats(batch * channels, 401);
@@ -230,11 +230,10 @@ TEST_F(ImageOpElementsTest, BatchNormalizationMatchesTheCpuDevice) {
   std::vector<float> want_y(x.size()), want_mm = moving_mean0,
                                        want_mv = moving_variance0;
   std::vector<float> want_mean(channels), want_inv_std(channels);
-  ASSERT_TRUE(cpu_->BatchNormTraining(rows, channels, x.data(), gamma.data(),
-                                      beta.data(), epsilon, momentum,
-                                      want_y.data(), want_mm.data(),
-                                      want_mv.data(), want_mean.data(),
-                                      want_inv_std.data())
+  ASSERT_TRUE(cpu_->BatchNormTraining(
+                      rows, channels, x.data(), gamma.data(), beta.data(),
+                      epsilon, momentum, want_y.data(), want_mm.data(),
+                      want_mv.data(), want_mean.data(), want_inv_std.data())
                   .ok());
   std::vector<float> want_dx(x.size()), want_dgamma(channels),
       want_dbeta(channels);
@@ -274,8 +273,9 @@ TEST_F(ImageOpElementsTest, BatchNormalizationMatchesTheCpuDevice) {
       sum_dy_xhat += static_cast<double>(dy[at]) *
                      elements::BatchNormXhat(x[at], k.mean, k.inv_std);
     }
-    const elements::BatchNormGradChannel gk = elements::BatchNormBackwardChannel(
-        sum_dy, sum_dy_xhat, rows, gamma[c], k.inv_std);
+    const elements::BatchNormGradChannel gk =
+        elements::BatchNormBackwardChannel(sum_dy, sum_dy_xhat, rows, gamma[c],
+                                           k.inv_std);
     dgamma[c] = gk.dgamma;
     dbeta[c] = gk.dbeta;
     const float scale = elements::BatchNormInferenceScale(
@@ -302,11 +302,11 @@ TEST_F(ImageOpElementsTest, BatchNormalizationMatchesTheCpuDevice) {
 TEST(ImageGeometryTest, ToElementsCopiesEveryField) {
   const WindowGeometry g = {{2, 3, 4, 5}, 6, 7, 8, 9, 10, 11, 12, 13};
   const elements::Window e = ToElements(g);
-  EXPECT_EQ((std::vector<int>{e.batch, e.height, e.width, e.channels,
-                              e.window_height, e.window_width,
-                              e.stride_height, e.stride_width, e.pad_top,
-                              e.pad_left, e.out_height, e.out_width}),
-            (std::vector<int>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
+  EXPECT_EQ(
+      (std::vector<int>{e.batch, e.height, e.width, e.channels, e.window_height,
+                        e.window_width, e.stride_height, e.stride_width,
+                        e.pad_top, e.pad_left, e.out_height, e.out_width}),
+      (std::vector<int>{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}));
   const elements::Pad p = ToElements(NhwcShape{1, 2, 3, 4}, {5, 6, 7, 8});
   EXPECT_EQ((std::vector<int>{p.batch, p.height, p.width, p.channels, p.top,
                               p.bottom, p.left, p.right}),

@@ -1,7 +1,7 @@
-// Test helpers for the layers of worker/nn: running one layer on a device,
-// double-precision reference layers written straight from their
-// definitions (sharing no code with worker/nn), and central finite
-// differences of a reference in double.
+// Test helpers for the layers of worker/nn: a fixture that runs each test on
+// every device of the build, running one layer on a device, double-precision
+// reference layers written straight from their definitions (sharing no code
+// with worker/nn), and central finite differences of a reference in double.
 #ifndef LOCKSTEP_TESTS_UNIT_NN_TEST_UTIL_H_
 #define LOCKSTEP_TESTS_UNIT_NN_TEST_UTIL_H_
 
@@ -14,15 +14,46 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
 #include "worker/device.h"
+#include "worker/device_factory.h"
 #include "worker/nn/layer.h"
 
 namespace lockstep {
 namespace nn_test {
 
 using Vec = std::vector<double>;
+
+// The devices the layer tests run on: "cpu", and "cuda" when this build has
+// the CUDA device (tests/gpu/device_check.sh runs them on a GPU machine).
+inline std::vector<std::string> TestDevices() {
+  std::vector<std::string> kinds = {"cpu"};
+  if (CudaDeviceBuilt()) kinds.push_back("cuda");
+  return kinds;
+}
+
+// A fixture whose device_ is the device GetParam() names; the CUDA runs
+// skip themselves where no GPU is visible. Instantiate with
+//   INSTANTIATE_TEST_SUITE_P(Devices, SomeTest,
+//                            ::testing::ValuesIn(nn_test::TestDevices()));
+class OnEachDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    DeviceOptions options;
+    options.kind = GetParam();
+    auto device = CreateDevice(options);
+    if (!device.ok() && GetParam() == "cuda" &&
+        absl::IsFailedPrecondition(device.status())) {
+      GTEST_SKIP() << device.status();
+    }
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = std::move(*device);
+  }
+
+  std::unique_ptr<Device> device_;
+};
 
 inline std::vector<float> RandomFloats(size_t n, uint64_t seed,
                                        float lo = -1.0f, float hi = 1.0f) {

@@ -5,7 +5,6 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/cpu_device.h"
 #include "worker/nn/global_average_pooling2d.h"
 #include "worker/nn/max_pooling2d.h"
 #include "worker/nn/zero_padding2d.h"
@@ -16,10 +15,7 @@ namespace {
 using nn_test::RefWindow;
 using nn_test::Vec;
 
-class PoolingLayersTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Device> device_ = CpuDevice::Create(1);
-};
+using PoolingLayersTest = nn_test::OnEachDevice;
 
 MaxPooling2DOptions Pool(int ph, int pw, int sh, int sw, Padding padding) {
   MaxPooling2DOptions o;
@@ -31,7 +27,7 @@ MaxPooling2DOptions Pool(int ph, int pw, int sh, int sw, Padding padding) {
   return o;
 }
 
-TEST_F(PoolingLayersTest, MaxPoolingMatchesReferenceAndFiniteDifferences) {
+TEST_P(PoolingLayersTest, MaxPoolingMatchesReferenceAndFiniteDifferences) {
   struct Case {
     std::string label;
     int batch;
@@ -82,7 +78,7 @@ TEST_F(PoolingLayersTest, MaxPoolingMatchesReferenceAndFiniteDifferences) {
   }
 }
 
-TEST_F(PoolingLayersTest, MaxPoolingByHand) {
+TEST_P(PoolingLayersTest, MaxPoolingByHand) {
   // One 2x3 image, 2 channels; a 2x2 'same' pool with stride 2 gives 1x2.
   // Channel 0: 1 5 2 / 4 -3 9; channel 1: -1 -2 -3 / -4 -5 -6.
   const std::vector<float> x = {1, -1, 5, -2, 2, -3, 4, -4, -3, -5, 9, -6};
@@ -97,7 +93,7 @@ TEST_F(PoolingLayersTest, MaxPoolingByHand) {
             (std::vector<float>{0, 20, 10, 0, 0, 40, 0, 0, 0, 0, 30, 0}));
 }
 
-TEST_F(PoolingLayersTest, MaxPoolingBackwardNeedsItsForwardPass) {
+TEST_P(PoolingLayersTest, MaxPoolingBackwardNeedsItsForwardPass) {
   auto pool = MaxPooling2D::Create("pool", {2, 2, 1},
                                    Pool(2, 2, 0, 0, Padding::kValid));
   ASSERT_TRUE(pool.ok());
@@ -116,7 +112,7 @@ TEST_F(PoolingLayersTest, MaxPoolingBackwardNeedsItsForwardPass) {
   EXPECT_EQ((*pool)->Backward(b).code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(PoolingLayersTest, GlobalAveragePooling) {
+TEST_P(PoolingLayersTest, GlobalAveragePooling) {
   const int batch = 2;
   const TensorShape in = {3, 5, 4};
   auto gap = GlobalAveragePooling2D::Create("gap", in);
@@ -137,7 +133,7 @@ TEST_F(PoolingLayersTest, GlobalAveragePooling) {
       true);
 }
 
-TEST_F(PoolingLayersTest, ZeroPadding) {
+TEST_P(PoolingLayersTest, ZeroPadding) {
   const int batch = 2;
   const TensorShape in = {3, 2, 3};
   const Padding2D pad = {1, 2, 0, 3};  // top, bottom, left, right.
@@ -162,6 +158,9 @@ TEST_F(PoolingLayersTest, ZeroPadding) {
       true);
   EXPECT_FALSE(ZeroPadding2D::Create("pad", in, {0, -1, 0, 0}).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, PoolingLayersTest,
+                         ::testing::ValuesIn(nn_test::TestDevices()));
 
 }  // namespace
 }  // namespace lockstep
