@@ -137,7 +137,10 @@ class Device {
                                       const float* x, float* y,
                                       int32_t* argmax) = 0;
   // dx (overwritten) = dy routed to the elements argmax names, summed where
-  // windows overlap.
+  // windows overlap. argmax must come from MaxPoolForward over the same
+  // geometry: the CPU device refuses entries outside the image, the CUDA
+  // device (which gathers per dx element) ignores any that name an element
+  // outside their window.
   virtual absl::Status MaxPoolBackward(const WindowGeometry& window,
                                        const float* dy, const int32_t* argmax,
                                        float* dx) = 0;

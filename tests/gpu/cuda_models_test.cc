@@ -4,6 +4,8 @@
 // no GPU is visible; tests/gpu/device_check.sh runs it on a GPU machine.
 // (Each layer is also checked against finite differences on both devices
 // by the layer tests in tests/unit, which run on CUDA when it is built.)
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -85,9 +87,15 @@ TEST_P(CudaModelsTest, GradientsStateAndStepsMatchTheCpuDevice) {
   const auto want = ByTensor(*models_[0], grad[0]);
   const auto got = ByTensor(*models_[0], grad[1]);
   const std::vector<TensorInfo> tensors = models_[0]->Tensors();
+  // The biases of convolutions that feed batch norm have a true gradient
+  // of zero (batch norm cancels any shift), so each device returns rounding
+  // residue there: compare every tensor on at least a thousandth of the
+  // largest gradient.
+  double largest = 0.0;
+  for (float g : grad[0]) largest = std::max(largest, std::abs(double{g}));
   for (size_t t = 0; t < tensors.size(); ++t) {
     ExpectClose(got[t], want[t], absl::StrCat(tensors[t].name, " gradient"),
-                c.tolerance);
+                c.tolerance, 1e-3 * largest);
   }
   if (!s0.empty()) {
     ExpectClose(state[1], state[0], "moving statistics", c.tolerance);

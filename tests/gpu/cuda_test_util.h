@@ -43,12 +43,15 @@ inline std::vector<int32_t> RandomLabels(size_t n, int classes, uint64_t seed) {
   return v;
 }
 
-// |got - want| <= tolerance * max |want| for every entry.
+// |got - want| <= tolerance * scale for every entry, where scale is
+// max |want|, or min_scale if that is larger (for a tensor whose true
+// values are zero, such as a bias that batch norm cancels, and whose
+// entries are rounding residue on either device).
 inline void ExpectClose(const std::vector<float>& got,
                         const std::vector<float>& want, const std::string& what,
-                        double tolerance = kTolerance) {
+                        double tolerance = kTolerance, double min_scale = 0.0) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0.0;
+  double scale = min_scale;
   for (float w : want) scale = std::max(scale, std::abs(double{w}));
   ASSERT_GT(scale, 0.0) << what << ": all zeros proves nothing";
   int reported = 0;

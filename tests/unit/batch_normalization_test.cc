@@ -155,11 +155,15 @@ TEST_P(BatchNormalizationTest, BackwardNeedsATrainingPass) {
   ASSERT_TRUE((*bn)->Prepare(device_.get(), 2).ok());
   auto buffer = device_->Allocate(64 * sizeof(float));
   ASSERT_TRUE(buffer.ok());
-  float* mem = (*buffer)->As<float>();
+  float* mem = (*buffer)->As<float>();  // Device memory: never read here.
   const float* inputs[] = {mem};
   float* grads[] = {mem + 8};
   // Moving variance 1 in the state (mem + 20 .. 23).
-  mem[22] = mem[23] = 1.0f;
+  std::vector<float> init(64, 0.0f);
+  init[22] = init[23] = 1.0f;
+  ASSERT_TRUE(
+      device_->CopyToDevice(init.data(), mem, init.size() * sizeof(float))
+          .ok());
   ForwardArgs f;
   f.batch = 2;
   f.inputs = inputs;

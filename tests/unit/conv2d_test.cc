@@ -158,10 +158,12 @@ TEST_P(Conv2DTest, GroupedIm2ColGivesTheSameAnswers) {
       nn_test::RunLayer(*device_, **whole, c.batch, {x}, p, {}, dy, true);
   const auto b =
       nn_test::RunLayer(*device_, **grouped, c.batch, {x}, p, {}, dy, true);
-  nn_test::ExpectNear(b.output, nn_test::ToDouble(a.output), 1e-6, "output");
+  // cuBLAS may pick other kernels for the smaller products: a few more ulps.
+  const double tol = GetParam() == "cuda" ? 1e-5 : 1e-6;
+  nn_test::ExpectNear(b.output, nn_test::ToDouble(a.output), tol, "output");
   nn_test::ExpectNear(b.input_grads[0], nn_test::ToDouble(a.input_grads[0]),
-                      1e-6, "dx");
-  nn_test::ExpectNear(b.param_grads, nn_test::ToDouble(a.param_grads), 1e-6,
+                      tol, "dx");
+  nn_test::ExpectNear(b.param_grads, nn_test::ToDouble(a.param_grads), tol,
                       "dW");
 }
 

@@ -511,7 +511,8 @@ absl::Status CudaDevice::GlobalAvgPoolBackward(int batch, int pixels,
 
 absl::Status CudaDevice::ReserveScratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return absl::OkStatus();
-  // cudaFree of the old scratch waits for the kernels that use it.
+  // The kernels queued so far may still use the old scratch.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_.get()));
   scratch_.reset();
   scratch_bytes_ = 0;
   ASSIGN_OR_RETURN(scratch_, cuda_internal::MakeDeviceMemory(bytes));

@@ -10,6 +10,7 @@ using elements::BatchNormGradChannel;
 
 constexpr int kThreads = 256;
 constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
 
 // Enough blocks to cover n elements, capped; the kernels stride over the
 // rest.
@@ -160,7 +161,8 @@ constexpr int kMinTileRows = 256;
 constexpr int kMaxTiles = 1024;
 
 int TileRows(int rows) {
-  const int spread = (rows + kMaxTiles - 1) / kMaxTiles;
+  const auto spread =
+      static_cast<int>((int64_t{rows} + kMaxTiles - 1) / kMaxTiles);
   return spread > kMinTileRows ? spread : kMinTileRows;
 }
 int Tiles(int rows) { return (rows + TileRows(rows) - 1) / TileRows(rows); }
@@ -189,8 +191,8 @@ __global__ void ChannelPartialsKernel(int rows, int channels, int tile_rows,
                                       Term term, double* partial) {
   __shared__ double part[K][kStatThreadsPerChannel][kWarp];
   const int c = blockIdx.x * kWarp + threadIdx.x;
-  const int begin = blockIdx.y * tile_rows;
-  const int end = begin + tile_rows < rows ? begin + tile_rows : rows;
+  const int begin = blockIdx.y * tile_rows;  // < rows.
+  const int end = tile_rows < rows - begin ? begin + tile_rows : rows;
   double sum[K];
   for (int k = 0; k < K; ++k) sum[k] = 0.0;
   if (c < channels) {
@@ -220,14 +222,29 @@ cudaError_t ChannelPartials(int rows, int channels, const Term& term,
   return cudaGetLastError();
 }
 
+// The channel kernels below run one warp per channel (up to 1024 tiles to
+// add): lane l adds tiles l, l + 32, ... in order, then the lanes combine in
+// a fixed tree, so the total is the same on every run. Every lane gets it.
 __device__ double TileTotal(const double* partial, int k, int tiles,
-                            int channels, int c) {
+                            int channels, int c, int lane) {
   double total = 0.0;
-  for (int t = 0; t < tiles; ++t) {
+  for (int t = lane; t < tiles; t += kWarp) {
     total += partial[(int64_t{k} * tiles + t) * channels + c];
   }
-  return total;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    total += __shfl_down_sync(kFullMask, total, offset);
+  }
+  return __shfl_sync(kFullMask, total, 0);
 }
+
+// The channel of the calling warp (whole warps share one, so they leave
+// together when it is past the last) and the thread's lane.
+__device__ int WarpChannel() {
+  return static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x +
+                           threadIdx.x) /
+                          kWarp);
+}
+__device__ int Lane() { return threadIdx.x % kWarp; }
 
 struct SumTerm {
   const float* x;
@@ -262,9 +279,10 @@ struct GradTerm {
 __global__ void MeanKernel(int rows, int channels, int tiles,
                            const double* partial, double* sums,
                            float* saved_mean) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = WarpChannel();
   if (c >= channels) return;
-  const double sum = TileTotal(partial, 0, tiles, channels, c);
+  const double sum = TileTotal(partial, 0, tiles, channels, c, Lane());
+  if (Lane() != 0) return;
   sums[c] = sum;
   saved_mean[c] = elements::BatchNormMean(sum, rows);
 }
@@ -276,10 +294,12 @@ __global__ void TrainingChannelKernel(int rows, int channels, int tiles,
                                       float* moving_mean,
                                       float* moving_variance,
                                       float* saved_inv_std, float* scale) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = WarpChannel();
   if (c >= channels) return;
+  const double centered = TileTotal(partial, 0, tiles, channels, c, Lane());
+  if (Lane() != 0) return;
   const elements::BatchNormChannel k = elements::BatchNormTrainingChannel(
-      sums[c], TileTotal(partial, 0, tiles, channels, c), rows, gamma[c],
+      sums[c], centered, rows, gamma[c],
       epsilon, momentum, &moving_mean[c], &moving_variance[c]);
   saved_inv_std[c] = k.inv_std;
   scale[c] = k.scale;
@@ -300,12 +320,14 @@ __global__ void BackwardChannelKernel(int rows, int channels, int tiles,
                                       const float* saved_inv_std,
                                       float* dgamma, float* dbeta,
                                       BatchNormGradChannel* grad) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = WarpChannel();
   if (c >= channels) return;
+  const double sum_dy = TileTotal(partial, 0, tiles, channels, c, Lane());
+  const double sum_dy_xhat =
+      TileTotal(partial, 1, tiles, channels, c, Lane());
+  if (Lane() != 0) return;
   const BatchNormGradChannel k = elements::BatchNormBackwardChannel(
-      TileTotal(partial, 0, tiles, channels, c),
-      TileTotal(partial, 1, tiles, channels, c), rows, gamma[c],
-      saved_inv_std[c]);
+      sum_dy, sum_dy_xhat, rows, gamma[c], saved_inv_std[c]);
   grad[c] = k;
   dgamma[c] = k.dgamma;
   dbeta[c] = k.dbeta;
@@ -341,8 +363,13 @@ struct BatchNormInputGradOp {
   }
 };
 
+// Blocks for one thread per channel, and for one warp per channel.
 unsigned ChannelGrid(int channels) {
   return (channels + kThreads - 1) / kThreads;
+}
+unsigned WarpChannelGrid(int channels) {
+  return static_cast<unsigned>((int64_t{channels} * kWarp + kThreads - 1) /
+                               kThreads);
 }
 
 }  // namespace
@@ -437,7 +464,7 @@ cudaError_t LaunchBatchNormTraining(int rows, int channels, const float* x,
       e != cudaSuccess) {
     return e;
   }
-  MeanKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
+  MeanKernel<<<WarpChannelGrid(channels), kThreads, 0, stream>>>(
       rows, channels, tiles, s.partial, s.sums, saved_mean);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (cudaError_t e = ChannelPartials<1>(
@@ -445,7 +472,7 @@ cudaError_t LaunchBatchNormTraining(int rows, int channels, const float* x,
       e != cudaSuccess) {
     return e;
   }
-  TrainingChannelKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
+  TrainingChannelKernel<<<WarpChannelGrid(channels), kThreads, 0, stream>>>(
       rows, channels, tiles, s.partial, s.sums, gamma, epsilon, momentum,
       moving_mean, moving_variance, saved_inv_std, s.scale);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
@@ -484,7 +511,7 @@ cudaError_t LaunchBatchNormBackward(int rows, int channels, const float* x,
       e != cudaSuccess) {
     return e;
   }
-  BackwardChannelKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
+  BackwardChannelKernel<<<WarpChannelGrid(channels), kThreads, 0, stream>>>(
       rows, channels, Tiles(rows), s.partial, gamma, saved_inv_std, dgamma,
       dbeta, s.grad);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
