@@ -389,8 +389,7 @@ absl::Status CudaDevice::Synchronize() {
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Axpy(size_t n, float alpha, const float* x,
-                              float* y) {
+absl::Status CudaDevice::Axpy(size_t n, float alpha, const float* x, float* y) {
   RETURN_IF_ERROR(CheckAxpyArgs(n, x, y));
   if (n == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
@@ -404,9 +403,8 @@ absl::Status CudaDevice::CopyOnDevice(const void* src, void* dst,
   RETURN_IF_ERROR(CheckCopyOnDeviceArgs(bytes, src, dst));
   if (bytes == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes,
-                                       cudaMemcpyDeviceToDevice,
-                                       compute_.get()));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      dst, src, bytes, cudaMemcpyDeviceToDevice, compute_.get()));
   return absl::OkStatus();
 }
 
@@ -416,8 +414,8 @@ absl::Status CudaDevice::Im2Col(const WindowGeometry& window,
                    CheckIm2ColArgs(window, image, columns));
   if (total == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchIm2Col(
-      ToElements(window), image, columns, compute_.get()));
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchIm2Col(ToElements(window), image,
+                                                   columns, compute_.get()));
   return absl::OkStatus();
 }
 
@@ -427,8 +425,8 @@ absl::Status CudaDevice::Col2Im(const WindowGeometry& window,
                    CheckCol2ImArgs(window, columns, image));
   if (total == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchCol2Im(
-      ToElements(window), columns, image, compute_.get()));
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchCol2Im(ToElements(window), columns,
+                                                   image, compute_.get()));
   return absl::OkStatus();
 }
 
@@ -445,8 +443,8 @@ absl::Status CudaDevice::MaxPoolForward(const WindowGeometry& window,
 }
 
 absl::Status CudaDevice::MaxPoolBackward(const WindowGeometry& window,
-                                         const float* dy,
-                                         const int32_t* argmax, float* dx) {
+                                         const float* dy, const int32_t* argmax,
+                                         float* dx) {
   ASSIGN_OR_RETURN(const int64_t total,
                    CheckMaxPoolBackwardArgs(window, dy, argmax, dx));
   if (total == 0) return absl::OkStatus();
@@ -525,10 +523,10 @@ absl::Status CudaDevice::BatchNormTraining(
     const float* beta, float epsilon, float momentum, float* y,
     float* moving_mean, float* moving_variance, float* saved_mean,
     float* saved_inv_std) {
-  ASSIGN_OR_RETURN(const int64_t work,
-                   CheckBatchNormTrainingArgs(
-                       rows, channels, x, gamma, beta, y, moving_mean,
-                       moving_variance, saved_mean, saved_inv_std));
+  ASSIGN_OR_RETURN(
+      const int64_t work,
+      CheckBatchNormTrainingArgs(rows, channels, x, gamma, beta, y, moving_mean,
+                                 moving_variance, saved_mean, saved_inv_std));
   if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   RETURN_IF_ERROR(
@@ -546,10 +544,9 @@ absl::Status CudaDevice::BatchNormInference(int rows, int channels,
                                             const float* moving_mean,
                                             const float* moving_variance,
                                             float epsilon, float* y) {
-  ASSIGN_OR_RETURN(const int64_t work,
-                   CheckBatchNormInferenceArgs(rows, channels, x, gamma, beta,
-                                               moving_mean, moving_variance,
-                                               y));
+  ASSIGN_OR_RETURN(const int64_t work, CheckBatchNormInferenceArgs(
+                                           rows, channels, x, gamma, beta,
+                                           moving_mean, moving_variance, y));
   if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   RETURN_IF_ERROR(
@@ -560,17 +557,14 @@ absl::Status CudaDevice::BatchNormInference(int rows, int channels,
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::BatchNormBackward(int rows, int channels,
-                                           const float* x, const float* dy,
-                                           const float* gamma,
-                                           const float* saved_mean,
-                                           const float* saved_inv_std,
-                                           float* dx, float* dgamma,
-                                           float* dbeta) {
-  ASSIGN_OR_RETURN(const int64_t work,
-                   CheckBatchNormBackwardArgs(rows, channels, x, dy, gamma,
-                                              saved_mean, saved_inv_std,
-                                              dgamma, dbeta));
+absl::Status CudaDevice::BatchNormBackward(
+    int rows, int channels, const float* x, const float* dy, const float* gamma,
+    const float* saved_mean, const float* saved_inv_std, float* dx,
+    float* dgamma, float* dbeta) {
+  ASSIGN_OR_RETURN(
+      const int64_t work,
+      CheckBatchNormBackwardArgs(rows, channels, x, dy, gamma, saved_mean,
+                                 saved_inv_std, dgamma, dbeta));
   if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   RETURN_IF_ERROR(

@@ -240,9 +240,8 @@ __device__ double TileTotal(const double* partial, int k, int tiles,
 // The channel of the calling warp (whole warps share one, so they leave
 // together when it is past the last) and the thread's lane.
 __device__ int WarpChannel() {
-  return static_cast<int>((static_cast<int64_t>(blockIdx.x) * blockDim.x +
-                           threadIdx.x) /
-                          kWarp);
+  return static_cast<int>(
+      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp);
 }
 __device__ int Lane() { return threadIdx.x % kWarp; }
 
@@ -288,10 +287,9 @@ __global__ void MeanKernel(int rows, int channels, int tiles,
 }
 
 __global__ void TrainingChannelKernel(int rows, int channels, int tiles,
-                                      const double* partial,
-                                      const double* sums, const float* gamma,
-                                      float epsilon, float momentum,
-                                      float* moving_mean,
+                                      const double* partial, const double* sums,
+                                      const float* gamma, float epsilon,
+                                      float momentum, float* moving_mean,
                                       float* moving_variance,
                                       float* saved_inv_std, float* scale) {
   const int c = WarpChannel();
@@ -299,8 +297,8 @@ __global__ void TrainingChannelKernel(int rows, int channels, int tiles,
   const double centered = TileTotal(partial, 0, tiles, channels, c, Lane());
   if (Lane() != 0) return;
   const elements::BatchNormChannel k = elements::BatchNormTrainingChannel(
-      sums[c], centered, rows, gamma[c],
-      epsilon, momentum, &moving_mean[c], &moving_variance[c]);
+      sums[c], centered, rows, gamma[c], epsilon, momentum, &moving_mean[c],
+      &moving_variance[c]);
   saved_inv_std[c] = k.inv_std;
   scale[c] = k.scale;
 }
@@ -310,21 +308,19 @@ __global__ void InferenceScaleKernel(int channels, const float* gamma,
                                      float epsilon, float* scale) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
-  scale[c] = elements::BatchNormInferenceScale(gamma[c], moving_variance[c],
-                                               epsilon);
+  scale[c] =
+      elements::BatchNormInferenceScale(gamma[c], moving_variance[c], epsilon);
 }
 
 __global__ void BackwardChannelKernel(int rows, int channels, int tiles,
-                                      const double* partial,
-                                      const float* gamma,
-                                      const float* saved_inv_std,
-                                      float* dgamma, float* dbeta,
+                                      const double* partial, const float* gamma,
+                                      const float* saved_inv_std, float* dgamma,
+                                      float* dbeta,
                                       BatchNormGradChannel* grad) {
   const int c = WarpChannel();
   if (c >= channels) return;
   const double sum_dy = TileTotal(partial, 0, tiles, channels, c, Lane());
-  const double sum_dy_xhat =
-      TileTotal(partial, 1, tiles, channels, c, Lane());
+  const double sum_dy_xhat = TileTotal(partial, 1, tiles, channels, c, Lane());
   if (Lane() != 0) return;
   const BatchNormGradChannel k = elements::BatchNormBackwardChannel(
       sum_dy, sum_dy_xhat, rows, gamma[c], saved_inv_std[c]);
@@ -398,8 +394,8 @@ cudaError_t LaunchMaxPoolForward(const elements::Window& g, const float* x,
                                  float* y, int32_t* argmax,
                                  cudaStream_t stream) {
   const int64_t total = OutputPixels(g) * g.channels;
-  return ForEach(total, Larger(total, InputSize(g)),
-                 MaxPoolOp{g, x, y, argmax}, stream);
+  return ForEach(total, Larger(total, InputSize(g)), MaxPoolOp{g, x, y, argmax},
+                 stream);
 }
 
 cudaError_t LaunchMaxPoolBackward(const elements::Window& g, const float* dy,
@@ -412,8 +408,8 @@ cudaError_t LaunchMaxPoolBackward(const elements::Window& g, const float* dy,
 
 cudaError_t LaunchZeroPad2D(const elements::Pad& p, const float* x, float* y,
                             cudaStream_t stream) {
-  const int64_t total = int64_t{p.batch} * (int64_t{p.height} + p.top +
-                                            p.bottom) *
+  const int64_t total = int64_t{p.batch} *
+                        (int64_t{p.height} + p.top + p.bottom) *
                         (int64_t{p.width} + p.left + p.right) * p.channels;
   return ForEach(total, total, ZeroPadOp{p, x, y}, stream);
 }
@@ -428,10 +424,8 @@ cudaError_t LaunchZeroPad2DBackward(const elements::Pad& p, const float* dy,
 }
 
 cudaError_t LaunchGlobalAvgPool(int batch, int pixels, int channels,
-                                const float* x, float* y,
-                                cudaStream_t stream) {
-  return ForEach(int64_t{batch} * channels,
-                 int64_t{batch} * pixels * channels,
+                                const float* x, float* y, cudaStream_t stream) {
+  return ForEach(int64_t{batch} * channels, int64_t{batch} * pixels * channels,
                  GlobalAvgPoolOp{pixels, channels, x, y}, stream);
 }
 
@@ -459,8 +453,8 @@ cudaError_t LaunchBatchNormTraining(int rows, int channels, const float* x,
   const int tiles = Tiles(rows);
   // The mean first, then the variance from centered values: two passes, as
   // on the CPU, so the statistics hold whatever the rows' offset.
-  if (cudaError_t e = ChannelPartials<1>(rows, channels, SumTerm{x},
-                                         s.partial, stream);
+  if (cudaError_t e =
+          ChannelPartials<1>(rows, channels, SumTerm{x}, s.partial, stream);
       e != cudaSuccess) {
     return e;
   }
@@ -506,8 +500,8 @@ cudaError_t LaunchBatchNormBackward(int rows, int channels, const float* x,
                                     cudaStream_t stream) {
   const BatchNormScratch s = Layout(scratch, rows, channels);
   if (cudaError_t e = ChannelPartials<2>(
-          rows, channels, GradTerm{x, dy, saved_mean, saved_inv_std},
-          s.partial, stream);
+          rows, channels, GradTerm{x, dy, saved_mean, saved_inv_std}, s.partial,
+          stream);
       e != cudaSuccess) {
     return e;
   }
