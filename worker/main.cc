@@ -109,6 +109,10 @@ ABSL_FLAG(int, straggle_random_ms, 0,
 ABSL_FLAG(std::string, wire_dtype, "fp32",
           "Encoding of gradients and weights on the wire: fp32 | bf16 | fp16 "
           "(servers always sum and keep fp32).");
+ABSL_FLAG(int, push_window, 4,
+          "Gradient chunks a worker has in flight to the servers at once (a "
+          "push waits at the server until every worker has pushed that "
+          "chunk); 0: every chunk as soon as it is ready.");
 ABSL_FLAG(bool, eval_every_epoch, false,
           "Rank 0 evaluates on the test set after every epoch.");
 ABSL_FLAG(std::string, summary_json, "",
@@ -309,6 +313,10 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
                    ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   o.client.max_message_bytes =
       static_cast<int>(o.trainer.chunk_bytes) + (1 << 20);
+  o.client.max_pushes_in_flight = absl::GetFlag(FLAGS_push_window);
+  if (o.client.max_pushes_in_flight < 0) {
+    return absl::InvalidArgumentError("--push_window must not be negative");
+  }
   return o;
 }
 

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/signature_proto.h"
 #include "common/status_macros.h"
@@ -212,7 +215,7 @@ class PsClient::Impl {
       int64_t& missing = step_->missing[i];
       if (missing <= 0) continue;
       missing -= overlap;
-      if (missing <= 0) SendPush(chunk);
+      if (missing <= 0) Ready(chunk.index);
     }
   }
 
@@ -223,7 +226,7 @@ class PsClient::Impl {
     for (int i = plan_->num_chunks() - 1; i >= 0; --i) {
       if (step_->missing[i] > 0) {
         step_->missing[i] = 0;
-        SendPush(plan_->chunks()[i]);
+        Ready(i);
       }
     }
     const absl::Time wait_start = absl::Now();
@@ -258,12 +261,14 @@ class PsClient::Impl {
   // is abandoned, so no gRPC callback outlives the state it writes to.
   ~Impl() {
     if (!step_.has_value()) return;
+    int dropped = Close();
     for (int64_t& missing : step_->missing) {
       if (missing > 0) {
         missing = 0;
-        step_->pending.DecrementCount();
+        ++dropped;
       }
     }
+    for (int i = 0; i < dropped; ++i) step_->pending.DecrementCount();
     step_->pending.Wait();
   }
 
@@ -297,8 +302,12 @@ class PsClient::Impl {
 
   StepTimings step_timings() const {
     StepTimings timings = timings_;
-    timings.decode_seconds =
-        static_cast<double>(decode_ns_.load(std::memory_order_relaxed)) * 1e-9;
+    auto seconds = [](const std::atomic<int64_t>& ns) {
+      return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+    };
+    timings.encode_seconds = seconds(encode_ns_);
+    timings.send_seconds = seconds(send_ns_);
+    timings.decode_seconds = seconds(decode_ns_);
     return timings;
   }
 
@@ -327,7 +336,14 @@ class PsClient::Impl {
     int64_t version = 0;   // The reply's version.
   };
   // One step in flight: its vectors, what each chunk still lacks, and the
-  // calls (which grpc requires to stay put until they complete).
+  // calls (which grpc requires to stay put until they complete). `pending`
+  // counts the chunks not yet answered (or dropped).
+  //
+  // The push window: at most options_.max_pushes_in_flight pushes are out
+  // at once; chunks that become ready meanwhile wait in `queued`, in the
+  // order they became ready, and each reply (on gRPC's thread) sends the
+  // next. Every worker readies its chunks in the same order, so every
+  // barrier the windows wait on is one that every worker pushes to.
   struct StepState {
     explicit StepState(int chunks)
         : missing(chunks), calls(chunks), pending(chunks) {}
@@ -337,7 +353,64 @@ class PsClient::Impl {
     std::vector<int64_t> missing;  // Elements not yet ready, by chunk.
     std::vector<std::unique_ptr<PushCall>> calls;
     absl::BlockingCounter pending;
+    absl::Mutex mu;
+    std::deque<int> queued ABSL_GUARDED_BY(mu);
+    int in_flight ABSL_GUARDED_BY(mu) = 0;
+    // After a failed push or when the step is abandoned: send no more.
+    bool closed ABSL_GUARDED_BY(mu) = false;
   };
+
+  // Chunk `index` is ready: pushes it now if the window has room, else
+  // queues it; drops it when the step is closed.
+  void Ready(int index) {
+    {
+      absl::MutexLock lock(&step_->mu);
+      if (step_->closed) {
+        step_->pending.DecrementCount();
+        return;
+      }
+      const int window = options_.max_pushes_in_flight;
+      if (window > 0 && step_->in_flight >= window) {
+        step_->queued.push_back(index);
+        return;
+      }
+      ++step_->in_flight;
+    }
+    SendPush(plan_->chunks()[index]);
+  }
+
+  // A push was answered (on gRPC's thread, before its pending count is
+  // released, so the step stays alive): sends the next queued chunk, or
+  // after a failure drops the queue, since the step fails anyway.
+  void Replied(bool ok) {
+    int next = -1;
+    int dropped = 0;
+    {
+      absl::MutexLock lock(&step_->mu);
+      --step_->in_flight;
+      if (!ok) step_->closed = true;
+      if (step_->closed) {
+        dropped = static_cast<int>(step_->queued.size());
+        step_->queued.clear();
+      } else if (!step_->queued.empty()) {
+        next = step_->queued.front();
+        step_->queued.pop_front();
+        ++step_->in_flight;
+      }
+    }
+    for (int i = 0; i < dropped; ++i) step_->pending.DecrementCount();
+    if (next >= 0) SendPush(plan_->chunks()[next]);
+  }
+
+  // Closes the step; returns how many queued chunks it dropped (their
+  // pending counts are the caller's to release).
+  int Close() {
+    absl::MutexLock lock(&step_->mu);
+    step_->closed = true;
+    const int dropped = static_cast<int>(step_->queued.size());
+    step_->queued.clear();
+    return dropped;
+  }
 
   void SendPush(const Chunk& chunk) {
     auto call = std::make_unique<PushCall>();
@@ -358,7 +431,8 @@ class PsClient::Impl {
                                  step_->step, chunk.index, ProtoDType(),
                                  payload);
     const absl::Time send_start = absl::Now();
-    timings_.encode_seconds += absl::ToDoubleSeconds(send_start - encode_start);
+    encode_ns_.fetch_add(absl::ToInt64Nanoseconds(send_start - encode_start),
+                         std::memory_order_relaxed);
     step_->calls[chunk.index] = std::move(call);
     // The reply is decoded on gRPC's thread as soon as it arrives; chunks
     // write disjoint ranges of the weights.
@@ -367,21 +441,23 @@ class PsClient::Impl {
     absl::BlockingCounter* pending = &step_->pending;
     const WireDType dtype = options_.wire_dtype;
     const int index = chunk.index;
-    std::atomic<int64_t>* decode_ns = &decode_ns_;
     raw_stubs_[chunk.shard]->UnaryCall(
         &c->context, kPushMethod, grpc::StubOptions(), &c->request,
         &c->response,
-        [c, out, expected, pending, dtype, index, decode_ns](grpc::Status s) {
+        [this, c, out, expected, pending, dtype, index](grpc::Status s) {
           c->status = std::move(s);
           if (c->status.ok()) {
             const absl::Time start = absl::Now();
             c->decoded = DecodeReply(*c, out, expected, dtype, index);
-            decode_ns->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start),
-                                 std::memory_order_relaxed);
+            decode_ns_.fetch_add(
+                absl::ToInt64Nanoseconds(absl::Now() - start),
+                std::memory_order_relaxed);
           }
+          Replied(c->status.ok());
           pending->DecrementCount();
         });
-    timings_.send_seconds += absl::ToDoubleSeconds(absl::Now() - send_start);
+    send_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - send_start),
+                       std::memory_order_relaxed);
   }
 
   static absl::Status DecodeReply(PushCall& call, absl::Span<float> out,
@@ -415,9 +491,12 @@ class PsClient::Impl {
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
-  // Client-side time for benchmarks. The training thread writes timings_;
-  // decoding, on gRPC's threads, adds to decode_ns_.
+  // Client-side time for benchmarks. The training thread writes timings_'s
+  // step count and wait; pushes, sent from the training thread or from
+  // gRPC's (the window), and decoding, on gRPC's, add to the atomics.
   StepTimings timings_;
+  std::atomic<int64_t> encode_ns_{0};
+  std::atomic<int64_t> send_ns_{0};
   std::atomic<int64_t> decode_ns_{0};
 };
 

@@ -3,8 +3,8 @@
 // PsClient speaks the lockstep.v1 protocol (see server/parameter_server.h for
 // the sequence) and hides chunking and sharding: callers hand it whole flat
 // vectors, and it sends one RPC per chunk to the shard that owns it (see
-// common/chunk_plan.h), all chunks in flight at once. Every RPC has a
-// deadline. Protobuf and gRPC types stay inside. Externally synchronized (one
+// common/chunk_plan.h), up to max_pushes_in_flight pushes at once (the
+// push window). Every RPC has a deadline. Protobuf and gRPC types stay inside. Externally synchronized (one
 // training thread uses it).
 #ifndef LOCKSTEP_WORKER_PS_CLIENT_H_
 #define LOCKSTEP_WORKER_PS_CLIENT_H_
@@ -37,6 +37,11 @@ struct PsClientOptions {
   int max_message_bytes = 64 << 20;
   // Encoding of gradients and weights on the wire (servers keep fp32).
   WireDType wire_dtype = WireDType::kFloat32;
+  // Pushes out at once per worker; 0 = every chunk as soon as it is ready.
+  // A push waits at the server until every worker has pushed that chunk,
+  // so the window bounds what the server holds (workers x window chunks)
+  // and lets early chunks' replies travel while later chunks are sent.
+  int max_pushes_in_flight = 4;
   // TLS, client certificate and bearer token (common/tls.h). nullopt: from
   // the --tls_* / --token_file flags (common/tls_flags.h).
   std::optional<TlsOptions> tls;
@@ -47,9 +52,10 @@ struct PsClientOptions {
 // window as the difference of two readings. For benchmarks.
 struct StepTimings {
   int64_t steps = 0;            // Steps that FinishStep completed.
-  // Encoding gradient chunks and framing the requests (caller's thread).
+  // Encoding gradient chunks and framing the requests (the caller's
+  // thread, or gRPC's for pushes the window held back).
   double encode_seconds = 0;
-  double send_seconds = 0;      // Starting the push RPCs (caller's thread).
+  double send_seconds = 0;      // Starting the push RPCs (likewise).
   // FinishStep blocked until the last reply arrived: the server's barrier,
   // summing and optimizer, the transfers, and the decoding of replies that
   // arrived meanwhile.

@@ -99,6 +99,7 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
                  absl::StrCat("--chunk_bytes=", options.chunk_bytes),
                  absl::StrCat("--warmup=", options.warmup),
                  absl::StrCat("--iters=", options.iters),
+                 absl::StrCat("--push_window=", options.push_window),
                  absl::StrCat("--out_dir=", dir),
                  absl::StrCat("--allreduce_backend=", options.allreduce),
                  absl::StrCat("--host=", hosts[options.ps + rank].address)})));
@@ -225,6 +226,7 @@ std::string CommResultJson(const CommResult& r) {
       .Add("ps", o.ps)
       .Add("wire_dtype", WireDTypeName(o.wire_dtype))
       .Add("chunk_bytes", o.chunk_bytes)
+      .Add("push_window", o.push_window)
       .Add("iters", o.iters)
       .Add("warmup", o.warmup)
       .Add("median_step_seconds", r.median_step_seconds)
@@ -259,11 +261,11 @@ void PrintCommTable(const CommResult& r, std::FILE* out) {
   const CommOptions& o = r.options;
   std::string text = absl::StrFormat(
       "comm: %d params (%s fp32), %d worker(s), %d server(s), wire %s, "
-      "chunks <= %d bytes, %d timed steps after %d warmup (load average "
-      "%.2f)\n",
+      "chunks <= %d bytes, push window %d, %d timed steps after %d warmup "
+      "(load average %.2f)\n",
       o.params, Bytes(static_cast<double>(r.model_bytes)), o.workers, o.ps,
-      WireDTypeName(o.wire_dtype), o.chunk_bytes, o.iters, o.warmup,
-      r.load_average);
+      WireDTypeName(o.wire_dtype), o.chunk_bytes, o.push_window, o.iters,
+      o.warmup, r.load_average);
   absl::StrAppendFormat(
       &text,
       "  step seconds           median %.6f  p90 %.6f  mean %.6f  min %.6f\n"

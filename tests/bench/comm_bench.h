@@ -25,6 +25,7 @@ struct CommOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;
   int iters = 20;
   int warmup = 3;
+  int push_window = 4;  // PsClientOptions::max_pushes_in_flight.
   // Empty: the workers push through `ps` servers. "gloo" or "grpc-ring":
   // they all-reduce among themselves; `ps` must be 1, a server that only
   // hosts the rendezvous.

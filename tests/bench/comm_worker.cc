@@ -178,6 +178,7 @@ absl::Status RunCommWorker(const CommWorkerOptions& options) {
   PsClientOptions client_options;
   client_options.servers = options.servers;
   client_options.wire_dtype = options.wire_dtype;
+  client_options.max_pushes_in_flight = options.push_window;
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,
                    PsClient::Create(client_options));
   ASSIGN_OR_RETURN(RegisterResult reg,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct Case {
   int batch;
   double tolerance;  // Relative to each tensor's largest magnitude.
 };
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model; }
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   return info.param.model;

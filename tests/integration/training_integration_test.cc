@@ -159,6 +159,20 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<2>(info.param), "shards");
     });
 
+// The push window changes when chunks travel, never what is summed: 32
+// chunks through windows of 1 and 3 and with no window end on the same
+// weights bit for bit. (Two workers, because the server adds pushes in
+// arrival order, and only a sum of two is the same in either order.)
+TEST(TrainingTest, PushWindowLeavesTheWeightsAlone) {
+  const std::vector<float> unlimited =
+      Train(2, 8, "adam", 2, {"--chunk_bytes=64", "--push_window=0"});
+  ASSERT_EQ(unlimited.size(), size_t{23 * 17 + 17 + 17 * 5 + 5});
+  for (const char* window : {"--push_window=1", "--push_window=3"}) {
+    SCOPED_TRACE(window);
+    EXPECT_EQ(Train(2, 8, "adam", 2, {"--chunk_bytes=64", window}), unlimited);
+  }
+}
+
 // Narrow wire types round gradients and weights on the wire only: replicas
 // stay identical and the result stays close to fp32's.
 TEST(TrainingTest, HalfPrecisionWireStaysCloseToFp32) {
