@@ -9,6 +9,13 @@
 
 namespace lockstep {
 
+int64_t ConvWorkspaceFloatsFor(const Device& device) {
+  if (dynamic_cast<const CpuDevice*>(&device) != nullptr) {
+    return CpuDevice::kConvWorkspaceFloats;
+  }
+  return 0;
+}
+
 absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     const DeviceOptions& options) {
   if (options.kind != "cpu" && options.kind != "cuda" &&

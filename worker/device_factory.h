@@ -2,6 +2,7 @@
 #ifndef LOCKSTEP_WORKER_DEVICE_FACTORY_H_
 #define LOCKSTEP_WORKER_DEVICE_FACTORY_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -24,6 +25,11 @@ struct DeviceOptions {
   // OpenBLAS threads for the CPU device; at least 1.
   int cpu_threads = 1;
 };
+
+// The bound on a Conv2D's im2col workspace that suits `device`
+// (CpuDevice::kConvWorkspaceFloats on the CPU), or 0 where the layer's
+// default suits it (GPUs: few large Gemms).
+int64_t ConvWorkspaceFloatsFor(const Device& device);
 
 // The Device `options` asks for. "auto" is the CUDA device when this build
 // has it and a GPU is visible, else the CPU device. INVALID_ARGUMENT for an

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/device_factory.h"
 #include "worker/mlp.h"
 #include "worker/nn/graph_builder.h"
 #include "worker/nn/graph_model.h"
@@ -12,8 +13,12 @@
 namespace lockstep {
 namespace {
 
-Conv2DOptions Conv(int filters, int kernel, int stride, Padding padding) {
+Conv2DOptions Conv(const ModelSpec& spec, int filters, int kernel, int stride,
+                   Padding padding) {
   Conv2DOptions o;
+  if (spec.conv_workspace_floats > 0) {
+    o.workspace_limit_floats = spec.conv_workspace_floats;
+  }
   o.filters = filters;
   o.kernel_height = o.kernel_width = kernel;
   o.stride_height = o.stride_width = stride;
@@ -36,10 +41,10 @@ DenseOptions Units(int units) {
 
 absl::StatusOr<Graph> LeNet(const ModelSpec& spec) {
   GraphBuilder b(spec.input);
-  int x = b.Conv2D("conv2d_0", b.input(), Conv(6, 5, 1, Padding::kValid));
+  int x = b.Conv2D("conv2d_0", b.input(), Conv(spec, 6, 5, 1, Padding::kValid));
   x = b.ReLU("relu_0", x);
   x = b.MaxPooling2D("max_pooling2d_0", x, Pool(2, 2));
-  x = b.Conv2D("conv2d_1", x, Conv(16, 5, 1, Padding::kValid));
+  x = b.Conv2D("conv2d_1", x, Conv(spec, 16, 5, 1, Padding::kValid));
   x = b.ReLU("relu_1", x);
   x = b.MaxPooling2D("max_pooling2d_1", x, Pool(2, 2));
   x = b.Flatten("flatten", x);
@@ -54,7 +59,7 @@ absl::StatusOr<Graph> LeNet(const ModelSpec& spec) {
 // Keras cifar10_resnet's resnet_v1 of depth 6 * blocks + 2.
 absl::StatusOr<Graph> CifarResNetV1(const ModelSpec& spec, int blocks) {
   GraphBuilder b(spec.input);
-  int x = b.Conv2D("conv1", b.input(), Conv(16, 3, 1, Padding::kSame));
+  int x = b.Conv2D("conv1", b.input(), Conv(spec, 16, 3, 1, Padding::kSame));
   x = b.BatchNormalization("conv1_bn", x);
   x = b.ReLU("conv1_relu", x);
   int filters = 16;
@@ -62,15 +67,15 @@ absl::StatusOr<Graph> CifarResNetV1(const ModelSpec& spec, int blocks) {
     for (int block = 1; block <= blocks; ++block) {
       const std::string p = absl::StrCat("stage", stage, "_block", block, "_");
       const int stride = stage > 1 && block == 1 ? 2 : 1;
-      int y =
-          b.Conv2D(p + "conv1", x, Conv(filters, 3, stride, Padding::kSame));
+      int y = b.Conv2D(p + "conv1", x,
+                       Conv(spec, filters, 3, stride, Padding::kSame));
       y = b.BatchNormalization(p + "bn1", y);
       y = b.ReLU(p + "relu1", y);
-      y = b.Conv2D(p + "conv2", y, Conv(filters, 3, 1, Padding::kSame));
+      y = b.Conv2D(p + "conv2", y, Conv(spec, filters, 3, 1, Padding::kSame));
       y = b.BatchNormalization(p + "bn2", y);
       if (stride != 1) {
         x = b.Conv2D(p + "shortcut", x,
-                     Conv(filters, 1, stride, Padding::kSame));
+                     Conv(spec, filters, 1, stride, Padding::kSame));
       }
       x = b.Add(p + "add", x, y);
       x = b.ReLU(p + "out", x);
@@ -85,23 +90,24 @@ absl::StatusOr<Graph> CifarResNetV1(const ModelSpec& spec, int blocks) {
 // are appended in the order of Keras's model.layers (its shortcut conv
 // comes after the second ReLU), so the flat parameters follow Keras's
 // trainable_weights.
-int Bottleneck(GraphBuilder& b, const std::string& name, int x, int filters,
-               int stride, bool conv_shortcut) {
+int Bottleneck(const ModelSpec& spec, GraphBuilder& b, const std::string& name,
+               int x, int filters, int stride, bool conv_shortcut) {
   BatchNormOptions bn;
   bn.epsilon = 1.001e-5f;
-  int y =
-      b.Conv2D(name + "_1_conv", x, Conv(filters, 1, stride, Padding::kValid));
+  int y = b.Conv2D(name + "_1_conv", x,
+                   Conv(spec, filters, 1, stride, Padding::kValid));
   y = b.BatchNormalization(name + "_1_bn", y, bn);
   y = b.ReLU(name + "_1_relu", y);
-  y = b.Conv2D(name + "_2_conv", y, Conv(filters, 3, 1, Padding::kSame));
+  y = b.Conv2D(name + "_2_conv", y, Conv(spec, filters, 3, 1, Padding::kSame));
   y = b.BatchNormalization(name + "_2_bn", y, bn);
   y = b.ReLU(name + "_2_relu", y);
   int shortcut = x;
   if (conv_shortcut) {
     shortcut = b.Conv2D(name + "_0_conv", x,
-                        Conv(4 * filters, 1, stride, Padding::kValid));
+                        Conv(spec, 4 * filters, 1, stride, Padding::kValid));
   }
-  y = b.Conv2D(name + "_3_conv", y, Conv(4 * filters, 1, 1, Padding::kValid));
+  y = b.Conv2D(name + "_3_conv", y,
+               Conv(spec, 4 * filters, 1, 1, Padding::kValid));
   if (conv_shortcut) {
     shortcut = b.BatchNormalization(name + "_0_bn", shortcut, bn);
   }
@@ -115,7 +121,7 @@ absl::StatusOr<Graph> ResNet50(const ModelSpec& spec) {
   BatchNormOptions bn;
   bn.epsilon = 1.001e-5f;
   int x = b.ZeroPadding2D("conv1_pad", b.input(), {3, 3, 3, 3});
-  x = b.Conv2D("conv1_conv", x, Conv(64, 7, 2, Padding::kValid));
+  x = b.Conv2D("conv1_conv", x, Conv(spec, 64, 7, 2, Padding::kValid));
   x = b.BatchNormalization("conv1_bn", x, bn);
   x = b.ReLU("conv1_relu", x);
   x = b.ZeroPadding2D("pool1_pad", x, {1, 1, 1, 1});
@@ -128,7 +134,7 @@ absl::StatusOr<Graph> ResNet50(const ModelSpec& spec) {
   const Stage stages[] = {{64, 3, 1}, {128, 4, 2}, {256, 6, 2}, {512, 3, 2}};
   for (int s = 0; s < 4; ++s) {
     for (int block = 1; block <= stages[s].blocks; ++block) {
-      x = Bottleneck(b, absl::StrCat("conv", s + 2, "_block", block), x,
+      x = Bottleneck(spec, b, absl::StrCat("conv", s + 2, "_block", block), x,
                      stages[s].filters, block == 1 ? stages[s].stride : 1,
                      /*conv_shortcut=*/block == 1);
     }
@@ -189,7 +195,11 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
         absl::StrCat("unknown model \"", spec.name,
                      "\"; known: ", absl::StrJoin(ModelNames(), ", ")));
   }
-  ASSIGN_OR_RETURN(Graph graph, BuildModelGraph(spec));
+  ModelSpec resolved = spec;
+  if (resolved.conv_workspace_floats == 0 && device != nullptr) {
+    resolved.conv_workspace_floats = ConvWorkspaceFloatsFor(*device);
+  }
+  ASSIGN_OR_RETURN(Graph graph, BuildModelGraph(resolved));
   ASSIGN_OR_RETURN(std::unique_ptr<GraphModel> model,
                    GraphModel::Create(std::move(graph), max_batch, device));
   return std::unique_ptr<Model>(std::move(model));

@@ -32,6 +32,7 @@
 #ifndef LOCKSTEP_WORKER_MODELS_H_
 #define LOCKSTEP_WORKER_MODELS_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,11 @@ struct ModelSpec {
   // mlp only: the widths between input and output, so --layers=784,128,10
   // is input 784 (1x1x784 or 28x28x1), hidden_units {128}, 10 classes.
   std::vector<int> hidden_units = {128};
+  // Image models: the bound on each Conv2D's im2col workspace, in floats
+  // (Conv2DOptions::workspace_limit_floats). 0 means the device's choice
+  // (ConvWorkspaceFloatsFor in device_factory.h) in CreateModel and the
+  // layer's default in BuildModelGraph.
+  int64_t conv_workspace_floats = 0;
 };
 
 // The names CreateModel knows, in the order above.

@@ -5,6 +5,12 @@
 # thread each, same topology, batch and 32x32x3 synthetic images. Prints
 # every run and the medians. Needs Debian's python3-torch.
 #
+# The environment's OPENBLAS_CORETYPE, printed with the medians, decides
+# Lockstep's Gemm kernels (not PyTorch's convolutions, which use oneDNN):
+# Haswell's AVX2 kernels make a ResNet-20 step 1.3-1.4x slower than the
+# AVX-512 ones OpenBLAS 0.3.21 picks by itself on an AVX-512 Zen CPU
+# (Cooperlake).
+#
 # usage: tests/bench/resnet_cpu_bench.sh [MODEL=resnet20] [BATCH=32] [STEPS=10] [ROUNDS=3]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -24,4 +30,4 @@ for ((r = 0; r < rounds; r++)); do
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 m_ours=$(median "${ours[@]}") m_theirs=$(median "${theirs[@]}")
-echo "median: lockstep $m_ours images/s, pytorch $m_theirs images/s, ratio $(python3 -c "print(round($m_ours / $m_theirs, 2))") ($model, batch $batch, 1 thread, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "median: lockstep $m_ours images/s, pytorch $m_theirs images/s, ratio $(python3 -c "print(round($m_ours / $m_theirs, 2))") ($model, batch $batch, 1 thread, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -266,6 +266,14 @@ TEST(DeviceFactoryTest, CpuGivesTheCpuAndAutoPrefersTheGpu) {
   EXPECT_THAT((*automatic)->Name(), HasSubstr(have_gpu ? "cuda" : "cpu"));
 }
 
+TEST(DeviceFactoryTest, TheCpuGetsACacheSizedConvWorkspace) {
+  DeviceOptions options;
+  options.kind = "cpu";
+  auto cpu = CreateDevice(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(ConvWorkspaceFloatsFor(**cpu), CpuDevice::kConvWorkspaceFloats);
+}
+
 TEST(DeviceFactoryTest, RejectsBadOptions) {
   DeviceOptions options;
   options.kind = "tpu";
