@@ -188,7 +188,7 @@ class PsClient::Impl {
       return absl::FailedPreconditionError(
           absl::StrCat("step ", step_->step, " is still in flight"));
     }
-    step_.emplace(plan_->num_chunks());
+    step_.emplace(plan_->num_chunks(), static_cast<int>(stubs_.size()));
     step_->step = step;
     step_->gradient = gradient;
     step_->weights = weights;
@@ -340,13 +340,18 @@ class PsClient::Impl {
   // counts the chunks not yet answered (or dropped).
   //
   // The push window: at most options_.max_pushes_in_flight pushes are out
-  // at once; chunks that become ready meanwhile wait in `queued`, in the
-  // order they became ready, and each reply (on gRPC's thread) sends the
-  // next. Every worker readies its chunks in the same order, so every
-  // barrier the windows wait on is one that every worker pushes to.
+  // to each shard at once; chunks that become ready meanwhile wait in their
+  // shard's queue, in the order they became ready, and each reply (on
+  // gRPC's thread) sends the next to that shard. Every worker readies its
+  // chunks in the same order, so every barrier the windows wait on is one
+  // that every worker pushes to.
   struct StepState {
-    explicit StepState(int chunks)
-        : missing(chunks), calls(chunks), pending(chunks) {}
+    StepState(int chunks, int shards)
+        : missing(chunks),
+          calls(chunks),
+          pending(chunks),
+          queued(shards),
+          in_flight(shards, 0) {}
     int64_t step = 0;
     absl::Span<const float> gradient;
     absl::Span<float> weights;
@@ -354,15 +359,16 @@ class PsClient::Impl {
     std::vector<std::unique_ptr<PushCall>> calls;
     absl::BlockingCounter pending;
     absl::Mutex mu;
-    std::deque<int> queued ABSL_GUARDED_BY(mu);
-    int in_flight ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::deque<int>> queued ABSL_GUARDED_BY(mu);  // By shard.
+    std::vector<int> in_flight ABSL_GUARDED_BY(mu);           // By shard.
     // After a failed push or when the step is abandoned: send no more.
     bool closed ABSL_GUARDED_BY(mu) = false;
   };
 
-  // Chunk `index` is ready: pushes it now if the window has room, else
-  // queues it; drops it when the step is closed.
+  // Chunk `index` is ready: pushes it now if its shard's window has room,
+  // else queues it; drops it when the step is closed.
   void Ready(int index) {
+    const int shard = plan_->chunks()[index].shard;
     {
       absl::MutexLock lock(&step_->mu);
       if (step_->closed) {
@@ -370,32 +376,32 @@ class PsClient::Impl {
         return;
       }
       const int window = options_.max_pushes_in_flight;
-      if (window > 0 && step_->in_flight >= window) {
-        step_->queued.push_back(index);
+      if (window > 0 && step_->in_flight[shard] >= window) {
+        step_->queued[shard].push_back(index);
         return;
       }
-      ++step_->in_flight;
+      ++step_->in_flight[shard];
     }
     SendPush(plan_->chunks()[index]);
   }
 
-  // A push was answered (on gRPC's thread, before its pending count is
-  // released, so the step stays alive): sends the next queued chunk, or
-  // after a failure drops the queue, since the step fails anyway.
-  void Replied(bool ok) {
+  // A push to `shard` was answered (on gRPC's thread, before its pending
+  // count is released, so the step stays alive): sends the shard's next
+  // queued chunk, or after a failure drops every queue, since the step
+  // fails anyway.
+  void Replied(int shard, bool ok) {
     int next = -1;
     int dropped = 0;
     {
       absl::MutexLock lock(&step_->mu);
-      --step_->in_flight;
+      --step_->in_flight[shard];
       if (!ok) step_->closed = true;
       if (step_->closed) {
-        dropped = static_cast<int>(step_->queued.size());
-        step_->queued.clear();
-      } else if (!step_->queued.empty()) {
-        next = step_->queued.front();
-        step_->queued.pop_front();
-        ++step_->in_flight;
+        dropped = DropQueuedLocked();
+      } else if (!step_->queued[shard].empty()) {
+        next = step_->queued[shard].front();
+        step_->queued[shard].pop_front();
+        ++step_->in_flight[shard];
       }
     }
     for (int i = 0; i < dropped; ++i) step_->pending.DecrementCount();
@@ -407,8 +413,15 @@ class PsClient::Impl {
   int Close() {
     absl::MutexLock lock(&step_->mu);
     step_->closed = true;
-    const int dropped = static_cast<int>(step_->queued.size());
-    step_->queued.clear();
+    return DropQueuedLocked();
+  }
+
+  int DropQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_->mu) {
+    int dropped = 0;
+    for (std::deque<int>& queue : step_->queued) {
+      dropped += static_cast<int>(queue.size());
+      queue.clear();
+    }
     return dropped;
   }
 
@@ -441,10 +454,12 @@ class PsClient::Impl {
     absl::BlockingCounter* pending = &step_->pending;
     const WireDType dtype = options_.wire_dtype;
     const int index = chunk.index;
+    const int shard = chunk.shard;
     raw_stubs_[chunk.shard]->UnaryCall(
         &c->context, kPushMethod, grpc::StubOptions(), &c->request,
         &c->response,
-        [this, c, out, expected, pending, dtype, index](grpc::Status s) {
+        [this, c, out, expected, pending, dtype, index,
+         shard](grpc::Status s) {
           c->status = std::move(s);
           if (c->status.ok()) {
             const absl::Time start = absl::Now();
@@ -453,7 +468,7 @@ class PsClient::Impl {
                 absl::ToInt64Nanoseconds(absl::Now() - start),
                 std::memory_order_relaxed);
           }
-          Replied(c->status.ok());
+          Replied(shard, c->status.ok());
           pending->DecrementCount();
         });
     send_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - send_start),

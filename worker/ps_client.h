@@ -3,8 +3,8 @@
 // PsClient speaks the lockstep.v1 protocol (see server/parameter_server.h for
 // the sequence) and hides chunking and sharding: callers hand it whole flat
 // vectors, and it sends one RPC per chunk to the shard that owns it (see
-// common/chunk_plan.h), up to max_pushes_in_flight pushes at once (the
-// push window). Every RPC has a deadline. Protobuf and gRPC types stay inside. Externally synchronized (one
+// common/chunk_plan.h), up to max_pushes_in_flight pushes at once to each
+// shard (the push window). Every RPC has a deadline. Protobuf and gRPC types stay inside. Externally synchronized (one
 // training thread uses it).
 #ifndef LOCKSTEP_WORKER_PS_CLIENT_H_
 #define LOCKSTEP_WORKER_PS_CLIENT_H_
@@ -37,7 +37,8 @@ struct PsClientOptions {
   int max_message_bytes = 64 << 20;
   // Encoding of gradients and weights on the wire (servers keep fp32).
   WireDType wire_dtype = WireDType::kFloat32;
-  // Pushes out at once per worker; 0 = every chunk as soon as it is ready.
+  // Pushes out at once to each shard; 0 = every chunk as soon as it is
+  // ready.
   // A push waits at the server until every worker has pushed that chunk,
   // so the window bounds what the server holds (workers x window chunks)
   // and lets early chunks' replies travel while later chunks are sent.

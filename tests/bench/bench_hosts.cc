@@ -41,6 +41,10 @@ std::vector<std::string> OnHost(const BenchHost& host,
   return full;
 }
 
+void AllowPlaintextOn(const BenchHost& host, std::vector<std::string>* argv) {
+  if (!absl::StartsWith(host.address, "127.")) argv->push_back("--insecure");
+}
+
 absl::StatusOr<ServerSet> StartServers(
     ChildRunner* runner, const std::string& bin_dir,
     absl::Span<const BenchHost> hosts, int workers, const std::string& dir,
@@ -57,11 +61,7 @@ absl::StatusOr<ServerSet> StartServers(
         absl::StrCat("--workers=", workers),
         absl::StrCat("--shard=", shard),
         absl::StrCat("--num_shards=", shards)};
-    // A simulated host's address is not loopback, and servers refuse
-    // plaintext there unless told: the study's namespaces are its own.
-    if (!absl::StartsWith(hosts[shard].address, "127.")) {
-      argv.push_back("--insecure");
-    }
+    AllowPlaintextOn(hosts[shard], &argv);
     for (const std::string& flag : extra_flags) argv.push_back(flag);
     ASSIGN_OR_RETURN(pid_t pid,
                      runner->Start(absl::StrCat("ps", shard),

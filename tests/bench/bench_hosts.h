@@ -39,6 +39,12 @@ absl::StatusOr<std::vector<BenchHost>> SimHosts(const std::string& script,
 std::vector<std::string> OnHost(const BenchHost& host,
                                 std::vector<std::string> argv);
 
+// Appends --insecure to the flags of a Lockstep process on `host` when its
+// address is not loopback: servers, all-reduce peers and clients refuse
+// plaintext off loopback unless told, and the simulated cluster's
+// namespaces are the bench's own. Nothing on loopback.
+void AllowPlaintextOn(const BenchHost& host, std::vector<std::string>* argv);
+
 // Parameter-server processes started by StartServers.
 struct ServerSet {
   std::vector<pid_t> pids;

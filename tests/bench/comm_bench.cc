@@ -83,26 +83,26 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
 
   std::vector<pid_t> workers;
   for (int rank = 0; rank < options.workers; ++rank) {
-    ASSIGN_OR_RETURN(
-        pid_t pid,
-        runner->Start(
-            absl::StrCat("worker", rank),
-            OnHost(
-                hosts[options.ps + rank],
-                {options.self_exe, "comm-worker",
-                 absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
-                 absl::StrCat("--rank=", rank),
-                 absl::StrCat("--workers=", options.workers),
-                 absl::StrCat("--params=", options.params),
-                 absl::StrCat("--wire_dtype=",
-                              WireDTypeName(options.wire_dtype)),
-                 absl::StrCat("--chunk_bytes=", options.chunk_bytes),
-                 absl::StrCat("--warmup=", options.warmup),
-                 absl::StrCat("--iters=", options.iters),
-                 absl::StrCat("--push_window=", options.push_window),
-                 absl::StrCat("--out_dir=", dir),
-                 absl::StrCat("--allreduce_backend=", options.allreduce),
-                 absl::StrCat("--host=", hosts[options.ps + rank].address)})));
+    const BenchHost& host = hosts[options.ps + rank];
+    std::vector<std::string> argv = {
+        options.self_exe,
+        "comm-worker",
+        absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
+        absl::StrCat("--rank=", rank),
+        absl::StrCat("--workers=", options.workers),
+        absl::StrCat("--params=", options.params),
+        absl::StrCat("--wire_dtype=", WireDTypeName(options.wire_dtype)),
+        absl::StrCat("--chunk_bytes=", options.chunk_bytes),
+        absl::StrCat("--warmup=", options.warmup),
+        absl::StrCat("--iters=", options.iters),
+        absl::StrCat("--push_window=", options.push_window),
+        absl::StrCat("--out_dir=", dir),
+        absl::StrCat("--allreduce_backend=", options.allreduce),
+        absl::StrCat("--host=", host.address)};
+    AllowPlaintextOn(host, &argv);
+    ASSIGN_OR_RETURN(pid_t pid,
+                     runner->Start(absl::StrCat("worker", rank),
+                                   OnHost(host, std::move(argv))));
     workers.push_back(pid);
   }
   RETURN_IF_ERROR(runner->WaitUntil(

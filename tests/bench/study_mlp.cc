@@ -68,6 +68,7 @@ std::vector<std::string> WorkerArgs(const MlpJob& job, int rank,
     argv.push_back(absl::StrCat("--allreduce=", job.allreduce));
     argv.push_back(absl::StrCat("--allreduce_host=", host.address));
   }
+  AllowPlaintextOn(host, &argv);
   if (job.backup_workers > 0) {
     argv.push_back(absl::StrCat("--backup_workers=", job.backup_workers));
   }
