@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "worker/device_checks.h"
 
 // Batch norm's loops are bound by arithmetic, not memory (the sums convert
 // every float to double), and the build targets plain x86-64, whose SSE2
@@ -21,38 +21,17 @@
 
 namespace lockstep {
 namespace cpu_ops {
-namespace {
-
-absl::Status NullPointer(const char* op) {
-  return absl::InvalidArgumentError(absl::StrFormat("%s: null pointer", op));
-}
-
-absl::Status CheckRowsChannels(const char* op, int rows, int channels) {
-  if (rows < 0 || channels < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: negative shape %d x %d", op, rows, channels));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 LOCKSTEP_AVX2_CLONE absl::Status BatchNormTraining(
     int rows, int channels, const float* x, const float* gamma,
     const float* beta, float epsilon, float momentum, float* y,
     float* moving_mean, float* moving_variance, float* saved_mean,
     float* saved_inv_std) {
-  RETURN_IF_ERROR(CheckRowsChannels("BatchNormTraining", rows, channels));
-  if (rows < 1) {
-    return absl::InvalidArgumentError(
-        "BatchNormTraining: batch statistics need at least one row");
-  }
-  if (channels == 0) return absl::OkStatus();
-  if (x == nullptr || gamma == nullptr || beta == nullptr || y == nullptr ||
-      moving_mean == nullptr || moving_variance == nullptr ||
-      saved_mean == nullptr || saved_inv_std == nullptr) {
-    return NullPointer("BatchNormTraining");
-  }
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckBatchNormTrainingArgs(
+                       rows, channels, x, gamma, beta, y, moving_mean,
+                       moving_variance, saved_mean, saved_inv_std));
+  if (work == 0) return absl::OkStatus();
   // Double sums, and the variance from centered values (two passes), so the
   // statistics hold to float precision whatever the rows' offset.
   std::vector<double> sum(channels, 0.0);
@@ -98,12 +77,11 @@ LOCKSTEP_AVX2_CLONE absl::Status BatchNormInference(
     int rows, int channels, const float* x, const float* gamma,
     const float* beta, const float* moving_mean, const float* moving_variance,
     float epsilon, float* y) {
-  RETURN_IF_ERROR(CheckRowsChannels("BatchNormInference", rows, channels));
-  if (int64_t{rows} * channels == 0) return absl::OkStatus();
-  if (x == nullptr || gamma == nullptr || beta == nullptr ||
-      moving_mean == nullptr || moving_variance == nullptr || y == nullptr) {
-    return NullPointer("BatchNormInference");
-  }
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckBatchNormInferenceArgs(rows, channels, x, gamma, beta,
+                                               moving_mean, moving_variance,
+                                               y));
+  if (work == 0) return absl::OkStatus();
   std::vector<float> scale(channels);
   for (int c = 0; c < channels; ++c) {
     scale[c] = static_cast<float>(
@@ -123,16 +101,11 @@ LOCKSTEP_AVX2_CLONE absl::Status BatchNormBackward(
     int rows, int channels, const float* x, const float* dy, const float* gamma,
     const float* saved_mean, const float* saved_inv_std, float* dx,
     float* dgamma, float* dbeta) {
-  RETURN_IF_ERROR(CheckRowsChannels("BatchNormBackward", rows, channels));
-  if (rows < 1) {
-    return absl::InvalidArgumentError("BatchNormBackward: no rows");
-  }
-  if (channels == 0) return absl::OkStatus();
-  if (x == nullptr || dy == nullptr || gamma == nullptr ||
-      saved_mean == nullptr || saved_inv_std == nullptr || dgamma == nullptr ||
-      dbeta == nullptr) {
-    return NullPointer("BatchNormBackward");
-  }
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckBatchNormBackwardArgs(rows, channels, x, dy, gamma,
+                                              saved_mean, saved_inv_std,
+                                              dgamma, dbeta));
+  if (work == 0) return absl::OkStatus();
   // dbeta = sum dy, dgamma = sum dy * xhat with xhat = (x - mean) * inv_std;
   // through the batch statistics,
   //   dx = gamma * inv_std * (dy - dbeta / rows - xhat * dgamma / rows).

@@ -242,10 +242,8 @@ absl::Status CpuDevice::SoftmaxCrossEntropy(
 }
 
 absl::Status CpuDevice::Axpy(size_t n, float alpha, const float* x, float* y) {
+  RETURN_IF_ERROR(CheckAxpyArgs(n, x, y));
   if (n == 0) return absl::OkStatus();
-  if (x == nullptr || y == nullptr) {
-    return absl::InvalidArgumentError("Axpy: null pointer");
-  }
   // Plain loop rather than cblas_saxpy: n may exceed BLAS's int.
   const float* __restrict in = x;
   float* __restrict out = y;
@@ -254,10 +252,8 @@ absl::Status CpuDevice::Axpy(size_t n, float alpha, const float* x, float* y) {
 }
 
 absl::Status CpuDevice::CopyOnDevice(const void* src, void* dst, size_t bytes) {
+  RETURN_IF_ERROR(CheckCopyOnDeviceArgs(bytes, src, dst));
   if (bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) {
-    return absl::InvalidArgumentError("CopyOnDevice: null pointer");
-  }
   std::memmove(dst, src, bytes);
   return absl::OkStatus();
 }

@@ -2,18 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "worker/device_checks.h"
 
 namespace lockstep {
 namespace cpu_ops {
 namespace {
-
-absl::Status NullPointer(const char* op) {
-  return absl::InvalidArgumentError(absl::StrFormat("%s: null pointer", op));
-}
 
 // The columns [begin, end) of window row i that fall inside the image, for
 // a window whose first column is at image column `first`.
@@ -59,25 +55,12 @@ void ForEachWindowRun(const WindowGeometry& g, Visit visit) {
   }
 }
 
-absl::Status CheckImageIndexable(const char* op, const NhwcShape& shape) {
-  if (shape.ImageSize() > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: an image of %d x %d x %d is too large for int32 indices", op,
-        shape.height, shape.width, shape.channels));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status Im2Col(const WindowGeometry& g, const float* image,
                     float* columns) {
-  RETURN_IF_ERROR(ValidateWindow("Im2Col", g));
-  const int64_t total = g.OutputPixels() * g.PatchSize();
+  ASSIGN_OR_RETURN(const int64_t total, CheckIm2ColArgs(g, image, columns));
   if (total == 0) return absl::OkStatus();
-  if (columns == nullptr || (image == nullptr && g.input.Size() > 0)) {
-    return NullPointer("Im2Col");
-  }
   // One pass over the columns, each window row written once: zeros where
   // it lies in the padding, the image run (consecutive in NHWC) elsewhere.
   const int64_t height = g.input.height, width = g.input.width;
@@ -111,13 +94,8 @@ absl::Status Im2Col(const WindowGeometry& g, const float* image,
 
 absl::Status Col2Im(const WindowGeometry& g, const float* columns,
                     float* image) {
-  RETURN_IF_ERROR(ValidateWindow("Col2Im", g));
-  const int64_t size = g.input.Size();
+  ASSIGN_OR_RETURN(const int64_t size, CheckCol2ImArgs(g, columns, image));
   if (size == 0) return absl::OkStatus();
-  if (image == nullptr ||
-      (columns == nullptr && g.OutputPixels() * g.PatchSize() > 0)) {
-    return NullPointer("Col2Im");
-  }
   std::fill(image, image + size, 0.0f);
   ForEachWindowRun(g, [&](int64_t to, int64_t from, int64_t count) {
     float* __restrict dst = image + to;
@@ -129,13 +107,10 @@ absl::Status Col2Im(const WindowGeometry& g, const float* columns,
 
 absl::Status MaxPoolForward(const WindowGeometry& g, const float* x, float* y,
                             int32_t* argmax) {
-  RETURN_IF_ERROR(ValidateWindow("MaxPoolForward", g));
-  RETURN_IF_ERROR(CheckImageIndexable("MaxPoolForward", g.input));
+  ASSIGN_OR_RETURN(const int64_t outputs,
+                   CheckMaxPoolForwardArgs(g, x, y, argmax));
+  if (outputs == 0) return absl::OkStatus();
   const int channels = g.input.channels;
-  if (g.OutputPixels() * channels == 0) return absl::OkStatus();
-  if (x == nullptr || y == nullptr || argmax == nullptr) {
-    return NullPointer("MaxPoolForward");
-  }
   const int height = g.input.height, width = g.input.width;
   const int64_t image_size = g.input.ImageSize();
   int64_t pixel = 0;
@@ -186,16 +161,11 @@ absl::Status MaxPoolForward(const WindowGeometry& g, const float* x, float* y,
 
 absl::Status MaxPoolBackward(const WindowGeometry& g, const float* dy,
                              const int32_t* argmax, float* dx) {
-  RETURN_IF_ERROR(ValidateWindow("MaxPoolBackward", g));
-  RETURN_IF_ERROR(CheckImageIndexable("MaxPoolBackward", g.input));
-  const int64_t size = g.input.Size();
+  ASSIGN_OR_RETURN(const int64_t size,
+                   CheckMaxPoolBackwardArgs(g, dy, argmax, dx));
   if (size == 0) return absl::OkStatus();
   const int64_t per_image =
       int64_t{g.out_height} * g.out_width * g.input.channels;
-  if (dx == nullptr ||
-      ((dy == nullptr || argmax == nullptr) && per_image > 0)) {
-    return NullPointer("MaxPoolBackward");
-  }
   const int64_t image_size = g.input.ImageSize();
   // Indices come from MaxPoolForward, but a stale or foreign buffer must not
   // write out of bounds: check them all first.
@@ -220,16 +190,11 @@ absl::Status MaxPoolBackward(const WindowGeometry& g, const float* dy,
 
 absl::Status ZeroPad2D(const NhwcShape& s, const Padding2D& p, const float* x,
                        float* y) {
-  RETURN_IF_ERROR(ValidateShape("ZeroPad2D", s));
-  RETURN_IF_ERROR(ValidatePadding("ZeroPad2D", p));
+  ASSIGN_OR_RETURN(const int64_t out_size, CheckZeroPad2DArgs(s, p, x, y));
+  if (out_size == 0) return absl::OkStatus();
   const int64_t out_height = int64_t{s.height} + p.top + p.bottom;
   const int64_t out_width = int64_t{s.width} + p.left + p.right;
   const int64_t out_row = out_width * s.channels;
-  const int64_t out_size = s.batch * out_height * out_row;
-  if (out_size == 0) return absl::OkStatus();
-  if (y == nullptr || (x == nullptr && s.Size() > 0)) {
-    return NullPointer("ZeroPad2D");
-  }
   std::fill(y, y + out_size, 0.0f);
   const int64_t in_row = int64_t{s.width} * s.channels;
   for (int n = 0; n < s.batch; ++n) {
@@ -245,10 +210,9 @@ absl::Status ZeroPad2D(const NhwcShape& s, const Padding2D& p, const float* x,
 
 absl::Status ZeroPad2DBackward(const NhwcShape& s, const Padding2D& p,
                                const float* dy, float* dx) {
-  RETURN_IF_ERROR(ValidateShape("ZeroPad2DBackward", s));
-  RETURN_IF_ERROR(ValidatePadding("ZeroPad2DBackward", p));
-  if (s.Size() == 0) return absl::OkStatus();
-  if (dy == nullptr || dx == nullptr) return NullPointer("ZeroPad2DBackward");
+  ASSIGN_OR_RETURN(const int64_t size,
+                   CheckZeroPad2DBackwardArgs(s, p, dy, dx));
+  if (size == 0) return absl::OkStatus();
   const int64_t out_height = int64_t{s.height} + p.top + p.bottom;
   const int64_t out_row = (int64_t{s.width} + p.left + p.right) * s.channels;
   const int64_t in_row = int64_t{s.width} * s.channels;
@@ -265,13 +229,10 @@ absl::Status ZeroPad2DBackward(const NhwcShape& s, const Padding2D& p,
 
 absl::Status GlobalAvgPool(int batch, int pixels, int channels, const float* x,
                            float* y) {
-  if (batch < 0 || pixels < 1 || channels < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "GlobalAvgPool: bad shape batch %d, %d pixels, %d channels", batch,
-        pixels, channels));
-  }
-  if (int64_t{batch} * channels == 0) return absl::OkStatus();
-  if (x == nullptr || y == nullptr) return NullPointer("GlobalAvgPool");
+  ASSIGN_OR_RETURN(const int64_t outputs,
+                   CheckGlobalAvgPoolArgs("GlobalAvgPool", batch, pixels,
+                                          channels, x, y, /*backward=*/false));
+  if (outputs == 0) return absl::OkStatus();
   const float scale = 1.0f / static_cast<float>(pixels);
   for (int n = 0; n < batch; ++n) {
     float* __restrict out = y + int64_t{n} * channels;
@@ -288,15 +249,11 @@ absl::Status GlobalAvgPool(int batch, int pixels, int channels, const float* x,
 
 absl::Status GlobalAvgPoolBackward(int batch, int pixels, int channels,
                                    const float* dy, float* dx) {
-  if (batch < 0 || pixels < 1 || channels < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "GlobalAvgPoolBackward: bad shape batch %d, %d pixels, %d channels",
-        batch, pixels, channels));
-  }
-  if (int64_t{batch} * channels == 0) return absl::OkStatus();
-  if (dy == nullptr || dx == nullptr) {
-    return NullPointer("GlobalAvgPoolBackward");
-  }
+  ASSIGN_OR_RETURN(
+      const int64_t size,
+      CheckGlobalAvgPoolArgs("GlobalAvgPoolBackward", batch, pixels, channels,
+                             dy, dx, /*backward=*/true));
+  if (size == 0) return absl::OkStatus();
   const float scale = 1.0f / static_cast<float>(pixels);
   for (int n = 0; n < batch; ++n) {
     const float* __restrict grad = dy + int64_t{n} * channels;
