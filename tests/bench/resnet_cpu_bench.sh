@@ -2,8 +2,10 @@
 # CPU images/s of Lockstep's ResNets next to PyTorch's, measured side by
 # side: alternating runs of one Lockstep worker (with its server, through
 # lockstep_launch) and the PyTorch program tests/bench/torch_resnet.py, one
-# thread each, same topology, batch and 32x32x3 synthetic images. Prints
-# every run and the medians. Needs Debian's python3-torch.
+# thread each, same topology, batch and 32x32x3 synthetic images; each
+# counts batch / its median step after 2 warm-up steps (Lockstep's step
+# includes the exchange with its server). Prints every run and the medians.
+# Needs Debian's python3-torch.
 #
 # The environment's OPENBLAS_CORETYPE, printed with the medians, decides
 # Lockstep's Gemm kernels (not PyTorch's convolutions, which use oneDNN):
@@ -23,8 +25,17 @@ for ((r = 0; r < rounds; r++)); do
   timeout 1200 "$bin/lockstep_launch" --workers=1 --model="$model" \
     --dataset=synthetic --synthetic_examples=$((batch * (steps + 2))) \
     --batch_size="$batch" --epochs=1 --optimizer=adam --progress=none \
-    --summary_json="$tmp/s.json" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
-  ours+=("$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['examples_per_sec'])" "$tmp/s.json")")
+    --step_log="$tmp/steps.csv" >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
+  # As torch_resnet.py counts: batch / the median step after 2 warm-ups
+  # (step_log holds seconds since training began at the end of each step).
+  ours+=("$(python3 - "$tmp/steps.csv" "$batch" <<'EOF'
+import statistics, sys
+ends = [float(line.split(",")[1]) for line in open(sys.argv[1])
+        if line[:1].isdigit()]
+steps = [b - a for a, b in zip([0.0] + ends, ends)][2:]
+print(f"{int(sys.argv[2]) / statistics.median(steps):.1f}")
+EOF
+)")
   theirs+=("$(timeout 1200 /usr/bin/python3 "$root/tests/bench/torch_resnet.py" "$model" "$batch" "$steps" | sed 's/.*images_per_sec=//')")
   echo "round $r: lockstep ${ours[-1]} images/s, pytorch ${theirs[-1]} images/s"
 done
