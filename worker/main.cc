@@ -110,7 +110,8 @@ ABSL_FLAG(std::string, wire_dtype, "fp32",
           "Encoding of gradients and weights on the wire: fp32 | bf16 | fp16 "
           "(servers always sum and keep fp32).");
 ABSL_FLAG(int, push_window, 4,
-          "Gradient chunks a worker has in flight to the servers at once (a "
+          "Gradient chunks a worker has in flight to each server shard at "
+          "once (a "
           "push waits at the server until every worker has pushed that "
           "chunk); 0: every chunk as soon as it is ready.");
 ABSL_FLAG(bool, eval_every_epoch, false,

@@ -42,7 +42,8 @@ ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "comm: largest chunk, in fp32 bytes (at most 32 MiB).");
 ABSL_FLAG(int, iters, 20, "comm: timed steps.");
 ABSL_FLAG(int, push_window, 4,
-          "comm: gradient chunks each worker has in flight (0: all).");
+          "comm: gradient chunks each worker has in flight to each shard "
+          "(0: all).");
 ABSL_FLAG(int, warmup, 3, "comm: untimed steps first.");
 ABSL_FLAG(bool, iperf3, false,
           "comm: also measure the loopback floor with iperf3 --bidir.");
