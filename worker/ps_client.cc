@@ -235,7 +235,13 @@ class PsClient::Impl {
     ++timings_.steps;
     absl::StatusOr<int64_t> result;
     const int64_t step = step_->step;
+    bool unsent = false;
     for (const Chunk& chunk : plan_->chunks()) {
+      if (step_->calls[chunk.index] == nullptr) {
+        // Dropped from the window's queue after another push failed.
+        unsent = true;
+        continue;
+      }
       const PushCall& call = *step_->calls[chunk.index];
       if (!call.status.ok()) {
         result = Annotate(call.status, absl::StrCat("Push of step ", step),
@@ -248,8 +254,12 @@ class PsClient::Impl {
       }
       // Chunks may stand at different versions (with backup workers or
       // asynchronous modes); the step's result is the oldest.
-      result = chunk.index == 0 ? call.version
-                                : std::min(*result, call.version);
+      result = result.ok() ? std::min(*result, call.version) : call.version;
+    }
+    if (result.ok() && unsent) {
+      // Only a failed push closes a step before FinishStep returns.
+      result = absl::InternalError(absl::StrCat(
+          "step ", step, " ended with chunks never pushed and no failure"));
     }
     step_.reset();
     return result;

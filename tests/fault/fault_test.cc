@@ -211,6 +211,24 @@ TEST(FaultTest, UnevenDataEndsWithoutDeadlockAndMismatchIsRefused) {
   EXPECT_THAT(other.WorkerOutput(1), HasSubstr("total_steps"));
 }
 
+// A server lost mid-step while most chunks wait in the push window's
+// queue: the step fails with the push's error, the queued chunks are never
+// sent, and the workers leave with the retryable code (a crash once).
+TEST(FaultTest, ServerLostWithPushesQueuedInTheWindow) {
+  Job job(2);
+  job.StartServer({});
+  const std::vector<std::string> flags = Flags(
+      {"--chunk_bytes=64", "--push_window=1", "--rejoin_timeout_s=2"});
+  job.StartWorker(0, flags);
+  job.StartWorker(1, flags);
+  ASSERT_TRUE(job.WaitForVersion(3)) << job.ServerOutput();
+  job.Signal(job.server(), SIGKILL);
+  job.WaitServer();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(job.WaitWorker(rank), 75) << job.WorkerOutput(rank);
+  }
+}
+
 TEST(FaultTest, SigtermDrainsTheServerAndWorkersLeave) {
   Job job(2);
   job.StartServer({});
