@@ -235,6 +235,28 @@ TEST(SyncModesTest, BackupWorkerLeavesTheStragglerBehind) {
   EXPECT_THAT(s[2], HasSubstr("\"final_version\": 20,"));
 }
 
+// The same through a push window of 1 over 32 chunks, where every chunk
+// but one waits for a reply: backup workers' dropped pushes, asynchronous
+// replies and SSP's held pushes must all free the window.
+TEST(SyncModesTest, ModesWorkThroughANarrowPushWindow) {
+  const std::vector<std::string> window = {"--chunk_bytes=64",
+                                           "--push_window=1"};
+  auto with_window = [&](std::vector<std::string> flags) {
+    flags.insert(flags.end(), window.begin(), window.end());
+    return flags;
+  };
+  const std::vector<std::string> backup = RunJob(
+      3, with_window({"--backup_workers=1", "--straggle=2:500", "--sync=ps"}));
+  EXPECT_THAT(backup[0], HasSubstr("\"steps\": 20,"));
+  EXPECT_THAT(backup[2], HasSubstr("\"final_version\": 20,"));
+  for (const char* mode : {"--sync=async", "--sync=ssp"}) {
+    const std::vector<std::string> s = RunJob(2, with_window({mode}));
+    for (const std::string& summary : s) {
+      EXPECT_THAT(summary, HasSubstr("\"steps\": 20,")) << mode;
+    }
+  }
+}
+
 TEST(SyncModesTest, AsyncAndSspFinishEveryStep) {
   for (const std::vector<std::string>& flags :
        {std::vector<std::string>{"--sync=async"},
