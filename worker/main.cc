@@ -128,7 +128,8 @@ ABSL_FLAG(int, rejoin_timeout_s, 300,
           "After the server restarts, gives up on a step or evicts this "
           "worker, keep registering again (with backoff) for this long.");
 ABSL_FLAG(int, step_timeout_s, 300,
-          "Seconds a push may wait for the slowest worker.");
+          "Seconds a step's pushes may take from the step's start, the "
+          "backward pass and waiting for the slowest worker included.");
 ABSL_FLAG(int, health_port, 0,
           "Serve grpc.health.v1 on this port, on every interface: SERVING "
           "while training (0: off). See README.md, Operations.");

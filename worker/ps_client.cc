@@ -9,8 +9,8 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
@@ -192,6 +192,7 @@ class PsClient::Impl {
     step_->step = step;
     step_->gradient = gradient;
     step_->weights = weights;
+    step_->deadline = absl::Now() + options_.step_timeout;
     for (const Chunk& chunk : plan_->chunks()) {
       step_->missing[chunk.index] = chunk.size;
     }
@@ -223,44 +224,23 @@ class PsClient::Impl {
     if (!step_.has_value()) {
       return absl::FailedPreconditionError("no step in flight");
     }
-    for (int i = plan_->num_chunks() - 1; i >= 0; --i) {
-      if (step_->missing[i] > 0) {
-        step_->missing[i] = 0;
-        Ready(i);
+    // The chunks not yet ready go in the order backprop readies them --
+    // parameters, last first, then the state -- so that every worker's
+    // windows wait on the same barriers even when this step's compute
+    // stopped early.
+    for (const bool state : {false, true}) {
+      for (int i = plan_->num_chunks() - 1; i >= 0; --i) {
+        if (plan_->chunks()[i].state == state && step_->missing[i] > 0) {
+          step_->missing[i] = 0;
+          Ready(i);
+        }
       }
     }
     const absl::Time wait_start = absl::Now();
     step_->pending.Wait();
     timings_.wait_seconds += absl::ToDoubleSeconds(absl::Now() - wait_start);
     ++timings_.steps;
-    absl::StatusOr<int64_t> result;
-    const int64_t step = step_->step;
-    bool unsent = false;
-    for (const Chunk& chunk : plan_->chunks()) {
-      if (step_->calls[chunk.index] == nullptr) {
-        // Dropped from the window's queue after another push failed.
-        unsent = true;
-        continue;
-      }
-      const PushCall& call = *step_->calls[chunk.index];
-      if (!call.status.ok()) {
-        result = Annotate(call.status, absl::StrCat("Push of step ", step),
-                          chunk.index);
-        break;
-      }
-      if (!call.decoded.ok()) {
-        result = call.decoded;
-        break;
-      }
-      // Chunks may stand at different versions (with backup workers or
-      // asynchronous modes); the step's result is the oldest.
-      result = result.ok() ? std::min(*result, call.version) : call.version;
-    }
-    if (result.ok() && unsent) {
-      // Only a failed push closes a step before FinishStep returns.
-      result = absl::InternalError(absl::StrCat(
-          "step ", step, " ended with chunks never pushed and no failure"));
-    }
+    absl::StatusOr<int64_t> result = StepResult();
     step_.reset();
     return result;
   }
@@ -271,7 +251,15 @@ class PsClient::Impl {
   // is abandoned, so no gRPC callback outlives the state it writes to.
   ~Impl() {
     if (!step_.has_value()) return;
-    int dropped = Close();
+    int dropped = 0;
+    {
+      absl::MutexLock lock(&step_->mu);
+      step_->abandoned = true;
+      for (std::deque<int>& queue : step_->queued) {
+        dropped += static_cast<int>(queue.size());
+        queue.clear();
+      }
+    }
     for (int64_t& missing : step_->missing) {
       if (missing > 0) {
         missing = 0;
@@ -315,7 +303,6 @@ class PsClient::Impl {
     auto seconds = [](const std::atomic<int64_t>& ns) {
       return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
     };
-    timings.encode_seconds = seconds(encode_ns_);
     timings.send_seconds = seconds(send_ns_);
     timings.decode_seconds = seconds(decode_ns_);
     return timings;
@@ -344,101 +331,125 @@ class PsClient::Impl {
     grpc::Status status;
     absl::Status decoded;  // Outcome of decoding the reply's weights.
     int64_t version = 0;   // The reply's version.
+    bool started = false;  // False: never sent (its shard failed first).
   };
   // One step in flight: its vectors, what each chunk still lacks, and the
   // calls (which grpc requires to stay put until they complete). `pending`
-  // counts the chunks not yet answered (or dropped).
+  // counts the chunks not yet answered or dropped.
   //
   // The push window: at most options_.max_pushes_in_flight pushes are out
-  // to each shard at once; chunks that become ready meanwhile wait in their
-  // shard's queue, in the order they became ready, and each reply (on
-  // gRPC's thread) sends the next to that shard. Every worker readies its
-  // chunks in the same order, so every barrier the windows wait on is one
-  // that every worker pushes to.
+  // to each shard at once. A chunk is encoded and framed when it becomes
+  // ready (on the caller's thread); if its shard's window is full it waits
+  // in the shard's queue, in the order chunks became ready, and each reply
+  // (on gRPC's thread) starts the next. Every worker readies its chunks in
+  // the same order (see FinishStep), so every barrier the windows wait on
+  // is one that every worker pushes to. A failed push stops its shard only:
+  // the other shards still get every chunk, which the other workers'
+  // pushes there are waiting for.
   struct StepState {
     StepState(int chunks, int shards)
         : missing(chunks),
           calls(chunks),
           pending(chunks),
           queued(shards),
-          in_flight(shards, 0) {}
+          in_flight(shards, 0),
+          failed(shards, false) {}
     int64_t step = 0;
     absl::Span<const float> gradient;
     absl::Span<float> weights;
+    absl::Time deadline;           // Of every push of the step.
     std::vector<int64_t> missing;  // Elements not yet ready, by chunk.
     std::vector<std::unique_ptr<PushCall>> calls;
     absl::BlockingCounter pending;
     absl::Mutex mu;
     std::vector<std::deque<int>> queued ABSL_GUARDED_BY(mu);  // By shard.
     std::vector<int> in_flight ABSL_GUARDED_BY(mu);           // By shard.
-    // After a failed push or when the step is abandoned: send no more.
-    bool closed ABSL_GUARDED_BY(mu) = false;
+    std::vector<bool> failed ABSL_GUARDED_BY(mu);             // By shard.
+    bool abandoned ABSL_GUARDED_BY(mu) = false;  // ~Impl: push no more.
+    // The failure that stopped a shard first: the step's result.
+    absl::Status first_failure ABSL_GUARDED_BY(mu);
   };
 
-  // Chunk `index` is ready: pushes it now if its shard's window has room,
-  // else queues it; drops it when the step is closed.
+  // Chunk `index` is ready: frames its push, then starts it if its shard's
+  // window has room, else queues it; drops it when its shard has failed.
   void Ready(int index) {
-    const int shard = plan_->chunks()[index].shard;
+    const Chunk& chunk = plan_->chunks()[index];
+    PreparePush(chunk);
     {
       absl::MutexLock lock(&step_->mu);
-      if (step_->closed) {
+      if (step_->abandoned || step_->failed[chunk.shard]) {
         step_->pending.DecrementCount();
         return;
       }
       const int window = options_.max_pushes_in_flight;
-      if (window > 0 && step_->in_flight[shard] >= window) {
-        step_->queued[shard].push_back(index);
+      if (window > 0 && step_->in_flight[chunk.shard] >= window) {
+        step_->queued[chunk.shard].push_back(index);
         return;
       }
-      ++step_->in_flight[shard];
+      ++step_->in_flight[chunk.shard];
     }
-    SendPush(plan_->chunks()[index]);
+    StartPush(chunk);
   }
 
-  // A push to `shard` was answered (on gRPC's thread, before its pending
-  // count is released, so the step stays alive): sends the shard's next
-  // queued chunk, or after a failure drops every queue, since the step
-  // fails anyway.
-  void Replied(int shard, bool ok) {
+  // The push of chunk `index` to `shard` was answered (on gRPC's thread,
+  // before its pending count is released, so the step stays alive): starts
+  // the shard's next queued push, or after a failure drops the shard's
+  // queue.
+  void Replied(int index, int shard) {
+    const PushCall& call = *step_->calls[index];
     int next = -1;
     int dropped = 0;
     {
       absl::MutexLock lock(&step_->mu);
+      std::deque<int>& queue = step_->queued[shard];
       --step_->in_flight[shard];
-      if (!ok) step_->closed = true;
-      if (step_->closed) {
-        dropped = DropQueuedLocked();
-      } else if (!step_->queued[shard].empty()) {
-        next = step_->queued[shard].front();
-        step_->queued[shard].pop_front();
+      if (!call.status.ok()) {
+        if (step_->first_failure.ok()) {
+          step_->first_failure = Annotate(
+              call.status, absl::StrCat("Push of step ", step_->step), index);
+        }
+        step_->failed[shard] = true;
+        dropped = static_cast<int>(queue.size());
+        queue.clear();
+      } else if (!step_->abandoned && !queue.empty()) {
+        next = queue.front();
+        queue.pop_front();
         ++step_->in_flight[shard];
       }
     }
     for (int i = 0; i < dropped; ++i) step_->pending.DecrementCount();
-    if (next >= 0) SendPush(plan_->chunks()[next]);
+    if (next >= 0) StartPush(plan_->chunks()[next]);
   }
 
-  // Closes the step; returns how many queued chunks it dropped (their
-  // pending counts are the caller's to release).
-  int Close() {
-    absl::MutexLock lock(&step_->mu);
-    step_->closed = true;
-    return DropQueuedLocked();
-  }
-
-  int DropQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_->mu) {
-    int dropped = 0;
-    for (std::deque<int>& queue : step_->queued) {
-      dropped += static_cast<int>(queue.size());
-      queue.clear();
+  // After every push is answered or dropped: the first push failure, a
+  // reply that did not decode, or the oldest version the replies carry.
+  absl::StatusOr<int64_t> StepResult() {
+    {
+      absl::MutexLock lock(&step_->mu);
+      if (!step_->first_failure.ok()) return step_->first_failure;
     }
-    return dropped;
+    absl::StatusOr<int64_t> result =
+        absl::InternalError("a step without chunks");
+    for (const Chunk& chunk : plan_->chunks()) {
+      const PushCall& call = *step_->calls[chunk.index];
+      if (!call.started) {
+        return absl::InternalError(absl::StrCat(
+            "chunk ", chunk.index, " of step ", step_->step,
+            " was never pushed, and no push failed"));
+      }
+      RETURN_IF_ERROR(call.decoded);
+      // Chunks may stand at different versions (with backup workers or
+      // asynchronous modes); the step's result is the oldest.
+      result = result.ok() ? std::min(*result, call.version) : call.version;
+    }
+    return result;
   }
 
-  void SendPush(const Chunk& chunk) {
+  // Encodes and frames the push of `chunk` (the caller's thread).
+  void PreparePush(const Chunk& chunk) {
     auto call = std::make_unique<PushCall>();
     PushCall* c = call.get();
-    c->context.set_deadline(DeadlineAfter(options_.step_timeout));
+    c->context.set_deadline(absl::ToChronoTime(step_->deadline));
     const absl::Time encode_start = absl::Now();
     const absl::Span<const float> values =
         step_->gradient.subspan(chunk.offset, chunk.size);
@@ -453,23 +464,30 @@ class PsClient::Impl {
     c->request = MakePushRequest(rank_, incarnations_[chunk.shard],
                                  step_->step, chunk.index, ProtoDType(),
                                  payload);
-    const absl::Time send_start = absl::Now();
-    encode_ns_.fetch_add(absl::ToInt64Nanoseconds(send_start - encode_start),
-                         std::memory_order_relaxed);
+    timings_.encode_seconds +=
+        absl::ToDoubleSeconds(absl::Now() - encode_start);
     step_->calls[chunk.index] = std::move(call);
-    // The reply is decoded on gRPC's thread as soon as it arrives; chunks
-    // write disjoint ranges of the weights.
+  }
+
+  // Starts the prepared push of `chunk` (any thread: a reply's callback
+  // starts the next push of its shard). Its reply is decoded on gRPC's
+  // thread as soon as it arrives; chunks write disjoint ranges of the
+  // weights.
+  void StartPush(const Chunk& chunk) {
+    PushCall* c = step_->calls[chunk.index].get();
+    c->started = true;
+    const absl::Time send_start = absl::Now();
     absl::Span<float> out = step_->weights.subspan(chunk.offset, chunk.size);
     const int64_t expected = step_->step + 1;
     absl::BlockingCounter* pending = &step_->pending;
     const WireDType dtype = options_.wire_dtype;
     const int index = chunk.index;
     const int shard = chunk.shard;
-    raw_stubs_[chunk.shard]->UnaryCall(
+    raw_stubs_[shard]->UnaryCall(
         &c->context, kPushMethod, grpc::StubOptions(), &c->request,
         &c->response,
-        [this, c, out, expected, pending, dtype, index,
-         shard](grpc::Status s) {
+        [this, c, index, shard, out, expected, pending,
+         dtype](grpc::Status s) {
           c->status = std::move(s);
           if (c->status.ok()) {
             const absl::Time start = absl::Now();
@@ -478,7 +496,7 @@ class PsClient::Impl {
                 absl::ToInt64Nanoseconds(absl::Now() - start),
                 std::memory_order_relaxed);
           }
-          Replied(shard, c->status.ok());
+          Replied(index, shard);
           pending->DecrementCount();
         });
     send_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - send_start),
@@ -516,11 +534,10 @@ class PsClient::Impl {
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
-  // Client-side time for benchmarks. The training thread writes timings_'s
-  // step count and wait; pushes, sent from the training thread or from
-  // gRPC's (the window), and decoding, on gRPC's, add to the atomics.
+  // Client-side time for benchmarks. The training thread writes timings_
+  // (encoding, the wait); starting pushes (the training thread, or gRPC's
+  // for pushes the window held back) and decoding add to the atomics.
   StepTimings timings_;
-  std::atomic<int64_t> encode_ns_{0};
   std::atomic<int64_t> send_ns_{0};
   std::atomic<int64_t> decode_ns_{0};
 };

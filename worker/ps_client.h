@@ -4,8 +4,9 @@
 // the sequence) and hides chunking and sharding: callers hand it whole flat
 // vectors, and it sends one RPC per chunk to the shard that owns it (see
 // common/chunk_plan.h), up to max_pushes_in_flight pushes at once to each
-// shard (the push window). Every RPC has a deadline. Protobuf and gRPC types stay inside. Externally synchronized (one
-// training thread uses it).
+// shard (the push window). Every RPC has a deadline; a step's pushes share
+// one, step_timeout after BeginStep. Protobuf and gRPC types stay inside.
+// Externally synchronized (one training thread uses it).
 #ifndef LOCKSTEP_WORKER_PS_CLIENT_H_
 #define LOCKSTEP_WORKER_PS_CLIENT_H_
 
@@ -32,7 +33,8 @@ struct PsClientOptions {
   absl::Duration connect_timeout = absl::Seconds(60);
   // Deadline of Initialize, Pull, Leave and GetStatus calls.
   absl::Duration rpc_timeout = absl::Seconds(60);
-  // Deadline of a push, which includes waiting for the slowest worker.
+  // Deadline of a step's pushes, from BeginStep: the backward pass, the
+  // pushes, waiting for the slowest worker and the replies.
   absl::Duration step_timeout = absl::Seconds(300);
   int max_message_bytes = 64 << 20;
   // Encoding of gradients and weights on the wire (servers keep fp32).
@@ -53,10 +55,11 @@ struct PsClientOptions {
 // window as the difference of two readings. For benchmarks.
 struct StepTimings {
   int64_t steps = 0;            // Steps that FinishStep completed.
-  // Encoding gradient chunks and framing the requests (the caller's
-  // thread, or gRPC's for pushes the window held back).
+  // Encoding gradient chunks and framing the requests (caller's thread).
   double encode_seconds = 0;
-  double send_seconds = 0;      // Starting the push RPCs (likewise).
+  // Starting the push RPCs: on the caller's thread, or on gRPC's (inside
+  // the wait) for pushes the push window held back.
+  double send_seconds = 0;
   // FinishStep blocked until the last reply arrived: the server's barrier,
   // summing and optimizer, the transfers, and the decoding of replies that
   // arrived meanwhile.
