@@ -303,7 +303,6 @@ class PsClient::Impl {
     auto seconds = [](const std::atomic<int64_t>& ns) {
       return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
     };
-    timings.send_seconds = seconds(send_ns_);
     timings.decode_seconds = seconds(decode_ns_);
     return timings;
   }
@@ -388,7 +387,7 @@ class PsClient::Impl {
       }
       ++step_->in_flight[chunk.shard];
     }
-    StartPush(chunk);
+    StartPush(chunk, /*caller_thread=*/true);
   }
 
   // The push of chunk `index` to `shard` was answered (on gRPC's thread,
@@ -418,7 +417,7 @@ class PsClient::Impl {
       }
     }
     for (int i = 0; i < dropped; ++i) step_->pending.DecrementCount();
-    if (next >= 0) StartPush(plan_->chunks()[next]);
+    if (next >= 0) StartPush(plan_->chunks()[next], /*caller_thread=*/false);
   }
 
   // After every push is answered or dropped: the first push failure, a
@@ -473,7 +472,7 @@ class PsClient::Impl {
   // starts the next push of its shard). Its reply is decoded on gRPC's
   // thread as soon as it arrives; chunks write disjoint ranges of the
   // weights.
-  void StartPush(const Chunk& chunk) {
+  void StartPush(const Chunk& chunk, bool caller_thread) {
     PushCall* c = step_->calls[chunk.index].get();
     c->started = true;
     const absl::Time send_start = absl::Now();
@@ -499,8 +498,10 @@ class PsClient::Impl {
           Replied(index, shard);
           pending->DecrementCount();
         });
-    send_ns_.fetch_add(absl::ToInt64Nanoseconds(absl::Now() - send_start),
-                       std::memory_order_relaxed);
+    // Only the caller's time: a held-back push starts inside the wait.
+    if (caller_thread) {
+      timings_.send_seconds += absl::ToDoubleSeconds(absl::Now() - send_start);
+    }
   }
 
   static absl::Status DecodeReply(PushCall& call, absl::Span<float> out,
@@ -534,11 +535,9 @@ class PsClient::Impl {
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
-  // Client-side time for benchmarks. The training thread writes timings_
-  // (encoding, the wait); starting pushes (the training thread, or gRPC's
-  // for pushes the window held back) and decoding add to the atomics.
+  // Client-side time for benchmarks: the training thread writes timings_;
+  // decoding, on gRPC's threads, adds to decode_ns_.
   StepTimings timings_;
-  std::atomic<int64_t> send_ns_{0};
   std::atomic<int64_t> decode_ns_{0};
 };
 

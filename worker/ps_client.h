@@ -57,8 +57,8 @@ struct StepTimings {
   int64_t steps = 0;            // Steps that FinishStep completed.
   // Encoding gradient chunks and framing the requests (caller's thread).
   double encode_seconds = 0;
-  // Starting the push RPCs: on the caller's thread, or on gRPC's (inside
-  // the wait) for pushes the push window held back.
+  // Starting the push RPCs on the caller's thread (pushes the window held
+  // back start on gRPC's threads, inside the wait, and are not counted).
   double send_seconds = 0;
   // FinishStep blocked until the last reply arrived: the server's barrier,
   // summing and optimizer, the transfers, and the decoding of replies that
