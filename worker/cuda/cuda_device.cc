@@ -13,20 +13,16 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cuda_device_impl.h"
 #include "worker/cuda/cuda_resources.h"
-#include "worker/cuda/image_kernels.h"
 #include "worker/cuda/kernels.h"
 #include "worker/device_checks.h"
 
 namespace lockstep {
 namespace {
 
-using cuda_internal::CublasHandle;
 using cuda_internal::DeviceMemory;
-using cuda_internal::Event;
 using cuda_internal::PinnedMemory;
-using cuda_internal::SoftmaxResult;
-using cuda_internal::Stream;
 
 // A DeviceBuffer over GPU memory (Allocate) or pinned host memory
 // (AllocateHost); `Memory` frees it.
@@ -59,109 +55,9 @@ absl::Status CheckShape(const char* op, int rows, int cols) {
   return absl::OkStatus();
 }
 
-class CudaDevice final : public Device {
- public:
-  static absl::StatusOr<std::unique_ptr<Device>> Create(int gpu, bool tf32);
+}  // namespace
 
-  ~CudaDevice() override {
-    // Queued work may still use the scratch buffers freed below.
-    if (Activate().ok()) {
-      cudaStreamSynchronize(compute_.get());
-      cudaStreamSynchronize(copy_.get());
-    }
-  }
-  CudaDevice(const CudaDevice&) = delete;
-  CudaDevice& operator=(const CudaDevice&) = delete;
-
-  std::string Name() const override { return name_; }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateHost(
-      size_t bytes) override;
-  absl::Status CopyToDevice(const void* src, void* dst, size_t bytes) override;
-  absl::Status CopyToHost(const void* src, void* dst, size_t bytes) override;
-  absl::Status CopyToHostAsync(const void* src, void* dst,
-                               size_t bytes) override;
-  absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k,
-                    float alpha, const float* a, const float* b, float beta,
-                    float* c) override;
-  absl::Status AddBias(int rows, int cols, const float* bias,
-                       float* x) override;
-  absl::Status ReluForward(size_t n, float* x) override;
-  absl::Status ReluBackward(size_t n, const float* activation,
-                            float* grad) override;
-  absl::Status BiasGradient(int rows, int cols, const float* grad,
-                            float* bias_grad) override;
-  absl::Status SoftmaxCrossEntropy(int rows, int cols, const float* logits,
-                                   const int32_t* labels, float grad_scale,
-                                   float* grad_logits, double* loss_sum,
-                                   int64_t* correct) override;
-  absl::Status Axpy(size_t n, float alpha, const float* x, float* y) override;
-  absl::Status CopyOnDevice(const void* src, void* dst, size_t bytes) override;
-  absl::Status Im2Col(const WindowGeometry& window, const float* image,
-                      float* columns) override;
-  absl::Status Col2Im(const WindowGeometry& window, const float* columns,
-                      float* image) override;
-  absl::Status MaxPoolForward(const WindowGeometry& window, const float* x,
-                              float* y, int32_t* argmax) override;
-  absl::Status MaxPoolBackward(const WindowGeometry& window, const float* dy,
-                               const int32_t* argmax, float* dx) override;
-  absl::Status ZeroPad2D(const NhwcShape& x_shape, const Padding2D& padding,
-                         const float* x, float* y) override;
-  absl::Status ZeroPad2DBackward(const NhwcShape& x_shape,
-                                 const Padding2D& padding, const float* dy,
-                                 float* dx) override;
-  absl::Status GlobalAvgPool(int batch, int pixels, int channels,
-                             const float* x, float* y) override;
-  absl::Status GlobalAvgPoolBackward(int batch, int pixels, int channels,
-                                     const float* dy, float* dx) override;
-  absl::Status BatchNormTraining(int rows, int channels, const float* x,
-                                 const float* gamma, const float* beta,
-                                 float epsilon, float momentum, float* y,
-                                 float* moving_mean, float* moving_variance,
-                                 float* saved_mean,
-                                 float* saved_inv_std) override;
-  absl::Status BatchNormInference(int rows, int channels, const float* x,
-                                  const float* gamma, const float* beta,
-                                  const float* moving_mean,
-                                  const float* moving_variance, float epsilon,
-                                  float* y) override;
-  absl::Status BatchNormBackward(int rows, int channels, const float* x,
-                                 const float* dy, const float* gamma,
-                                 const float* saved_mean,
-                                 const float* saved_inv_std, float* dx,
-                                 float* dgamma, float* dbeta) override;
-  absl::Status Synchronize() override;
-
- private:
-  CudaDevice(int gpu, std::string name) : gpu_(gpu), name_(std::move(name)) {}
-
-  // Makes this GPU current on the calling thread: a worker may hand its
-  // device from thread to thread, and the runtime's current GPU is per
-  // thread.
-  absl::Status Activate() const;
-  // Grows the per-row scratch of SoftmaxCrossEntropy to `rows` rows.
-  absl::Status ReserveRows(int rows);
-  // Grows the batch-norm kernels' scratch to `bytes`.
-  absl::Status ReserveScratch(size_t bytes);
-
-  const int gpu_;
-  const std::string name_;
-  // Math and host-to-device copies run on compute_; CopyToHostAsync's
-  // copies on copy_, after an event recorded on compute_.
-  Stream compute_;
-  Stream copy_;
-  Event copy_ready_;
-  CublasHandle cublas_;       // Bound to compute_.
-  DeviceMemory result_;       // One SoftmaxResult.
-  PinnedMemory host_result_;  // Where it is read back.
-  // double row_loss[row_capacity_], then int row_hit[row_capacity_].
-  DeviceMemory rows_;
-  int row_capacity_ = 0;
-  // The batch-norm kernels' partial sums and per-channel numbers; used by
-  // one call at a time (the calls queue on compute_).
-  DeviceMemory scratch_;
-  size_t scratch_bytes_ = 0;
-};
+namespace cuda_internal {
 
 absl::StatusOr<std::unique_ptr<Device>> CudaDevice::Create(int gpu, bool tf32) {
   absl::StatusOr<int> gpus = VisibleGpus();
@@ -389,193 +285,7 @@ absl::Status CudaDevice::Synchronize() {
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::Axpy(size_t n, float alpha, const float* x, float* y) {
-  RETURN_IF_ERROR(CheckAxpyArgs(n, x, y));
-  if (n == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(
-      cuda_internal::LaunchAxpy(n, alpha, x, y, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::CopyOnDevice(const void* src, void* dst,
-                                      size_t bytes) {
-  RETURN_IF_ERROR(CheckCopyOnDeviceArgs(bytes, src, dst));
-  if (bytes == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      dst, src, bytes, cudaMemcpyDeviceToDevice, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::Im2Col(const WindowGeometry& window,
-                                const float* image, float* columns) {
-  ASSIGN_OR_RETURN(const int64_t total,
-                   CheckIm2ColArgs(window, image, columns));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchIm2Col(ToElements(window), image,
-                                                   columns, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::Col2Im(const WindowGeometry& window,
-                                const float* columns, float* image) {
-  ASSIGN_OR_RETURN(const int64_t total,
-                   CheckCol2ImArgs(window, columns, image));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchCol2Im(ToElements(window), columns,
-                                                   image, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::MaxPoolForward(const WindowGeometry& window,
-                                        const float* x, float* y,
-                                        int32_t* argmax) {
-  ASSIGN_OR_RETURN(const int64_t total,
-                   CheckMaxPoolForwardArgs(window, x, y, argmax));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchMaxPoolForward(
-      ToElements(window), x, y, argmax, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::MaxPoolBackward(const WindowGeometry& window,
-                                         const float* dy, const int32_t* argmax,
-                                         float* dx) {
-  ASSIGN_OR_RETURN(const int64_t total,
-                   CheckMaxPoolBackwardArgs(window, dy, argmax, dx));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  // A gather: each dx element sums the outputs whose argmax names it, so an
-  // argmax that names nothing in its window is ignored rather than written
-  // through (the CPU device, which scatters, refuses out-of-image ones).
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchMaxPoolBackward(
-      ToElements(window), dy, argmax, dx, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::ZeroPad2D(const NhwcShape& x_shape,
-                                   const Padding2D& padding, const float* x,
-                                   float* y) {
-  ASSIGN_OR_RETURN(const int64_t total,
-                   CheckZeroPad2DArgs(x_shape, padding, x, y));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchZeroPad2D(
-      ToElements(x_shape, padding), x, y, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::ZeroPad2DBackward(const NhwcShape& x_shape,
-                                           const Padding2D& padding,
-                                           const float* dy, float* dx) {
-  ASSIGN_OR_RETURN(const int64_t total,
-                   CheckZeroPad2DBackwardArgs(x_shape, padding, dy, dx));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchZeroPad2DBackward(
-      ToElements(x_shape, padding), dy, dx, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::GlobalAvgPool(int batch, int pixels, int channels,
-                                       const float* x, float* y) {
-  ASSIGN_OR_RETURN(const int64_t total,
-                   CheckGlobalAvgPoolArgs("GlobalAvgPool", batch, pixels,
-                                          channels, x, y, /*backward=*/false));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchGlobalAvgPool(
-      batch, pixels, channels, x, y, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::GlobalAvgPoolBackward(int batch, int pixels,
-                                               int channels, const float* dy,
-                                               float* dx) {
-  ASSIGN_OR_RETURN(
-      const int64_t total,
-      CheckGlobalAvgPoolArgs("GlobalAvgPoolBackward", batch, pixels, channels,
-                             dy, dx, /*backward=*/true));
-  if (total == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchGlobalAvgPoolBackward(
-      batch, pixels, channels, dy, dx, compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::ReserveScratch(size_t bytes) {
-  if (bytes <= scratch_bytes_) return absl::OkStatus();
-  // The kernels queued so far may still use the old scratch.
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_.get()));
-  scratch_.reset();
-  scratch_bytes_ = 0;
-  ASSIGN_OR_RETURN(scratch_, cuda_internal::MakeDeviceMemory(bytes));
-  scratch_bytes_ = bytes;
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::BatchNormTraining(
-    int rows, int channels, const float* x, const float* gamma,
-    const float* beta, float epsilon, float momentum, float* y,
-    float* moving_mean, float* moving_variance, float* saved_mean,
-    float* saved_inv_std) {
-  ASSIGN_OR_RETURN(
-      const int64_t work,
-      CheckBatchNormTrainingArgs(rows, channels, x, gamma, beta, y, moving_mean,
-                                 moving_variance, saved_mean, saved_inv_std));
-  if (work == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  RETURN_IF_ERROR(
-      ReserveScratch(cuda_internal::BatchNormScratchBytes(rows, channels)));
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchBatchNormTraining(
-      rows, channels, x, gamma, beta, epsilon, momentum, y, moving_mean,
-      moving_variance, saved_mean, saved_inv_std, scratch_.get(),
-      compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::BatchNormInference(int rows, int channels,
-                                            const float* x, const float* gamma,
-                                            const float* beta,
-                                            const float* moving_mean,
-                                            const float* moving_variance,
-                                            float epsilon, float* y) {
-  ASSIGN_OR_RETURN(const int64_t work, CheckBatchNormInferenceArgs(
-                                           rows, channels, x, gamma, beta,
-                                           moving_mean, moving_variance, y));
-  if (work == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  RETURN_IF_ERROR(
-      ReserveScratch(cuda_internal::BatchNormScratchBytes(rows, channels)));
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchBatchNormInference(
-      rows, channels, x, gamma, beta, moving_mean, moving_variance, epsilon, y,
-      scratch_.get(), compute_.get()));
-  return absl::OkStatus();
-}
-
-absl::Status CudaDevice::BatchNormBackward(
-    int rows, int channels, const float* x, const float* dy, const float* gamma,
-    const float* saved_mean, const float* saved_inv_std, float* dx,
-    float* dgamma, float* dbeta) {
-  ASSIGN_OR_RETURN(
-      const int64_t work,
-      CheckBatchNormBackwardArgs(rows, channels, x, dy, gamma, saved_mean,
-                                 saved_inv_std, dgamma, dbeta));
-  if (work == 0) return absl::OkStatus();
-  RETURN_IF_ERROR(Activate());
-  RETURN_IF_ERROR(
-      ReserveScratch(cuda_internal::BatchNormScratchBytes(rows, channels)));
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchBatchNormBackward(
-      rows, channels, x, dy, gamma, saved_mean, saved_inv_std, dx, dgamma,
-      dbeta, scratch_.get(), compute_.get()));
-  return absl::OkStatus();
-}
-
-}  // namespace
+}  // namespace cuda_internal
 
 int CudaDeviceCount() {
   absl::StatusOr<int> gpus = VisibleGpus();
@@ -583,7 +293,7 @@ int CudaDeviceCount() {
 }
 
 absl::StatusOr<std::unique_ptr<Device>> CreateCudaDevice(int gpu, bool tf32) {
-  return CudaDevice::Create(gpu, tf32);
+  return cuda_internal::CudaDevice::Create(gpu, tf32);
 }
 
 }  // namespace lockstep

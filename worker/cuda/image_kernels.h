@@ -1,4 +1,4 @@
-// Launchers for the CUDA device's image, batch-norm and vector kernels
+// Launchers for the CUDA device's image and vector kernels
 // (image_kernels.cu), in the manner of kernels.h: each enqueues its kernels
 // on `stream` and returns cudaGetLastError(). Shapes are non-empty and
 // checked by the caller (worker/device_checks.h); pointers are device
@@ -48,32 +48,6 @@ cudaError_t LaunchGlobalAvgPool(int batch, int pixels, int channels,
 cudaError_t LaunchGlobalAvgPoolBackward(int batch, int pixels, int channels,
                                         const float* dy, float* dx,
                                         cudaStream_t stream);
-
-// Bytes of scratch the batch-norm launchers need for `rows` x `channels`:
-// partial sums per tile of rows, and per-channel numbers.
-size_t BatchNormScratchBytes(int rows, int channels);
-
-// Device::BatchNormTraining, BatchNormInference and BatchNormBackward, with
-// `scratch` of BatchNormScratchBytes(rows, channels) bytes (256-byte
-// aligned, as cudaMalloc gives) that no other queued work uses.
-cudaError_t LaunchBatchNormTraining(int rows, int channels, const float* x,
-                                    const float* gamma, const float* beta,
-                                    float epsilon, float momentum, float* y,
-                                    float* moving_mean, float* moving_variance,
-                                    float* saved_mean, float* saved_inv_std,
-                                    void* scratch, cudaStream_t stream);
-cudaError_t LaunchBatchNormInference(int rows, int channels, const float* x,
-                                     const float* gamma, const float* beta,
-                                     const float* moving_mean,
-                                     const float* moving_variance,
-                                     float epsilon, float* y, void* scratch,
-                                     cudaStream_t stream);
-cudaError_t LaunchBatchNormBackward(int rows, int channels, const float* x,
-                                    const float* dy, const float* gamma,
-                                    const float* saved_mean,
-                                    const float* saved_inv_std, float* dx,
-                                    float* dgamma, float* dbeta, void* scratch,
-                                    cudaStream_t stream);
 
 }  // namespace cuda_internal
 }  // namespace lockstep

@@ -1,22 +1,13 @@
 #include <climits>
 #include <cmath>
+#include <cstdint>
 
+#include "worker/cuda/kernel_util.cuh"
 #include "worker/cuda/kernels.h"
 
 namespace lockstep {
 namespace cuda_internal {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Enough blocks to cover n elements, capped; the kernels stride over the
-// rest.
-unsigned GridFor(size_t n) {
-  const size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < (1u << 20) ? blocks : (1u << 20));
-}
 
 __global__ void AddBiasKernel(int rows, int cols,
                               const float* __restrict__ bias,
