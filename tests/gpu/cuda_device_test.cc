@@ -14,25 +14,23 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "worker/cpu_device.h"
 #include "worker/device_factory.h"
-#include "worker/mlp.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
 
+using cuda_test::CudaVsCpuTest;
 using cuda_test::Download;
 using cuda_test::ExpectClose;
 using cuda_test::kNoGpu;
@@ -234,19 +232,6 @@ INSTANTIATE_TEST_SUITE_P(BothDevices, DeviceTest,
 // ---------------------------------------------------------------------------
 // The CUDA device against the CPU device on random data.
 
-class CudaVsCpuTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoGpu;
-    auto device = CreateCudaDevice(0, /*tf32=*/false);
-    ASSERT_TRUE(device.ok()) << device.status();
-    cuda_ = std::move(*device);
-  }
-
-  std::unique_ptr<Device> cpu_ = CpuDevice::Create(1);
-  std::unique_ptr<Device> cuda_;
-};
-
 // Runs one Gemm on `device` from host data; returns c.
 std::vector<float> RunGemm(Device& device, bool trans_a, bool trans_b, int m,
                            int n, int k, float alpha,
@@ -351,128 +336,6 @@ TEST_F(CudaVsCpuTest, SoftmaxCrossEntropyOddAndWideRows) {
     EXPECT_NEAR(loss[1], loss[0], kTolerance * loss[0]) << cols;
     EXPECT_EQ(correct[1], correct[0]) << cols;
     ExpectClose(grad[1], grad[0], absl::StrCat("softmax grad, cols ", cols));
-  }
-}
-
-// Glorot kernels plus non-zero biases.
-std::vector<float> RandomWeights(const Mlp& mlp, uint64_t seed) {
-  std::vector<float> w = mlp.InitialWeights(seed);
-  Random random(seed + 1);
-  int64_t offset = 0;
-  for (const TensorInfo& t : mlp.Tensors()) {
-    int64_t size = 1;
-    for (int64_t d : t.shape) size *= d;
-    if (t.shape.size() == 1) {
-      for (int64_t i = 0; i < size; ++i) {
-        w[offset + i] = random.Uniform(-0.3f, 0.3f);
-      }
-    }
-    offset += size;
-  }
-  return w;
-}
-
-TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
-  const std::vector<int> sizes = {37, 45, 29, 11};
-  const int max_batch = 53;
-  auto cpu_mlp = Mlp::Create(sizes, max_batch, cpu_.get());
-  auto cuda_mlp = Mlp::Create(sizes, max_batch, cuda_.get());
-  ASSERT_TRUE(cpu_mlp.ok()) << cpu_mlp.status();
-  ASSERT_TRUE(cuda_mlp.ok()) << cuda_mlp.status();
-  Mlp* mlps[2] = {cpu_mlp->get(), cuda_mlp->get()};
-  const std::vector<float> x = RandomFloats(size_t{max_batch} * sizes[0], 41);
-  const std::vector<int32_t> y = RandomLabels(max_batch, sizes.back(), 42);
-
-  // A full batch, then a smaller one through the same buffers.
-  const std::vector<float> w0 = RandomWeights(*mlps[0], 43);
-  for (const int rows : {max_batch, 19}) {
-    std::vector<float> grad[2];
-    BatchStats stats[2];
-    for (int d = 0; d < 2; ++d) {
-      grad[d].assign(w0.size(), std::nanf(""));
-      ASSERT_TRUE(mlps[d]->SetWeights(w0).ok());
-      auto s = mlps[d]->ComputeGradients(
-          absl::MakeConstSpan(x).subspan(0,
-                                         static_cast<size_t>(rows) * sizes[0]),
-          absl::MakeConstSpan(y).subspan(0, rows), absl::MakeSpan(grad[d]));
-      ASSERT_TRUE(s.ok()) << s.status();
-      stats[d] = *s;
-    }
-    EXPECT_NEAR(stats[1].loss_sum, stats[0].loss_sum,
-                kTolerance * stats[0].loss_sum);
-    EXPECT_EQ(stats[1].correct, stats[0].correct);
-    EXPECT_EQ(stats[1].examples, rows);
-    const auto want = cuda_test::ByTensor(*mlps[0], grad[0]);
-    const auto got = cuda_test::ByTensor(*mlps[0], grad[1]);
-    const std::vector<TensorInfo> tensors = mlps[0]->Tensors();
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      ExpectClose(got[t], want[t],
-                  absl::StrCat(tensors[t].name, " gradient, ", rows, " rows"));
-    }
-  }
-
-  // A few SGD steps, each device on its own weights.
-  std::vector<float> w[2] = {w0, w0};
-  for (int step = 0; step < 5; ++step) {
-    double loss[2];
-    for (int d = 0; d < 2; ++d) {
-      std::vector<float> grad(w[d].size());
-      ASSERT_TRUE(mlps[d]->SetWeights(w[d]).ok());
-      auto s = mlps[d]->ComputeGradients(x, y, absl::MakeSpan(grad));
-      ASSERT_TRUE(s.ok()) << s.status();
-      loss[d] = s->loss_sum;
-      for (size_t i = 0; i < grad.size(); ++i) w[d][i] -= 0.2f * grad[i];
-    }
-    EXPECT_NEAR(loss[1], loss[0], kTolerance * loss[0]) << "step " << step;
-  }
-  const auto want = cuda_test::ByTensor(*mlps[0], w[0]);
-  const auto got = cuda_test::ByTensor(*mlps[0], w[1]);
-  for (size_t t = 0; t < want.size(); ++t) {
-    ExpectClose(got[t], want[t], absl::StrCat("weights after 5 steps, ", t));
-  }
-
-  // Evaluate splits more rows than max_batch the same way on both.
-  const std::vector<float> ex = RandomFloats(size_t{131} * sizes[0], 44);
-  const std::vector<int32_t> ey = RandomLabels(131, sizes.back(), 45);
-  auto cpu_eval = mlps[0]->Evaluate(ex, ey);
-  auto cuda_eval = mlps[1]->Evaluate(ex, ey);
-  ASSERT_TRUE(cpu_eval.ok() && cuda_eval.ok());
-  EXPECT_NEAR(cuda_eval->loss_sum, cpu_eval->loss_sum,
-              kTolerance * cpu_eval->loss_sum);
-  EXPECT_EQ(cuda_eval->correct, cpu_eval->correct);
-}
-
-TEST_F(CudaVsCpuTest, DevicesOnOneGpuInSeveralThreadsAgree) {
-  const std::vector<int> sizes = {33, 65, 10};
-  const int rows = 47;
-  const std::vector<float> x = RandomFloats(size_t{rows} * sizes[0], 51);
-  const std::vector<int32_t> y = RandomLabels(rows, sizes.back(), 52);
-  constexpr int kThreads = 3;
-  std::vector<std::vector<float>> grads(kThreads);
-  std::vector<absl::Status> statuses(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      statuses[t] = [&]() -> absl::Status {
-        auto device = CreateCudaDevice(0, false);
-        if (!device.ok()) return device.status();
-        auto mlp = Mlp::Create(sizes, rows, device->get());
-        if (!mlp.ok()) return mlp.status();
-        std::vector<float> w = (*mlp)->InitialWeights(7);
-        grads[t].resize(w.size());
-        for (int step = 0; step < 10; ++step) {
-          if (absl::Status s = (*mlp)->SetWeights(w); !s.ok()) return s;
-          auto stats = (*mlp)->ComputeGradients(x, y, absl::MakeSpan(grads[t]));
-          if (!stats.ok()) return stats.status();
-        }
-        return absl::OkStatus();
-      }();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  for (int t = 0; t < kThreads; ++t) {
-    ASSERT_TRUE(statuses[t].ok()) << statuses[t];
-    ExpectClose(grads[t], grads[0], absl::StrCat("thread ", t), 1e-6);
   }
 }
 

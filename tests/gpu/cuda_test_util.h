@@ -13,6 +13,8 @@
 
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "worker/cpu_device.h"
+#include "worker/cuda/cuda_device.h"
 #include "worker/device.h"
 #include "worker/model.h"
 
@@ -84,6 +86,21 @@ inline std::vector<T> Download(Device& device, const DeviceBuffer& buffer) {
       device.CopyToHost(buffer.data(), v.data(), v.size() * sizeof(T)).ok());
   return v;
 }
+
+// The CUDA device on GPU 0 (fp32 Gemm) next to a one-thread CPU device;
+// skips the test where no GPU is visible.
+class CudaVsCpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoGpu;
+    auto device = CreateCudaDevice(0, /*tf32=*/false);
+    ASSERT_TRUE(device.ok()) << device.status();
+    cuda_ = std::move(*device);
+  }
+
+  std::unique_ptr<Device> cpu_ = CpuDevice::Create(1);
+  std::unique_ptr<Device> cuda_;
+};
 
 // Splits a flat parameter vector into the model's tensors.
 inline std::vector<std::vector<float>> ByTensor(
