@@ -57,15 +57,18 @@ absl::Status CheckPointer(const char* op, const char* what, const void* p,
 
 }  // namespace
 
-std::unique_ptr<Device> CpuDevice::Create(int num_threads) {
+std::unique_ptr<Device> CpuDevice::Create(int num_threads, bool direct_conv) {
   num_threads = std::max(num_threads, 1);
   openblas_set_num_threads(num_threads);
-  return std::unique_ptr<Device>(new CpuDevice(num_threads));
+  direct_conv =
+      direct_conv && num_threads == 1 && cpu_ops::DirectConvAvailable();
+  return std::unique_ptr<Device>(new CpuDevice(num_threads, direct_conv));
 }
 
 std::string CpuDevice::Name() const {
-  return absl::StrFormat("cpu (OpenBLAS, %d thread%s)", num_threads_,
-                         num_threads_ == 1 ? "" : "s");
+  return absl::StrFormat("cpu (OpenBLAS, %d thread%s%s)", num_threads_,
+                         num_threads_ == 1 ? "" : "s",
+                         direct_conv_ ? ", AVX-512 convolutions" : "");
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuDevice::Allocate(
@@ -256,6 +259,46 @@ absl::Status CpuDevice::CopyOnDevice(const void* src, void* dst, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   std::memmove(dst, src, bytes);
   return absl::OkStatus();
+}
+
+bool CpuDevice::HasDirectConv(const WindowGeometry& window,
+                              int filters) const {
+  // Where the direct kernels win, measured layer by layer against im2col +
+  // OpenBLAS on ResNet-20's and ResNet-50's convolutions (docs/benchmarks.md):
+  // each kernel vector they load serves a tile of up to 16 output pixels of
+  // a row, so rows of fewer than 4 pixels (ResNet-50's last stages at 32x32)
+  // leave them waiting on memory, as does a kernel too large for the L2
+  // cache (1 MiB here), which they read once per image.
+  constexpr int64_t kMinOutputWidth = 4;
+  constexpr int64_t kMaxKernelBytes = int64_t{1} << 20;
+  return direct_conv_ && window.out_width >= kMinOutputWidth &&
+         window.PatchSize() * filters * int64_t{sizeof(float)} <=
+             kMaxKernelBytes;
+}
+
+absl::Status CpuDevice::ConvForward(const WindowGeometry& window, int filters,
+                                    const float* x, const float* kernel,
+                                    float* y) {
+  if (!direct_conv_) return Device::ConvForward(window, filters, x, kernel, y);
+  return cpu_ops::DirectConvForward(window, filters, x, kernel, y,
+                                    &conv_scratch_);
+}
+
+absl::Status CpuDevice::ConvBackwardData(const WindowGeometry& window,
+                                         int filters, const float* dy,
+                                         const float* kernel, float* dx) {
+  if (!direct_conv_) return Device::ConvBackwardData(window, filters, dy, kernel, dx);
+  return cpu_ops::DirectConvBackwardData(window, filters, dy, kernel, dx,
+                                         &conv_scratch_);
+}
+
+absl::Status CpuDevice::ConvBackwardFilter(const WindowGeometry& window,
+                                           int filters, const float* x,
+                                           const float* dy,
+                                           float* kernel_grad) {
+  if (!direct_conv_) return Device::ConvBackwardFilter(window, filters, x, dy, kernel_grad);
+  return cpu_ops::DirectConvBackwardFilter(window, filters, x, dy,
+                                           kernel_grad, &conv_scratch_);
 }
 
 absl::Status CpuDevice::Im2Col(const WindowGeometry& window, const float* image,

@@ -1,4 +1,5 @@
-// The CPU implementation of Device: host memory, OpenBLAS for Gemm, plain
+// The CPU implementation of Device: host memory, OpenBLAS for Gemm, AVX-512
+// kernels for convolution where the processor has them (cpu_conv.h), plain
 // loops for the element-wise ops (the image and batch-norm ones live in
 // cpu_image_ops.h and cpu_batch_norm_ops.h).
 #ifndef LOCKSTEP_WORKER_CPU_DEVICE_H_
@@ -11,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/cpu_conv.h"
 #include "worker/device.h"
 
 namespace lockstep {
@@ -24,7 +26,11 @@ namespace lockstep {
 class CpuDevice final : public Device {
  public:
   // `num_threads` is OpenBLAS's thread count; values below 1 mean 1.
-  static std::unique_ptr<Device> Create(int num_threads);
+  // With `direct_conv`, convolutions run on the direct kernels of
+  // cpu_conv.h when the processor has AVX-512F and num_threads is 1 (they
+  // use one thread); otherwise, and without it, on Im2Col + Gemm.
+  static std::unique_ptr<Device> Create(int num_threads,
+                                        bool direct_conv = true);
 
   // The im2col workspace bound (Conv2DOptions::workspace_limit_floats) that
   // suits this device: 2 MiB, the size of a core's L2 cache give or take a
@@ -62,6 +68,16 @@ class CpuDevice final : public Device {
                                    int64_t* correct) override;
   absl::Status Axpy(size_t n, float alpha, const float* x, float* y) override;
   absl::Status CopyOnDevice(const void* src, void* dst, size_t bytes) override;
+  bool HasDirectConv(const WindowGeometry& window, int filters) const override;
+  absl::Status ConvForward(const WindowGeometry& window, int filters,
+                           const float* x, const float* kernel,
+                           float* y) override;
+  absl::Status ConvBackwardData(const WindowGeometry& window, int filters,
+                                const float* dy, const float* kernel,
+                                float* dx) override;
+  absl::Status ConvBackwardFilter(const WindowGeometry& window, int filters,
+                                  const float* x, const float* dy,
+                                  float* kernel_grad) override;
   absl::Status Im2Col(const WindowGeometry& window, const float* image,
                       float* columns) override;
   absl::Status Col2Im(const WindowGeometry& window, const float* columns,
@@ -98,9 +114,12 @@ class CpuDevice final : public Device {
   absl::Status Synchronize() override;
 
  private:
-  explicit CpuDevice(int num_threads) : num_threads_(num_threads) {}
+  CpuDevice(int num_threads, bool direct_conv)
+      : num_threads_(num_threads), direct_conv_(direct_conv) {}
 
   const int num_threads_;
+  const bool direct_conv_;  // Create's choice and the processor's
+  cpu_ops::ConvScratch conv_scratch_;
 };
 
 }  // namespace lockstep

@@ -128,6 +128,40 @@ class Device {
   virtual absl::Status Col2Im(const WindowGeometry& window,
                               const float* columns, float* image) = 0;
 
+  // Convolution in one call, for a device with kernels of its own (the
+  // CPU device's AVX-512 ones, worker/cpu_conv.h). HasDirectConv says
+  // whether ConvForward, ConvBackwardData and ConvBackwardFilter run
+  // `window` with `filters` output channels; where it does not, Conv2D
+  // builds the convolution from Im2Col and Gemm, and these calls return
+  // UNIMPLEMENTED. The kernel is stored as for Im2Col:
+  //   y[n][oh][ow][f] = sum over (i, j, c) of
+  //     x[n][oh * stride_height - pad_top + i][ow * stride_width - pad_left
+  //       + j][c] * kernel[i][j][c][f]   (zero outside the image);
+  // `window` describes x, y holds OutputPixels() x filters floats.
+  virtual bool HasDirectConv(const WindowGeometry& window, int filters) const {
+    return false;
+  }
+  virtual absl::Status ConvForward(const WindowGeometry& window, int filters,
+                                   const float* x, const float* kernel,
+                                   float* y) {
+    return absl::UnimplementedError("ConvForward: no direct convolution");
+  }
+  // dx (overwritten) = the gradient of the sum with respect to x, given dy.
+  virtual absl::Status ConvBackwardData(const WindowGeometry& window,
+                                        int filters, const float* dy,
+                                        const float* kernel, float* dx) {
+    return absl::UnimplementedError("ConvBackwardData: no direct convolution");
+  }
+  // kernel_grad (overwritten) = the gradient with respect to the kernel,
+  // summed over the batch.
+  virtual absl::Status ConvBackwardFilter(const WindowGeometry& window,
+                                          int filters, const float* x,
+                                          const float* dy,
+                                          float* kernel_grad) {
+    return absl::UnimplementedError(
+        "ConvBackwardFilter: no direct convolution");
+  }
+
   // Max pooling: y[n][oh][ow][c] is the largest x[n][h][w][c] over the
   // window's pixels inside the image (padding never wins, as in TensorFlow;
   // ties go to the first in row-major order). argmax receives, per output,

@@ -34,6 +34,14 @@ int64_t PaddedSize(const NhwcShape& s, const Padding2D& p) {
          (int64_t{s.width} + p.left + p.right) * s.channels;
 }
 
+absl::Status CheckFilters(const char* op, int filters) {
+  if (filters < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: filters must be at least 1, got %d", op, filters));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckSoftmaxCrossEntropyArgs(int rows, int cols,
@@ -92,6 +100,52 @@ absl::StatusOr<int64_t> CheckCol2ImArgs(const WindowGeometry& g,
     return NullPointer("Col2Im");
   }
   return size;
+}
+
+absl::StatusOr<int64_t> CheckConvForwardArgs(const WindowGeometry& g,
+                                             int filters, const float* x,
+                                             const float* kernel,
+                                             const float* y) {
+  RETURN_IF_ERROR(ValidateWindow("ConvForward", g));
+  RETURN_IF_ERROR(CheckFilters("ConvForward", filters));
+  const int64_t total = g.OutputPixels() * filters;
+  if (total == 0) return 0;
+  if (y == nullptr ||
+      (g.PatchSize() > 0 &&
+       (kernel == nullptr || (x == nullptr && g.input.Size() > 0)))) {
+    return NullPointer("ConvForward");
+  }
+  return total;
+}
+
+absl::StatusOr<int64_t> CheckConvBackwardDataArgs(const WindowGeometry& g,
+                                                  int filters, const float* dy,
+                                                  const float* kernel,
+                                                  const float* dx) {
+  RETURN_IF_ERROR(ValidateWindow("ConvBackwardData", g));
+  RETURN_IF_ERROR(CheckFilters("ConvBackwardData", filters));
+  const int64_t size = g.input.Size();
+  if (size == 0) return 0;
+  if (dx == nullptr ||
+      (g.OutputPixels() > 0 && (dy == nullptr || kernel == nullptr))) {
+    return NullPointer("ConvBackwardData");
+  }
+  return size;
+}
+
+absl::StatusOr<int64_t> CheckConvBackwardFilterArgs(const WindowGeometry& g,
+                                                    int filters, const float* x,
+                                                    const float* dy,
+                                                    const float* kernel_grad) {
+  RETURN_IF_ERROR(ValidateWindow("ConvBackwardFilter", g));
+  RETURN_IF_ERROR(CheckFilters("ConvBackwardFilter", filters));
+  const int64_t total = g.PatchSize() * filters;
+  if (total == 0) return 0;
+  if (kernel_grad == nullptr ||
+      (g.OutputPixels() > 0 && (x == nullptr || dy == nullptr))) {
+    return NullPointer("ConvBackwardFilter");
+  }
+  return total;
 }
 
 absl::StatusOr<int64_t> CheckMaxPoolForwardArgs(const WindowGeometry& g,

@@ -37,6 +37,22 @@ absl::StatusOr<int64_t> CheckIm2ColArgs(const WindowGeometry& window,
 absl::StatusOr<int64_t> CheckCol2ImArgs(const WindowGeometry& window,
                                         const float* columns,
                                         const float* image);
+// Direct convolution (worker/cpu_conv.h): `window` describes x (dx),
+// `filters` is at least 1, and the kernel is window_height x window_width x
+// channels x filters. The count is of the outputs (forward), the input
+// gradients (backward data) or the kernel gradients (backward filter); the
+// inputs may be null when nothing is read from them.
+absl::StatusOr<int64_t> CheckConvForwardArgs(const WindowGeometry& window,
+                                             int filters, const float* x,
+                                             const float* kernel,
+                                             const float* y);
+absl::StatusOr<int64_t> CheckConvBackwardDataArgs(const WindowGeometry& window,
+                                                  int filters, const float* dy,
+                                                  const float* kernel,
+                                                  const float* dx);
+absl::StatusOr<int64_t> CheckConvBackwardFilterArgs(
+    const WindowGeometry& window, int filters, const float* x,
+    const float* dy, const float* kernel_grad);
 // The outputs (MaxPoolForward) or input gradients (MaxPoolBackward) to
 // compute; images must have fewer than 2^31 elements (argmax is int32).
 absl::StatusOr<int64_t> CheckMaxPoolForwardArgs(const WindowGeometry& window,

@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     return absl::InvalidArgumentError(absl::StrFormat(
         "cpu_threads must be at least 1, got %d", options.cpu_threads));
   }
+  if (options.cpu_conv != "auto" && options.cpu_conv != "im2col") {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unknown cpu_conv \"%s\" (want auto or im2col)", options.cpu_conv));
+  }
   if (options.gpu < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("gpu must be non-negative, got %d", options.gpu));
@@ -43,7 +47,8 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
         "with -DLOCKSTEP_CUDA=OFF)");
   }
 #endif
-  return CpuDevice::Create(options.cpu_threads);
+  return CpuDevice::Create(options.cpu_threads,
+                           /*direct_conv=*/options.cpu_conv == "auto");
 }
 
 bool CudaDeviceBuilt() {

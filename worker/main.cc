@@ -79,6 +79,9 @@ ABSL_FLAG(bool, tf32, false,
           "Let cuBLAS use TF32 tensor cores (faster, ~1e-3 relative error); "
           "off: full fp32.");
 ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU device.");
+ABSL_FLAG(std::string, cpu_conv, "auto",
+          "CPU convolutions: auto (AVX-512 kernels where the processor has "
+          "them and --cpu_threads=1) | im2col (im2col + OpenBLAS).");
 ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
 ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");
@@ -255,6 +258,7 @@ absl::StatusOr<WorkerMainOptions> ParseOptions() {
   o.device.gpu = absl::GetFlag(FLAGS_gpu);
   o.device.tf32 = absl::GetFlag(FLAGS_tf32);
   o.device.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  o.device.cpu_conv = absl::GetFlag(FLAGS_cpu_conv);
   o.summary_json = absl::GetFlag(FLAGS_summary_json);
   o.telemetry.rank = rank;
   o.telemetry.health_port = absl::GetFlag(FLAGS_health_port);

@@ -1,5 +1,6 @@
-// Helpers shared by the CUDA tests: random data, closeness against the CPU
-// device's results, and host vectors in and out of device buffers.
+// Helpers shared by the CUDA tests: random data and closeness against the
+// CPU device's results (from tests/unit/model_agreement.h), host vectors in
+// and out of device buffers, and a CUDA-beside-CPU fixture.
 #ifndef LOCKSTEP_TESTS_GPU_CUDA_TEST_UTIL_H_
 #define LOCKSTEP_TESTS_GPU_CUDA_TEST_UTIL_H_
 
@@ -13,6 +14,7 @@
 
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "tests/unit/model_agreement.h"
 #include "worker/cpu_device.h"
 #include "worker/cuda/cuda_device.h"
 #include "worker/device.h"
@@ -24,47 +26,12 @@ namespace cuda_test {
 inline constexpr char kNoGpu[] =
     "no CUDA GPU is visible to this process; the CUDA device tests need one "
     "(run tests/gpu/device_check.sh on a GPU machine)";
-inline constexpr double kTolerance = 1e-5;
 
-inline std::vector<float> RandomFloats(size_t n, uint64_t seed,
-                                       float lo = -1.0f, float hi = 1.0f) {
-  Random random(seed);
-  std::vector<float> v(n);
-  for (float& x : v) {
-    do {
-      x = random.Uniform(lo, hi);
-    } while (x == 0.0f);  // Non-zero, so every entry is seen to matter.
-  }
-  return v;
-}
-
-inline std::vector<int32_t> RandomLabels(size_t n, int classes, uint64_t seed) {
-  Random random(seed);
-  std::vector<int32_t> v(n);
-  for (int32_t& y : v) y = static_cast<int32_t>(random.UniformInt(classes));
-  return v;
-}
-
-// |got - want| <= tolerance * scale for every entry, where scale is
-// max |want|, or min_scale if that is larger (for a tensor whose true
-// values are zero, such as a bias that batch norm cancels, and whose
-// entries are rounding residue on either device).
-inline void ExpectClose(const std::vector<float>& got,
-                        const std::vector<float>& want, const std::string& what,
-                        double tolerance = kTolerance, double min_scale = 0.0) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = min_scale;
-  for (float w : want) scale = std::max(scale, std::abs(double{w}));
-  ASSERT_GT(scale, 0.0) << what << ": all zeros proves nothing";
-  int reported = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::abs(double{got[i]} - want[i]) > tolerance * scale &&
-        ++reported <= 5) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want "
-                    << want[i] << " (scale " << scale << ")";
-    }
-  }
-}
+using agreement::ByTensor;
+using agreement::ExpectClose;
+using agreement::kTolerance;
+using agreement::RandomFloats;
+using agreement::RandomLabels;
 
 // Host vectors in and out of one device's buffers.
 template <typename T>
@@ -101,20 +68,6 @@ class CudaVsCpuTest : public ::testing::Test {
   std::unique_ptr<Device> cpu_ = CpuDevice::Create(1);
   std::unique_ptr<Device> cuda_;
 };
-
-// Splits a flat parameter vector into the model's tensors.
-inline std::vector<std::vector<float>> ByTensor(
-    const Model& model, const std::vector<float>& flat) {
-  std::vector<std::vector<float>> pieces;
-  auto it = flat.begin();
-  for (const TensorInfo& t : model.Tensors()) {
-    int64_t size = 1;
-    for (int64_t d : t.shape) size *= d;
-    pieces.emplace_back(it, it + size);
-    it += size;
-  }
-  return pieces;
-}
 
 }  // namespace cuda_test
 }  // namespace lockstep

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/cpu_conv.h"
 #include "worker/device_factory.h"
 
 namespace lockstep {
@@ -50,10 +52,43 @@ class CpuDeviceTest : public ::testing::Test {
   std::unique_ptr<Device> device_ = CpuDevice::Create(1);
 };
 
-TEST_F(CpuDeviceTest, NameMentionsOpenBlas) {
-  EXPECT_EQ(device_->Name(), "cpu (OpenBLAS, 1 thread)");
+TEST_F(CpuDeviceTest, NameMentionsOpenBlasAndTheConvolutions) {
+  const std::string one = cpu_ops::DirectConvAvailable()
+                              ? "cpu (OpenBLAS, 1 thread, AVX-512 convolutions)"
+                              : "cpu (OpenBLAS, 1 thread)";
+  EXPECT_EQ(device_->Name(), one);
+  EXPECT_EQ(CpuDevice::Create(0)->Name(), one);
+  EXPECT_EQ(CpuDevice::Create(1, /*direct_conv=*/false)->Name(),
+            "cpu (OpenBLAS, 1 thread)");
+  // The direct kernels use one thread: with more, OpenBLAS does it all.
   EXPECT_EQ(CpuDevice::Create(2)->Name(), "cpu (OpenBLAS, 2 threads)");
-  EXPECT_EQ(CpuDevice::Create(0)->Name(), "cpu (OpenBLAS, 1 thread)");
+}
+
+// Where the direct kernels win (measured, see HasDirectConv): rows of at
+// least 4 output pixels and kernels of at most 1 MiB; never with them off.
+TEST_F(CpuDeviceTest, DirectConvolutionWhereItWins) {
+  if (!cpu_ops::DirectConvAvailable()) GTEST_SKIP() << "no AVX-512F here";
+  WindowGeometry g;
+  g.input = {32, 8, 8, 64};
+  g.window_height = g.window_width = 3;
+  g.pad_top = g.pad_left = 1;
+  g.out_height = g.out_width = 8;
+  EXPECT_TRUE(device_->HasDirectConv(g, 64));
+  EXPECT_TRUE(device_->HasDirectConv(g, 455));  // 9*64*455*4 < 1 MiB
+  EXPECT_FALSE(device_->HasDirectConv(g, 456));
+  g.out_width = 3;
+  EXPECT_FALSE(device_->HasDirectConv(g, 64));
+  g.out_width = 8;
+  auto im2col = CpuDevice::Create(1, /*direct_conv=*/false);
+  EXPECT_FALSE(im2col->HasDirectConv(g, 64));
+  std::vector<float> x(g.input.Size(), 1.0f), k(g.PatchSize() * 64, 1.0f);
+  std::vector<float> y(g.OutputPixels() * 64, 3.0f);
+  EXPECT_EQ(im2col->ConvForward(g, 64, x.data(), k.data(), y.data()).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(y[0], 3.0f);
+  ASSERT_TRUE(device_->ConvForward(g, 64, x.data(), k.data(), y.data()).ok());
+  EXPECT_EQ(y[0], 4 * 64.0f);              // A corner: 2 x 2 pixels inside.
+  EXPECT_EQ(y[9 * 64], 9 * 64.0f);         // Pixel (1, 1): the whole window.
 }
 
 TEST_F(CpuDeviceTest, AllocateIsZeroedAndAligned) {
@@ -283,6 +318,19 @@ TEST(DeviceFactoryTest, RejectsBadOptions) {
   options.cpu_threads = 0;
   EXPECT_EQ(CreateDevice(options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  options.cpu_threads = 1;
+  options.cpu_conv = "winograd";
+  EXPECT_EQ(CreateDevice(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceFactoryTest, Im2ColTurnsTheDirectConvolutionsOff) {
+  DeviceOptions options;
+  options.kind = "cpu";
+  options.cpu_conv = "im2col";
+  auto cpu = CreateDevice(options);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->Name(), "cpu (OpenBLAS, 1 thread)");
 }
 
 }  // namespace

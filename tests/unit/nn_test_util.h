@@ -26,10 +26,12 @@ namespace nn_test {
 
 using Vec = std::vector<double>;
 
-// The devices the layer tests run on: "cpu", and "cuda" when this build has
-// the CUDA device (tests/gpu/device_check.sh runs them on a GPU machine).
+// The devices the layer tests run on: "cpu" (with its direct AVX-512
+// convolutions where the processor has them), "cpu_im2col" (the CPU device
+// convolving with im2col + OpenBLAS), and "cuda" when this build has the
+// CUDA device (tests/gpu/device_check.sh runs them on a GPU machine).
 inline std::vector<std::string> TestDevices() {
-  std::vector<std::string> kinds = {"cpu"};
+  std::vector<std::string> kinds = {"cpu", "cpu_im2col"};
   if (CudaDeviceBuilt()) kinds.push_back("cuda");
   return kinds;
 }
@@ -43,6 +45,10 @@ class OnEachDevice : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     DeviceOptions options;
     options.kind = GetParam();
+    if (GetParam() == "cpu_im2col") {
+      options.kind = "cpu";
+      options.cpu_conv = "im2col";
+    }
     auto device = CreateDevice(options);
     if (!device.ok() && GetParam() == "cuda" &&
         absl::IsFailedPrecondition(device.status())) {

@@ -47,7 +47,7 @@ std::vector<ParamSpec> Conv2D::Parameters() const {
   return params;
 }
 
-bool Conv2D::Direct() const {
+bool Conv2D::Pointwise() const {
   return window_.window_height == 1 && window_.window_width == 1 &&
          window_.stride_height == 1 && window_.stride_width == 1 &&
          window_.pad_top == 0 && window_.pad_left == 0;
@@ -61,8 +61,13 @@ int Conv2D::GroupSize(int batch) const {
   return static_cast<int>(std::min<int64_t>(fits, batch));
 }
 
+bool Conv2D::DeviceConvolves() const {
+  return device() != nullptr &&
+         device()->HasDirectConv(window_, options_.filters);
+}
+
 size_t Conv2D::WorkspaceFloats(int batch) const {
-  if (Direct() || batch < 1) return 0;
+  if (Pointwise() || DeviceConvolves() || batch < 1) return 0;
   return static_cast<size_t>(GroupSize(batch)) * window_.out_height *
          window_.out_width * window_.PatchSize();
 }
@@ -73,10 +78,15 @@ absl::Status Conv2D::RunForward(const ForwardArgs& args) {
   const float* kernel = args.params;
   const int64_t pixels = int64_t{window_.out_height} * window_.out_width;
   const int patch = static_cast<int>(window_.PatchSize());
-  if (Direct()) {
+  if (Pointwise()) {
     RETURN_IF_ERROR(device()->Gemm(
         /*trans_a=*/false, /*trans_b=*/false, static_cast<int>(batch * pixels),
         filters, patch, 1.0f, args.inputs[0], kernel, 0.0f, args.output));
+  } else if (DeviceConvolves()) {
+    WindowGeometry g = window_;
+    g.input.batch = batch;
+    RETURN_IF_ERROR(device()->ConvForward(g, filters, args.inputs[0], kernel,
+                                          args.output));
   } else {
     const int group = GroupSize(batch);
     const int64_t in_size = input_shapes()[0].size();
@@ -114,7 +124,7 @@ absl::Status Conv2D::RunBackward(const BackwardArgs& args) {
         device()->BiasGradient(static_cast<int>(batch * pixels), filters, dy,
                                kernel_grad + int64_t{patch} * filters));
   }
-  if (Direct()) {
+  if (Pointwise()) {
     const int rows = static_cast<int>(batch * pixels);
     // dW = x^T . dy; dx = dy . W^T.
     RETURN_IF_ERROR(device()->Gemm(/*trans_a=*/true, /*trans_b=*/false, patch,
@@ -124,6 +134,16 @@ absl::Status Conv2D::RunBackward(const BackwardArgs& args) {
       RETURN_IF_ERROR(device()->Gemm(/*trans_a=*/false, /*trans_b=*/true, rows,
                                      patch, filters, 1.0f, dy, kernel, 0.0f,
                                      dx));
+    }
+    return absl::OkStatus();
+  }
+  if (DeviceConvolves()) {
+    WindowGeometry g = window_;
+    g.input.batch = batch;
+    RETURN_IF_ERROR(device()->ConvBackwardFilter(g, filters, args.inputs[0],
+                                                 dy, kernel_grad));
+    if (dx != nullptr) {
+      RETURN_IF_ERROR(device()->ConvBackwardData(g, filters, dy, kernel, dx));
     }
     return absl::OkStatus();
   }

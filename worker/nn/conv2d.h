@@ -2,7 +2,9 @@
 // [kernel_height, kernel_width, in_channels, filters] kernel and an optional
 // bias, with strides and 'valid' / 'same' padding (see window.h).
 //
-// Computed as im2col + Gemm: each group of images is unfolded into the
+// Where the device has a convolution of its own (Device::HasDirectConv: the
+// CPU device's AVX-512 kernels), the layer calls it. Otherwise it is
+// computed as im2col + Gemm: each group of images is unfolded into the
 // workspace (one row per output pixel) and multiplied by the kernel; the
 // backward pass unfolds again (rather than keeping the forward's columns)
 // and folds the column gradients back with Col2Im. A 1x1, stride-1 kernel
@@ -58,7 +60,9 @@ class Conv2D final : public Layer {
   absl::Status RunBackward(const BackwardArgs& args) override;
 
   // True when the input needs no unfolding (1x1 window, stride 1, no pad).
-  bool Direct() const;
+  bool Pointwise() const;
+  // True when the device convolves this window itself (after Prepare).
+  bool DeviceConvolves() const;
   // Images per im2col group for a batch of `batch`.
   int GroupSize(int batch) const;
 

@@ -111,13 +111,24 @@ absl::Status GraphModel::AllocateBuffers() {
   for (const GraphNode& node : graph_.nodes()) {
     for (int t : node.inputs) ++consumers[t];
   }
+  // A tensor's gradient is needed when a layer with parameters made it or
+  // anything it was made from: nobody needs the input's, nor those of what
+  // parameter-free layers (ResNet-50's first ZeroPadding2D) make of it.
+  std::vector<bool> needs_gradient(tensors, false);
+  for (size_t i = 0; i < graph_.nodes().size(); ++i) {
+    const GraphNode& node = graph_.nodes()[i];
+    bool needed = node.layer->NumParameters() > 0;
+    for (int t : node.inputs) needed = needed || needs_gradient[t];
+    needs_gradient[i + 1] = needed;
+  }
+  needs_gradient[graph_.output()] = true;  // The loss writes it.
   size_t scratch = 0;
   for (int t = 0; t < tensors; ++t) {
     const size_t size = batch * graph_.tensor_shape(t).size();
     ASSIGN_OR_RETURN(auto activation, Allocate(size * f));
     activations_.push_back(std::move(activation));
-    if (t == 0) {
-      gradients_.push_back(nullptr);  // Nobody needs the input's gradient.
+    if (!needs_gradient[t]) {
+      gradients_.push_back(nullptr);
       continue;
     }
     ASSIGN_OR_RETURN(auto grad, Allocate(size * f));
@@ -244,6 +255,8 @@ absl::Status GraphModel::Backward(int batch, absl::Span<float> gradient,
   for (size_t i = graph_.nodes().size(); i-- > 0;) {
     GraphNode& node = graph_.mutable_nodes()[i];
     const int out = static_cast<int>(i) + 1;
+    // Nothing this node made from needs a gradient (see AllocateBuffers).
+    if (gradients_[out] == nullptr) continue;
     inputs.clear();
     input_grads.clear();
     // Slots whose gradient lands in scratch and is added in afterwards.
@@ -251,7 +264,7 @@ absl::Status GraphModel::Backward(int batch, absl::Span<float> gradient,
     for (size_t s = 0; s < node.inputs.size(); ++s) {
       const int t = node.inputs[s];
       inputs.push_back(Activation(t));
-      if (t == 0) {
+      if (gradients_[t] == nullptr) {
         input_grads.push_back(nullptr);
       } else if (!written[t]) {
         input_grads.push_back(gradients_[t]->As<float>());

@@ -99,7 +99,7 @@ class GraphModel final : public Model {
   std::unique_ptr<DeviceBuffer> workspace_;
   // Per tensor, max_batch examples: activations_[0] is the input batch;
   // gradients_[t] the loss's gradient with respect to tensor t (none for
-  // the input).
+  // the input, nor where no parameter lies upstream).
   std::vector<std::unique_ptr<DeviceBuffer>> activations_;
   std::vector<std::unique_ptr<DeviceBuffer>> gradients_;
   // Where a second consumer of a tensor writes its gradient before it is
