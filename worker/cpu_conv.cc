@@ -120,18 +120,18 @@ struct ForwardArgs {
   int window_height;
   int window_width;
   int channels;
-  const float* kernel;      // at this tile's first filter
-  int64_t kernel_row;       // floats per (i, j, c) row of the kernel
-  int64_t out_pixel;        // floats per output pixel (filters)
-  __mmask16 last;           // the real lanes of the last vector
+  const float* kernel;  // at this tile's first filter
+  int64_t kernel_row;   // floats per (i, j, c) row of the kernel
+  int64_t out_pixel;    // floats per output pixel (filters)
+  __mmask16 last;       // the real lanes of the last vector
 };
 
 template <int V, int R>
 void ForwardTile(const ForwardArgs& a, const float* in, float* out) {
   __m512 acc[R][V];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   }
   const int c_count = a.channels;
@@ -142,12 +142,12 @@ void ForwardTile(const ForwardArgs& a, const float* in, float* out) {
           a.kernel + (int64_t{i} * a.window_width + j) * c_count * a.kernel_row;
       for (int c = 0; c < c_count; ++c) {
         __m512 b[V];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(w + v * kLanes);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m512 xr = _mm512_set1_ps(x[r * a.pixel_step + c]);
-          #pragma GCC unroll 16
+#pragma GCC unroll 16
           for (int v = 0; v < V; ++v) {
             acc[r][v] = _mm512_fmadd_ps(xr, b[v], acc[r][v]);
           }
@@ -156,10 +156,10 @@ void ForwardTile(const ForwardArgs& a, const float* in, float* out) {
       }
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     float* o = out + r * a.out_pixel;
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v + 1 < V; ++v) _mm512_storeu_ps(o + v * kLanes, acc[r][v]);
     _mm512_mask_storeu_ps(o + (V - 1) * kLanes, a.last, acc[r][V - 1]);
   }
@@ -173,10 +173,10 @@ struct BackwardDataArgs {
   int64_t row_step;    // floats between padded rows
   int window_height;
   int window_width;
-  int channels;            // of the input (dst's pixels)
-  int filters;             // of dy
-  const float* kernel_t;   // [i][j][f][c padded], at this tile's channel
-  int64_t kernel_t_row;    // floats per (i, j, f) row: channels padded
+  int channels;           // of the input (dst's pixels)
+  int filters;            // of dy
+  const float* kernel_t;  // [i][j][f][c padded], at this tile's channel
+  int64_t kernel_t_row;   // floats per (i, j, f) row: channels padded
   __mmask16 last;
 };
 
@@ -189,10 +189,10 @@ void BackwardDataTile(const BackwardDataArgs& a, const float* dy, float* dst) {
       const float* w = a.kernel_t + (int64_t{i} * a.window_width + j) *
                                         f_count * a.kernel_t_row;
       __m512 acc[R][V];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const float* dr = d + r * a.pixel_step;
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int v = 0; v + 1 < V; ++v) {
           acc[r][v] = _mm512_loadu_ps(dr + v * kLanes);
         }
@@ -200,22 +200,22 @@ void BackwardDataTile(const BackwardDataArgs& a, const float* dy, float* dst) {
       }
       for (int f = 0; f < f_count; ++f) {
         __m512 b[V];
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(w + v * kLanes);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m512 g = _mm512_set1_ps(dy[r * f_count + f]);
-          #pragma GCC unroll 16
+#pragma GCC unroll 16
           for (int v = 0; v < V; ++v) {
             acc[r][v] = _mm512_fmadd_ps(g, b[v], acc[r][v]);
           }
         }
         w += a.kernel_t_row;
       }
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         float* dr = d + r * a.pixel_step;
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int v = 0; v + 1 < V; ++v) {
           _mm512_storeu_ps(dr + v * kLanes, acc[r][v]);
         }
@@ -243,9 +243,9 @@ template <int V, int R>
 void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
                         const float* dy, float* grad) {
   __m512 acc[R][V];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
       acc[r][v] = _mm512_loadu_ps(grad + r * a.grad_row + v * kLanes);
     }
@@ -256,13 +256,13 @@ void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
     const float* g = dy + int64_t{oh} * a.out_width * f_count;
     for (int ow = 0; ow < a.out_width; ++ow) {
       __m512 b[V];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int v = 0; v + 1 < V; ++v) b[v] = _mm512_loadu_ps(g + v * kLanes);
       b[V - 1] = _mm512_maskz_loadu_ps(a.last, g + (V - 1) * kLanes);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const __m512 xv = _mm512_set1_ps(xr[r]);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int v = 0; v < V; ++v) {
           acc[r][v] = _mm512_fmadd_ps(xv, b[v], acc[r][v]);
         }
@@ -271,9 +271,9 @@ void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
       g += f_count;
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int v = 0; v < V; ++v) {
       _mm512_storeu_ps(grad + r * a.grad_row + v * kLanes, acc[r][v]);
     }
@@ -309,28 +309,40 @@ void BackwardFilterTiles(int r, const BackwardFilterArgs& a, const float* x,
 template <typename... Args>
 void ForwardAny(int v, int r, Args... args) {
   switch (v) {
-    case 1: return ForwardTiles<1>(r, args...);
-    case 2: return ForwardTiles<2>(r, args...);
-    case 3: return ForwardTiles<3>(r, args...);
-    default: return ForwardTiles<4>(r, args...);
+    case 1:
+      return ForwardTiles<1>(r, args...);
+    case 2:
+      return ForwardTiles<2>(r, args...);
+    case 3:
+      return ForwardTiles<3>(r, args...);
+    default:
+      return ForwardTiles<4>(r, args...);
   }
 }
 template <typename... Args>
 void BackwardDataAny(int v, int r, Args... args) {
   switch (v) {
-    case 1: return BackwardDataTiles<1>(r, args...);
-    case 2: return BackwardDataTiles<2>(r, args...);
-    case 3: return BackwardDataTiles<3>(r, args...);
-    default: return BackwardDataTiles<4>(r, args...);
+    case 1:
+      return BackwardDataTiles<1>(r, args...);
+    case 2:
+      return BackwardDataTiles<2>(r, args...);
+    case 3:
+      return BackwardDataTiles<3>(r, args...);
+    default:
+      return BackwardDataTiles<4>(r, args...);
   }
 }
 template <typename... Args>
 void BackwardFilterAny(int v, int r, Args... args) {
   switch (v) {
-    case 1: return BackwardFilterTiles<1>(r, args...);
-    case 2: return BackwardFilterTiles<2>(r, args...);
-    case 3: return BackwardFilterTiles<3>(r, args...);
-    default: return BackwardFilterTiles<4>(r, args...);
+    case 1:
+      return BackwardFilterTiles<1>(r, args...);
+    case 2:
+      return BackwardFilterTiles<2>(r, args...);
+    case 3:
+      return BackwardFilterTiles<3>(r, args...);
+    default:
+      return BackwardFilterTiles<4>(r, args...);
   }
 }
 
@@ -371,13 +383,14 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
     }
     float* out_image_ptr = y + n * out_image;
     for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
-      const int v = static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
+      const int v =
+          static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
       a.kernel = kernel + v0 * kLanes;
       a.last = v0 + v == vectors ? TailMask(filters) : __mmask16{0xFFFF};
       for (int oh = 0; oh < g.out_height; ++oh) {
         const float* in_row = image + oh * g.stride_height * a.row_step;
-        float* out_row = out_image_ptr + int64_t{oh} * g.out_width * filters +
-                         v0 * kLanes;
+        float* out_row =
+            out_image_ptr + int64_t{oh} * g.out_width * filters + v0 * kLanes;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
           ForwardAny(v, r, a, in_row + ow * a.pixel_step,
                      out_row + ow * filters);
@@ -419,11 +432,13 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
     std::memset(padded, 0, sizeof(float) * p.Size(c));
     const float* dy_image = dy + n * out_image;
     for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
-      const int v = static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
+      const int v =
+          static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
       a.kernel_t = s->kernel.data() + v0 * kLanes;
       a.last = v0 + v == vectors ? TailMask(c) : __mmask16{0xFFFF};
       for (int oh = 0; oh < g.out_height; ++oh) {
-        float* dst_row = padded + oh * g.stride_height * a.row_step + v0 * kLanes;
+        float* dst_row =
+            padded + oh * g.stride_height * a.row_step + v0 * kLanes;
         const float* dy_row = dy_image + int64_t{oh} * g.out_width * filters;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
           BackwardDataAny(v, r, a, dy_row + ow * filters,
@@ -460,14 +475,16 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
     }
     const float* dy_image = dy + n * out_image;
     for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
-      const int v = static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
+      const int v =
+          static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
       a.last = v0 + v == vectors ? TailMask(filters) : __mmask16{0xFFFF};
       for (int i = 0; i < g.window_height; ++i) {
         for (int j = 0; j < g.window_width; ++j) {
           const float* tap = image + (i * p.cols + j) * c;
-          float* grad = s->kernel_grad.data() +
-                        ((int64_t{i} * g.window_width + j) * c) * padded_filters +
-                        v0 * kLanes;
+          float* grad =
+              s->kernel_grad.data() +
+              ((int64_t{i} * g.window_width + j) * c) * padded_filters +
+              v0 * kLanes;
           ForEachTile(c, MaxTile(v), [&](int64_t c0, int r) {
             BackwardFilterAny(v, r, a, tap + c0, dy_image + v0 * kLanes,
                               grad + c0 * padded_filters);
@@ -522,13 +539,13 @@ absl::Status DirectConvBackwardData(const WindowGeometry& window, int filters,
   return absl::OkStatus();
 }
 
-absl::Status DirectConvBackwardFilter(const WindowGeometry& window,
-                                      int filters, const float* x,
-                                      const float* dy, float* kernel_grad,
+absl::Status DirectConvBackwardFilter(const WindowGeometry& window, int filters,
+                                      const float* x, const float* dy,
+                                      float* kernel_grad,
                                       ConvScratch* scratch) {
-  ASSIGN_OR_RETURN(const int64_t weights,
-                   CheckConvBackwardFilterArgs(window, filters, x, dy,
-                                               kernel_grad));
+  ASSIGN_OR_RETURN(
+      const int64_t weights,
+      CheckConvBackwardFilterArgs(window, filters, x, dy, kernel_grad));
   if (weights == 0) return absl::OkStatus();
   if (!DirectConvAvailable()) return Unavailable("DirectConvBackwardFilter");
   if (window.OutputPixels() == 0) {

@@ -52,10 +52,9 @@ absl::Status DirectConvBackwardData(const WindowGeometry& window, int filters,
                                     float* dx, ConvScratch* scratch);
 // kernel_grad (overwritten, [i][j][c][f]) = the gradient with respect to
 // the kernel, summed over the batch.
-absl::Status DirectConvBackwardFilter(const WindowGeometry& window,
-                                      int filters, const float* x,
-                                      const float* dy, float* kernel_grad,
-                                      ConvScratch* scratch);
+absl::Status DirectConvBackwardFilter(const WindowGeometry& window, int filters,
+                                      const float* x, const float* dy,
+                                      float* kernel_grad, ConvScratch* scratch);
 
 }  // namespace cpu_ops
 }  // namespace lockstep

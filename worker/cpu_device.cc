@@ -261,8 +261,7 @@ absl::Status CpuDevice::CopyOnDevice(const void* src, void* dst, size_t bytes) {
   return absl::OkStatus();
 }
 
-bool CpuDevice::HasDirectConv(const WindowGeometry& window,
-                              int filters) const {
+bool CpuDevice::HasDirectConv(const WindowGeometry& window, int filters) const {
   // Where the direct kernels win, measured layer by layer against im2col +
   // OpenBLAS on ResNet-20's and ResNet-50's convolutions (docs/benchmarks.md):
   // each kernel vector they load serves a tile of up to 16 output pixels of
@@ -279,7 +278,9 @@ bool CpuDevice::HasDirectConv(const WindowGeometry& window,
 absl::Status CpuDevice::ConvForward(const WindowGeometry& window, int filters,
                                     const float* x, const float* kernel,
                                     float* y) {
-  if (!direct_conv_) return Device::ConvForward(window, filters, x, kernel, y);
+  if (!direct_conv_) {
+    return Device::ConvForward(window, filters, x, kernel, y);
+  }
   return cpu_ops::DirectConvForward(window, filters, x, kernel, y,
                                     &conv_scratch_);
 }
@@ -287,7 +288,9 @@ absl::Status CpuDevice::ConvForward(const WindowGeometry& window, int filters,
 absl::Status CpuDevice::ConvBackwardData(const WindowGeometry& window,
                                          int filters, const float* dy,
                                          const float* kernel, float* dx) {
-  if (!direct_conv_) return Device::ConvBackwardData(window, filters, dy, kernel, dx);
+  if (!direct_conv_) {
+    return Device::ConvBackwardData(window, filters, dy, kernel, dx);
+  }
   return cpu_ops::DirectConvBackwardData(window, filters, dy, kernel, dx,
                                          &conv_scratch_);
 }
@@ -296,7 +299,9 @@ absl::Status CpuDevice::ConvBackwardFilter(const WindowGeometry& window,
                                            int filters, const float* x,
                                            const float* dy,
                                            float* kernel_grad) {
-  if (!direct_conv_) return Device::ConvBackwardFilter(window, filters, x, dy, kernel_grad);
+  if (!direct_conv_) {
+    return Device::ConvBackwardFilter(window, filters, x, dy, kernel_grad);
+  }
   return cpu_ops::DirectConvBackwardFilter(window, filters, x, dy,
                                            kernel_grad, &conv_scratch_);
 }

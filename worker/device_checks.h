@@ -51,8 +51,8 @@ absl::StatusOr<int64_t> CheckConvBackwardDataArgs(const WindowGeometry& window,
                                                   const float* kernel,
                                                   const float* dx);
 absl::StatusOr<int64_t> CheckConvBackwardFilterArgs(
-    const WindowGeometry& window, int filters, const float* x,
-    const float* dy, const float* kernel_grad);
+    const WindowGeometry& window, int filters, const float* x, const float* dy,
+    const float* kernel_grad);
 // The outputs (MaxPoolForward) or input gradients (MaxPoolBackward) to
 // compute; images must have fewer than 2^31 elements (argmax is int32).
 absl::StatusOr<int64_t> CheckMaxPoolForwardArgs(const WindowGeometry& window,

@@ -26,7 +26,8 @@ class CpuConvModelsTest : public ::testing::TestWithParam<ModelCase> {
     if (!cpu_ops::DirectConvAvailable()) {
       GTEST_SKIP() << "this processor has no AVX-512F";
     }
-    ASSERT_EQ(direct_->Name(), "cpu (OpenBLAS, 1 thread, AVX-512 convolutions)");
+    ASSERT_EQ(direct_->Name(),
+              "cpu (OpenBLAS, 1 thread, AVX-512 convolutions)");
     ASSERT_EQ(im2col_->Name(), "cpu (OpenBLAS, 1 thread)");
     ModelSpec spec;
     spec.name = GetParam().model;

@@ -37,7 +37,8 @@ struct Case {
     g.pad_left = pad_left;
     g.out_height =
         (height + pad_top + pad_bottom - window_height) / stride_height + 1;
-    g.out_width = (width + pad_left + pad_right - window_width) / stride_width + 1;
+    g.out_width =
+        (width + pad_left + pad_right - window_width) / stride_width + 1;
     return g;
   }
   std::string Name() const {
@@ -103,10 +104,11 @@ void ForEachProduct(const WindowGeometry& g, int filters, Visit visit) {
             const int w = ow * g.stride_width - g.pad_left + j;
             if (w < 0 || w >= s.width) continue;
             for (int c = 0; c < s.channels; ++c) {
-              const int64_t x = ((int64_t{n} * s.height + h) * s.width + w) *
-                                    s.channels + c;
+              const int64_t x =
+                  ((int64_t{n} * s.height + h) * s.width + w) * s.channels + c;
               const int64_t k =
-                  ((int64_t{i} * g.window_width + j) * s.channels + c) * filters;
+                  ((int64_t{i} * g.window_width + j) * s.channels + c) *
+                  filters;
               const int64_t y =
                   ((int64_t{n} * g.out_height + oh) * g.out_width + ow) *
                   filters;
@@ -179,9 +181,8 @@ TEST_F(DirectConvTest, MatchesTheDefinition) {
                                                 kernel.data(), dx.data(),
                                                 &scratch_)
                     .ok());
-    ASSERT_TRUE(cpu_ops::DirectConvBackwardFilter(g, c.filters, x.data(),
-                                                  dy.data(), dk.data(),
-                                                  &scratch_)
+    ASSERT_TRUE(cpu_ops::DirectConvBackwardFilter(
+                    g, c.filters, x.data(), dy.data(), dk.data(), &scratch_)
                     .ok());
     ExpectNear(y, y_want, y_mag, "forward");
     ExpectNear(dx, dx_want, dx_mag, "input gradient");
@@ -208,9 +209,8 @@ TEST_F(DirectConvTest, SameBitsEveryRun) {
                                                 kernel.data(), out[1].data(),
                                                 &scratch_)
                     .ok());
-    ASSERT_TRUE(cpu_ops::DirectConvBackwardFilter(g, c.filters, x.data(),
-                                                  dy.data(), out[2].data(),
-                                                  &scratch_)
+    ASSERT_TRUE(cpu_ops::DirectConvBackwardFilter(
+                    g, c.filters, x.data(), dy.data(), out[2].data(), &scratch_)
                     .ok());
   }
   for (int i = 0; i < 3; ++i) EXPECT_EQ(first[i], again[i]) << i;

@@ -87,8 +87,8 @@ TEST_F(CpuDeviceTest, DirectConvolutionWhereItWins) {
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(y[0], 3.0f);
   ASSERT_TRUE(device_->ConvForward(g, 64, x.data(), k.data(), y.data()).ok());
-  EXPECT_EQ(y[0], 4 * 64.0f);              // A corner: 2 x 2 pixels inside.
-  EXPECT_EQ(y[9 * 64], 9 * 64.0f);         // Pixel (1, 1): the whole window.
+  EXPECT_EQ(y[0], 4 * 64.0f);       // A corner: 2 x 2 pixels inside.
+  EXPECT_EQ(y[9 * 64], 9 * 64.0f);  // Pixel (1, 1): the whole window.
 }
 
 TEST_F(CpuDeviceTest, AllocateIsZeroedAndAligned) {

@@ -137,8 +137,8 @@ inline void ExpectCloseInNorm(const Model& model, const std::vector<float>& got,
     }
     const double scale = std::max(std::sqrt(norm), floor);
     EXPECT_LE(std::sqrt(diff), tolerance * scale)
-        << what << ", " << tensors[t].name << ": difference "
-        << std::sqrt(diff) << ", norm " << std::sqrt(norm);
+        << what << ", " << tensors[t].name << ": difference " << std::sqrt(diff)
+        << ", norm " << std::sqrt(norm);
   }
 }
 

@@ -85,8 +85,8 @@ absl::Status Conv2D::RunForward(const ForwardArgs& args) {
   } else if (DeviceConvolves()) {
     WindowGeometry g = window_;
     g.input.batch = batch;
-    RETURN_IF_ERROR(device()->ConvForward(g, filters, args.inputs[0], kernel,
-                                          args.output));
+    RETURN_IF_ERROR(
+        device()->ConvForward(g, filters, args.inputs[0], kernel, args.output));
   } else {
     const int group = GroupSize(batch);
     const int64_t in_size = input_shapes()[0].size();
@@ -140,8 +140,8 @@ absl::Status Conv2D::RunBackward(const BackwardArgs& args) {
   if (DeviceConvolves()) {
     WindowGeometry g = window_;
     g.input.batch = batch;
-    RETURN_IF_ERROR(device()->ConvBackwardFilter(g, filters, args.inputs[0],
-                                                 dy, kernel_grad));
+    RETURN_IF_ERROR(device()->ConvBackwardFilter(g, filters, args.inputs[0], dy,
+                                                 kernel_grad));
     if (dx != nullptr) {
       RETURN_IF_ERROR(device()->ConvBackwardData(g, filters, dy, kernel, dx));
     }
