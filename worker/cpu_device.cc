@@ -57,18 +57,23 @@ absl::Status CheckPointer(const char* op, const char* what, const void* p,
 
 }  // namespace
 
-std::unique_ptr<Device> CpuDevice::Create(int num_threads, bool direct_conv) {
+std::unique_ptr<Device> CpuDevice::Create(int num_threads, CpuConv conv) {
   num_threads = std::max(num_threads, 1);
   openblas_set_num_threads(num_threads);
-  direct_conv =
-      direct_conv && num_threads == 1 && cpu_ops::DirectConvAvailable();
-  return std::unique_ptr<Device>(new CpuDevice(num_threads, direct_conv));
+  if (!cpu_ops::DirectConvAvailable() ||
+      (conv == CpuConv::kAuto && num_threads > 1)) {
+    conv = CpuConv::kIm2Col;
+  }
+  return std::unique_ptr<Device>(new CpuDevice(num_threads, conv));
 }
 
 std::string CpuDevice::Name() const {
   return absl::StrFormat("cpu (OpenBLAS, %d thread%s%s)", num_threads_,
                          num_threads_ == 1 ? "" : "s",
-                         direct_conv_ ? ", AVX-512 convolutions" : "");
+                         conv_ == CpuConv::kAuto ? ", AVX-512 convolutions"
+                         : conv_ == CpuConv::kDirect
+                             ? ", AVX-512 convolutions only"
+                             : "");
 }
 
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuDevice::Allocate(
@@ -270,7 +275,8 @@ bool CpuDevice::HasDirectConv(const WindowGeometry& window, int filters) const {
   // cache (1 MiB here), which they read once per image.
   constexpr int64_t kMinOutputWidth = 4;
   constexpr int64_t kMaxKernelBytes = int64_t{1} << 20;
-  return direct_conv_ && window.out_width >= kMinOutputWidth &&
+  if (conv_ != CpuConv::kAuto) return conv_ == CpuConv::kDirect;
+  return window.out_width >= kMinOutputWidth &&
          window.PatchSize() * filters * int64_t{sizeof(float)} <=
              kMaxKernelBytes;
 }
@@ -278,7 +284,7 @@ bool CpuDevice::HasDirectConv(const WindowGeometry& window, int filters) const {
 absl::Status CpuDevice::ConvForward(const WindowGeometry& window, int filters,
                                     const float* x, const float* kernel,
                                     float* y) {
-  if (!direct_conv_) {
+  if (conv_ == CpuConv::kIm2Col) {
     return Device::ConvForward(window, filters, x, kernel, y);
   }
   return cpu_ops::DirectConvForward(window, filters, x, kernel, y,
@@ -288,7 +294,7 @@ absl::Status CpuDevice::ConvForward(const WindowGeometry& window, int filters,
 absl::Status CpuDevice::ConvBackwardData(const WindowGeometry& window,
                                          int filters, const float* dy,
                                          const float* kernel, float* dx) {
-  if (!direct_conv_) {
+  if (conv_ == CpuConv::kIm2Col) {
     return Device::ConvBackwardData(window, filters, dy, kernel, dx);
   }
   return cpu_ops::DirectConvBackwardData(window, filters, dy, kernel, dx,
@@ -299,11 +305,11 @@ absl::Status CpuDevice::ConvBackwardFilter(const WindowGeometry& window,
                                            int filters, const float* x,
                                            const float* dy,
                                            float* kernel_grad) {
-  if (!direct_conv_) {
+  if (conv_ == CpuConv::kIm2Col) {
     return Device::ConvBackwardFilter(window, filters, x, dy, kernel_grad);
   }
-  return cpu_ops::DirectConvBackwardFilter(window, filters, x, dy,
-                                           kernel_grad, &conv_scratch_);
+  return cpu_ops::DirectConvBackwardFilter(window, filters, x, dy, kernel_grad,
+                                           &conv_scratch_);
 }
 
 absl::Status CpuDevice::Im2Col(const WindowGeometry& window, const float* image,

@@ -17,6 +17,20 @@
 
 namespace lockstep {
 
+// How a CpuDevice convolves (DeviceOptions::cpu_conv, --cpu_conv).
+enum class CpuConv {
+  // The direct kernels of cpu_conv.h where they win (see HasDirectConv), on
+  // a processor with AVX-512F and with one OpenBLAS thread; im2col + OpenBLAS
+  // otherwise.
+  kAuto,
+  // The direct kernels for every convolution that needs unfolding (not a
+  // 1x1 stride-1 one, which is one Gemm either way), where the processor
+  // has AVX-512F; for measuring them where auto would not.
+  kDirect,
+  // im2col + OpenBLAS always.
+  kIm2Col,
+};
+
 // A Device whose buffers are 64-byte aligned host memory (AllocateHost's
 // too). Every call runs synchronously on the calling thread (plus OpenBLAS's
 // own threads inside Gemm), so CopyToHostAsync copies at once and
@@ -25,12 +39,11 @@ namespace lockstep {
 // Externally synchronized, like every Device.
 class CpuDevice final : public Device {
  public:
-  // `num_threads` is OpenBLAS's thread count; values below 1 mean 1.
-  // With `direct_conv`, convolutions run on the direct kernels of
-  // cpu_conv.h when the processor has AVX-512F and num_threads is 1 (they
-  // use one thread); otherwise, and without it, on Im2Col + Gemm.
+  // `num_threads` is OpenBLAS's thread count; values below 1 mean 1. The
+  // direct kernels use one thread: `conv` kAuto means kIm2Col with more,
+  // and both kAuto and kDirect mean kIm2Col without AVX-512F.
   static std::unique_ptr<Device> Create(int num_threads,
-                                        bool direct_conv = true);
+                                        CpuConv conv = CpuConv::kAuto);
 
   // The im2col workspace bound (Conv2DOptions::workspace_limit_floats) that
   // suits this device: 2 MiB, the size of a core's L2 cache give or take a
@@ -114,11 +127,11 @@ class CpuDevice final : public Device {
   absl::Status Synchronize() override;
 
  private:
-  CpuDevice(int num_threads, bool direct_conv)
-      : num_threads_(num_threads), direct_conv_(direct_conv) {}
+  CpuDevice(int num_threads, CpuConv conv)
+      : num_threads_(num_threads), conv_(conv) {}
 
   const int num_threads_;
-  const bool direct_conv_;  // Create's choice and the processor's
+  const CpuConv conv_;  // Create's choice, as the processor allows
   cpu_ops::ConvScratch conv_scratch_;
 };
 

@@ -1,6 +1,7 @@
 #include "worker/device_factory.h"
 
 #include "absl/strings/str_format.h"
+#include "worker/cpu_conv.h"
 #include "worker/cpu_device.h"
 // The one #if for CUDA; CMake defines it when it builds worker/cuda.
 #if LOCKSTEP_HAVE_CUDA
@@ -27,9 +28,16 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
     return absl::InvalidArgumentError(absl::StrFormat(
         "cpu_threads must be at least 1, got %d", options.cpu_threads));
   }
-  if (options.cpu_conv != "auto" && options.cpu_conv != "im2col") {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "unknown cpu_conv \"%s\" (want auto or im2col)", options.cpu_conv));
+  if (options.cpu_conv != "auto" && options.cpu_conv != "direct" &&
+      options.cpu_conv != "im2col") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown cpu_conv \"%s\" (want auto, direct or im2col)",
+                        options.cpu_conv));
+  }
+  if (options.cpu_conv == "direct" && !cpu_ops::DirectConvAvailable()) {
+    return absl::FailedPreconditionError(
+        "cpu_conv=direct: this processor has no AVX-512F for the direct "
+        "convolutions (use auto or im2col)");
   }
   if (options.gpu < 0) {
     return absl::InvalidArgumentError(
@@ -47,8 +55,10 @@ absl::StatusOr<std::unique_ptr<Device>> CreateDevice(
         "with -DLOCKSTEP_CUDA=OFF)");
   }
 #endif
-  return CpuDevice::Create(options.cpu_threads,
-                           /*direct_conv=*/options.cpu_conv == "auto");
+  const CpuConv conv = options.cpu_conv == "direct"   ? CpuConv::kDirect
+                       : options.cpu_conv == "im2col" ? CpuConv::kIm2Col
+                                                      : CpuConv::kAuto;
+  return CpuDevice::Create(options.cpu_threads, conv);
 }
 
 bool CudaDeviceBuilt() {

@@ -24,9 +24,11 @@ struct DeviceOptions {
   bool tf32 = false;
   // OpenBLAS threads for the CPU device; at least 1.
   int cpu_threads = 1;
-  // How the CPU device convolves: "auto" (its AVX-512 kernels where the
-  // processor has AVX-512F and cpu_threads is 1, else im2col + OpenBLAS) or
-  // "im2col" (always im2col + OpenBLAS). Ignored by the CUDA device.
+  // How the CPU device convolves (CpuConv in cpu_device.h): "auto" (its
+  // AVX-512 kernels where they win, with AVX-512F and cpu_threads 1, else
+  // im2col + OpenBLAS), "direct" (those kernels for every convolution;
+  // FAILED_PRECONDITION without AVX-512F) or "im2col". Ignored by the CUDA
+  // device.
   std::string cpu_conv = "auto";
 };
 

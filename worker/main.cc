@@ -80,8 +80,9 @@ ABSL_FLAG(bool, tf32, false,
           "off: full fp32.");
 ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU device.");
 ABSL_FLAG(std::string, cpu_conv, "auto",
-          "CPU convolutions: auto (AVX-512 kernels where the processor has "
-          "them and --cpu_threads=1) | im2col (im2col + OpenBLAS).");
+          "CPU convolutions: auto (AVX-512 kernels where they are faster, "
+          "with --cpu_threads=1) | direct (those kernels everywhere) | "
+          "im2col (im2col + OpenBLAS).");
 ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
 ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");

@@ -3,8 +3,9 @@
 // im2col + OpenBLAS: the same weights, state and batch give the same loss,
 // gradients and moving statistics, and a few SGD steps stay together. The
 // kernels themselves are checked against the definition in cpu_conv_test;
-// this shows Conv2D routes every pass through them correctly, in ResNet-50's
-// mix of both ways (its smallest maps stay on im2col).
+// this shows Conv2D routes every pass through them correctly. The direct
+// device here uses them for every convolution, ResNet-50's 2x2 and 1x1 maps
+// included, where the default device keeps im2col.
 #include <memory>
 #include <string>
 
@@ -27,7 +28,7 @@ class CpuConvModelsTest : public ::testing::TestWithParam<ModelCase> {
       GTEST_SKIP() << "this processor has no AVX-512F";
     }
     ASSERT_EQ(direct_->Name(),
-              "cpu (OpenBLAS, 1 thread, AVX-512 convolutions)");
+              "cpu (OpenBLAS, 1 thread, AVX-512 convolutions only)");
     ASSERT_EQ(im2col_->Name(), "cpu (OpenBLAS, 1 thread)");
     ModelSpec spec;
     spec.name = GetParam().model;
@@ -40,8 +41,8 @@ class CpuConvModelsTest : public ::testing::TestWithParam<ModelCase> {
     got_ = std::move(*got);
   }
 
-  std::unique_ptr<Device> im2col_ = CpuDevice::Create(1, false);
-  std::unique_ptr<Device> direct_ = CpuDevice::Create(1, true);
+  std::unique_ptr<Device> im2col_ = CpuDevice::Create(1, CpuConv::kIm2Col);
+  std::unique_ptr<Device> direct_ = CpuDevice::Create(1, CpuConv::kDirect);
   std::unique_ptr<Model> want_, got_;
 };
 

@@ -58,8 +58,12 @@ TEST_F(CpuDeviceTest, NameMentionsOpenBlasAndTheConvolutions) {
                               : "cpu (OpenBLAS, 1 thread)";
   EXPECT_EQ(device_->Name(), one);
   EXPECT_EQ(CpuDevice::Create(0)->Name(), one);
-  EXPECT_EQ(CpuDevice::Create(1, /*direct_conv=*/false)->Name(),
+  EXPECT_EQ(CpuDevice::Create(1, CpuConv::kIm2Col)->Name(),
             "cpu (OpenBLAS, 1 thread)");
+  if (cpu_ops::DirectConvAvailable()) {
+    EXPECT_EQ(CpuDevice::Create(2, CpuConv::kDirect)->Name(),
+              "cpu (OpenBLAS, 2 threads, AVX-512 convolutions only)");
+  }
   // The direct kernels use one thread: with more, OpenBLAS does it all.
   EXPECT_EQ(CpuDevice::Create(2)->Name(), "cpu (OpenBLAS, 2 threads)");
 }
@@ -79,8 +83,11 @@ TEST_F(CpuDeviceTest, DirectConvolutionWhereItWins) {
   g.out_width = 3;
   EXPECT_FALSE(device_->HasDirectConv(g, 64));
   g.out_width = 8;
-  auto im2col = CpuDevice::Create(1, /*direct_conv=*/false);
+  auto im2col = CpuDevice::Create(1, CpuConv::kIm2Col);
   EXPECT_FALSE(im2col->HasDirectConv(g, 64));
+  g.out_width = 3;
+  EXPECT_TRUE(CpuDevice::Create(1, CpuConv::kDirect)->HasDirectConv(g, 456));
+  g.out_width = 8;
   std::vector<float> x(g.input.Size(), 1.0f), k(g.PatchSize() * 64, 1.0f);
   std::vector<float> y(g.OutputPixels() * 64, 3.0f);
   EXPECT_EQ(im2col->ConvForward(g, 64, x.data(), k.data(), y.data()).code(),

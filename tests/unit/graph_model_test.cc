@@ -241,6 +241,80 @@ TEST_P(GraphModelTest, GradientsMatchFiniteDifferencesOfDoubleReference) {
   EXPECT_NE(state, model->InitialState());
 }
 
+// input 4x4x2 -> zero padding (1 all round) -> relu -+-> conv (3x3 same, 2)
+//                                                    |        |
+//                                                    +-> add -> gap -> dense
+// Nothing before the convolution learns: no gradient flows to the padding
+// or the ReLU, and the Add passes one to the convolution only.
+absl::StatusOr<Graph> ParameterFreeStemGraph() {
+  GraphBuilder b({4, 4, 2});
+  const int p = b.ZeroPadding2D("pad", b.input(), Padding2D{1, 1, 1, 1});
+  const int r = b.ReLU("relu", p);
+  const int c = b.Conv2D("conv", r, Conv(2, 3, Padding::kSame));
+  const int s = b.Add("add", r, c);
+  const int g = b.GlobalAveragePooling2D("gap", s);
+  return std::move(b).Finish(b.Dense("dense", g, Units(kClasses)));
+}
+
+double ParameterFreeStemLoss(const Vec& p, const std::vector<float>& x,
+                             const std::vector<int32_t>& labels) {
+  const int batch = static_cast<int>(labels.size());
+  Vec r(batch * 6 * 6 * 2, 0.0);
+  for (int n = 0; n < batch; ++n)
+    for (int h = 0; h < 4; ++h)
+      for (int w = 0; w < 4; ++w)
+        for (int c = 0; c < 2; ++c) {
+          r[((n * 6 + h + 1) * 6 + w + 1) * 2 + c] =
+              std::max(0.0, double{x[((n * 4 + h) * 4 + w) * 2 + c]});
+        }
+  const RefWindow window{batch, 6, 6, 2, 3, 3, 1, 1, 1, 1, 6, 6};
+  const Vec conv =
+      nn_test::RefConv2D(r, window, Slice(p, 0, 36), Slice(p, 36, 2), 2);
+  Vec g(batch * 2, 0.0);
+  for (int n = 0; n < batch; ++n)
+    for (int q = 0; q < 36; ++q)
+      for (int c = 0; c < 2; ++c) {
+        const size_t i = (n * 36 + q) * 2 + c;
+        g[n * 2 + c] += (r[i] + conv[i]) / 36;
+      }
+  return nn_test::RefMeanCrossEntropy(
+      nn_test::RefDense(g, batch, 2, Slice(p, 38, 2 * kClasses),
+                        Slice(p, 38 + 2 * kClasses, kClasses), kClasses),
+      batch, kClasses, labels);
+}
+
+TEST_P(GraphModelTest, NoGradientsBeforeTheFirstParameters) {
+  auto graph = ParameterFreeStemGraph();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  // Tensors: input, pad, relu, conv, add, gap, dense.
+  EXPECT_EQ(graph->TensorsNeedingGradients(),
+            std::vector<bool>({false, false, false, true, true, true, true}));
+  const int batch = 2;
+  auto model = GraphModel::Create(*std::move(graph), batch, device_.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<float> w = (*model)->InitialWeights(5);
+  const std::vector<float> noise =
+      nn_test::RandomFloats(w.size(), 6, -0.3f, 0.3f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] += noise[i];
+  ASSERT_TRUE((*model)->SetWeights(w).ok());
+  const auto x = nn_test::RandomAwayFromZero(batch * 4 * 4 * 2, 7);
+  const std::vector<int32_t> y = {1, 3};
+  std::vector<float> grad(w.size(), std::numeric_limits<float>::quiet_NaN());
+  ASSERT_TRUE((*model)->ComputeGradients(x, y, absl::MakeSpan(grad)).ok());
+  const Vec wd = nn_test::ToDouble(w);
+  Vec numeric(wd.size());
+  const double h = 1e-6;
+  for (size_t i = 0; i < wd.size(); ++i) {
+    Vec plus = wd, minus = wd;
+    plus[i] += h;
+    minus[i] -= h;
+    numeric[i] = (ParameterFreeStemLoss(plus, x, y) -
+                  ParameterFreeStemLoss(minus, x, y)) /
+                 (2 * h);
+  }
+  nn_test::ExpectNear(grad, numeric, 2e-4, "gradient");
+}
+
 TEST_P(GraphModelTest, OnReadyCoversTheGradientLastLayerFirst) {
   const int batch = 2;
   auto model = MakeTiny(batch);

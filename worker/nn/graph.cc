@@ -57,4 +57,17 @@ int64_t Graph::NumStates() const {
   return n;
 }
 
+std::vector<bool> Graph::TensorsNeedingGradients() const {
+  std::vector<bool> needed(num_tensors(), false);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    bool made_from_parameters = nodes_[i].layer->NumParameters() > 0;
+    for (int t : nodes_[i].inputs) {
+      made_from_parameters = made_from_parameters || needed[t];
+    }
+    needed[i + 1] = made_from_parameters;
+  }
+  needed[output()] = true;  // The loss writes it.
+  return needed;
+}
+
 }  // namespace lockstep

@@ -42,6 +42,12 @@ class Graph final {
   std::vector<TensorInfo> StateTensors() const;
   int64_t NumStates() const;
 
+  // Per tensor, whether training needs the loss's gradient with respect to
+  // it: when a layer with parameters made it or anything it came from.
+  // Nobody needs the input's, nor those of what parameter-free layers make
+  // of it (ResNet-50's first ZeroPadding2D). The output's always.
+  std::vector<bool> TensorsNeedingGradients() const;
+
  private:
   TensorShape input_;
   std::vector<GraphNode> nodes_;

@@ -111,17 +111,7 @@ absl::Status GraphModel::AllocateBuffers() {
   for (const GraphNode& node : graph_.nodes()) {
     for (int t : node.inputs) ++consumers[t];
   }
-  // A tensor's gradient is needed when a layer with parameters made it or
-  // anything it was made from: nobody needs the input's, nor those of what
-  // parameter-free layers (ResNet-50's first ZeroPadding2D) make of it.
-  std::vector<bool> needs_gradient(tensors, false);
-  for (size_t i = 0; i < graph_.nodes().size(); ++i) {
-    const GraphNode& node = graph_.nodes()[i];
-    bool needed = node.layer->NumParameters() > 0;
-    for (int t : node.inputs) needed = needed || needs_gradient[t];
-    needs_gradient[i + 1] = needed;
-  }
-  needs_gradient[graph_.output()] = true;  // The loss writes it.
+  const std::vector<bool> needs_gradient = graph_.TensorsNeedingGradients();
   size_t scratch = 0;
   for (int t = 0; t < tensors; ++t) {
     const size_t size = batch * graph_.tensor_shape(t).size();
