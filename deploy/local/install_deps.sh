@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Lockstep needs to build, test and train,
-# but only when something is missing, so a second run costs a dpkg query.
+# and any named as arguments (a benchmark's python3-torch), but only when
+# something is missing, so a second run costs a dpkg query.
+#
+# usage: deploy/local/install_deps.sh [EXTRA_PACKAGE...]
 set -euo pipefail
 
 packages=(
@@ -11,6 +14,7 @@ packages=(
   python3-venv python3-yaml iproute2 python3-matplotlib
   openssl
 )
+packages+=("$@")
 
 missing=()
 for p in "${packages[@]}"; do

@@ -7,6 +7,7 @@
 #include "tests/bench/bench_util.h"
 #include "tests/bench/comm_worker.h"
 #include "tests/integration/subprocess.h"
+#include "worker/cpu_conv.h"
 
 namespace lockstep {
 namespace {
@@ -79,6 +80,31 @@ TEST(BenchSmokeTest, CommReportsEveryFigure) {
   EXPECT_EQ(*FindJsonNumber(text, {"bytes_per_step"}), 2 * 2 * 1000 * 4);
   EXPECT_EQ(*FindJsonNumber(text, {"model_bytes"}), 4000);
   EXPECT_NE(run.output.find("median"), std::string::npos) << run.output;
+}
+
+TEST(BenchSmokeTest, ConvTimesEveryConvolutionBothWays) {
+  if (!cpu_ops::DirectConvAvailable()) GTEST_SKIP() << "no AVX-512F here";
+  const std::string json = MakeTempDir() + "/conv.json";
+  const RunResult run = RunProcess({kBench, "conv", "--model=cnn", "--batch=2",
+                                    "--rounds=1", "--json=" + json},
+                                   {}, absl::Seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string text = ReadFile(json);
+  for (const char* key :
+       {"direct_total_ms", "im2col_total_ms", "chosen_total_ms",
+        "row0_direct_ms", "row0_im2col_ms", "row1_direct_ms"}) {
+    absl::StatusOr<double> value = FindJsonNumber(text, {key});
+    ASSERT_TRUE(value.ok()) << key << " missing from:\n" << text;
+    EXPECT_GT(*value, 0) << key;
+  }
+  // The CNN's first convolution needs no input gradient.
+  EXPECT_NE(run.output.find("(no dx)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("device uses"), std::string::npos) << run.output;
+
+  const RunResult mlp =
+      RunProcess({kBench, "conv", "--model=mlp"}, {}, absl::Seconds(60));
+  EXPECT_EQ(mlp.exit_code, 2) << mlp.output;  // A bad --model.
+  EXPECT_NE(mlp.output.find("graph models"), std::string::npos) << mlp.output;
 }
 
 TEST(BenchSmokeTest, RefusesBadFlags) {

@@ -26,6 +26,7 @@
 #include "tests/bench/child_runner.h"
 #include "tests/bench/comm_bench.h"
 #include "tests/bench/comm_worker.h"
+#include "tests/bench/conv_bench.h"
 #include "tests/bench/e2e_bench.h"
 #include "tests/bench/loopback.h"
 #include "tests/bench/peers_bench.h"
@@ -50,7 +51,10 @@ ABSL_FLAG(bool, iperf3, false,
 ABSL_FLAG(int, runs, 3, "e2e: training runs.");
 ABSL_FLAG(std::string, peers_dir, LOCKSTEP_SOURCE_DIR "/../shared/peers",
           "peers: folder of the PyTorch peer programs.");
-ABSL_FLAG(int, rounds, 3, "peers: alternated rounds of every program.");
+ABSL_FLAG(int, rounds, 3,
+          "peers: alternated rounds of every program; conv: of every layer.");
+ABSL_FLAG(std::string, model, "resnet20", "conv: cnn | resnet20 | resnet50.");
+ABSL_FLAG(int, batch, 32, "conv: images per pass.");
 ABSL_FLAG(int, large_iters, 15, "peers: timed steps of the 25.6M runs.");
 ABSL_FLAG(int, small_iters, 1000, "peers: timed steps of the 101,770 runs.");
 ABSL_FLAG(std::string, json, "", "Also write the figures here as JSON.");
@@ -112,6 +116,11 @@ Usage:
   lockstep_bench peers [--peers_dir=DIR] [--rounds=3]
       runs the PyTorch peer programs beside the matching Lockstep runs,
       alternated, and prints medians and ratios to the targets of issue 4.
+  lockstep_bench conv [--model=resnet20] [--batch=32] [--rounds=3]
+      times forward + backward of every convolution of the model (32x32x3
+      input) through its Conv2D layer on the CPU device, with the direct
+      AVX-512 kernels and with im2col + OpenBLAS, alternated; prints each
+      geometry's medians, which the device picks, and the per-step totals.
   lockstep_bench study [--quick] [--links=loopback,sim] [--out_dir=study]
                  [--sim_rate_mbit=1000 --sim_delay_ms=0.2] [--noplots]
       parameter servers against all-reduce: a matrix of sync mode x workers
@@ -273,6 +282,17 @@ absl::Status RunMode(const std::string& mode,
     PrintPeersTable(result, stdout);
     return Report(PeersResultJson(result));
   }
+  if (mode == "conv") {
+    ConvBenchOptions options;
+    options.model = absl::GetFlag(FLAGS_model);
+    options.batch = absl::GetFlag(FLAGS_batch);
+    options.reps = absl::GetFlag(FLAGS_rounds);
+    RETURN_IF_ERROR(CheckAtLeast("batch", options.batch, 1));
+    RETURN_IF_ERROR(CheckAtLeast("rounds", options.reps, 1));
+    ASSIGN_OR_RETURN(ConvBenchResult result, RunConvBench(options));
+    PrintConvTable(result, stdout);
+    return Report(ConvResultJson(result));
+  }
   if (mode == "study") {
     StudyOptions options;
     options.quick = absl::GetFlag(FLAGS_quick);
@@ -307,7 +327,7 @@ absl::Status RunMode(const std::string& mode,
     return RunStudy(options);
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown mode \"", mode, "\"; expected comm, e2e, peers or study"));
+      "unknown mode \"", mode, "\"; expected comm, e2e, peers, conv or study"));
 }
 
 int Main(int argc, char** argv) {
@@ -321,8 +341,9 @@ int Main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   if (argc < 2 || argv[1][0] == '-') {
     absl::ParseCommandLine(argc, argv);  // Handles --help.
-    std::fprintf(stderr,
-                 "lockstep_bench: name a mode: comm, e2e, peers or study\n");
+    std::fprintf(
+        stderr,
+        "lockstep_bench: name a mode: comm, e2e, peers, conv or study\n");
     return kExitUsage;
   }
   const std::string mode = argv[1];

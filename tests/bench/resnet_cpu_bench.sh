@@ -5,7 +5,7 @@
 # thread each, same topology, batch and 32x32x3 synthetic images; each
 # counts batch / its median step after 2 warm-up steps (Lockstep's step
 # includes the exchange with its server). Prints every run and the medians.
-# Needs Debian's python3-torch.
+# Installs Debian's python3-torch when it is missing.
 #
 # The environment's OPENBLAS_CORETYPE, printed with the medians, decides
 # Lockstep's Gemm kernels (not PyTorch's convolutions, which use oneDNN):
@@ -18,6 +18,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${LOCKSTEP_BUILD_DIR:-$root/build}/bin"
 model="${1:-resnet20}" batch="${2:-32}" steps="${3:-10}" rounds="${4:-3}"
+"$root/deploy/local/install_deps.sh" python3-torch
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 ours=() theirs=()
