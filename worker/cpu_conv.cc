@@ -73,8 +73,10 @@ void UnpadImage(const WindowGeometry& g, const Padded& p, const float* dxp,
     const int64_t r = h + g.pad_top;
     const int64_t inside =
         r < p.rows ? std::clamp<int64_t>(p.cols - g.pad_left, 0, width) : 0;
-    std::memcpy(dst, dxp + (r * p.cols + g.pad_left) * c,
-                sizeof(float) * inside * c);
+    if (inside > 0) {
+      std::memcpy(dst, dxp + (r * p.cols + g.pad_left) * c,
+                  sizeof(float) * inside * c);
+    }
     std::memset(dst + inside * c, 0, sizeof(float) * (width - inside) * c);
   }
 }
@@ -110,8 +112,13 @@ __mmask16 TailMask(int64_t count) {
 
 // ---- The AVX-512 kernels (compiled for AVX-512F alone, called only when
 // DirectConvAvailable()). ----
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), \
+                             apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 
 // Forward: R consecutive output pixels of a row x V vectors of filters.
 struct ForwardArgs {
@@ -388,7 +395,7 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
       a.kernel = kernel + v0 * kLanes;
       a.last = v0 + v == vectors ? TailMask(filters) : __mmask16{0xFFFF};
       for (int oh = 0; oh < g.out_height; ++oh) {
-        const float* in_row = image + oh * g.stride_height * a.row_step;
+        const float* in_row = image + int64_t{oh} * g.stride_height * a.row_step;
         float* out_row =
             out_image_ptr + int64_t{oh} * g.out_width * filters + v0 * kLanes;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
@@ -438,7 +445,7 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
       a.last = v0 + v == vectors ? TailMask(c) : __mmask16{0xFFFF};
       for (int oh = 0; oh < g.out_height; ++oh) {
         float* dst_row =
-            padded + oh * g.stride_height * a.row_step + v0 * kLanes;
+            padded + int64_t{oh} * g.stride_height * a.row_step + v0 * kLanes;
         const float* dy_row = dy_image + int64_t{oh} * g.out_width * filters;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
           BackwardDataAny(v, r, a, dy_row + ow * filters,
@@ -499,7 +506,11 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
   }
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 absl::Status Unavailable(const char* op) {
   return absl::FailedPreconditionError(absl::StrFormat(
@@ -520,6 +531,10 @@ absl::Status DirectConvForward(const WindowGeometry& window, int filters,
                    CheckConvForwardArgs(window, filters, x, kernel, y));
   if (outputs == 0) return absl::OkStatus();
   if (!DirectConvAvailable()) return Unavailable("DirectConvForward");
+  if (window.input.Size() == 0) {  // Every window lies in the padding.
+    std::memset(y, 0, sizeof(float) * outputs);
+    return absl::OkStatus();
+  }
   Forward(window, filters, x, kernel, y, scratch);
   return absl::OkStatus();
 }
@@ -548,7 +563,7 @@ absl::Status DirectConvBackwardFilter(const WindowGeometry& window, int filters,
       CheckConvBackwardFilterArgs(window, filters, x, dy, kernel_grad));
   if (weights == 0) return absl::OkStatus();
   if (!DirectConvAvailable()) return Unavailable("DirectConvBackwardFilter");
-  if (window.OutputPixels() == 0) {
+  if (window.OutputPixels() == 0 || window.input.Size() == 0) {
     std::memset(kernel_grad, 0, sizeof(float) * weights);
     return absl::OkStatus();
   }

@@ -142,7 +142,8 @@ absl::StatusOr<int64_t> CheckConvBackwardFilterArgs(const WindowGeometry& g,
   const int64_t total = g.PatchSize() * filters;
   if (total == 0) return 0;
   if (kernel_grad == nullptr ||
-      (g.OutputPixels() > 0 && (x == nullptr || dy == nullptr))) {
+      (g.OutputPixels() > 0 &&
+       (dy == nullptr || (x == nullptr && g.input.Size() > 0)))) {
     return NullPointer("ConvBackwardFilter");
   }
   return total;

@@ -216,6 +216,36 @@ TEST_F(DirectConvTest, SameBitsEveryRun) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(first[i], again[i]) << i;
 }
 
+// Images of zero width, height or channels: every window lies in the
+// padding, so the output and the kernel gradient are zeros, and the input
+// may be null.
+TEST_F(DirectConvTest, EmptyImagesGiveZeros) {
+  for (const Case& c : {Case{1, 3, 0, 2, 1, 1, 1, 1, 0, 1, 0, 0, 3},
+                        Case{2, 0, 2, 4, 1, 2, 1, 1, 1, 1, 1, 1, 17},
+                        Case{1, 2, 2, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2}}) {
+    SCOPED_TRACE(c.Name());
+    const WindowGeometry g = c.Window();
+    ASSERT_GT(g.OutputPixels(), 0);
+    ASSERT_EQ(g.input.Size(), 0);
+    std::vector<float> y(g.OutputPixels() * c.filters, 7.0f);
+    std::vector<float> dy(y.size(), 1.0f);
+    std::vector<float> kernel(g.PatchSize() * c.filters, 1.0f);
+    std::vector<float> dk(kernel.size(), 7.0f);
+    ConvScratch fresh;
+    ASSERT_TRUE(cpu_ops::DirectConvForward(g, c.filters, nullptr, kernel.data(),
+                                           y.data(), &fresh)
+                    .ok());
+    EXPECT_EQ(y, std::vector<float>(y.size(), 0.0f));
+    ASSERT_TRUE(cpu_ops::DirectConvBackwardFilter(g, c.filters, nullptr,
+                                                  dy.data(), dk.data(), &fresh)
+                    .ok());
+    EXPECT_EQ(dk, std::vector<float>(dk.size(), 0.0f));
+    EXPECT_TRUE(cpu_ops::DirectConvBackwardData(g, c.filters, dy.data(),
+                                                kernel.data(), nullptr, &fresh)
+                    .ok());
+  }
+}
+
 TEST(DirectConvArgsTest, RefusesBadCallsBeforeTouchingMemory) {
   ConvScratch scratch;
   WindowGeometry g = Case{1, 4, 4, 2, 3, 3, 1, 1, 1, 1, 1, 1, 2}.Window();

@@ -26,12 +26,13 @@ namespace nn_test {
 
 using Vec = std::vector<double>;
 
-// The devices the layer tests run on: "cpu" (with its direct AVX-512
-// convolutions where the processor has them), "cpu_im2col" (the CPU device
-// convolving with im2col + OpenBLAS), and "cuda" when this build has the
-// CUDA device (tests/gpu/device_check.sh runs them on a GPU machine).
+// The devices the layer tests run on: "cpu" (as workers get it: the direct
+// AVX-512 convolutions where they win), "cpu_direct" (those for every
+// convolution; skipped without AVX-512F), "cpu_im2col" (im2col + OpenBLAS
+// for every convolution), and "cuda" when this build has the CUDA device
+// (tests/gpu/device_check.sh runs them on a GPU machine).
 inline std::vector<std::string> TestDevices() {
-  std::vector<std::string> kinds = {"cpu", "cpu_im2col"};
+  std::vector<std::string> kinds = {"cpu", "cpu_direct", "cpu_im2col"};
   if (CudaDeviceBuilt()) kinds.push_back("cuda");
   return kinds;
 }
@@ -45,12 +46,12 @@ class OnEachDevice : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     DeviceOptions options;
     options.kind = GetParam();
-    if (GetParam() == "cpu_im2col") {
+    if (GetParam() == "cpu_direct" || GetParam() == "cpu_im2col") {
       options.kind = "cpu";
-      options.cpu_conv = "im2col";
+      options.cpu_conv = GetParam().substr(4);
     }
     auto device = CreateDevice(options);
-    if (!device.ok() && GetParam() == "cuda" &&
+    if (!device.ok() && GetParam() != "cpu" &&
         absl::IsFailedPrecondition(device.status())) {
       GTEST_SKIP() << device.status();
     }
