@@ -216,11 +216,11 @@ void PrintConvTable(const ConvBenchResult& r, std::FILE* out) {
       "conv: %s, batch %d, 1 thread; forward + backward of one layer, median "
       "of %d alternated rounds\n",
       r.options.model, r.options.batch, r.options.reps);
-  absl::StrAppendFormat(&text, "%-36s %6s %11s %11s %9s  %s\n", "geometry",
+  absl::StrAppendFormat(&text, "%-42s %6s %11s %11s %9s  %s\n", "geometry",
                         "layers", "direct ms", "im2col ms", "speedup",
                         "device uses");
   for (const ConvBenchRow& row : r.rows) {
-    absl::StrAppendFormat(&text, "%-36s %6d %11.3f %11.3f %8.2fx  %s\n",
+    absl::StrAppendFormat(&text, "%-42s %6d %11.3f %11.3f %8.2fx  %s\n",
                           row.geometry, row.layers, row.direct_ms,
                           row.im2col_ms, row.im2col_ms / row.direct_ms,
                           row.chosen);
