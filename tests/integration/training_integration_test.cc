@@ -266,11 +266,26 @@ INSTANTIATE_TEST_SUITE_P(
                    "task": {"type": "worker", "index": 0}})"},
                "lockstep_server runs ps tasks"},
         BadRun{"server_workers", {kServer, "--workers=0"}, {}, "--workers"},
+        BadRun{"cpu_conv", {kWorker, "--servers=127.0.0.1:1", "--workers=1",
+                            "--rank=0", "--cpu_conv=winograd"}, {},
+               "unknown cpu_conv \"winograd\""},
         BadRun{"missing_data", {kWorker, "--servers=127.0.0.1:1",
                                 "--workers=1", "--rank=0",
                                 "--data_dir=/nonexistent/dir"}, {},
                "/nonexistent/dir/train-images-idx3-ubyte"}),
     [](const auto& info) { return info.param.name; });
+
+// --help lists the worker's flags (they live in worker/worker_flags.cc,
+// which absl would not list by itself).
+TEST(WorkerHelpTest, ListsItsFlags) {
+  RunResult r =
+      RunProcess({kBin + "/lockstep_worker", "--help"}, {}, absl::Seconds(30));
+  EXPECT_NE(r.exit_code, -1) << "hung";
+  for (const char* flag : {"--servers", "--model", "--cpu_conv", "--sync",
+                           "--push_window", "--step_timeout_s"}) {
+    EXPECT_THAT(r.output, HasSubstr(flag));
+  }
+}
 
 // A truncated IDX file gets a message naming it, not a crash.
 TEST(BadInputTest, TruncatedIdxFileIsNamed) {

@@ -1,0 +1,45 @@
+// lockstep_worker's command line: the flags (defined in worker_flags.cc,
+// with their help text) and their translation, with TF_CONFIG, into the
+// options of the trainer, the client, the device and the rest.
+#ifndef LOCKSTEP_WORKER_WORKER_FLAGS_H_
+#define LOCKSTEP_WORKER_WORKER_FLAGS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/allreduce_exchanger.h"
+#include "worker/device_factory.h"
+#include "worker/models.h"
+#include "worker/ps_client.h"
+#include "worker/setup.h"
+#include "worker/trainer.h"
+#include "worker/worker_telemetry.h"
+
+namespace lockstep {
+
+struct WorkerMainOptions {
+  TrainerOptions trainer;
+  PsClientOptions client;
+  DeviceOptions device;
+  AllReduceOptions allreduce;
+  ModelSpec model;
+  DataOptions data;
+  std::string summary_json;
+  std::string dump_weights;
+  WorkerTelemetryOptions telemetry;
+  std::string step_log;
+  std::string sync;    // --sync, for the log line and the summary.
+  std::string layers;  // --layers, for the log line.
+};
+
+// The options the flags (already parsed by absl::ParseCommandLine) and
+// TF_CONFIG ask for; INVALID_ARGUMENT naming the flag when one is bad.
+absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags();
+
+// Whether `file` defines the worker's flags, for absl's --help.
+bool IsWorkerFlagFile(absl::string_view file);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_WORKER_FLAGS_H_
