@@ -120,6 +120,53 @@ __mmask16 TailMask(int64_t count) {
 #pragma GCC target("avx512f")
 #endif
 
+// Tile helpers, inlined into the kernels so that the tile stays in
+// registers. acc[r][v] covers floats v * 16 ... of row r.
+#define LOCKSTEP_TILE_INLINE inline __attribute__((always_inline))
+
+// acc[r][v] += x[r * x_step] * w[v * 16 ...]: one rank-one update.
+template <int V, int R>
+LOCKSTEP_TILE_INLINE void RankOneUpdate(__m512 (&acc)[R][V], const float* x,
+                                        int64_t x_step, const float* w) {
+  __m512 b[V];
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(w + v * kLanes);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 xr = _mm512_set1_ps(x[r * x_step]);
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+      acc[r][v] = _mm512_fmadd_ps(xr, b[v], acc[r][v]);
+    }
+  }
+}
+
+// Row r at rows + r * row_step, its last vector masked by `last`.
+template <int V, int R>
+LOCKSTEP_TILE_INLINE void LoadTile(__m512 (&acc)[R][V], const float* rows,
+                                   int64_t row_step, __mmask16 last) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const float* row = rows + r * row_step;
+#pragma GCC unroll 16
+    for (int v = 0; v + 1 < V; ++v)
+      acc[r][v] = _mm512_loadu_ps(row + v * kLanes);
+    acc[r][V - 1] = _mm512_maskz_loadu_ps(last, row + (V - 1) * kLanes);
+  }
+}
+template <int V, int R>
+LOCKSTEP_TILE_INLINE void StoreTile(const __m512 (&acc)[R][V], float* rows,
+                                    int64_t row_step, __mmask16 last) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* row = rows + r * row_step;
+#pragma GCC unroll 16
+    for (int v = 0; v + 1 < V; ++v)
+      _mm512_storeu_ps(row + v * kLanes, acc[r][v]);
+    _mm512_mask_storeu_ps(row + (V - 1) * kLanes, last, acc[r][V - 1]);
+  }
+}
+
 // Forward: R consecutive output pixels of a row x V vectors of filters.
 struct ForwardArgs {
   int64_t pixel_step;  // floats between neighbouring windows (stride * c)
@@ -148,28 +195,12 @@ void ForwardTile(const ForwardArgs& a, const float* in, float* out) {
       const float* w =
           a.kernel + (int64_t{i} * a.window_width + j) * c_count * a.kernel_row;
       for (int c = 0; c < c_count; ++c) {
-        __m512 b[V];
-#pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(w + v * kLanes);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512 xr = _mm512_set1_ps(x[r * a.pixel_step + c]);
-#pragma GCC unroll 16
-          for (int v = 0; v < V; ++v) {
-            acc[r][v] = _mm512_fmadd_ps(xr, b[v], acc[r][v]);
-          }
-        }
+        RankOneUpdate(acc, x + c, a.pixel_step, w);
         w += a.kernel_row;
       }
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < R; ++r) {
-    float* o = out + r * a.out_pixel;
-#pragma GCC unroll 16
-    for (int v = 0; v + 1 < V; ++v) _mm512_storeu_ps(o + v * kLanes, acc[r][v]);
-    _mm512_mask_storeu_ps(o + (V - 1) * kLanes, a.last, acc[r][V - 1]);
-  }
+  StoreTile(acc, out, a.out_pixel, a.last);
 }
 
 // Input gradient: adds, for R consecutive output pixels of a row, every
@@ -196,38 +227,12 @@ void BackwardDataTile(const BackwardDataArgs& a, const float* dy, float* dst) {
       const float* w = a.kernel_t + (int64_t{i} * a.window_width + j) *
                                         f_count * a.kernel_t_row;
       __m512 acc[R][V];
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        const float* dr = d + r * a.pixel_step;
-#pragma GCC unroll 16
-        for (int v = 0; v + 1 < V; ++v) {
-          acc[r][v] = _mm512_loadu_ps(dr + v * kLanes);
-        }
-        acc[r][V - 1] = _mm512_maskz_loadu_ps(a.last, dr + (V - 1) * kLanes);
-      }
+      LoadTile(acc, d, a.pixel_step, a.last);
       for (int f = 0; f < f_count; ++f) {
-        __m512 b[V];
-#pragma GCC unroll 16
-        for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(w + v * kLanes);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          const __m512 g = _mm512_set1_ps(dy[r * f_count + f]);
-#pragma GCC unroll 16
-          for (int v = 0; v < V; ++v) {
-            acc[r][v] = _mm512_fmadd_ps(g, b[v], acc[r][v]);
-          }
-        }
+        RankOneUpdate(acc, dy + f, f_count, w);
         w += a.kernel_t_row;
       }
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        float* dr = d + r * a.pixel_step;
-#pragma GCC unroll 16
-        for (int v = 0; v + 1 < V; ++v) {
-          _mm512_storeu_ps(dr + v * kLanes, acc[r][v]);
-        }
-        _mm512_mask_storeu_ps(dr + (V - 1) * kLanes, a.last, acc[r][V - 1]);
-      }
+      StoreTile(acc, d, a.pixel_step, a.last);
     }
   }
 }
@@ -287,69 +292,50 @@ void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
   }
 }
 
-// Calls Tile<V, r> for a run-time r in [1, MaxTile(V)].
-template <int V, int R = MaxTile(V)>
-void ForwardTiles(int r, const ForwardArgs& a, const float* in, float* out) {
-  if constexpr (R > 0) {
-    if (r == R) return ForwardTile<V, R>(a, in, out);
-    ForwardTiles<V, R - 1>(r, a, in, out);
+// The kernels as types, so that one dispatcher serves all three.
+struct ForwardKernel {
+  template <int V, int R>
+  static void Run(const ForwardArgs& a, const float* in, float* out) {
+    ForwardTile<V, R>(a, in, out);
   }
-}
-template <int V, int R = MaxTile(V)>
-void BackwardDataTiles(int r, const BackwardDataArgs& a, const float* dy,
-                       float* dst) {
-  if constexpr (R > 0) {
-    if (r == R) return BackwardDataTile<V, R>(a, dy, dst);
-    BackwardDataTiles<V, R - 1>(r, a, dy, dst);
+};
+struct BackwardDataKernel {
+  template <int V, int R>
+  static void Run(const BackwardDataArgs& a, const float* dy, float* dst) {
+    BackwardDataTile<V, R>(a, dy, dst);
   }
-}
-template <int V, int R = MaxTile(V)>
-void BackwardFilterTiles(int r, const BackwardFilterArgs& a, const float* x,
-                         const float* dy, float* grad) {
+};
+struct BackwardFilterKernel {
+  template <int V, int R>
+  static void Run(const BackwardFilterArgs& a, const float* x, const float* dy,
+                  float* grad) {
+    BackwardFilterTile<V, R>(a, x, dy, grad);
+  }
+};
+
+// Kernel::Run<V, r> for a run-time r in [1, R].
+template <typename Kernel, int V, int R, typename... Args>
+void RunTileOf(int r, const Args&... args) {
   if constexpr (R > 0) {
-    if (r == R) return BackwardFilterTile<V, R>(a, x, dy, grad);
-    BackwardFilterTiles<V, R - 1>(r, a, x, dy, grad);
+    if (r == R) return Kernel::template Run<V, R>(args...);
+    RunTileOf<Kernel, V, R - 1>(r, args...);
   }
 }
 
-// The same for a run-time vector count in [1, kMaxVectors].
-template <typename... Args>
-void ForwardAny(int v, int r, Args... args) {
+// Kernel::Run<v, r> for a run-time v in [1, kMaxVectors] and r in
+// [1, MaxTile(v)].
+template <typename Kernel, typename... Args>
+void RunTile(int v, int r, const Args&... args) {
+  static_assert(kMaxVectors == 4);
   switch (v) {
     case 1:
-      return ForwardTiles<1>(r, args...);
+      return RunTileOf<Kernel, 1, MaxTile(1)>(r, args...);
     case 2:
-      return ForwardTiles<2>(r, args...);
+      return RunTileOf<Kernel, 2, MaxTile(2)>(r, args...);
     case 3:
-      return ForwardTiles<3>(r, args...);
+      return RunTileOf<Kernel, 3, MaxTile(3)>(r, args...);
     default:
-      return ForwardTiles<4>(r, args...);
-  }
-}
-template <typename... Args>
-void BackwardDataAny(int v, int r, Args... args) {
-  switch (v) {
-    case 1:
-      return BackwardDataTiles<1>(r, args...);
-    case 2:
-      return BackwardDataTiles<2>(r, args...);
-    case 3:
-      return BackwardDataTiles<3>(r, args...);
-    default:
-      return BackwardDataTiles<4>(r, args...);
-  }
-}
-template <typename... Args>
-void BackwardFilterAny(int v, int r, Args... args) {
-  switch (v) {
-    case 1:
-      return BackwardFilterTiles<1>(r, args...);
-    case 2:
-      return BackwardFilterTiles<2>(r, args...);
-    case 3:
-      return BackwardFilterTiles<3>(r, args...);
-    default:
-      return BackwardFilterTiles<4>(r, args...);
+      return RunTileOf<Kernel, 4, MaxTile(4)>(r, args...);
   }
 }
 
@@ -395,12 +381,13 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
       a.kernel = kernel + v0 * kLanes;
       a.last = v0 + v == vectors ? TailMask(filters) : __mmask16{0xFFFF};
       for (int oh = 0; oh < g.out_height; ++oh) {
-        const float* in_row = image + int64_t{oh} * g.stride_height * a.row_step;
+        const float* in_row =
+            image + int64_t{oh} * g.stride_height * a.row_step;
         float* out_row =
             out_image_ptr + int64_t{oh} * g.out_width * filters + v0 * kLanes;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
-          ForwardAny(v, r, a, in_row + ow * a.pixel_step,
-                     out_row + ow * filters);
+          RunTile<ForwardKernel>(v, r, a, in_row + ow * a.pixel_step,
+                                 out_row + ow * filters);
         });
       }
     }
@@ -448,8 +435,8 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
             padded + int64_t{oh} * g.stride_height * a.row_step + v0 * kLanes;
         const float* dy_row = dy_image + int64_t{oh} * g.out_width * filters;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
-          BackwardDataAny(v, r, a, dy_row + ow * filters,
-                          dst_row + ow * a.pixel_step);
+          RunTile<BackwardDataKernel>(v, r, a, dy_row + ow * filters,
+                                      dst_row + ow * a.pixel_step);
         });
       }
     }
@@ -493,8 +480,9 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
               ((int64_t{i} * g.window_width + j) * c) * padded_filters +
               v0 * kLanes;
           ForEachTile(c, MaxTile(v), [&](int64_t c0, int r) {
-            BackwardFilterAny(v, r, a, tap + c0, dy_image + v0 * kLanes,
-                              grad + c0 * padded_filters);
+            RunTile<BackwardFilterKernel>(v, r, a, tap + c0,
+                                          dy_image + v0 * kLanes,
+                                          grad + c0 * padded_filters);
           });
         }
       }
