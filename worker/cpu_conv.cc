@@ -110,6 +110,28 @@ __mmask16 TailMask(int64_t count) {
   return rem == 0 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << rem) - 1);
 }
 
+// Calls visit(v0, v, last) for the blocks of at most kMaxVectors vectors
+// that cover `count` channels: vectors v0 ... v0 + v - 1, `last` the real
+// lanes of the block's last vector.
+template <typename Visit>
+void ForEachVectorBlock(int64_t count, Visit visit) {
+  const int64_t vectors = RoundUpToLanes(count) / kLanes;
+  for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
+    const int v =
+        static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
+    visit(v0, v, v0 + v == vectors ? TailMask(count) : __mmask16{0xFFFF});
+  }
+}
+
+// Image n of x as the kernels read it: x's own, or padded into scratch.
+const float* PaddedInput(const WindowGeometry& g, const Padded& p,
+                         const float* x, int n, ConvScratch* s) {
+  const float* image = x + n * g.input.ImageSize();
+  if (p.in_place) return image;
+  PadImage(g, p, image, s->image.data());
+  return s->image.data();
+}
+
 // ---- The AVX-512 kernels (compiled for AVX-512F alone, called only when
 // DirectConvAvailable()). ----
 #if defined(__clang__)
@@ -366,20 +388,13 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
   a.channels = static_cast<int>(c);
   a.kernel_row = padded_filters;
   a.out_pixel = filters;
-  const int64_t vectors = padded_filters / kLanes;
   const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
   for (int n = 0; n < g.input.batch; ++n) {
-    const float* image = x + n * g.input.ImageSize();
-    if (!p.in_place) {
-      PadImage(g, p, image, s->image.data());
-      image = s->image.data();
-    }
+    const float* image = PaddedInput(g, p, x, n, s);
     float* out_image_ptr = y + n * out_image;
-    for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
-      const int v =
-          static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
+    ForEachVectorBlock(filters, [&](int64_t v0, int v, __mmask16 last) {
       a.kernel = kernel + v0 * kLanes;
-      a.last = v0 + v == vectors ? TailMask(filters) : __mmask16{0xFFFF};
+      a.last = last;
       for (int oh = 0; oh < g.out_height; ++oh) {
         const float* in_row =
             image + int64_t{oh} * g.stride_height * a.row_step;
@@ -390,7 +405,7 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
                                  out_row + ow * filters);
         });
       }
-    }
+    });
   }
 }
 
@@ -418,18 +433,15 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
   a.channels = static_cast<int>(c);
   a.filters = filters;
   a.kernel_t_row = padded_c;
-  const int64_t vectors = padded_c / kLanes;
   const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
   for (int n = 0; n < g.input.batch; ++n) {
     float* grad = dx + n * g.input.ImageSize();
     float* padded = p.in_place ? grad : s->image.data();
     std::memset(padded, 0, sizeof(float) * p.Size(c));
     const float* dy_image = dy + n * out_image;
-    for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
-      const int v =
-          static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
+    ForEachVectorBlock(c, [&](int64_t v0, int v, __mmask16 last) {
       a.kernel_t = s->kernel.data() + v0 * kLanes;
-      a.last = v0 + v == vectors ? TailMask(c) : __mmask16{0xFFFF};
+      a.last = last;
       for (int oh = 0; oh < g.out_height; ++oh) {
         float* dst_row =
             padded + int64_t{oh} * g.stride_height * a.row_step + v0 * kLanes;
@@ -439,7 +451,7 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
                                       dst_row + ow * a.pixel_step);
         });
       }
-    }
+    });
     if (!p.in_place) UnpadImage(g, p, padded, grad);
   }
 }
@@ -459,19 +471,12 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
   a.out_width = g.out_width;
   a.filters = filters;
   a.grad_row = padded_filters;
-  const int64_t vectors = padded_filters / kLanes;
   const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
   for (int n = 0; n < g.input.batch; ++n) {
-    const float* image = x + n * g.input.ImageSize();
-    if (!p.in_place) {
-      PadImage(g, p, image, s->image.data());
-      image = s->image.data();
-    }
+    const float* image = PaddedInput(g, p, x, n, s);
     const float* dy_image = dy + n * out_image;
-    for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
-      const int v =
-          static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
-      a.last = v0 + v == vectors ? TailMask(filters) : __mmask16{0xFFFF};
+    ForEachVectorBlock(filters, [&](int64_t v0, int v, __mmask16 last) {
+      a.last = last;
       for (int i = 0; i < g.window_height; ++i) {
         for (int j = 0; j < g.window_width; ++j) {
           const float* tap = image + (i * p.cols + j) * c;
@@ -486,7 +491,7 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
           });
         }
       }
-    }
+    });
   }
   for (int64_t t = 0; t < taps; ++t) {
     std::memcpy(kernel_grad + t * filters, &s->kernel_grad[t * padded_filters],
