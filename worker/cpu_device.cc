@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "worker/cpu_batch_norm_ops.h"
+#include "worker/cpu_conv.h"
 #include "worker/cpu_image_ops.h"
 
 namespace lockstep {
@@ -60,11 +61,15 @@ absl::Status CheckPointer(const char* op, const char* what, const void* p,
 std::unique_ptr<Device> CpuDevice::Create(int num_threads, CpuConv conv) {
   num_threads = std::max(num_threads, 1);
   openblas_set_num_threads(num_threads);
-  if (!cpu_ops::DirectConvAvailable() ||
-      (conv == CpuConv::kAuto && num_threads > 1)) {
-    conv = CpuConv::kIm2Col;
-  }
+  if (!cpu_ops::DirectConvAvailable()) conv = CpuConv::kIm2Col;
   return std::unique_ptr<Device>(new CpuDevice(num_threads, conv));
+}
+
+CpuDevice::CpuDevice(int num_threads, CpuConv conv)
+    : num_threads_(num_threads), conv_(conv) {
+  if (conv_ != CpuConv::kIm2Col) {
+    conv_runner_ = std::make_unique<DirectConvRunner>(num_threads_);
+  }
 }
 
 std::string CpuDevice::Name() const {
@@ -287,8 +292,7 @@ absl::Status CpuDevice::ConvForward(const WindowGeometry& window, int filters,
   if (conv_ == CpuConv::kIm2Col) {
     return Device::ConvForward(window, filters, x, kernel, y);
   }
-  return cpu_ops::DirectConvForward(window, filters, x, kernel, y,
-                                    &conv_scratch_);
+  return conv_runner_->Forward(window, filters, x, kernel, y);
 }
 
 absl::Status CpuDevice::ConvBackwardData(const WindowGeometry& window,
@@ -297,8 +301,7 @@ absl::Status CpuDevice::ConvBackwardData(const WindowGeometry& window,
   if (conv_ == CpuConv::kIm2Col) {
     return Device::ConvBackwardData(window, filters, dy, kernel, dx);
   }
-  return cpu_ops::DirectConvBackwardData(window, filters, dy, kernel, dx,
-                                         &conv_scratch_);
+  return conv_runner_->BackwardData(window, filters, dy, kernel, dx);
 }
 
 absl::Status CpuDevice::ConvBackwardFilter(const WindowGeometry& window,
@@ -308,8 +311,7 @@ absl::Status CpuDevice::ConvBackwardFilter(const WindowGeometry& window,
   if (conv_ == CpuConv::kIm2Col) {
     return Device::ConvBackwardFilter(window, filters, x, dy, kernel_grad);
   }
-  return cpu_ops::DirectConvBackwardFilter(window, filters, x, dy, kernel_grad,
-                                           &conv_scratch_);
+  return conv_runner_->BackwardFilter(window, filters, x, dy, kernel_grad);
 }
 
 absl::Status CpuDevice::Im2Col(const WindowGeometry& window, const float* image,

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/cpu_conv.h"
+#include "worker/cpu_conv_runner.h"
 #include "worker/device.h"
 
 namespace lockstep {
@@ -20,8 +20,7 @@ namespace lockstep {
 // How a CpuDevice convolves (DeviceOptions::cpu_conv, --cpu_conv).
 enum class CpuConv {
   // The direct kernels of cpu_conv.h where they win (see HasDirectConv), on
-  // a processor with AVX-512F and with one OpenBLAS thread; im2col + OpenBLAS
-  // otherwise.
+  // a processor with AVX-512F; im2col + OpenBLAS otherwise.
   kAuto,
   // The direct kernels for every convolution that needs unfolding (not a
   // 1x1 stride-1 one, which is one Gemm either way), where the processor
@@ -33,15 +32,16 @@ enum class CpuConv {
 
 // A Device whose buffers are 64-byte aligned host memory (AllocateHost's
 // too). Every call runs synchronously on the calling thread (plus OpenBLAS's
-// own threads inside Gemm), so CopyToHostAsync copies at once and
+// own threads inside Gemm, and the direct convolutions' inside theirs), so
+// CopyToHostAsync copies at once and
 // Synchronize() has nothing to wait for. OpenBLAS keeps its thread
 // count in process-wide state: the last CpuDevice created decides it for all.
 // Externally synchronized, like every Device.
 class CpuDevice final : public Device {
  public:
-  // `num_threads` is OpenBLAS's thread count; values below 1 mean 1. The
-  // direct kernels use one thread: `conv` kAuto means kIm2Col with more,
-  // and both kAuto and kDirect mean kIm2Col without AVX-512F.
+  // `num_threads` is OpenBLAS's thread count and the direct convolutions'
+  // (cpu_conv_runner.h); values below 1 mean 1. Without AVX-512F, `conv`
+  // kAuto and kDirect mean kIm2Col.
   static std::unique_ptr<Device> Create(int num_threads,
                                         CpuConv conv = CpuConv::kAuto);
 
@@ -127,12 +127,11 @@ class CpuDevice final : public Device {
   absl::Status Synchronize() override;
 
  private:
-  CpuDevice(int num_threads, CpuConv conv)
-      : num_threads_(num_threads), conv_(conv) {}
+  CpuDevice(int num_threads, CpuConv conv);
 
   const int num_threads_;
   const CpuConv conv_;  // Create's choice, as the processor allows
-  cpu_ops::ConvScratch conv_scratch_;
+  std::unique_ptr<DirectConvRunner> conv_runner_;  // Unless kIm2Col.
 };
 
 }  // namespace lockstep

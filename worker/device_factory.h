@@ -22,11 +22,12 @@ struct DeviceOptions {
   // error). Off by default: Gemm then runs in full fp32 and matches the CPU
   // device to rounding. Ignored by the CPU device.
   bool tf32 = false;
-  // OpenBLAS threads for the CPU device; at least 1.
+  // Threads of the CPU device (OpenBLAS's and its convolutions'); at
+  // least 1.
   int cpu_threads = 1;
   // How the CPU device convolves (CpuConv in cpu_device.h): "auto" (its
-  // AVX-512 kernels where they win, with AVX-512F and cpu_threads 1, else
-  // im2col + OpenBLAS), "direct" (those kernels for every convolution;
+  // AVX-512 kernels where they win, with AVX-512F, else im2col +
+  // OpenBLAS), "direct" (those kernels for every convolution;
   // FAILED_PRECONDITION without AVX-512F) or "im2col". Ignored by the CUDA
   // device.
   std::string cpu_conv = "auto";

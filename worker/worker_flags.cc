@@ -63,11 +63,11 @@ ABSL_FLAG(int, gpu, 0, "CUDA GPU ordinal for --device=cuda or auto.");
 ABSL_FLAG(bool, tf32, false,
           "Let cuBLAS use TF32 tensor cores (faster, ~1e-3 relative error); "
           "off: full fp32.");
-ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the CPU device.");
+ABSL_FLAG(int, cpu_threads, 1,
+          "Threads of the CPU device: OpenBLAS's and the convolutions'.");
 ABSL_FLAG(std::string, cpu_conv, "auto",
-          "CPU convolutions: auto (AVX-512 kernels where they are faster, "
-          "with --cpu_threads=1) | direct (those kernels everywhere) | "
-          "im2col (im2col + OpenBLAS).");
+          "CPU convolutions: auto (AVX-512 kernels where they are faster) | "
+          "direct (those kernels everywhere) | im2col (im2col + OpenBLAS).");
 ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
 ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");

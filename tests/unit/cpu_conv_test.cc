@@ -5,6 +5,7 @@
 // every side and windows wider than the image.
 #include "worker/cpu_conv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "worker/cpu_conv_runner.h"
 #include "worker/image_geometry.h"
 
 namespace lockstep {
@@ -243,6 +245,70 @@ TEST_F(DirectConvTest, EmptyImagesGiveZeros) {
     EXPECT_TRUE(cpu_ops::DirectConvBackwardData(g, c.filters, dy.data(),
                                                 kernel.data(), nullptr, &fresh)
                     .ok());
+  }
+}
+
+// The runner splits the batch by images across threads: with one thread
+// it gives cpu_ops's bits; with more, the same outputs and input gradients
+// (each image alone) and kernel gradients summed per thread, then across
+// threads, the same bits every run; with more threads than images too.
+TEST_F(DirectConvTest, RunnerSplitsTheBatchAcrossThreads) {
+  for (const int batch : {7, 2}) {
+    Case c = Cases()[2];  // 32x32x16, 3x3 stride 2 -> 32 filters.
+    c.batch = batch;
+    SCOPED_TRACE(c.Name());
+    const WindowGeometry g = c.Window();
+    const std::vector<float> x = RandomFloats(g.input.Size(), 21);
+    const std::vector<float> kernel =
+        RandomFloats(g.PatchSize() * c.filters, 22);
+    const std::vector<float> dy =
+        RandomFloats(g.OutputPixels() * c.filters, 23);
+    auto run = [&](DirectConvRunner& runner) {
+      std::vector<std::vector<float>> out = {std::vector<float>(dy.size()),
+                                             std::vector<float>(x.size()),
+                                             std::vector<float>(kernel.size())};
+      EXPECT_TRUE(
+          runner.Forward(g, c.filters, x.data(), kernel.data(), out[0].data())
+              .ok());
+      EXPECT_TRUE(runner
+                      .BackwardData(g, c.filters, dy.data(), kernel.data(),
+                                    out[1].data())
+                      .ok());
+      EXPECT_TRUE(
+          runner
+              .BackwardFilter(g, c.filters, x.data(), dy.data(), out[2].data())
+              .ok());
+      return out;
+    };
+    std::vector<float> want[3] = {std::vector<float>(dy.size()),
+                                  std::vector<float>(x.size()),
+                                  std::vector<float>(kernel.size())};
+    ASSERT_TRUE(cpu_ops::DirectConvForward(g, c.filters, x.data(),
+                                           kernel.data(), want[0].data(),
+                                           &scratch_)
+                    .ok());
+    ASSERT_TRUE(cpu_ops::DirectConvBackwardData(g, c.filters, dy.data(),
+                                                kernel.data(), want[1].data(),
+                                                &scratch_)
+                    .ok());
+    ASSERT_TRUE(cpu_ops::DirectConvBackwardFilter(g, c.filters, x.data(),
+                                                  dy.data(), want[2].data(),
+                                                  &scratch_)
+                    .ok());
+    DirectConvRunner one(1);
+    const auto single = run(one);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(single[i], want[i]) << i;
+    DirectConvRunner three(3);
+    const auto first = run(three);
+    const auto again = run(three);
+    EXPECT_EQ(first[0], want[0]);
+    EXPECT_EQ(first[1], want[1]);
+    EXPECT_EQ(again[2], first[2]);
+    double scale = 0;
+    for (float v : want[2]) scale = std::max(scale, std::abs(double{v}));
+    for (size_t i = 0; i < want[2].size(); ++i) {
+      ASSERT_NEAR(first[2][i], want[2][i], 1e-5 * scale) << i;
+    }
   }
 }
 
