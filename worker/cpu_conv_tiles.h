@@ -1,0 +1,267 @@
+// The tiles of the CPU device's direct convolutions (cpu_conv.cc, the only
+// file that includes this): AVX-512 kernels that each hold a tile of
+// outputs, R pixels (or input channels) x V vectors of 16 floats, in
+// registers, and RunTile, which picks the kernel instance for a tile's
+// run-time size. The tile templates must stay fully unrolled (the pragmas)
+// for the compiler to keep a tile in registers.
+#ifndef LOCKSTEP_WORKER_CPU_CONV_TILES_H_
+#define LOCKSTEP_WORKER_CPU_CONV_TILES_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace lockstep {
+namespace cpu_ops {
+namespace conv_tiles {
+
+inline constexpr int kLanes = 16;  // floats in an AVX-512 vector
+
+// Vectors of outputs a tile holds (V) and the most pixels (or input
+// channels) it spans (R): R * V accumulators, at most 24 of the 32
+// registers, the rest for the vectors being multiplied.
+inline constexpr int kMaxVectors = 4;
+constexpr int MaxTile(int vectors) {
+  return vectors == 1 ? 16 : vectors == 2 ? 12 : vectors == 3 ? 8 : 6;
+}
+
+// Compiled for AVX-512F alone; cpu_conv.cc calls them only when
+// DirectConvAvailable().
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+
+// Tile helpers, inlined into the kernels so that the tile stays in
+// registers. acc[r][v] covers floats v * 16 ... of row r.
+#define LOCKSTEP_TILE_INLINE inline __attribute__((always_inline))
+
+// acc[r][v] += x[r * x_step] * w[v * 16 ...]: one rank-one update.
+template <int V, int R>
+LOCKSTEP_TILE_INLINE void RankOneUpdate(__m512 (&acc)[R][V], const float* x,
+                                        int64_t x_step, const float* w) {
+  __m512 b[V];
+#pragma GCC unroll 16
+  for (int v = 0; v < V; ++v) b[v] = _mm512_loadu_ps(w + v * kLanes);
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const __m512 xr = _mm512_set1_ps(x[r * x_step]);
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+      acc[r][v] = _mm512_fmadd_ps(xr, b[v], acc[r][v]);
+    }
+  }
+}
+
+// Row r at rows + r * row_step, its last vector masked by `last`.
+template <int V, int R>
+LOCKSTEP_TILE_INLINE void LoadTile(__m512 (&acc)[R][V], const float* rows,
+                                   int64_t row_step, __mmask16 last) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    const float* row = rows + r * row_step;
+#pragma GCC unroll 16
+    for (int v = 0; v + 1 < V; ++v)
+      acc[r][v] = _mm512_loadu_ps(row + v * kLanes);
+    acc[r][V - 1] = _mm512_maskz_loadu_ps(last, row + (V - 1) * kLanes);
+  }
+}
+template <int V, int R>
+LOCKSTEP_TILE_INLINE void StoreTile(const __m512 (&acc)[R][V], float* rows,
+                                    int64_t row_step, __mmask16 last) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    float* row = rows + r * row_step;
+#pragma GCC unroll 16
+    for (int v = 0; v + 1 < V; ++v)
+      _mm512_storeu_ps(row + v * kLanes, acc[r][v]);
+    _mm512_mask_storeu_ps(row + (V - 1) * kLanes, last, acc[r][V - 1]);
+  }
+}
+
+// Forward: R consecutive output pixels of a row x V vectors of filters.
+struct ForwardArgs {
+  int64_t pixel_step;  // floats between neighbouring windows (stride * c)
+  int64_t row_step;    // floats between padded rows
+  int window_height;
+  int window_width;
+  int channels;
+  const float* kernel;  // at this tile's first filter
+  int64_t kernel_row;   // floats per (i, j, c) row of the kernel
+  int64_t out_pixel;    // floats per output pixel (filters)
+  __mmask16 last;       // the real lanes of the last vector
+};
+
+template <int V, int R>
+void ForwardTile(const ForwardArgs& a, const float* in, float* out) {
+  __m512 acc[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  const int c_count = a.channels;
+  for (int i = 0; i < a.window_height; ++i) {
+    for (int j = 0; j < a.window_width; ++j) {
+      const float* x = in + i * a.row_step + j * c_count;
+      const float* w =
+          a.kernel + (int64_t{i} * a.window_width + j) * c_count * a.kernel_row;
+      for (int c = 0; c < c_count; ++c) {
+        RankOneUpdate(acc, x + c, a.pixel_step, w);
+        w += a.kernel_row;
+      }
+    }
+  }
+  StoreTile(acc, out, a.out_pixel, a.last);
+}
+
+// Input gradient: adds, for R consecutive output pixels of a row, every
+// window tap's contribution to V vectors of input channels of `dst` (the
+// padded gradient image); the taps go in (i, j) order.
+struct BackwardDataArgs {
+  int64_t pixel_step;  // floats between neighbouring windows in dst
+  int64_t row_step;    // floats between padded rows
+  int window_height;
+  int window_width;
+  int channels;           // of the input (dst's pixels)
+  int filters;            // of dy
+  const float* kernel_t;  // [i][j][f][c padded], at this tile's channel
+  int64_t kernel_t_row;   // floats per (i, j, f) row: channels padded
+  __mmask16 last;
+};
+
+template <int V, int R>
+void BackwardDataTile(const BackwardDataArgs& a, const float* dy, float* dst) {
+  const int f_count = a.filters;
+  for (int i = 0; i < a.window_height; ++i) {
+    for (int j = 0; j < a.window_width; ++j) {
+      float* d = dst + i * a.row_step + j * a.channels;
+      const float* w = a.kernel_t + (int64_t{i} * a.window_width + j) *
+                                        f_count * a.kernel_t_row;
+      __m512 acc[R][V];
+      LoadTile(acc, d, a.pixel_step, a.last);
+      for (int f = 0; f < f_count; ++f) {
+        RankOneUpdate(acc, dy + f, f_count, w);
+        w += a.kernel_t_row;
+      }
+      StoreTile(acc, d, a.pixel_step, a.last);
+    }
+  }
+}
+
+// Kernel gradient: adds to R input channels x V vectors of filters of one
+// window tap (i, j) the products summed over one image's output pixels, in
+// row-major pixel order.
+struct BackwardFilterArgs {
+  int64_t pixel_step;  // floats between neighbouring windows (stride * c)
+  int64_t row_step;    // floats between the windows of neighbouring rows
+  int out_height;
+  int out_width;
+  int filters;
+  int64_t grad_row;  // floats per (i, j, c) row of the gradient: filters
+                     // padded
+  __mmask16 last;
+};
+
+template <int V, int R>
+void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
+                        const float* dy, float* grad) {
+  __m512 acc[R][V];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+      acc[r][v] = _mm512_loadu_ps(grad + r * a.grad_row + v * kLanes);
+    }
+  }
+  const int f_count = a.filters;
+  for (int oh = 0; oh < a.out_height; ++oh) {
+    const float* xr = x + oh * a.row_step;
+    const float* g = dy + int64_t{oh} * a.out_width * f_count;
+    for (int ow = 0; ow < a.out_width; ++ow) {
+      __m512 b[V];
+#pragma GCC unroll 16
+      for (int v = 0; v + 1 < V; ++v) b[v] = _mm512_loadu_ps(g + v * kLanes);
+      b[V - 1] = _mm512_maskz_loadu_ps(a.last, g + (V - 1) * kLanes);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512 xv = _mm512_set1_ps(xr[r]);
+#pragma GCC unroll 16
+        for (int v = 0; v < V; ++v) {
+          acc[r][v] = _mm512_fmadd_ps(xv, b[v], acc[r][v]);
+        }
+      }
+      xr += a.pixel_step;
+      g += f_count;
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 16
+    for (int v = 0; v < V; ++v) {
+      _mm512_storeu_ps(grad + r * a.grad_row + v * kLanes, acc[r][v]);
+    }
+  }
+}
+
+// The kernels as types, so that one dispatcher serves all three.
+struct ForwardKernel {
+  template <int V, int R>
+  static void Run(const ForwardArgs& a, const float* in, float* out) {
+    ForwardTile<V, R>(a, in, out);
+  }
+};
+struct BackwardDataKernel {
+  template <int V, int R>
+  static void Run(const BackwardDataArgs& a, const float* dy, float* dst) {
+    BackwardDataTile<V, R>(a, dy, dst);
+  }
+};
+struct BackwardFilterKernel {
+  template <int V, int R>
+  static void Run(const BackwardFilterArgs& a, const float* x, const float* dy,
+                  float* grad) {
+    BackwardFilterTile<V, R>(a, x, dy, grad);
+  }
+};
+
+// Kernel::Run<V, r> for a run-time r in [1, R].
+template <typename Kernel, int V, int R, typename... Args>
+void RunTileOf(int r, const Args&... args) {
+  if constexpr (R > 0) {
+    if (r == R) return Kernel::template Run<V, R>(args...);
+    RunTileOf<Kernel, V, R - 1>(r, args...);
+  }
+}
+
+// Kernel::Run<v, r> for a run-time v in [1, kMaxVectors] and r in
+// [1, MaxTile(v)].
+template <typename Kernel, typename... Args>
+void RunTile(int v, int r, const Args&... args) {
+  static_assert(kMaxVectors == 4);
+  switch (v) {
+    case 1:
+      return RunTileOf<Kernel, 1, MaxTile(1)>(r, args...);
+    case 2:
+      return RunTileOf<Kernel, 2, MaxTile(2)>(r, args...);
+    case 3:
+      return RunTileOf<Kernel, 3, MaxTile(3)>(r, args...);
+    default:
+      return RunTileOf<Kernel, 4, MaxTile(4)>(r, args...);
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+}  // namespace conv_tiles
+}  // namespace cpu_ops
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_CPU_CONV_TILES_H_
