@@ -12,9 +12,10 @@ CpuThreadPool::CpuThreadPool(int threads) : threads_(std::max(threads, 1)) {
 
 CpuThreadPool::~CpuThreadPool() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  work_.notify_all();
   for (std::thread& helper : helpers_) helper.join();
 }
 
@@ -26,16 +27,16 @@ void CpuThreadPool::Run(
     return;
   }
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     count_ = count;
     fn_ = &fn;
     running_ = threads_ - 1;
     ++generation_;
   }
+  work_.notify_all();
   Share(0);
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* running) { return *running == 0; }, &running_));
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [this] { return running_ == 0; });
   fn_ = nullptr;
 }
 
@@ -45,22 +46,22 @@ void CpuThreadPool::Share(int share) {
   (*fn_)(share, begin, end);
 }
 
-bool CpuThreadPool::Woken(Wait* wait) {
-  return wait->pool->stop_ || wait->pool->generation_ != wait->seen;
-}
-
 void CpuThreadPool::Loop(int share) {
-  Wait wait{this, 0};
+  int64_t seen = 0;
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&CpuThreadPool::Woken, &wait));
+      std::unique_lock<std::mutex> lock(mu_);
+      work_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
-      wait.seen = generation_;
+      seen = generation_;
     }
     Share(share);
-    absl::MutexLock lock(&mu_);
-    --running_;
+    bool last;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last = --running_ == 0;
+    }
+    if (last) done_.notify_one();
   }
 }
 

@@ -7,13 +7,13 @@
 #ifndef LOCKSTEP_WORKER_CPU_THREAD_POOL_H_
 #define LOCKSTEP_WORKER_CPU_THREAD_POOL_H_
 
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
 
 namespace lockstep {
 
@@ -35,22 +35,18 @@ class CpuThreadPool {
            absl::FunctionRef<void(int share, int64_t begin, int64_t end)> fn);
 
  private:
-  // What a helper waits for: a new loop (generation_ past `seen`) or stop_.
-  struct Wait {
-    CpuThreadPool* pool;
-    int64_t seen;
-  };
-  // Called by Await with mu_ held.
-  static bool Woken(Wait* wait) ABSL_NO_THREAD_SAFETY_ANALYSIS;
-
   void Share(int share);
   void Loop(int share);
 
   const int threads_;
-  absl::Mutex mu_;
-  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // Bumped by each Run.
-  int running_ ABSL_GUARDED_BY(mu_) = 0;         // Helper shares not done.
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // std::mutex rather than absl::Mutex: ThreadSanitizer sees through it
+  // (Debian's absl is not built for it).
+  std::mutex mu_;
+  std::condition_variable work_;  // A new loop or stop_, for the helpers.
+  std::condition_variable done_;  // running_ reached 0, for Run.
+  int64_t generation_ = 0;        // Bumped by each Run; guarded by mu_.
+  int running_ = 0;               // Helper shares not done; guarded by mu_.
+  bool stop_ = false;             // Guarded by mu_.
   // The loop in progress; set by Run before it bumps generation_.
   int64_t count_ = 0;
   const absl::FunctionRef<void(int, int64_t, int64_t)>* fn_ = nullptr;
