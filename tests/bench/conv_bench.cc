@@ -156,9 +156,9 @@ absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
     row.geometry = geometry;
     row.layers = 1;
     const int filters = conv->output_shape().channels;
-    row.chosen = Pointwise(conv->window())                           ? "gemm"
-                 : automatic->HasDirectConv(conv->window(), filters) ? "direct"
-                                                                     : "im2col";
+    row.chosen = automatic->HasDirectConv(conv->window(), filters) ? "direct"
+                 : Pointwise(conv->window())                       ? "gemm"
+                                                                   : "im2col";
     result.rows.push_back(row);
     ASSIGN_OR_RETURN(ConvRun a, ConvRun::Create(conv, direct.get(),
                                                 options.batch, input_gradient));
@@ -186,7 +186,7 @@ absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
     result.direct_total_ms += row.layers * row.direct_ms;
     result.im2col_total_ms += row.layers * row.im2col_ms;
     result.chosen_total_ms +=
-        row.layers * (row.chosen == "im2col" ? row.im2col_ms : row.direct_ms);
+        row.layers * (row.chosen == "direct" ? row.direct_ms : row.im2col_ms);
   }
   return result;
 }

@@ -27,8 +27,9 @@ struct ConvBenchRow {
   int layers = 0;        // How many of the model's layers have it.
   double direct_ms = 0;  // Median forward + backward of one layer.
   double im2col_ms = 0;
-  // What the device does with this geometry: "direct", "im2col", or
-  // "gemm" (a 1x1 stride-1 kernel: one Gemm whichever the device).
+  // What the default device does with this geometry: "direct", "im2col",
+  // or "gemm" (a 1x1 stride-1 kernel where the direct kernels lose: one
+  // Gemm, no unfolding).
   std::string chosen;
 };
 

@@ -78,7 +78,7 @@ absl::Status Conv2D::RunForward(const ForwardArgs& args) {
   const float* kernel = args.params;
   const int64_t pixels = int64_t{window_.out_height} * window_.out_width;
   const int patch = static_cast<int>(window_.PatchSize());
-  if (Pointwise()) {
+  if (Pointwise() && !DeviceConvolves()) {
     RETURN_IF_ERROR(device()->Gemm(
         /*trans_a=*/false, /*trans_b=*/false, static_cast<int>(batch * pixels),
         filters, patch, 1.0f, args.inputs[0], kernel, 0.0f, args.output));
@@ -124,7 +124,7 @@ absl::Status Conv2D::RunBackward(const BackwardArgs& args) {
         device()->BiasGradient(static_cast<int>(batch * pixels), filters, dy,
                                kernel_grad + int64_t{patch} * filters));
   }
-  if (Pointwise()) {
+  if (Pointwise() && !DeviceConvolves()) {
     const int rows = static_cast<int>(batch * pixels);
     // dW = x^T . dy; dx = dy . W^T.
     RETURN_IF_ERROR(device()->Gemm(/*trans_a=*/true, /*trans_b=*/false, patch,

@@ -2,14 +2,15 @@
 // [kernel_height, kernel_width, in_channels, filters] kernel and an optional
 // bias, with strides and 'valid' / 'same' padding (see window.h).
 //
-// Where the device has a convolution of its own (Device::HasDirectConv: the
-// CPU device's AVX-512 kernels), the layer calls it. Otherwise it is
-// computed as im2col + Gemm: each group of images is unfolded into the
-// workspace (one row per output pixel) and multiplied by the kernel; the
-// backward pass unfolds again (rather than keeping the forward's columns)
-// and folds the column gradients back with Col2Im. A 1x1, stride-1 kernel
-// needs no unfolding: the input already is the column matrix. The group size
-// keeps the workspace under Conv2DOptions::workspace_limit_floats.
+// Where the device has a convolution of its own for the layer's geometry
+// (Device::HasDirectConv: the CPU device's AVX-512 kernels), the layer calls
+// it, 1x1 stride-1 kernels included. Otherwise it is computed as im2col +
+// Gemm: each group of images is unfolded into the workspace (one row per
+// output pixel) and multiplied by the kernel; the backward pass unfolds
+// again (rather than keeping the forward's columns) and folds the column
+// gradients back with Col2Im. A 1x1, stride-1 kernel needs no unfolding: the
+// input already is the column matrix, one Gemm. The group size keeps the
+// workspace under Conv2DOptions::workspace_limit_floats.
 // Externally synchronized.
 #ifndef LOCKSTEP_WORKER_NN_CONV2D_H_
 #define LOCKSTEP_WORKER_NN_CONV2D_H_
