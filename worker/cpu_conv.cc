@@ -134,9 +134,83 @@ const float* PaddedInput(const WindowGeometry& g, const Padded& p,
   return s->image.data();
 }
 
-// The whole passes, per image, over blocks of up to kMaxVectors vectors of
-// output channels (forward, kernel gradient) or input channels (input
-// gradient).
+// Narrow output maps (ResNet-50's 2x2 and 1x1 at 32x32 input) get batch
+// tiles: one output pixel of up to 16 images, whose windows all have the
+// same taps inside the image, so the taps in the padding are skipped (8 of
+// the 9 of a 3x3 window on a 1x1 map) and every kernel vector loaded
+// serves a whole tile. Wider maps get image tiles: up to 16 pixels of one
+// row of one zero-padded image.
+constexpr int kImageTilesFromWidth = 4;
+
+bool BatchTiles(const WindowGeometry& g) {
+  return g.out_width < kImageTilesFromWidth;
+}
+
+// Calls visit(i, j, h, w) for the taps (i, j) of output pixel (oh, ow)'s
+// window that lie inside the image, at its pixel (h, w), in (i, j) order.
+template <typename Visit>
+void ForEachInsideTap(const WindowGeometry& g, int oh, int ow, Visit visit) {
+  for (int i = 0; i < g.window_height; ++i) {
+    const int h = oh * g.stride_height - g.pad_top + i;
+    if (h < 0 || h >= g.input.height) continue;
+    for (int j = 0; j < g.window_width; ++j) {
+      const int w = ow * g.stride_width - g.pad_left + j;
+      if (w < 0 || w >= g.input.width) continue;
+      visit(i, j, h, w);
+    }
+  }
+}
+
+// Offsets of every tap (i, j) of a padded image's window, in (i, j) order:
+// (i * cols + j) * channels into the image, and (i * window_width + j) *
+// tap_floats into the kernel.
+void AllTaps(const WindowGeometry& g, const Padded& p, int64_t tap_floats,
+             ConvScratch* s) {
+  s->offsets_a.clear();
+  s->offsets_b.clear();
+  for (int64_t i = 0; i < g.window_height; ++i) {
+    for (int64_t j = 0; j < g.window_width; ++j) {
+      s->offsets_a.push_back((i * p.cols + j) * g.input.channels);
+      s->offsets_b.push_back((i * g.window_width + j) * tap_floats);
+    }
+  }
+}
+
+// The same for the taps of output pixel (oh, ow) inside the (unpadded)
+// image: (h * width + w) * channels into it.
+void InsideTaps(const WindowGeometry& g, int oh, int ow, int64_t tap_floats,
+                ConvScratch* s) {
+  s->offsets_a.clear();
+  s->offsets_b.clear();
+  ForEachInsideTap(g, oh, ow, [&](int i, int j, int h, int w) {
+    s->offsets_a.push_back((int64_t{h} * g.input.width + w) * g.input.channels);
+    s->offsets_b.push_back((int64_t{i} * g.window_width + j) * tap_floats);
+  });
+}
+
+// dst[f][ci] = src[ci][f] for a c x filters block, each dst row padded to
+// padded_c floats with zeros; in 16 x 16 blocks, so that neither side
+// strides through memory a float at a time.
+void TransposeTap(const float* src, int64_t c, int64_t filters,
+                  int64_t padded_c, float* dst) {
+  for (int64_t f0 = 0; f0 < filters; f0 += kLanes) {
+    const int64_t f1 = std::min(f0 + kLanes, filters);
+    for (int64_t c0 = 0; c0 < c; c0 += kLanes) {
+      const int64_t c1 = std::min(c0 + kLanes, c);
+      for (int64_t ci = c0; ci < c1; ++ci) {
+        for (int64_t f = f0; f < f1; ++f) {
+          dst[f * padded_c + ci] = src[ci * filters + f];
+        }
+      }
+    }
+    for (int64_t f = f0; f < f1; ++f) {
+      std::fill(dst + f * padded_c + c, dst + (f + 1) * padded_c, 0.0f);
+    }
+  }
+}
+
+// The whole passes, over blocks of up to kMaxVectors vectors of output
+// channels (forward, kernel gradient) or input channels (input gradient).
 void Forward(const WindowGeometry& g, int filters, const float* x,
              const float* kernel, float* y, ConvScratch* s) {
   const int64_t c = g.input.channels;
@@ -151,17 +225,42 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
     }
     kernel = s->kernel.data();
   }
-  const Padded p = PaddedFor(g);
-  if (!p.in_place) s->image.resize(p.Size(c));
+  const int64_t tap_floats = c * padded_filters;
+  const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
   ForwardArgs a;
-  a.pixel_step = g.stride_width * c;
-  a.row_step = p.cols * c;
-  a.window_height = g.window_height;
-  a.window_width = g.window_width;
   a.channels = static_cast<int>(c);
   a.kernel_row = padded_filters;
+  if (BatchTiles(g)) {
+    a.pixel_step = g.input.ImageSize();
+    a.out_pixel = out_image;
+    for (int oh = 0; oh < g.out_height; ++oh) {
+      for (int ow = 0; ow < g.out_width; ++ow) {
+        InsideTaps(g, oh, ow, tap_floats, s);
+        a.taps = static_cast<int>(s->offsets_a.size());
+        a.x_taps = s->offsets_a.data();
+        a.w_taps = s->offsets_b.data();
+        float* out = y + (int64_t{oh} * g.out_width + ow) * filters;
+        ForEachVectorBlock(filters, [&](int64_t v0, int v, __mmask16 last) {
+          a.kernel = kernel + v0 * kLanes;
+          a.last = last;
+          ForEachTile(g.input.batch, MaxTile(v), [&](int64_t n, int r) {
+            RunTile<ForwardKernel>(v, r, a, x + n * a.pixel_step,
+                                   out + n * out_image + v0 * kLanes);
+          });
+        });
+      }
+    }
+    return;
+  }
+  const Padded p = PaddedFor(g);
+  if (!p.in_place) s->image.resize(p.Size(c));
+  AllTaps(g, p, tap_floats, s);
+  a.taps = static_cast<int>(s->offsets_a.size());
+  a.x_taps = s->offsets_a.data();
+  a.w_taps = s->offsets_b.data();
+  a.pixel_step = g.stride_width * c;
   a.out_pixel = filters;
-  const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
+  const int64_t row_step = p.cols * c;
   for (int n = 0; n < g.input.batch; ++n) {
     const float* image = PaddedInput(g, p, x, n, s);
     float* out_image_ptr = y + n * out_image;
@@ -169,8 +268,7 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
       a.kernel = kernel + v0 * kLanes;
       a.last = last;
       for (int oh = 0; oh < g.out_height; ++oh) {
-        const float* in_row =
-            image + int64_t{oh} * g.stride_height * a.row_step;
+        const float* in_row = image + int64_t{oh} * g.stride_height * row_step;
         float* out_row =
             out_image_ptr + int64_t{oh} * g.out_width * filters + v0 * kLanes;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
@@ -187,26 +285,65 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
   const int64_t c = g.input.channels;
   const int64_t padded_c = RoundUpToLanes(c);
   const int64_t area = int64_t{g.window_height} * g.window_width;
-  // The kernel transposed to [i][j][f][c], channels padded with zeros.
-  s->kernel.assign(area * filters * padded_c, 0.0f);
-  for (int64_t t = 0; t < area; ++t) {
-    for (int64_t ci = 0; ci < c; ++ci) {
-      const float* src = kernel + (t * c + ci) * filters;
-      float* dst = &s->kernel[t * filters * padded_c + ci];
-      for (int64_t f = 0; f < filters; ++f) dst[f * padded_c] = src[f];
+  const int64_t tap_floats = filters * padded_c;
+  // The kernel transposed to [i][j][f][c], channels padded with zeros: the
+  // taps that some window has inside the image only (batch tiles skip the
+  // others; a 3x3 window on a 1x1 map uses 1 of its 9).
+  std::vector<char>& used = s->used_taps;
+  used.assign(area, !BatchTiles(g));
+  if (BatchTiles(g)) {
+    for (int oh = 0; oh < g.out_height; ++oh) {
+      for (int ow = 0; ow < g.out_width; ++ow) {
+        ForEachInsideTap(g, oh, ow, [&](int i, int j, int, int) {
+          used[int64_t{i} * g.window_width + j] = 1;
+        });
+      }
     }
+  }
+  s->kernel.resize(area * tap_floats);
+  for (int64_t t = 0; t < area; ++t) {
+    if (used[t]) {
+      TransposeTap(kernel + t * c * filters, c, filters, padded_c,
+                   &s->kernel[t * tap_floats]);
+    }
+  }
+  const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
+  BackwardDataArgs a;
+  a.filters = filters;
+  a.kernel_t_row = padded_c;
+  if (BatchTiles(g)) {
+    // Batch tiles add into dx itself: only taps inside the image.
+    std::memset(dx, 0, sizeof(float) * g.input.Size());
+    a.pixel_step = g.input.ImageSize();
+    a.dy_step = out_image;
+    for (int oh = 0; oh < g.out_height; ++oh) {
+      for (int ow = 0; ow < g.out_width; ++ow) {
+        InsideTaps(g, oh, ow, tap_floats, s);
+        a.taps = static_cast<int>(s->offsets_a.size());
+        a.d_taps = s->offsets_a.data();
+        a.k_taps = s->offsets_b.data();
+        const float* g_pixel = dy + (int64_t{oh} * g.out_width + ow) * filters;
+        ForEachVectorBlock(c, [&](int64_t v0, int v, __mmask16 last) {
+          a.kernel_t = s->kernel.data() + v0 * kLanes;
+          a.last = last;
+          ForEachTile(g.input.batch, MaxTile(v), [&](int64_t n, int r) {
+            RunTile<BackwardDataKernel>(v, r, a, g_pixel + n * out_image,
+                                        dx + n * a.pixel_step + v0 * kLanes);
+          });
+        });
+      }
+    }
+    return;
   }
   const Padded p = PaddedFor(g);
   if (!p.in_place) s->image.resize(p.Size(c));
-  BackwardDataArgs a;
+  AllTaps(g, p, tap_floats, s);
+  a.taps = static_cast<int>(s->offsets_a.size());
+  a.d_taps = s->offsets_a.data();
+  a.k_taps = s->offsets_b.data();
   a.pixel_step = g.stride_width * c;
-  a.row_step = p.cols * c;
-  a.window_height = g.window_height;
-  a.window_width = g.window_width;
-  a.channels = static_cast<int>(c);
-  a.filters = filters;
-  a.kernel_t_row = padded_c;
-  const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
+  a.dy_step = filters;
+  const int64_t row_step = p.cols * c;
   for (int n = 0; n < g.input.batch; ++n) {
     float* grad = dx + n * g.input.ImageSize();
     float* padded = p.in_place ? grad : s->image.data();
@@ -217,7 +354,7 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
       a.last = last;
       for (int oh = 0; oh < g.out_height; ++oh) {
         float* dst_row =
-            padded + int64_t{oh} * g.stride_height * a.row_step + v0 * kLanes;
+            padded + int64_t{oh} * g.stride_height * row_step + v0 * kLanes;
         const float* dy_row = dy_image + int64_t{oh} * g.out_width * filters;
         ForEachTile(g.out_width, MaxTile(v), [&](int64_t ow, int r) {
           RunTile<BackwardDataKernel>(v, r, a, dy_row + ow * filters,
@@ -234,41 +371,89 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
   const int64_t c = g.input.channels;
   const int64_t taps = int64_t{g.window_height} * g.window_width * c;
   const int64_t padded_filters = RoundUpToLanes(filters);
-  s->kernel_grad.assign(taps * padded_filters, 0.0f);
-  const Padded p = PaddedFor(g);
-  if (!p.in_place) s->image.resize(p.Size(c));
-  BackwardFilterArgs a;
-  a.pixel_step = g.stride_width * c;
-  a.row_step = g.stride_height * p.cols * c;
-  a.out_height = g.out_height;
-  a.out_width = g.out_width;
-  a.filters = filters;
-  a.grad_row = padded_filters;
+  // The sums go straight to kernel_grad when its rows fill whole vectors,
+  // else to rows padded with zeros in scratch.
+  float* sums = kernel_grad;
+  if (padded_filters == filters) {
+    std::memset(kernel_grad, 0, sizeof(float) * taps * filters);
+  } else {
+    s->kernel_grad.assign(taps * padded_filters, 0.0f);
+    sums = s->kernel_grad.data();
+  }
   const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
-  for (int n = 0; n < g.input.batch; ++n) {
-    const float* image = PaddedInput(g, p, x, n, s);
-    const float* dy_image = dy + n * out_image;
+  BackwardFilterArgs a;
+  a.grad_row = padded_filters;
+  // Sums one tap's gradient over a.reps images of `image` from x, x being
+  // at the tap's first channel (image tiles: in the padded image).
+  auto tap = [&](int i, int j, const float* x_tap, const float* dy_image) {
+    float* grad =
+        sums + ((int64_t{i} * g.window_width + j) * c) * padded_filters;
     ForEachVectorBlock(filters, [&](int64_t v0, int v, __mmask16 last) {
       a.last = last;
+      ForEachTile(c, MaxTile(v), [&](int64_t c0, int r) {
+        RunTile<BackwardFilterKernel>(v, r, a, x_tap + c0,
+                                      dy_image + v0 * kLanes,
+                                      grad + c0 * padded_filters + v0 * kLanes);
+      });
+    });
+  };
+  if (BatchTiles(g)) {
+    a.reps = g.input.batch;
+    a.x_rep_step = g.input.ImageSize();
+    a.dy_rep_step = out_image;
+    for (int i = 0; i < g.window_height; ++i) {
+      for (int j = 0; j < g.window_width; ++j) {
+        // The output pixels whose window has tap (i, j) inside the image.
+        s->offsets_a.clear();
+        s->offsets_b.clear();
+        for (int oh = 0; oh < g.out_height; ++oh) {
+          const int h = oh * g.stride_height - g.pad_top + i;
+          if (h < 0 || h >= g.input.height) continue;
+          for (int ow = 0; ow < g.out_width; ++ow) {
+            const int w = ow * g.stride_width - g.pad_left + j;
+            if (w < 0 || w >= g.input.width) continue;
+            s->offsets_a.push_back((int64_t{h} * g.input.width + w) * c);
+            s->offsets_b.push_back((int64_t{oh} * g.out_width + ow) * filters);
+          }
+        }
+        if (s->offsets_a.empty()) continue;  // Its gradient stays zero.
+        a.positions = static_cast<int>(s->offsets_a.size());
+        a.x_pos = s->offsets_a.data();
+        a.dy_pos = s->offsets_b.data();
+        tap(i, j, x, dy);
+      }
+    }
+  } else {
+    const Padded p = PaddedFor(g);
+    if (!p.in_place) s->image.resize(p.Size(c));
+    s->offsets_a.clear();
+    s->offsets_b.clear();
+    for (int64_t oh = 0; oh < g.out_height; ++oh) {
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        s->offsets_a.push_back(
+            (oh * g.stride_height * p.cols + ow * g.stride_width) * c);
+        s->offsets_b.push_back((oh * g.out_width + ow) * filters);
+      }
+    }
+    a.positions = static_cast<int>(s->offsets_a.size());
+    a.x_pos = s->offsets_a.data();
+    a.dy_pos = s->offsets_b.data();
+    a.reps = 1;
+    a.x_rep_step = a.dy_rep_step = 0;
+    for (int n = 0; n < g.input.batch; ++n) {
+      const float* image = PaddedInput(g, p, x, n, s);
       for (int i = 0; i < g.window_height; ++i) {
         for (int j = 0; j < g.window_width; ++j) {
-          const float* tap = image + (i * p.cols + j) * c;
-          float* grad =
-              s->kernel_grad.data() +
-              ((int64_t{i} * g.window_width + j) * c) * padded_filters +
-              v0 * kLanes;
-          ForEachTile(c, MaxTile(v), [&](int64_t c0, int r) {
-            RunTile<BackwardFilterKernel>(v, r, a, tap + c0,
-                                          dy_image + v0 * kLanes,
-                                          grad + c0 * padded_filters);
-          });
+          tap(i, j, image + (i * p.cols + j) * c, dy + n * out_image);
         }
       }
-    });
+    }
   }
-  for (int64_t t = 0; t < taps; ++t) {
-    std::memcpy(kernel_grad + t * filters, &s->kernel_grad[t * padded_filters],
-                sizeof(float) * filters);
+  if (sums != kernel_grad) {
+    for (int64_t t = 0; t < taps; ++t) {
+      std::memcpy(kernel_grad + t * filters, sums + t * padded_filters,
+                  sizeof(float) * filters);
+    }
   }
 }
 

@@ -10,13 +10,18 @@
 // forces). Each kernel here holds a tile of outputs in vector registers and
 // streams the inputs once; see docs/benchmarks.md for what it gains.
 //
-// Each image is copied once into a zero-bordered scratch image (its padding
-// made explicit), so that the kernels never test bounds. Every sum runs in an
-// order fixed by the geometry alone: the results are the same on every run
-// and every AVX-512 machine, though not bit for bit those of im2col + Gemm.
+// Output maps at least 4 pixels wide get image tiles: up to 16 pixels of a
+// row of one image, copied once into a zero-bordered scratch image (its
+// padding made explicit) so that the kernels never test bounds. Narrower
+// maps get batch tiles: one output pixel of up to 16 images, whose windows
+// share the taps inside the image; the taps in the padding are skipped. Every
+// sum runs in an order fixed by the geometry alone: the results are the
+// same on every run and every AVX-512 machine, though not bit for bit those
+// of im2col + Gemm.
 #ifndef LOCKSTEP_WORKER_CPU_CONV_H_
 #define LOCKSTEP_WORKER_CPU_CONV_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,6 +41,9 @@ struct ConvScratch {
   std::vector<float> image;
   std::vector<float> kernel;
   std::vector<float> kernel_grad;
+  std::vector<int64_t> offsets_a;  // Tap or pixel offsets, per call.
+  std::vector<int64_t> offsets_b;
+  std::vector<char> used_taps;
 };
 
 // y[n][oh][ow][f] = sum over the window's (i, j, c) of

@@ -82,16 +82,22 @@ LOCKSTEP_TILE_INLINE void StoreTile(const __m512 (&acc)[R][V], float* rows,
   }
 }
 
-// Forward: R consecutive output pixels of a row x V vectors of filters.
+// A tile's rows are R output pixels of one row of one image ("image
+// tiles", for wide maps) or one output pixel of R images ("batch tiles",
+// for narrow ones); either way they lie a fixed step apart in every tensor.
+// The window taps a tile sums over come as a list of offsets, so a batch
+// tile skips the taps that lie in the padding for its pixel.
+
+// Forward: a tile of R output rows x V vectors of filters.
 struct ForwardArgs {
-  int64_t pixel_step;  // floats between neighbouring windows (stride * c)
-  int64_t row_step;    // floats between padded rows
-  int window_height;
-  int window_width;
+  int64_t pixel_step;     // floats between the tile's rows in the input
+  int taps;               // window taps to sum over
+  const int64_t* x_taps;  // each tap's first float, from the tile's input
+  const int64_t* w_taps;  // each tap's first kernel row, from `kernel`
   int channels;
   const float* kernel;  // at this tile's first filter
   int64_t kernel_row;   // floats per (i, j, c) row of the kernel
-  int64_t out_pixel;    // floats per output pixel (filters)
+  int64_t out_pixel;    // floats between the tile's rows in the output
   __mmask16 last;       // the real lanes of the last vector
 };
 
@@ -104,29 +110,26 @@ void ForwardTile(const ForwardArgs& a, const float* in, float* out) {
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   }
   const int c_count = a.channels;
-  for (int i = 0; i < a.window_height; ++i) {
-    for (int j = 0; j < a.window_width; ++j) {
-      const float* x = in + i * a.row_step + j * c_count;
-      const float* w =
-          a.kernel + (int64_t{i} * a.window_width + j) * c_count * a.kernel_row;
-      for (int c = 0; c < c_count; ++c) {
-        RankOneUpdate(acc, x + c, a.pixel_step, w);
-        w += a.kernel_row;
-      }
+  for (int t = 0; t < a.taps; ++t) {
+    const float* x = in + a.x_taps[t];
+    const float* w = a.kernel + a.w_taps[t];
+    for (int c = 0; c < c_count; ++c) {
+      RankOneUpdate(acc, x + c, a.pixel_step, w);
+      w += a.kernel_row;
     }
   }
   StoreTile(acc, out, a.out_pixel, a.last);
 }
 
-// Input gradient: adds, for R consecutive output pixels of a row, every
-// window tap's contribution to V vectors of input channels of `dst` (the
-// padded gradient image); the taps go in (i, j) order.
+// Input gradient: adds each tap's contribution of R output rows to V
+// vectors of input channels of `dst` (the gradient image, padded for image
+// tiles), tap by tap in the list's order.
 struct BackwardDataArgs {
-  int64_t pixel_step;  // floats between neighbouring windows in dst
-  int64_t row_step;    // floats between padded rows
-  int window_height;
-  int window_width;
-  int channels;           // of the input (dst's pixels)
+  int64_t pixel_step;     // floats between the tile's rows in dst
+  int64_t dy_step;        // floats between the tile's rows in dy
+  int taps;               // window taps
+  const int64_t* d_taps;  // each tap's first float, from the tile's dst
+  const int64_t* k_taps;  // each tap's first row of kernel_t
   int filters;            // of dy
   const float* kernel_t;  // [i][j][f][c padded], at this tile's channel
   int64_t kernel_t_row;   // floats per (i, j, f) row: channels padded
@@ -136,33 +139,31 @@ struct BackwardDataArgs {
 template <int V, int R>
 void BackwardDataTile(const BackwardDataArgs& a, const float* dy, float* dst) {
   const int f_count = a.filters;
-  for (int i = 0; i < a.window_height; ++i) {
-    for (int j = 0; j < a.window_width; ++j) {
-      float* d = dst + i * a.row_step + j * a.channels;
-      const float* w = a.kernel_t + (int64_t{i} * a.window_width + j) *
-                                        f_count * a.kernel_t_row;
-      __m512 acc[R][V];
-      LoadTile(acc, d, a.pixel_step, a.last);
-      for (int f = 0; f < f_count; ++f) {
-        RankOneUpdate(acc, dy + f, f_count, w);
-        w += a.kernel_t_row;
-      }
-      StoreTile(acc, d, a.pixel_step, a.last);
+  for (int t = 0; t < a.taps; ++t) {
+    float* d = dst + a.d_taps[t];
+    const float* w = a.kernel_t + a.k_taps[t];
+    __m512 acc[R][V];
+    LoadTile(acc, d, a.pixel_step, a.last);
+    for (int f = 0; f < f_count; ++f) {
+      RankOneUpdate(acc, dy + f, a.dy_step, w);
+      w += a.kernel_t_row;
     }
+    StoreTile(acc, d, a.pixel_step, a.last);
   }
 }
 
 // Kernel gradient: adds to R input channels x V vectors of filters of one
-// window tap (i, j) the products summed over one image's output pixels, in
-// row-major pixel order.
+// window tap the products over `reps` x `positions` output pixels: for
+// each rep (image) in turn, the positions in the list's order.
 struct BackwardFilterArgs {
-  int64_t pixel_step;  // floats between neighbouring windows (stride * c)
-  int64_t row_step;    // floats between the windows of neighbouring rows
-  int out_height;
-  int out_width;
-  int filters;
-  int64_t grad_row;  // floats per (i, j, c) row of the gradient: filters
-                     // padded
+  int positions;          // output pixels per rep
+  const int64_t* x_pos;   // each one's first input float, from x
+  const int64_t* dy_pos;  // each one's first dy float, from dy
+  int64_t reps;           // images
+  int64_t x_rep_step;     // floats between reps in x
+  int64_t dy_rep_step;    // floats between reps in dy
+  int64_t grad_row;       // floats per (i, j, c) row of the gradient:
+                          // filters padded
   __mmask16 last;
 };
 
@@ -177,11 +178,12 @@ void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
       acc[r][v] = _mm512_loadu_ps(grad + r * a.grad_row + v * kLanes);
     }
   }
-  const int f_count = a.filters;
-  for (int oh = 0; oh < a.out_height; ++oh) {
-    const float* xr = x + oh * a.row_step;
-    const float* g = dy + int64_t{oh} * a.out_width * f_count;
-    for (int ow = 0; ow < a.out_width; ++ow) {
+  for (int64_t rep = 0; rep < a.reps; ++rep) {
+    const float* x_rep = x + rep * a.x_rep_step;
+    const float* dy_rep = dy + rep * a.dy_rep_step;
+    for (int p = 0; p < a.positions; ++p) {
+      const float* xr = x_rep + a.x_pos[p];
+      const float* g = dy_rep + a.dy_pos[p];
       __m512 b[V];
 #pragma GCC unroll 16
       for (int v = 0; v + 1 < V; ++v) b[v] = _mm512_loadu_ps(g + v * kLanes);
@@ -194,8 +196,6 @@ void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
           acc[r][v] = _mm512_fmadd_ps(xv, b[v], acc[r][v]);
         }
       }
-      xr += a.pixel_step;
-      g += f_count;
     }
   }
 #pragma GCC unroll 16

@@ -272,18 +272,25 @@ absl::Status CpuDevice::CopyOnDevice(const void* src, void* dst, size_t bytes) {
 }
 
 bool CpuDevice::HasDirectConv(const WindowGeometry& window, int filters) const {
-  // Where the direct kernels win, measured layer by layer against im2col +
-  // OpenBLAS on ResNet-20's and ResNet-50's convolutions (docs/benchmarks.md):
-  // each kernel vector they load serves a tile of up to 16 output pixels of
-  // a row, so rows of fewer than 4 pixels (ResNet-50's last stages at 32x32)
-  // leave them waiting on memory, as does a kernel too large for the L2
-  // cache (1 MiB here), which they read once per image.
-  constexpr int64_t kMinOutputWidth = 4;
-  constexpr int64_t kMaxKernelBytes = int64_t{1} << 20;
   if (conv_ != CpuConv::kAuto) return conv_ == CpuConv::kDirect;
-  return window.out_width >= kMinOutputWidth &&
-         window.PatchSize() * filters * int64_t{sizeof(float)} <=
-             kMaxKernelBytes;
+  // Where the direct kernels win, measured layer by layer against im2col +
+  // OpenBLAS on ResNet-20's and ResNet-50's convolutions (lockstep_bench
+  // conv, docs/benchmarks.md): everywhere but where each image has a single
+  // output pixel and the kernel taps its window has inside the image hold
+  // more than 1 MiB (ResNet-50's last stage at 32x32 input). There each
+  // kernel float serves one pixel per image, and transposing the kernel for
+  // the input gradient costs more than the products.
+  constexpr int64_t kMaxSinglePixelKernelBytes = int64_t{1} << 20;
+  if (int64_t{window.out_height} * window.out_width != 1) return true;
+  auto inside = [](int window_size, int pad, int image_size) {
+    return std::max(0, std::min(window_size, pad + image_size) - pad);
+  };
+  const int64_t taps =
+      int64_t{inside(window.window_height, window.pad_top,
+                     window.input.height)} *
+      inside(window.window_width, window.pad_left, window.input.width);
+  return taps * window.input.channels * filters * int64_t{sizeof(float)} <=
+         kMaxSinglePixelKernelBytes;
 }
 
 absl::Status CpuDevice::ConvForward(const WindowGeometry& window, int filters,

@@ -79,6 +79,14 @@ std::vector<Case> Cases() {
       {2, 9, 10, 4, 2, 2, 3, 3, 0, 0, 0, 0, 20},
       {1, 2, 3, 6, 5, 5, 1, 1, 2, 2, 2, 2, 18},
       {1, 6, 6, 16, 1, 1, 1, 1, 1, 1, 1, 1, 16},
+      // Output maps narrower than 4 pixels, which get batch tiles (one pixel
+      // of up to 16 images, the taps in the padding skipped): ResNet-50's
+      // 2x2 and 1x1 maps, more than 16 images, more than 4 vectors of
+      // filters, a 1x1 stride-2 kernel and a map 1 pixel wide.
+      {3, 2, 2, 40, 3, 3, 1, 1, 1, 1, 1, 1, 70},
+      {17, 1, 1, 20, 3, 3, 1, 1, 1, 1, 1, 1, 33},
+      {5, 4, 4, 24, 1, 1, 2, 2, 0, 0, 0, 0, 130},
+      {2, 3, 1, 5, 2, 2, 1, 1, 0, 0, 1, 1, 9},
       // Valid padding that leaves the last rows and columns unread.
       {2, 8, 9, 8, 3, 3, 2, 2, 0, 0, 0, 0, 16},
   };

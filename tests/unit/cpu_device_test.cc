@@ -70,8 +70,9 @@ TEST_F(CpuDeviceTest, NameMentionsOpenBlasAndTheConvolutions) {
                 : "cpu (OpenBLAS, 2 threads)");
 }
 
-// Where the direct kernels win (measured, see HasDirectConv): rows of at
-// least 4 output pixels and kernels of at most 1 MiB; never with them off.
+// Where the direct kernels win (measured, see HasDirectConv): everywhere
+// but a single output pixel whose window's taps inside the image hold more
+// than 1 MiB of kernel; never with them off, always with kDirect.
 TEST_F(CpuDeviceTest, DirectConvolutionWhereItWins) {
   if (!cpu_ops::DirectConvAvailable()) GTEST_SKIP() << "no AVX-512F here";
   WindowGeometry g;
@@ -80,16 +81,21 @@ TEST_F(CpuDeviceTest, DirectConvolutionWhereItWins) {
   g.pad_top = g.pad_left = 1;
   g.out_height = g.out_width = 8;
   EXPECT_TRUE(device_->HasDirectConv(g, 64));
-  EXPECT_TRUE(device_->HasDirectConv(g, 455));  // 9*64*455*4 < 1 MiB
-  EXPECT_FALSE(device_->HasDirectConv(g, 456));
-  g.out_width = 3;
-  EXPECT_FALSE(device_->HasDirectConv(g, 64));
-  g.out_width = 8;
+  EXPECT_TRUE(device_->HasDirectConv(g, 4096));  // Kernel size: no matter.
+  // A 1x1 map: 3x3 window, padding 1 -> only the centre tap is inside.
+  WindowGeometry one = g;
+  one.input = {32, 1, 1, 512};
+  one.out_height = one.out_width = 1;
+  EXPECT_TRUE(device_->HasDirectConv(one, 512));   // 512*512*4 = 1 MiB
+  EXPECT_FALSE(device_->HasDirectConv(one, 513));
+  // 2x2 input, 3x3 window, no padding on the top and left: 2 x 2 taps.
+  one.input = {32, 2, 2, 256};
+  one.pad_top = one.pad_left = 0;
+  EXPECT_TRUE(device_->HasDirectConv(one, 256));  // 4*256*256*4 = 1 MiB
+  EXPECT_FALSE(device_->HasDirectConv(one, 257));
   auto im2col = CpuDevice::Create(1, CpuConv::kIm2Col);
   EXPECT_FALSE(im2col->HasDirectConv(g, 64));
-  g.out_width = 3;
-  EXPECT_TRUE(CpuDevice::Create(1, CpuConv::kDirect)->HasDirectConv(g, 456));
-  g.out_width = 8;
+  EXPECT_TRUE(CpuDevice::Create(1, CpuConv::kDirect)->HasDirectConv(one, 4096));
   std::vector<float> x(g.input.Size(), 1.0f), k(g.PatchSize() * 64, 1.0f);
   std::vector<float> y(g.OutputPixels() * 64, 3.0f);
   EXPECT_EQ(im2col->ConvForward(g, 64, x.data(), k.data(), y.data()).code(),
