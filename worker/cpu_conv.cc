@@ -148,13 +148,15 @@ bool BatchTiles(const WindowGeometry& g) {
 
 // Calls visit(i, j, h, w) for the taps (i, j) of output pixel (oh, ow)'s
 // window that lie inside the image, at its pixel (h, w), in (i, j) order.
+// In 64 bits: a caller may pass any output size, and oh * stride must not
+// wrap around into the image.
 template <typename Visit>
 void ForEachInsideTap(const WindowGeometry& g, int oh, int ow, Visit visit) {
   for (int i = 0; i < g.window_height; ++i) {
-    const int h = oh * g.stride_height - g.pad_top + i;
+    const int64_t h = int64_t{oh} * g.stride_height - g.pad_top + i;
     if (h < 0 || h >= g.input.height) continue;
     for (int j = 0; j < g.window_width; ++j) {
-      const int w = ow * g.stride_width - g.pad_left + j;
+      const int64_t w = int64_t{ow} * g.stride_width - g.pad_left + j;
       if (w < 0 || w >= g.input.width) continue;
       visit(i, j, h, w);
     }
@@ -182,8 +184,8 @@ void InsideTaps(const WindowGeometry& g, int oh, int ow, int64_t tap_floats,
                 ConvScratch* s) {
   s->offsets_a.clear();
   s->offsets_b.clear();
-  ForEachInsideTap(g, oh, ow, [&](int i, int j, int h, int w) {
-    s->offsets_a.push_back((int64_t{h} * g.input.width + w) * g.input.channels);
+  ForEachInsideTap(g, oh, ow, [&](int i, int j, int64_t h, int64_t w) {
+    s->offsets_a.push_back((h * g.input.width + w) * g.input.channels);
     s->offsets_b.push_back((int64_t{i} * g.window_width + j) * tap_floats);
   });
 }
@@ -294,7 +296,7 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
   if (BatchTiles(g)) {
     for (int oh = 0; oh < g.out_height; ++oh) {
       for (int ow = 0; ow < g.out_width; ++ow) {
-        ForEachInsideTap(g, oh, ow, [&](int i, int j, int, int) {
+        ForEachInsideTap(g, oh, ow, [&](int i, int j, int64_t, int64_t) {
           used[int64_t{i} * g.window_width + j] = 1;
         });
       }
@@ -407,12 +409,12 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
         s->offsets_a.clear();
         s->offsets_b.clear();
         for (int oh = 0; oh < g.out_height; ++oh) {
-          const int h = oh * g.stride_height - g.pad_top + i;
+          const int64_t h = int64_t{oh} * g.stride_height - g.pad_top + i;
           if (h < 0 || h >= g.input.height) continue;
           for (int ow = 0; ow < g.out_width; ++ow) {
-            const int w = ow * g.stride_width - g.pad_left + j;
+            const int64_t w = int64_t{ow} * g.stride_width - g.pad_left + j;
             if (w < 0 || w >= g.input.width) continue;
-            s->offsets_a.push_back((int64_t{h} * g.input.width + w) * c);
+            s->offsets_a.push_back((h * g.input.width + w) * c);
             s->offsets_b.push_back((int64_t{oh} * g.out_width + ow) * filters);
           }
         }

@@ -35,8 +35,8 @@ namespace cpu_ops {
 bool DirectConvAvailable();
 
 // Reusable host memory for the calls below: the padded image, a repacked
-// kernel and a kernel-gradient accumulator. One per device; not shared
-// between threads.
+// kernel and a kernel-gradient accumulator. One per thread of a device
+// (cpu_conv_runner.h); never shared between threads.
 struct ConvScratch {
   std::vector<float> image;
   std::vector<float> kernel;

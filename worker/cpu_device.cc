@@ -282,12 +282,11 @@ bool CpuDevice::HasDirectConv(const WindowGeometry& window, int filters) const {
   // the input gradient costs more than the products.
   constexpr int64_t kMaxSinglePixelKernelBytes = int64_t{1} << 20;
   if (int64_t{window.out_height} * window.out_width != 1) return true;
-  auto inside = [](int window_size, int pad, int image_size) {
-    return std::max(0, std::min(window_size, pad + image_size) - pad);
+  auto inside = [](int64_t window_size, int64_t pad, int64_t image_size) {
+    return std::max<int64_t>(0, std::min(window_size, pad + image_size) - pad);
   };
   const int64_t taps =
-      int64_t{inside(window.window_height, window.pad_top,
-                     window.input.height)} *
+      inside(window.window_height, window.pad_top, window.input.height) *
       inside(window.window_width, window.pad_left, window.input.width);
   return taps * window.input.channels * filters * int64_t{sizeof(float)} <=
          kMaxSinglePixelKernelBytes;

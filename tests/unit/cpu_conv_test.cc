@@ -320,6 +320,33 @@ TEST_F(DirectConvTest, RunnerSplitsTheBatchAcrossThreads) {
   }
 }
 
+// Window positions are computed in 64 bits: with a stride of 2^16 and
+// 2^16 + 1 output rows, oh * stride would wrap to 0 in 32 bits and read
+// the image's row 0 again for the last output row.
+TEST_F(DirectConvTest, HugeStridesDoNotWrapAround) {
+  WindowGeometry g;
+  g.input = {1, 1, 1, 1};
+  g.stride_height = 1 << 16;
+  g.out_height = (1 << 16) + 1;
+  g.out_width = 1;
+  const float x = 6.0f, kernel = 0.5f;
+  std::vector<float> y(g.out_height, 7.0f), dy(g.out_height, 1.0f);
+  ASSERT_TRUE(
+      cpu_ops::DirectConvForward(g, 1, &x, &kernel, y.data(), &scratch_).ok());
+  EXPECT_EQ(y[0], 3.0f);
+  EXPECT_EQ(y[1], 0.0f);
+  EXPECT_EQ(y[1 << 16], 0.0f);
+  float dk = 7.0f, dx = 7.0f;
+  ASSERT_TRUE(
+      cpu_ops::DirectConvBackwardFilter(g, 1, &x, dy.data(), &dk, &scratch_)
+          .ok());
+  EXPECT_EQ(dk, 6.0f);  // Only output row 0 sees the pixel.
+  ASSERT_TRUE(
+      cpu_ops::DirectConvBackwardData(g, 1, dy.data(), &kernel, &dx, &scratch_)
+          .ok());
+  EXPECT_EQ(dx, 0.5f);
+}
+
 TEST(DirectConvArgsTest, RefusesBadCallsBeforeTouchingMemory) {
   ConvScratch scratch;
   WindowGeometry g = Case{1, 4, 4, 2, 3, 3, 1, 1, 1, 1, 1, 1, 2}.Window();
