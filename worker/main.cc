@@ -119,9 +119,10 @@ int Run(WorkerMainOptions o) {
   }
   if (o.trainer.rank == 0) {
     std::printf(
-        "Training %s %s (%lld parameters) on %lld examples with %d "
+        "Training %s%s (%lld parameters) on %lld examples with %d "
         "worker(s) x batch %d, %s, %s, device %s\n",
-        o.model.name.c_str(), o.model.name == "mlp" ? o.layers.c_str() : "",
+        o.model.name.c_str(),
+        o.model.name == "mlp" ? (" " + o.layers).c_str() : "",
         static_cast<long long>((*model)->NumParameters()),
         static_cast<long long>(train.num_examples), o.trainer.num_workers,
         o.trainer.batch_size, o.trainer.optimizer.name.c_str(), o.sync.c_str(),
