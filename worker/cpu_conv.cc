@@ -191,14 +191,19 @@ void InsideTaps(const WindowGeometry& g, int oh, int ow, int64_t tap_floats,
 }
 
 // dst[f][ci] = src[ci][f] for a c x filters block, each dst row padded to
-// padded_c floats with zeros; in 16 x 16 blocks, so that neither side
-// strides through memory a float at a time.
+// padded_c floats with zeros; in 16 x 16 blocks (with AVX-512 where whole),
+// so that neither side strides through memory a float at a time.
 void TransposeTap(const float* src, int64_t c, int64_t filters,
                   int64_t padded_c, float* dst) {
   for (int64_t f0 = 0; f0 < filters; f0 += kLanes) {
     const int64_t f1 = std::min(f0 + kLanes, filters);
     for (int64_t c0 = 0; c0 < c; c0 += kLanes) {
       const int64_t c1 = std::min(c0 + kLanes, c);
+      if (f1 - f0 == kLanes && c1 - c0 == kLanes) {
+        conv_tiles::Transpose16x16(src + c0 * filters + f0, filters,
+                                   dst + f0 * padded_c + c0, padded_c);
+        continue;
+      }
       for (int64_t ci = c0; ci < c1; ++ci) {
         for (int64_t f = f0; f < f1; ++f) {
           dst[f * padded_c + ci] = src[ci * filters + f];

@@ -207,6 +207,75 @@ void BackwardFilterTile(const BackwardFilterArgs& a, const float* x,
   }
 }
 
+// The shuffles Transpose16x16 needs, as the masked forms with every lane
+// selected: GCC 12.2's unmasked ones pass an undefined vector along and
+// warn that it is used uninitialized (GCC bug 105593).
+inline __m512 UnpackLo32(__m512 a, __m512 b) {
+  return _mm512_mask_unpacklo_ps(a, 0xFFFF, a, b);
+}
+inline __m512 UnpackHi32(__m512 a, __m512 b) {
+  return _mm512_mask_unpackhi_ps(a, 0xFFFF, a, b);
+}
+inline __m512 UnpackLo64(__m512 a, __m512 b) {
+  const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+  return _mm512_castpd_ps(_mm512_mask_unpacklo_pd(x, 0xFF, x, y));
+}
+inline __m512 UnpackHi64(__m512 a, __m512 b) {
+  const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+  return _mm512_castpd_ps(_mm512_mask_unpackhi_pd(x, 0xFF, x, y));
+}
+// 128-bit lanes 0 and 2 (kEven) or 1 and 3 (kOdd) of a, then of b.
+constexpr int kEvenLanes = 0x88;
+constexpr int kOddLanes = 0xDD;
+template <int kLanesOf>
+inline __m512 Lanes128(__m512 a, __m512 b) {
+  return _mm512_mask_shuffle_f32x4(a, 0xFFFF, a, b, kLanesOf);
+}
+
+// dst row j, float i = src row i, float j, for a 16 x 16 block whose rows
+// lie src_step and dst_step floats apart: interleaving pairs, then pairs of
+// pairs, then 128-bit lanes twice.
+inline void Transpose16x16(const float* src, int64_t src_step, float* dst,
+                           int64_t dst_step) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * src_step);
+    // Rows 2k, 2k+1 (a, b): a0 b0 a1 b1 | a4 b4 a5 b5 | ... and a2 b2 a3 b3 ...
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = UnpackLo32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = UnpackHi32(r[2 * k], r[2 * k + 1]);
+  }
+  // Rows 4k .. 4k+3: r[4k + m] holds their columns m, m+4, m+8, m+12, one
+  // per 128-bit lane.
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[4 * k] = UnpackLo64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 1] = UnpackHi64(t[4 * k], t[4 * k + 2]);
+    r[4 * k + 2] = UnpackLo64(t[4 * k + 1], t[4 * k + 3]);
+    r[4 * k + 3] = UnpackHi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  // Lanes: t[m] = groups 0, 1 of columns m and m+8; t[4+m] of m+4, m+12;
+  // t[8+m] and t[12+m] the same for groups 2 and 3.
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    t[m] = Lanes128<kEvenLanes>(r[m], r[4 + m]);
+    t[4 + m] = Lanes128<kOddLanes>(r[m], r[4 + m]);
+    t[8 + m] = Lanes128<kEvenLanes>(r[8 + m], r[12 + m]);
+    t[12 + m] = Lanes128<kOddLanes>(r[8 + m], r[12 + m]);
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    _mm512_storeu_ps(dst + m * dst_step, Lanes128<kEvenLanes>(t[m], t[8 + m]));
+    _mm512_storeu_ps(dst + (m + 8) * dst_step,
+                     Lanes128<kOddLanes>(t[m], t[8 + m]));
+    _mm512_storeu_ps(dst + (m + 4) * dst_step,
+                     Lanes128<kEvenLanes>(t[4 + m], t[12 + m]));
+    _mm512_storeu_ps(dst + (m + 12) * dst_step,
+                     Lanes128<kOddLanes>(t[4 + m], t[12 + m]));
+  }
+}
+
 // The kernels as types, so that one dispatcher serves all three.
 struct ForwardKernel {
   template <int V, int R>

@@ -277,10 +277,10 @@ bool CpuDevice::HasDirectConv(const WindowGeometry& window, int filters) const {
   // OpenBLAS on ResNet-20's and ResNet-50's convolutions (lockstep_bench
   // conv, docs/benchmarks.md): everywhere but where each image has a single
   // output pixel and the kernel taps its window has inside the image hold
-  // more than 1 MiB (ResNet-50's last stage at 32x32 input). There each
-  // kernel float serves one pixel per image, and transposing the kernel for
-  // the input gradient costs more than the products.
-  constexpr int64_t kMaxSinglePixelKernelBytes = int64_t{1} << 20;
+  // more than 4 MiB (one layer of ResNet-50 at 32x32 input, 8 MiB). There
+  // each kernel float serves one pixel per image, and transposing the kernel
+  // for the input gradient costs more than the products.
+  constexpr int64_t kMaxSinglePixelKernelBytes = int64_t{4} << 20;
   if (int64_t{window.out_height} * window.out_width != 1) return true;
   auto inside = [](int64_t window_size, int64_t pad, int64_t image_size) {
     return std::max<int64_t>(0, std::min(window_size, pad + image_size) - pad);

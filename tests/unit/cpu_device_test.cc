@@ -72,7 +72,7 @@ TEST_F(CpuDeviceTest, NameMentionsOpenBlasAndTheConvolutions) {
 
 // Where the direct kernels win (measured, see HasDirectConv): everywhere
 // but a single output pixel whose window's taps inside the image hold more
-// than 1 MiB of kernel; never with them off, always with kDirect.
+// than 4 MiB of kernel; never with them off, always with kDirect.
 TEST_F(CpuDeviceTest, DirectConvolutionWhereItWins) {
   if (!cpu_ops::DirectConvAvailable()) GTEST_SKIP() << "no AVX-512F here";
   WindowGeometry g;
@@ -86,16 +86,17 @@ TEST_F(CpuDeviceTest, DirectConvolutionWhereItWins) {
   WindowGeometry one = g;
   one.input = {32, 1, 1, 512};
   one.out_height = one.out_width = 1;
-  EXPECT_TRUE(device_->HasDirectConv(one, 512));   // 512*512*4 = 1 MiB
-  EXPECT_FALSE(device_->HasDirectConv(one, 513));
+  EXPECT_TRUE(device_->HasDirectConv(one, 2048));  // 512*2048*4 = 4 MiB
+  EXPECT_FALSE(device_->HasDirectConv(one, 2049));
   // 2x2 input, 3x3 window, no padding on the top and left: 2 x 2 taps.
   one.input = {32, 2, 2, 256};
   one.pad_top = one.pad_left = 0;
-  EXPECT_TRUE(device_->HasDirectConv(one, 256));  // 4*256*256*4 = 1 MiB
-  EXPECT_FALSE(device_->HasDirectConv(one, 257));
+  EXPECT_TRUE(device_->HasDirectConv(one, 1024));  // 4*256*1024*4 = 4 MiB
+  EXPECT_FALSE(device_->HasDirectConv(one, 1025));
   auto im2col = CpuDevice::Create(1, CpuConv::kIm2Col);
   EXPECT_FALSE(im2col->HasDirectConv(g, 64));
-  EXPECT_TRUE(CpuDevice::Create(1, CpuConv::kDirect)->HasDirectConv(one, 4096));
+  EXPECT_TRUE(
+      CpuDevice::Create(1, CpuConv::kDirect)->HasDirectConv(one, 65536));
   std::vector<float> x(g.input.Size(), 1.0f), k(g.PatchSize() * 64, 1.0f);
   std::vector<float> y(g.OutputPixels() * 64, 3.0f);
   EXPECT_EQ(im2col->ConvForward(g, 64, x.data(), k.data(), y.data()).code(),
