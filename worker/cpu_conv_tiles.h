@@ -323,6 +323,8 @@ void RunTile(int v, int r, const Args&... args) {
   }
 }
 
+#undef LOCKSTEP_TILE_INLINE
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
