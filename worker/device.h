@@ -84,10 +84,32 @@ class Device {
 
   // x = max(x, 0), n elements, in place.
   virtual absl::Status ReluForward(size_t n, float* x) = 0;
+  // y = max(x, 0) into another buffer (y may also be x). By default a copy
+  // and ReluForward; a device may do it in one pass.
+  virtual absl::Status ReluForwardInto(size_t n, const float* x, float* y) {
+    if (y != x) {
+      if (absl::Status s = CopyOnDevice(x, y, n * sizeof(float)); !s.ok()) {
+        return s;
+      }
+    }
+    return ReluForward(n, y);
+  }
 
   // grad *= (activation > 0), n elements; `activation` is ReLU's output.
   virtual absl::Status ReluBackward(size_t n, const float* activation,
                                     float* grad) = 0;
+  // dx = dy where activation > 0, else 0: ReluBackward into another
+  // buffer (dx may also be dy). By default a copy and ReluBackward; a
+  // device may do it in one pass.
+  virtual absl::Status ReluBackwardInto(size_t n, const float* activation,
+                                        const float* dy, float* dx) {
+    if (dx != dy) {
+      if (absl::Status s = CopyOnDevice(dy, dx, n * sizeof(float)); !s.ok()) {
+        return s;
+      }
+    }
+    return ReluBackward(n, activation, dx);
+  }
 
   // bias_grad[c] = sum over r of grad[r][c].
   virtual absl::Status BiasGradient(int rows, int cols, const float* grad,

@@ -221,6 +221,34 @@ TEST_F(CpuDeviceTest, ReluForwardAndBackward) {
   EXPECT_EQ(grad, (std::vector<float>{0.0f, 0.0f, 3.0f, 0.0f, -5.0f}));
 }
 
+// The one-pass forms give the bits of a copy followed by the in-place op
+// (the base class's way, which CUDA uses), into another buffer or in place.
+TEST_F(CpuDeviceTest, ReluIntoMatchesCopyThenInPlace) {
+  std::vector<float> x = RandomVector(1001, 31);
+  for (int i = 0; i < 1001; i += 7) x[i] = i % 2 ? 0.0f : -0.0f;
+  const std::vector<float> dy = RandomVector(1001, 32);
+  std::vector<float> want_y = x, y(x.size(), 9.0f);
+  ASSERT_TRUE(device_->ReluForward(want_y.size(), want_y.data()).ok());
+  ASSERT_TRUE(device_->ReluForwardInto(x.size(), x.data(), y.data()).ok());
+  EXPECT_EQ(y, want_y);
+  std::vector<float> want_dx = dy, dx(dy.size(), 9.0f);
+  ASSERT_TRUE(
+      device_->ReluBackward(want_dx.size(), y.data(), want_dx.data()).ok());
+  ASSERT_TRUE(
+      device_->ReluBackwardInto(dy.size(), y.data(), dy.data(), dx.data())
+          .ok());
+  EXPECT_EQ(dx, want_dx);
+  std::vector<float> in_place = dy;
+  ASSERT_TRUE(device_
+                  ->ReluBackwardInto(dy.size(), y.data(), in_place.data(),
+                                     in_place.data())
+                  .ok());
+  EXPECT_EQ(in_place, want_dx);
+  EXPECT_FALSE(device_->ReluForwardInto(3, nullptr, y.data()).ok());
+  EXPECT_FALSE(device_->ReluBackwardInto(3, y.data(), nullptr, dx.data()).ok());
+  EXPECT_TRUE(device_->ReluBackwardInto(0, nullptr, nullptr, nullptr).ok());
+}
+
 TEST_F(CpuDeviceTest, BiasGradientSumsColumns) {
   const std::vector<float> grad = {1, 2, 3, 10, 20, 30, -1, 0.5f, 0};
   std::vector<float> bias_grad = {99, 99, 99};  // Overwritten, not added to.

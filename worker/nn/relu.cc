@@ -17,18 +17,14 @@ ReLU::ReLU(std::string name, const TensorShape& input)
 
 absl::Status ReLU::RunForward(const ForwardArgs& args) {
   const size_t n = static_cast<size_t>(args.batch * output_shape().size());
-  RETURN_IF_ERROR(
-      device()->CopyOnDevice(args.inputs[0], args.output, n * sizeof(float)));
-  return device()->ReluForward(n, args.output);
+  return device()->ReluForwardInto(n, args.inputs[0], args.output);
 }
 
 absl::Status ReLU::RunBackward(const BackwardArgs& args) {
   float* dx = args.input_grads[0];
   if (dx == nullptr) return absl::OkStatus();
   const size_t n = static_cast<size_t>(args.batch * output_shape().size());
-  RETURN_IF_ERROR(
-      device()->CopyOnDevice(args.output_grad, dx, n * sizeof(float)));
-  return device()->ReluBackward(n, args.output, dx);
+  return device()->ReluBackwardInto(n, args.output, args.output_grad, dx);
 }
 
 }  // namespace lockstep
