@@ -85,9 +85,10 @@ TEST(BenchSmokeTest, CommReportsEveryFigure) {
 TEST(BenchSmokeTest, ConvTimesEveryConvolutionBothWays) {
   if (!cpu_ops::DirectConvAvailable()) GTEST_SKIP() << "no AVX-512F here";
   const std::string json = MakeTempDir() + "/conv.json";
-  const RunResult run = RunProcess({kBench, "conv", "--model=cnn", "--batch=2",
-                                    "--rounds=1", "--json=" + json},
-                                   {}, absl::Seconds(120));
+  const RunResult run =
+      RunProcess({kBench, "conv", "--model=cnn", "--batch=2", "--rounds=1",
+                  "--threads=2", "--json=" + json},
+                 {}, absl::Seconds(120));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::string text = ReadFile(json);
   for (const char* key :
@@ -97,6 +98,7 @@ TEST(BenchSmokeTest, ConvTimesEveryConvolutionBothWays) {
     ASSERT_TRUE(value.ok()) << key << " missing from:\n" << text;
     EXPECT_GT(*value, 0) << key;
   }
+  EXPECT_EQ(*FindJsonNumber(text, {"threads"}), 2);
   // The CNN's first convolution needs no input gradient.
   EXPECT_NE(run.output.find("(no dx)"), std::string::npos) << run.output;
   EXPECT_NE(run.output.find("device uses"), std::string::npos) << run.output;

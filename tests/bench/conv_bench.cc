@@ -113,8 +113,9 @@ bool Pointwise(const WindowGeometry& g) {
 }  // namespace
 
 absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
-  if (options.batch < 1 || options.reps < 1) {
-    return absl::InvalidArgumentError("conv: --batch and --reps must be >= 1");
+  if (options.batch < 1 || options.reps < 1 || options.threads < 1) {
+    return absl::InvalidArgumentError(
+        "conv: --batch, --rounds and --threads must be >= 1");
   }
   if (!cpu_ops::DirectConvAvailable()) {
     return absl::FailedPreconditionError(
@@ -128,9 +129,12 @@ absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
   // One graph per device: a layer is bound to the device it is prepared on.
   ASSIGN_OR_RETURN(Graph direct_graph, BuildModelGraph(spec));
   ASSIGN_OR_RETURN(Graph im2col_graph, BuildModelGraph(spec));
-  std::unique_ptr<Device> direct = CpuDevice::Create(1, CpuConv::kDirect);
-  std::unique_ptr<Device> im2col = CpuDevice::Create(1, CpuConv::kIm2Col);
-  std::unique_ptr<Device> automatic = CpuDevice::Create(1, CpuConv::kAuto);
+  // OpenBLAS's thread count is process-wide; the three agree on it.
+  const int threads = options.threads;
+  std::unique_ptr<Device> direct = CpuDevice::Create(threads, CpuConv::kDirect);
+  std::unique_ptr<Device> im2col = CpuDevice::Create(threads, CpuConv::kIm2Col);
+  std::unique_ptr<Device> automatic =
+      CpuDevice::Create(threads, CpuConv::kAuto);
 
   ConvBenchResult result;
   result.options = options;
@@ -197,6 +201,7 @@ std::string ConvResultJson(const ConvBenchResult& r) {
       .Add("model", r.options.model)
       .Add("batch", r.options.batch)
       .Add("reps", r.options.reps)
+      .Add("threads", r.options.threads)
       .Add("direct_total_ms", r.direct_total_ms)
       .Add("im2col_total_ms", r.im2col_total_ms)
       .Add("chosen_total_ms", r.chosen_total_ms);
@@ -213,9 +218,10 @@ std::string ConvResultJson(const ConvBenchResult& r) {
 
 void PrintConvTable(const ConvBenchResult& r, std::FILE* out) {
   std::string text = absl::StrFormat(
-      "conv: %s, batch %d, 1 thread; forward + backward of one layer, median "
-      "of %d alternated rounds\n",
-      r.options.model, r.options.batch, r.options.reps);
+      "conv: %s, batch %d, %d thread%s; forward + backward of one layer, "
+      "median of %d alternated rounds\n",
+      r.options.model, r.options.batch, r.options.threads,
+      r.options.threads == 1 ? "" : "s", r.options.reps);
   absl::StrAppendFormat(&text, "%-42s %6s %11s %11s %9s  %s\n", "geometry",
                         "layers", "direct ms", "im2col ms", "speedup",
                         "device uses");

@@ -16,7 +16,8 @@ namespace lockstep {
 struct ConvBenchOptions {
   std::string model = "resnet20";
   int batch = 32;
-  int reps = 5;  // Alternated rounds; each figure is their median.
+  int reps = 5;     // Alternated rounds; each figure is their median.
+  int threads = 1;  // The devices' threads (--cpu_threads).
 };
 
 // One geometry of the model's convolutions (several layers may share it).

@@ -55,6 +55,7 @@ ABSL_FLAG(int, rounds, 3,
           "peers: alternated rounds of every program; conv: of every layer.");
 ABSL_FLAG(std::string, model, "resnet20", "conv: cnn | resnet20 | resnet50.");
 ABSL_FLAG(int, batch, 32, "conv: images per pass.");
+ABSL_FLAG(int, threads, 1, "conv: the CPU devices' threads.");
 ABSL_FLAG(int, large_iters, 15, "peers: timed steps of the 25.6M runs.");
 ABSL_FLAG(int, small_iters, 1000, "peers: timed steps of the 101,770 runs.");
 ABSL_FLAG(std::string, json, "", "Also write the figures here as JSON.");
@@ -116,7 +117,7 @@ Usage:
   lockstep_bench peers [--peers_dir=DIR] [--rounds=3]
       runs the PyTorch peer programs beside the matching Lockstep runs,
       alternated, and prints medians and ratios to the targets of issue 4.
-  lockstep_bench conv [--model=resnet20] [--batch=32] [--rounds=3]
+  lockstep_bench conv [--model=resnet20] [--batch=32] [--rounds=3] [--threads=1]
       times forward + backward of every convolution of the model (32x32x3
       input) through its Conv2D layer on the CPU device, with the direct
       AVX-512 kernels and with im2col + OpenBLAS, alternated; prints each
@@ -287,6 +288,7 @@ absl::Status RunMode(const std::string& mode,
     options.model = absl::GetFlag(FLAGS_model);
     options.batch = absl::GetFlag(FLAGS_batch);
     options.reps = absl::GetFlag(FLAGS_rounds);
+    options.threads = absl::GetFlag(FLAGS_threads);
     RETURN_IF_ERROR(CheckAtLeast("batch", options.batch, 1));
     RETURN_IF_ERROR(CheckAtLeast("rounds", options.reps, 1));
     ASSIGN_OR_RETURN(ConvBenchResult result, RunConvBench(options));
