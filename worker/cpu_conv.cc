@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "worker/cpu_conv_layout.h"
 #include "worker/cpu_conv_tiles.h"
 #include "worker/device_checks.h"
 
@@ -15,6 +16,18 @@ namespace lockstep {
 namespace cpu_ops {
 namespace {
 
+using conv_layout::AllTaps;
+using conv_layout::BatchTiles;
+using conv_layout::ForEachInsideTap;
+using conv_layout::ForEachTile;
+using conv_layout::ForEachVectorBlock;
+using conv_layout::InsideTaps;
+using conv_layout::Padded;
+using conv_layout::PaddedFor;
+using conv_layout::PaddedInput;
+using conv_layout::RoundUpToLanes;
+using conv_layout::TransposeTap;
+using conv_layout::UnpadImage;
 using conv_tiles::BackwardDataArgs;
 using conv_tiles::BackwardDataKernel;
 using conv_tiles::BackwardFilterArgs;
@@ -25,196 +38,6 @@ using conv_tiles::kLanes;
 using conv_tiles::kMaxVectors;
 using conv_tiles::MaxTile;
 using conv_tiles::RunTile;
-
-int64_t RoundUpToLanes(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
-
-// The image every window reads, its padding made explicit: `rows` x `cols`
-// pixels, of which pixel (pad_top, pad_left) is the input's (0, 0); output
-// pixel (oh, ow)'s window starts at (oh * stride_height, ow * stride_width).
-// `in_place` when the input itself serves (no window reaches outside it).
-struct Padded {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  bool in_place = false;
-
-  int64_t Size(int channels) const { return rows * cols * channels; }
-};
-
-Padded PaddedFor(const WindowGeometry& g) {
-  Padded p;
-  p.rows = int64_t{g.out_height - 1} * g.stride_height + g.window_height;
-  p.cols = int64_t{g.out_width - 1} * g.stride_width + g.window_width;
-  if (g.pad_top == 0 && g.pad_left == 0 && p.rows <= g.input.height &&
-      p.cols <= g.input.width) {
-    p = {g.input.height, g.input.width, true};
-  }
-  return p;
-}
-
-// Copies image `x` (one of window.input's) into `xp`, zeros around it.
-void PadImage(const WindowGeometry& g, const Padded& p, const float* x,
-              float* xp) {
-  const int64_t c = g.input.channels;
-  const int64_t left = std::min<int64_t>(g.pad_left, p.cols);
-  const int64_t inside =
-      std::clamp<int64_t>(p.cols - g.pad_left, 0, g.input.width);
-  for (int64_t r = 0; r < p.rows; ++r) {
-    float* dst = xp + r * p.cols * c;
-    const int64_t h = r - g.pad_top;
-    if (h < 0 || h >= g.input.height) {
-      std::memset(dst, 0, sizeof(float) * p.cols * c);
-      continue;
-    }
-    std::memset(dst, 0, sizeof(float) * left * c);
-    std::memcpy(dst + left * c, x + h * g.input.width * c,
-                sizeof(float) * inside * c);
-    std::memset(dst + (left + inside) * c, 0,
-                sizeof(float) * (p.cols - left - inside) * c);
-  }
-}
-
-// The inverse direction for gradients: dx = the part of `dxp` that PadImage
-// would fill from x; input pixels no window reads get zero.
-void UnpadImage(const WindowGeometry& g, const Padded& p, const float* dxp,
-                float* dx) {
-  const int64_t c = g.input.channels, width = g.input.width;
-  for (int64_t h = 0; h < g.input.height; ++h) {
-    float* dst = dx + h * width * c;
-    const int64_t r = h + g.pad_top;
-    const int64_t inside =
-        r < p.rows ? std::clamp<int64_t>(p.cols - g.pad_left, 0, width) : 0;
-    if (inside > 0) {
-      std::memcpy(dst, dxp + (r * p.cols + g.pad_left) * c,
-                  sizeof(float) * inside * c);
-    }
-    std::memset(dst + inside * c, 0, sizeof(float) * (width - inside) * c);
-  }
-}
-
-// Splits `n` items into the fewest tiles of at most `max_tile`, of sizes
-// that differ by at most one; calls visit(first, size) for each.
-template <typename Visit>
-void ForEachTile(int64_t n, int max_tile, Visit visit) {
-  const int64_t tiles = (n + max_tile - 1) / max_tile;
-  if (tiles == 0) return;
-  const int64_t base = n / tiles, extra = n % tiles;
-  int64_t first = 0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t size = base + (t < extra ? 1 : 0);
-    visit(first, static_cast<int>(size));
-    first += size;
-  }
-}
-
-// The lanes of a tile's last vector that hold real outputs.
-__mmask16 TailMask(int64_t count) {
-  const int64_t rem = count % kLanes;
-  return rem == 0 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << rem) - 1);
-}
-
-// Calls visit(v0, v, last) for the blocks of at most kMaxVectors vectors
-// that cover `count` channels: vectors v0 ... v0 + v - 1, `last` the real
-// lanes of the block's last vector.
-template <typename Visit>
-void ForEachVectorBlock(int64_t count, Visit visit) {
-  const int64_t vectors = RoundUpToLanes(count) / kLanes;
-  for (int64_t v0 = 0; v0 < vectors; v0 += kMaxVectors) {
-    const int v =
-        static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v0));
-    visit(v0, v, v0 + v == vectors ? TailMask(count) : __mmask16{0xFFFF});
-  }
-}
-
-// Image n of x as the kernels read it: x's own, or padded into scratch.
-const float* PaddedInput(const WindowGeometry& g, const Padded& p,
-                         const float* x, int n, ConvScratch* s) {
-  const float* image = x + n * g.input.ImageSize();
-  if (p.in_place) return image;
-  PadImage(g, p, image, s->image.data());
-  return s->image.data();
-}
-
-// Narrow output maps (ResNet-50's 2x2 and 1x1 at 32x32 input) get batch
-// tiles: one output pixel of up to 16 images, whose windows all have the
-// same taps inside the image, so the taps in the padding are skipped (8 of
-// the 9 of a 3x3 window on a 1x1 map) and every kernel vector loaded
-// serves a whole tile. Wider maps get image tiles: up to 16 pixels of one
-// row of one zero-padded image.
-constexpr int kImageTilesFromWidth = 4;
-
-bool BatchTiles(const WindowGeometry& g) {
-  return g.out_width < kImageTilesFromWidth;
-}
-
-// Calls visit(i, j, h, w) for the taps (i, j) of output pixel (oh, ow)'s
-// window that lie inside the image, at its pixel (h, w), in (i, j) order.
-// In 64 bits: a caller may pass any output size, and oh * stride must not
-// wrap around into the image.
-template <typename Visit>
-void ForEachInsideTap(const WindowGeometry& g, int oh, int ow, Visit visit) {
-  for (int i = 0; i < g.window_height; ++i) {
-    const int64_t h = int64_t{oh} * g.stride_height - g.pad_top + i;
-    if (h < 0 || h >= g.input.height) continue;
-    for (int j = 0; j < g.window_width; ++j) {
-      const int64_t w = int64_t{ow} * g.stride_width - g.pad_left + j;
-      if (w < 0 || w >= g.input.width) continue;
-      visit(i, j, h, w);
-    }
-  }
-}
-
-// Offsets of every tap (i, j) of a padded image's window, in (i, j) order:
-// (i * cols + j) * channels into the image, and (i * window_width + j) *
-// tap_floats into the kernel.
-void AllTaps(const WindowGeometry& g, const Padded& p, int64_t tap_floats,
-             ConvScratch* s) {
-  s->offsets_a.clear();
-  s->offsets_b.clear();
-  for (int64_t i = 0; i < g.window_height; ++i) {
-    for (int64_t j = 0; j < g.window_width; ++j) {
-      s->offsets_a.push_back((i * p.cols + j) * g.input.channels);
-      s->offsets_b.push_back((i * g.window_width + j) * tap_floats);
-    }
-  }
-}
-
-// The same for the taps of output pixel (oh, ow) inside the (unpadded)
-// image: (h * width + w) * channels into it.
-void InsideTaps(const WindowGeometry& g, int oh, int ow, int64_t tap_floats,
-                ConvScratch* s) {
-  s->offsets_a.clear();
-  s->offsets_b.clear();
-  ForEachInsideTap(g, oh, ow, [&](int i, int j, int64_t h, int64_t w) {
-    s->offsets_a.push_back((h * g.input.width + w) * g.input.channels);
-    s->offsets_b.push_back((int64_t{i} * g.window_width + j) * tap_floats);
-  });
-}
-
-// dst[f][ci] = src[ci][f] for a c x filters block, each dst row padded to
-// padded_c floats with zeros; in 16 x 16 blocks (with AVX-512 where whole),
-// so that neither side strides through memory a float at a time.
-void TransposeTap(const float* src, int64_t c, int64_t filters,
-                  int64_t padded_c, float* dst) {
-  for (int64_t f0 = 0; f0 < filters; f0 += kLanes) {
-    const int64_t f1 = std::min(f0 + kLanes, filters);
-    for (int64_t c0 = 0; c0 < c; c0 += kLanes) {
-      const int64_t c1 = std::min(c0 + kLanes, c);
-      if (f1 - f0 == kLanes && c1 - c0 == kLanes) {
-        conv_tiles::Transpose16x16(src + c0 * filters + f0, filters,
-                                   dst + f0 * padded_c + c0, padded_c);
-        continue;
-      }
-      for (int64_t ci = c0; ci < c1; ++ci) {
-        for (int64_t f = f0; f < f1; ++f) {
-          dst[f * padded_c + ci] = src[ci * filters + f];
-        }
-      }
-    }
-    for (int64_t f = f0; f < f1; ++f) {
-      std::fill(dst + f * padded_c + c, dst + (f + 1) * padded_c, 0.0f);
-    }
-  }
-}
 
 // The whole passes, over blocks of up to kMaxVectors vectors of output
 // channels (forward, kernel gradient) or input channels (input gradient).

@@ -1,9 +1,9 @@
-// The tiles of the CPU device's direct convolutions (cpu_conv.cc, the only
-// file that includes this): AVX-512 kernels that each hold a tile of
-// outputs, R pixels (or input channels) x V vectors of 16 floats, in
-// registers, and RunTile, which picks the kernel instance for a tile's
-// run-time size. The tile templates must stay fully unrolled (the pragmas)
-// for the compiler to keep a tile in registers.
+// The tiles of the CPU device's direct convolutions (cpu_conv.cc and
+// cpu_conv_layout.cc, the only files that include this): AVX-512 kernels that
+// each hold a tile of outputs, R pixels (or input channels) x V vectors of 16
+// floats, in registers, and RunTile, which picks the kernel instance for a
+// tile's run-time size. The tile templates must stay fully unrolled (the
+// pragmas) for the compiler to keep a tile in registers.
 #ifndef LOCKSTEP_WORKER_CPU_CONV_TILES_H_
 #define LOCKSTEP_WORKER_CPU_CONV_TILES_H_
 
