@@ -1,5 +1,8 @@
 #include "worker/image_geometry.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "absl/strings/str_format.h"
 
 namespace lockstep {
@@ -38,6 +41,25 @@ absl::Status ValidateWindow(const char* op, const WindowGeometry& window) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: negative padding (%d, %d) or output size %d x %d", op,
         window.pad_top, window.pad_left, window.out_height, window.out_width));
+  }
+  // Every implementation (the CPU loops, the CUDA element functions) computes
+  // window positions, oh * stride - pad + i, and image row plus padding in
+  // int: refuse geometries where they would not fit.
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  const int64_t last_row =
+      int64_t{window.out_height - 1} * window.stride_height +
+      window.window_height;
+  const int64_t last_col =
+      int64_t{window.out_width - 1} * window.stride_width + window.window_width;
+  if (last_row > kMax || last_col > kMax ||
+      int64_t{window.input.height} + window.pad_top > kMax ||
+      int64_t{window.input.width} + window.pad_left > kMax) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: window positions out of range: %d x %d outputs with strides "
+        "%d x %d over a %d x %d image padded by (%d, %d)",
+        op, window.out_height, window.out_width, window.stride_height,
+        window.stride_width, window.input.height, window.input.width,
+        window.pad_top, window.pad_left));
   }
   return absl::OkStatus();
 }

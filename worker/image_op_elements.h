@@ -14,7 +14,8 @@
 //
 // `Index` is the type of the flat indices: int32_t when every buffer of a
 // call has fewer than 2^31 elements (cheaper division on a GPU), else
-// int64_t.
+// int64_t. Window positions (oh * stride - pad + i) are computed in Index:
+// ValidateWindow refuses geometries whose positions would not fit in int.
 #ifndef LOCKSTEP_WORKER_IMAGE_OP_ELEMENTS_H_
 #define LOCKSTEP_WORKER_IMAGE_OP_ELEMENTS_H_
 

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/random.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/cpu_conv_runner.h"
 #include "worker/image_geometry.h"
@@ -20,6 +21,7 @@
 namespace lockstep {
 namespace {
 
+using ::testing::HasSubstr;
 using cpu_ops::ConvScratch;
 
 struct Case {
@@ -320,14 +322,13 @@ TEST_F(DirectConvTest, RunnerSplitsTheBatchAcrossThreads) {
   }
 }
 
-// Window positions are computed in 64 bits: with a stride of 2^16 and
-// 2^16 + 1 output rows, oh * stride would wrap to 0 in 32 bits and read
-// the image's row 0 again for the last output row.
-TEST_F(DirectConvTest, HugeStridesDoNotWrapAround) {
+// Windows far past the image: with a stride of 2^15 and 2^15 + 1 output
+// rows, only output row 0 sees the image's one pixel.
+TEST_F(DirectConvTest, HugeStridesSeeOnlyTheFirstWindow) {
   WindowGeometry g;
   g.input = {1, 1, 1, 1};
-  g.stride_height = 1 << 16;
-  g.out_height = (1 << 16) + 1;
+  g.stride_height = 1 << 15;
+  g.out_height = (1 << 15) + 1;
   g.out_width = 1;
   const float x = 6.0f, kernel = 0.5f;
   std::vector<float> y(g.out_height, 7.0f), dy(g.out_height, 1.0f);
@@ -335,7 +336,7 @@ TEST_F(DirectConvTest, HugeStridesDoNotWrapAround) {
       cpu_ops::DirectConvForward(g, 1, &x, &kernel, y.data(), &scratch_).ok());
   EXPECT_EQ(y[0], 3.0f);
   EXPECT_EQ(y[1], 0.0f);
-  EXPECT_EQ(y[1 << 16], 0.0f);
+  EXPECT_EQ(y[1 << 15], 0.0f);
   float dk = 7.0f, dx = 7.0f;
   ASSERT_TRUE(
       cpu_ops::DirectConvBackwardFilter(g, 1, &x, dy.data(), &dk, &scratch_)
@@ -345,6 +346,31 @@ TEST_F(DirectConvTest, HugeStridesDoNotWrapAround) {
       cpu_ops::DirectConvBackwardData(g, 1, dy.data(), &kernel, &dx, &scratch_)
           .ok());
   EXPECT_EQ(dx, 0.5f);
+}
+
+// With a stride of 2^16 and 2^16 + 1 output rows the last window starts at
+// row 2^32, past int: every convolution refuses the geometry rather than
+// wrap around to row 0.
+TEST_F(DirectConvTest, RefusesWindowPositionsPastInt) {
+  WindowGeometry g;
+  g.input = {1, 1, 1, 1};
+  g.stride_height = 1 << 16;
+  g.out_height = (1 << 16) + 1;
+  g.out_width = 1;
+  const float x = 6.0f, kernel = 0.5f;
+  std::vector<float> y(g.out_height, 7.0f), dy(g.out_height, 1.0f);
+  float dk = 7.0f, dx = 7.0f;
+  for (const absl::Status& s :
+       {cpu_ops::DirectConvForward(g, 1, &x, &kernel, y.data(), &scratch_),
+        cpu_ops::DirectConvBackwardFilter(g, 1, &x, dy.data(), &dk, &scratch_),
+        cpu_ops::DirectConvBackwardData(g, 1, dy.data(), &kernel, &dx,
+                                        &scratch_)}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("window positions out of range"));
+  }
+  EXPECT_EQ(y[0], 7.0f);
+  EXPECT_EQ(dk, 7.0f);
+  EXPECT_EQ(dx, 7.0f);
 }
 
 TEST(DirectConvArgsTest, RefusesBadCallsBeforeTouchingMemory) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -200,6 +201,37 @@ TEST_F(CpuDeviceTest, GemmRejectsNegativeSizes) {
   EXPECT_EQ(
       device_->Gemm(false, false, -1, 1, 1, 1.0f, &x, &x, 0.0f, &x).code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+// The image ops compute window positions in int (as the CUDA element
+// functions do): a geometry whose last window starts past INT_MAX, or whose
+// padding pushes image rows past it, is refused before anything is read.
+TEST_F(CpuDeviceTest, ImageOpsRefuseWindowPositionsPastInt) {
+  WindowGeometry wide;
+  wide.input = {1, 1, 1, 1};
+  wide.stride_width = 1 << 16;
+  wide.out_height = 1;
+  wide.out_width = (1 << 16) + 1;
+  WindowGeometry padded;
+  padded.input = {1, 2, 1, 1};
+  padded.pad_top = std::numeric_limits<int>::max() - 1;
+  padded.out_height = 1;
+  padded.out_width = 1;
+  for (const WindowGeometry& g : {wide, padded}) {
+    std::vector<float> out(g.OutputPixels(), 7.0f);
+    std::vector<int32_t> argmax(g.OutputPixels(), -1);
+    float x[2] = {3.0f, 4.0f};
+    for (const absl::Status& s :
+         {device_->Im2Col(g, x, out.data()), device_->Col2Im(g, out.data(), x),
+          device_->MaxPoolForward(g, x, out.data(), argmax.data()),
+          device_->MaxPoolBackward(g, out.data(), argmax.data(), x)}) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_THAT(s.message(), HasSubstr("window positions out of range"));
+    }
+    EXPECT_EQ(out[0], 7.0f);
+    EXPECT_EQ(argmax[0], -1);
+    EXPECT_EQ(x[0], 3.0f);
+  }
 }
 
 TEST_F(CpuDeviceTest, AddBias) {
