@@ -61,6 +61,7 @@ class PsClient::Impl {
     push_target_.window = options_.max_pushes_in_flight;
     push_target_.timings = &timings_;
     push_target_.decode_ns = &decode_ns_;
+    push_target_.encoded = &encoded_;
   }
 
   absl::StatusOr<RegisterResult> Register(int rank,
@@ -117,6 +118,7 @@ class PsClient::Impl {
     plan_ = std::move(plan);
     rank_ = rank;
     push_target_.plan = &*plan_;
+    encoded_.resize(plan_->num_chunks());
     push_target_.rank = rank;
     push_target_.incarnations = incarnations_;
     return result;
@@ -285,9 +287,11 @@ class PsClient::Impl {
   // decoding, on gRPC's threads, adds to decode_ns_.
   StepTimings timings_;
   std::atomic<int64_t> decode_ns_{0};
-  // What a step pushes with (filled at construction and Register), and the
-  // step in flight, destroyed first: an abandoned step waits for its pushes.
+  // What a step pushes with (filled at construction and Register), the
+  // encoded payloads it sends, by chunk, and the step in flight, destroyed
+  // first: an abandoned step waits for its pushes.
   ps_client_internal::PushTarget push_target_;
+  std::vector<std::string> encoded_;
   std::unique_ptr<ps_client_internal::PushStep> step_;
 };
 

@@ -126,8 +126,9 @@ void PushStep::Prepare(const Chunk& chunk) {
     payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
                                 values.size() * sizeof(float));
   } else {
-    EncodeTensor(values, target_.wire_dtype, &call->encoded);
-    payload = call->encoded;
+    std::string& encoded = (*target_.encoded)[chunk.index];
+    EncodeTensor(values, target_.wire_dtype, &encoded);
+    payload = encoded;
   }
   call->request =
       MakePushRequest(target_.rank, target_.incarnations[chunk.shard], step_,

@@ -48,6 +48,11 @@ struct PushTarget {
   WireDType wire_dtype = WireDType::kFloat32;
   int32_t proto_dtype = 0;  // lockstep.v1.DType of wire_dtype.
   int window = 0;           // Pushes out per shard; 0: no limit.
+  // bf16/fp16 payloads by chunk (fp32 is sent in place), reused from step to
+  // step: one step is in flight at a time, and its pushes are answered (or
+  // the step destroyed) before the next step encodes. Fresh buffers cost a
+  // page fault per 4 KiB and a zero fill every step.
+  std::vector<std::string>* encoded = nullptr;
   // Client-side time (PushStep adds encode, send and wait; not steps) and,
   // from gRPC's threads, decoding.
   StepTimings* timings = nullptr;
@@ -84,7 +89,6 @@ class PushStep final {
  private:
   struct Call {
     grpc::ClientContext context;
-    std::string encoded;  // bf16/fp16 payload; fp32 is sent in place.
     grpc::ByteBuffer request;
     grpc::ByteBuffer response;
     grpc::Status status;

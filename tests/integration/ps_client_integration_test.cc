@@ -1,0 +1,107 @@
+// PsClient against a real lockstep_server on loopback, step by step, with
+// results computed exactly: with one worker the server's step is
+// w -= lr * decode(encode(g)) in fp32, and the reply is encode(w). Every
+// step pushes a different gradient, so a payload left over from an earlier
+// step (the client reuses its encode buffers) changes the weights.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_signature.h"
+#include "common/random.h"
+#include "common/wire_codec.h"
+#include "gtest/gtest.h"
+#include "tests/integration/training_jobs.h"
+#include "worker/ps_client.h"
+
+namespace lockstep {
+namespace {
+
+constexpr int kElements = 1000;
+// 4 chunks, the last one short.
+constexpr int64_t kChunkBytes = 256 * sizeof(float);
+constexpr float kLearningRate = 0.5f;
+
+// What the wire does to `values`: rounded to `dtype` and back.
+std::vector<float> OnTheWire(const std::vector<float>& values, WireDType dtype) {
+  std::string bytes;
+  EncodeTensor(values, dtype, &bytes);
+  std::vector<float> out(values.size());
+  EXPECT_TRUE(DecodeTensor(bytes, dtype, absl::MakeSpan(out)).ok());
+  return out;
+}
+
+std::vector<float> RandomValues(uint64_t seed) {
+  Random random(seed);
+  std::vector<float> v(kElements);
+  for (float& x : v) x = random.Uniform(-2.0f, 2.0f);
+  return v;
+}
+
+class PsClientWireTest
+    : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(PsClientWireTest, EveryStepSendsItsOwnGradient) {
+  const auto& [dtype_name, shards] = GetParam();
+  const WireDType dtype = *ParseWireDType(dtype_name);
+  const std::string dir = MakeTempDir();
+  std::vector<Server> servers;
+  PsClientOptions options;
+  options.wire_dtype = dtype;
+  options.max_pushes_in_flight = 1;
+  for (int shard = 0; shard < shards; ++shard) {
+    servers.push_back(StartServer(/*workers=*/1, dir, shard, shards));
+    options.servers.push_back(servers.back().address);
+  }
+  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  ModelSignature signature;
+  signature.tensors.push_back({"w", {kElements}});
+  signature.optimizer = OptimizerConfig::Defaults("sgd");
+  signature.optimizer.learning_rate = kLearningRate;
+  signature.chunk_bytes = kChunkBytes;
+  signature.num_shards = shards;
+  absl::StatusOr<RegisterResult> registered =
+      (*client)->Register(0, signature, absl::Seconds(30));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_TRUE(registered->must_initialize);
+
+  std::vector<float> master = RandomValues(1);  // The server's fp32 copy.
+  ASSERT_TRUE((*client)->Initialize(master).ok());
+  std::vector<float> weights(kElements, 0.0f);
+  for (int64_t step = 0; step < 4; ++step) {
+    const std::vector<float> gradient = RandomValues(100 + step);
+    absl::StatusOr<int64_t> version =
+        (*client)->PushPull(step, gradient, absl::MakeSpan(weights));
+    ASSERT_TRUE(version.ok()) << version.status();
+    EXPECT_EQ(*version, step + 1);
+    const std::vector<float> sent = OnTheWire(gradient, dtype);
+    for (int i = 0; i < kElements; ++i) master[i] -= kLearningRate * sent[i];
+    const std::vector<float> expected = OnTheWire(master, dtype);
+    for (int i = 0; i < kElements; ++i) {
+      ASSERT_EQ(weights[i], expected[i])
+          << dtype_name << ", step " << step << ", element " << i;
+    }
+  }
+  EXPECT_TRUE((*client)->Leave().ok());
+  // The job's only worker left: each server finishes on its own.
+  for (Server& s : servers) {
+    EXPECT_EQ(s.process.Wait(kDeadline), 0) << s.process.Output();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DTypes, PsClientWireTest,
+    ::testing::Combine(::testing::Values("fp32", "bf16", "fp16"),
+                       ::testing::Values(1, 2)),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param),
+                          "shards");
+    });
+
+}  // namespace
+}  // namespace lockstep
