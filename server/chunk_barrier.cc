@@ -10,6 +10,18 @@
 
 namespace lockstep {
 
+std::shared_ptr<const std::string> EncodedWeights::Get(
+    WireDType dtype, const std::vector<float>& values) {
+  absl::MutexLock lock(&mu_);
+  std::weak_ptr<const std::string>& slot =
+      dtype == WireDType::kBfloat16 ? bf16_ : fp16_;
+  if (std::shared_ptr<const std::string> shared = slot.lock()) return shared;
+  auto encoded = std::make_shared<std::string>();
+  EncodeTensor(values, dtype, encoded.get());
+  slot = encoded;
+  return encoded;
+}
+
 ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
                            int num_workers,
                            std::unique_ptr<Optimizer> optimizer,
@@ -42,8 +54,7 @@ absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
     std::memcpy(weights->data(), fp32_bytes.data(), fp32_bytes.size());
     initialized_ = true;
     version_ = 0;
-    published_ = std::move(weights);
-    published_version_.store(0);
+    PublishLocked(std::move(weights));
     for (auto& [min_version, cb] : pull_waiters_) {
       answers.Add(std::move(cb), SnapshotLocked());
     }
@@ -97,8 +108,7 @@ absl::Status ChunkBarrier::Restore(const ChunkState& state) {
     }
     version_ = state.version;
     initialized_ = true;
-    published_ = std::make_shared<const std::vector<float>>(state.weights);
-    published_version_.store(version_);
+    PublishLocked(std::make_shared<const std::vector<float>>(state.weights));
     for (auto& [min_version, cb] : pull_waiters_) {
       answers.Add(std::move(cb), SnapshotLocked());
     }
@@ -253,8 +263,7 @@ void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
   }
   std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
   ++version_;
-  published_ = std::move(next);
-  published_version_.store(version_);
+  PublishLocked(std::move(next));
   counters_->chunk_steps.fetch_add(1, std::memory_order_relaxed);
   previous_published_at_ = published_at_;
   published_at_ = absl::Now();
@@ -269,6 +278,13 @@ void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
     answers->Add(std::move(it->second), SnapshotLocked());
   }
   pull_waiters_.erase(ready, pull_waiters_.end());
+}
+
+void ChunkBarrier::PublishLocked(
+    std::shared_ptr<const std::vector<float>> weights) {
+  published_ = std::move(weights);
+  encoded_ = std::make_shared<EncodedWeights>();
+  published_version_.store(version_);
 }
 
 int64_t ChunkBarrier::MinClockLocked() const {

@@ -29,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -47,11 +48,32 @@
 
 namespace lockstep {
 
+// The bf16 or fp16 encoding of one published version, made by the first
+// reply that needs it and shared by the replies in flight with it: W
+// workers' replies to a step cost one encode and one buffer, not W. It is
+// held only by those replies (the chunk keeps a weak reference), so it is
+// freed once they are sent; a later reply encodes again. Thread-safe.
+class EncodedWeights {
+ public:
+  // `values` encoded as `dtype` (bf16 or fp16); `values` must be the
+  // version's weights, the same on every call.
+  std::shared_ptr<const std::string> Get(WireDType dtype,
+                                         const std::vector<float>& values);
+
+ private:
+  absl::Mutex mu_;
+  std::weak_ptr<const std::string> bf16_ ABSL_GUARDED_BY(mu_);
+  std::weak_ptr<const std::string> fp16_ ABSL_GUARDED_BY(mu_);
+};
+
 // The weights of one chunk at one version. Immutable once published.
 struct ChunkSnapshot {
   int chunk = 0;
   int64_t version = 0;
   std::shared_ptr<const std::vector<float>> values;
+  // Encodings of `values` for the replies; never null in a snapshot that
+  // ChunkBarrier hands out.
+  std::shared_ptr<EncodedWeights> encoded;
 };
 
 using ChunkCallback = std::function<void(absl::StatusOr<ChunkSnapshot>)>;
@@ -151,8 +173,11 @@ class ChunkBarrier final {
   void ApplyAndPublishLocked(Answers* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ChunkSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return ChunkSnapshot{chunk_.index, version_, published_};
+    return ChunkSnapshot{chunk_.index, version_, published_, encoded_};
   }
+  // Makes `weights` the published version (its encodings made afresh).
+  void PublishLocked(std::shared_ptr<const std::vector<float>> weights)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MinClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Chunk chunk_;
@@ -171,6 +196,7 @@ class ChunkBarrier final {
   int64_t version_ ABSL_GUARDED_BY(mu_) = -1;
   // The latest version: the master weights, immutable once published.
   std::shared_ptr<const std::vector<float>> published_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<EncodedWeights> encoded_ ABSL_GUARDED_BY(mu_);
   // kSync: who pushed the step being gathered, and the step before.
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pushed_previous_ ABSL_GUARDED_BY(mu_);

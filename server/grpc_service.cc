@@ -42,7 +42,7 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
 
 // The callback that finishes a waiting Push or Pull with the chunk's
 // weights. fp32 replies send the published snapshot itself; bf16/fp16 ones
-// send an encoded copy.
+// send its encoding, made once per version and shared by every reply.
 ChunkCallback WeightsReply(ParameterServer* core,
                                             WireDType dtype,
                                             grpc::ServerUnaryReactor* reactor,
@@ -61,8 +61,8 @@ ChunkCallback WeightsReply(ParameterServer* core,
                                   values.size() * sizeof(float));
       owner = snapshot->values;
     } else {
-      auto encoded = std::make_shared<std::string>();
-      EncodeTensor(*snapshot->values, dtype, encoded.get());
+      std::shared_ptr<const std::string> encoded =
+          snapshot->encoded->Get(dtype, *snapshot->values);
       payload = *encoded;
       owner = std::move(encoded);
     }

@@ -72,6 +72,44 @@ TEST_F(ChunkBarrierTest, BackupWorkersCloseTheStepAndDropTheStraggler) {
   EXPECT_EQ(counters_.pushes_dropped_late.load(), 1);
 }
 
+// The replies of one version share one encoding per narrow dtype while any
+// of them holds it, made from that version's weights; the next version gets
+// its own.
+TEST_F(ChunkBarrierTest, RepliesOfAVersionShareItsEncoding) {
+  auto b = Make(SyncPolicy{}, 2);
+  Reply r0, r1, pulled;
+  Push(*b, 0, 0, {2, 4}, &r0);
+  Push(*b, 1, 0, {6, 8}, &r1);
+  b->Pull(1, pulled.Callback());
+  ASSERT_TRUE(r0.result->ok() && r1.result->ok() && pulled.result->ok());
+  const ChunkSnapshot& s0 = **r0.result;
+  const ChunkSnapshot& s1 = **r1.result;
+  ASSERT_NE(s0.encoded, nullptr);
+  EXPECT_EQ(s0.encoded, s1.encoded);
+  EXPECT_EQ((*pulled.result)->encoded, s0.encoded);
+  for (const WireDType dtype : {WireDType::kBfloat16, WireDType::kFloat16}) {
+    const std::shared_ptr<const std::string> once =
+        s0.encoded->Get(dtype, *s0.values);
+    EXPECT_EQ(s1.encoded->Get(dtype, *s1.values), once) << "encoded twice";
+    std::string expected;
+    EncodeTensor(*s0.values, dtype, &expected);
+    EXPECT_EQ(*once, expected);
+  }
+  EXPECT_NE(*s0.encoded->Get(WireDType::kBfloat16, *s0.values),
+            *s0.encoded->Get(WireDType::kFloat16, *s0.values));
+
+  Reply next0, next1;
+  Push(*b, 0, 1, {2, 4}, &next0);
+  Push(*b, 1, 1, {6, 8}, &next1);
+  ASSERT_TRUE(next0.result->ok());
+  const ChunkSnapshot& s2 = **next0.result;
+  EXPECT_NE(s2.encoded, s0.encoded);
+  std::string expected;
+  EncodeTensor(*s2.values, WireDType::kBfloat16, &expected);
+  EXPECT_EQ(*s2.encoded->Get(WireDType::kBfloat16, *s2.values), expected);
+  EXPECT_NE(expected, *s0.encoded->Get(WireDType::kBfloat16, *s0.values));
+}
+
 TEST_F(ChunkBarrierTest, SyncWithoutBackupsRefusesWrongSteps) {
   auto b = Make(SyncPolicy(), 2);
   Reply ahead, behind;
