@@ -33,7 +33,7 @@ using ::testing::HasSubstr;
 using cuda_test::CudaVsCpuTest;
 using cuda_test::Download;
 using cuda_test::ExpectClose;
-using cuda_test::kNoGpu;
+using cuda_test::kNeedsAGpu;
 using cuda_test::kTolerance;
 using cuda_test::RandomFloats;
 using cuda_test::RandomLabels;
@@ -49,8 +49,11 @@ class DeviceTest : public ::testing::TestWithParam<std::string> {
       device_ = CpuDevice::Create(1);
       return;
     }
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoGpu;
     auto device = CreateCudaDevice(0, /*tf32=*/false);
+    if (absl::IsFailedPrecondition(device.status())) {
+      LOCKSTEP_SKIP_WITHOUT_GPU(device.status().ToString() +
+                                kNeedsAGpu);
+    }
     ASSERT_TRUE(device.ok()) << device.status();
     device_ = std::move(*device);
   }

@@ -161,8 +161,11 @@ using agreement::ModelCase;
 class CudaModelsTest : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << cuda_test::kNoGpu;
     auto device = CreateCudaDevice(0, /*tf32=*/false);
+    if (absl::IsFailedPrecondition(device.status())) {
+      LOCKSTEP_SKIP_WITHOUT_GPU(device.status().ToString() +
+                                cuda_test::kNeedsAGpu);
+    }
     ASSERT_TRUE(device.ok()) << device.status();
     cuda_ = std::move(*device);
     ModelSpec spec;

@@ -14,6 +14,7 @@
 
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "tests/unit/gpu_required.h"
 #include "tests/unit/model_agreement.h"
 #include "worker/cpu_device.h"
 #include "worker/cuda/cuda_device.h"
@@ -23,9 +24,9 @@
 namespace lockstep {
 namespace cuda_test {
 
-inline constexpr char kNoGpu[] =
-    "no CUDA GPU is visible to this process; the CUDA device tests need one "
-    "(run tests/gpu/device_check.sh on a GPU machine)";
+inline constexpr char kNeedsAGpu[] =
+    "; the CUDA device tests need a GPU (run tests/gpu/device_check.sh on a "
+    "GPU machine)";
 
 using agreement::ByTensor;
 using agreement::ExpectClose;
@@ -55,12 +56,14 @@ inline std::vector<T> Download(Device& device, const DeviceBuffer& buffer) {
 }
 
 // The CUDA device on GPU 0 (fp32 Gemm) next to a one-thread CPU device;
-// skips the test where no GPU is visible.
+// skips the test where no GPU is visible (see tests/unit/gpu_required.h).
 class CudaVsCpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoGpu;
     auto device = CreateCudaDevice(0, /*tf32=*/false);
+    if (absl::IsFailedPrecondition(device.status())) {
+      LOCKSTEP_SKIP_WITHOUT_GPU(device.status().ToString() + kNeedsAGpu);
+    }
     ASSERT_TRUE(device.ok()) << device.status();
     cuda_ = std::move(*device);
   }

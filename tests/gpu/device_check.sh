@@ -172,6 +172,12 @@ run() {
   else
     echo "(nvidia-smi not found: no NVIDIA driver here)"
   fi
+  # With a GPU listed, a CUDA test or the benchmark that cannot get one
+  # fails instead of skipping (tests/unit/gpu_required.h).
+  if nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    export LOCKSTEP_REQUIRE_GPU=1
+    echo "(nvidia-smi lists a GPU: LOCKSTEP_REQUIRE_GPU=1, CUDA tests may not skip)"
+  fi
   local failed=0
   for bin in "${kTests[@]}"; do
     echo "== $bin"

@@ -40,6 +40,7 @@
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "tests/gpu/local_steps.h"
+#include "tests/unit/gpu_required.h"
 #include "worker/device_factory.h"
 #include "worker/mlp.h"
 
@@ -236,8 +237,13 @@ int Main() {
   std::printf("Lockstep device benchmark: local steps, no parameter server\n");
   std::printf("CPU device: %s per worker thread, %u hardware threads\n",
               cpu_device->Name().c_str(), std::thread::hardware_concurrency());
+  int failures = 0;
   if (gpu.ok()) {
     std::printf("GPU device: %s\n", (*gpu)->Name().c_str());
+  } else if (GpuRequired()) {
+    std::printf("GPU device: FAILED: LOCKSTEP_REQUIRE_GPU=1 but %s\n",
+                gpu.status().ToString().c_str());
+    ++failures;
   } else {
     std::printf("GPU device: no GPU was found (%s); CPU figures only\n",
                 std::string(gpu.status().message()).c_str());
@@ -252,7 +258,6 @@ int Main() {
       "(forward + backward + SGD apply per worker thread, each with "
       "its own device; no server)\n");
   std::printf("  %-8s %14s %14s\n", "workers", "cpu", "cuda");
-  int failures = 0;
   for (int threads : thread_counts) {
     double rates[2] = {-1, -1};
     for (int d = 0; d < 2; ++d) {

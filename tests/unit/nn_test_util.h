@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "tests/unit/gpu_required.h"
 #include "worker/device.h"
 #include "worker/device_factory.h"
 #include "worker/nn/layer.h"
@@ -53,6 +54,7 @@ class OnEachDevice : public ::testing::TestWithParam<std::string> {
     auto device = CreateDevice(options);
     if (!device.ok() && GetParam() != "cpu" &&
         absl::IsFailedPrecondition(device.status())) {
+      if (GetParam() == "cuda") LOCKSTEP_SKIP_WITHOUT_GPU(device.status());
       GTEST_SKIP() << device.status();
     }
     ASSERT_TRUE(device.ok()) << device.status();
