@@ -129,6 +129,26 @@ TEST_P(DeviceTest, ElementwiseOpsExact) {
   EXPECT_EQ(Download<float>(*device_, *grad),
             (std::vector<float>{0.0f, 0.0f, 3.0f, 0.0f, -5.0f}));
 
+  // Into another buffer, leaving the input alone.
+  auto in = Upload<float>(*device_, {-1.5f, 2.0f, 0.0f, 4.0f, -0.25f});
+  auto out = Upload<float>(*device_, {9, 9, 9, 9, 9});
+  ASSERT_TRUE(
+      device_->ReluForwardInto(5, in->As<float>(), out->As<float>()).ok());
+  EXPECT_EQ(Download<float>(*device_, *out),
+            (std::vector<float>{0.0f, 2.0f, 0.0f, 4.0f, 0.0f}));
+  EXPECT_EQ(Download<float>(*device_, *in),
+            (std::vector<float>{-1.5f, 2.0f, 0.0f, 4.0f, -0.25f}));
+  auto dy = Upload<float>(*device_, {1.0f, -2.0f, 3.0f, 4.5f, 5.0f});
+  auto dx = Upload<float>(*device_, {9, 9, 9, 9, 9});
+  ASSERT_TRUE(device_
+                  ->ReluBackwardInto(5, out->As<float>(), dy->As<float>(),
+                                     dx->As<float>())
+                  .ok());
+  EXPECT_EQ(Download<float>(*device_, *dx),
+            (std::vector<float>{0.0f, -2.0f, 0.0f, 4.5f, 0.0f}));
+  EXPECT_EQ(Download<float>(*device_, *dy),
+            (std::vector<float>{1.0f, -2.0f, 3.0f, 4.5f, 5.0f}));
+
   auto rows = Upload<float>(*device_, {1, 2, 3, 10, 20, 30, -1, 0.5f, 0});
   auto sums = Upload<float>(*device_, {99, 99, 99});  // Overwritten.
   ASSERT_TRUE(
@@ -213,6 +233,8 @@ TEST_P(DeviceTest, EmptyShapesAreNoOpsAndNegativeOnesAreRejected) {
   EXPECT_TRUE(device_->AddBias(0, 4, none, none).ok());
   EXPECT_TRUE(device_->ReluForward(0, none).ok());
   EXPECT_TRUE(device_->ReluBackward(0, none, none).ok());
+  EXPECT_TRUE(device_->ReluForwardInto(0, none, none).ok());
+  EXPECT_TRUE(device_->ReluBackwardInto(0, none, none, none).ok());
   double loss = 0;
   int64_t correct = 0;
   EXPECT_TRUE(device_

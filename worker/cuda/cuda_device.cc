@@ -203,24 +203,34 @@ absl::Status CudaDevice::AddBias(int rows, int cols, const float* bias,
 }
 
 absl::Status CudaDevice::ReluForward(size_t n, float* x) {
+  return ReluForwardInto(n, x, x);
+}
+
+absl::Status CudaDevice::ReluForwardInto(size_t n, const float* x, float* y) {
   if (n == 0) return absl::OkStatus();
-  if (x == nullptr) {
-    return absl::InvalidArgumentError("ReluForward: x is null");
+  if (x == nullptr || y == nullptr) {
+    return absl::InvalidArgumentError("ReluForward: null pointer");
   }
   RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchReluForward(n, x, compute_.get()));
+  CUDA_RETURN_IF_ERROR(
+      cuda_internal::LaunchReluForward(n, x, y, compute_.get()));
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::ReluBackward(size_t n, const float* activation,
                                       float* grad) {
+  return ReluBackwardInto(n, activation, grad, grad);
+}
+
+absl::Status CudaDevice::ReluBackwardInto(size_t n, const float* activation,
+                                          const float* dy, float* dx) {
   if (n == 0) return absl::OkStatus();
-  if (activation == nullptr || grad == nullptr) {
+  if (activation == nullptr || dy == nullptr || dx == nullptr) {
     return absl::InvalidArgumentError("ReluBackward: null pointer");
   }
   RETURN_IF_ERROR(Activate());
-  CUDA_RETURN_IF_ERROR(
-      cuda_internal::LaunchReluBackward(n, activation, grad, compute_.get()));
+  CUDA_RETURN_IF_ERROR(cuda_internal::LaunchReluBackward(n, activation, dy, dx,
+                                                         compute_.get()));
   return absl::OkStatus();
 }
 

@@ -51,8 +51,11 @@ class CudaDevice final : public Device {
   absl::Status AddBias(int rows, int cols, const float* bias,
                        float* x) override;
   absl::Status ReluForward(size_t n, float* x) override;
+  absl::Status ReluForwardInto(size_t n, const float* x, float* y) override;
   absl::Status ReluBackward(size_t n, const float* activation,
                             float* grad) override;
+  absl::Status ReluBackwardInto(size_t n, const float* activation,
+                                const float* dy, float* dx) override;
   absl::Status BiasGradient(int rows, int cols, const float* grad,
                             float* bias_grad) override;
   absl::Status SoftmaxCrossEntropy(int rows, int cols, const float* logits,

@@ -20,21 +20,25 @@ __global__ void AddBiasKernel(int rows, int cols,
   }
 }
 
-__global__ void ReluForwardKernel(size_t n, float* __restrict__ x) {
+// y may be x, and dx may be dy (in place): each element is read before it
+// is written, by the same thread, so no __restrict__ here.
+__global__ void ReluForwardKernel(size_t n, const float* x, float* y) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride) {
-    x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    const float v = x[i];
+    y[i] = v > 0.0f ? v : 0.0f;
   }
 }
 
 __global__ void ReluBackwardKernel(size_t n,
                                    const float* __restrict__ activation,
-                                   float* __restrict__ grad) {
+                                   const float* dy, float* dx) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += stride) {
-    grad[i] = activation[i] > 0.0f ? grad[i] : 0.0f;
+    const float g = dy[i];
+    dx[i] = activation[i] > 0.0f ? g : 0.0f;
   }
 }
 
@@ -197,14 +201,17 @@ cudaError_t LaunchAddBias(int rows, int cols, const float* bias, float* x,
   return cudaGetLastError();
 }
 
-cudaError_t LaunchReluForward(size_t n, float* x, cudaStream_t stream) {
-  ReluForwardKernel<<<GridFor(n), kThreads, 0, stream>>>(n, x);
+cudaError_t LaunchReluForward(size_t n, const float* x, float* y,
+                              cudaStream_t stream) {
+  ReluForwardKernel<<<GridFor(n), kThreads, 0, stream>>>(n, x, y);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchReluBackward(size_t n, const float* activation, float* grad,
+cudaError_t LaunchReluBackward(size_t n, const float* activation,
+                               const float* dy, float* dx,
                                cudaStream_t stream) {
-  ReluBackwardKernel<<<GridFor(n), kThreads, 0, stream>>>(n, activation, grad);
+  ReluBackwardKernel<<<GridFor(n), kThreads, 0, stream>>>(n, activation, dy,
+                                                          dx);
   return cudaGetLastError();
 }
 

@@ -27,11 +27,13 @@ struct SoftmaxResult {
 cudaError_t LaunchAddBias(int rows, int cols, const float* bias, float* x,
                           cudaStream_t stream);
 
-// x = max(x, 0).
-cudaError_t LaunchReluForward(size_t n, float* x, cudaStream_t stream);
+// y = max(x, 0); y may be x.
+cudaError_t LaunchReluForward(size_t n, const float* x, float* y,
+                              cudaStream_t stream);
 
-// grad *= (activation > 0).
-cudaError_t LaunchReluBackward(size_t n, const float* activation, float* grad,
+// dx = dy where activation > 0, else 0; dx may be dy.
+cudaError_t LaunchReluBackward(size_t n, const float* activation,
+                               const float* dy, float* dx,
                                cudaStream_t stream);
 
 // bias_grad[c] = sum over r of grad[r][c], summed in double in a fixed
