@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/json_writer.h"
+#include "common/malloc_tuning.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
 #include "common/tls.h"
@@ -235,6 +236,7 @@ void HandleSignals(Daemon* daemon) {
 }  // namespace lockstep
 
 int main(int argc, char** argv) {
+  lockstep::TuneMallocForSteps();
   absl::SetProgramUsageMessage(
       "Lockstep parameter-server shard: keeps the master weights, waits "
       "every step until all workers pushed their gradients, averages them, "

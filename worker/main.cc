@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/exit_codes.h"
 #include "common/json_writer.h"
+#include "common/malloc_tuning.h"
 #include "common/status_macros.h"
 #include "worker/allreduce/all_reducer.h"
 #include "worker/allreduce_exchanger.h"
@@ -191,6 +192,7 @@ int Run(WorkerMainOptions o) {
 }  // namespace lockstep
 
 int main(int argc, char** argv) {
+  lockstep::TuneMallocForSteps();
   absl::SetProgramUsageMessage(
       "Lockstep worker: trains one replica of a model (MLP, CNN, ResNet) on "
       "its shard of the data, exchanging gradients every step through the "

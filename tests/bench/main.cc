@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/json_writer.h"
+#include "common/malloc_tuning.h"
 #include "common/model_signature.h"
 #include "common/status_macros.h"
 #include "deploy/launch/launcher.h"
@@ -394,4 +395,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace lockstep
 
-int main(int argc, char** argv) { return lockstep::Main(argc, argv); }
+// Tuned as the server and worker are, so that comm-worker steps like a
+// real worker.
+int main(int argc, char** argv) {
+  lockstep::TuneMallocForSteps();
+  return lockstep::Main(argc, argv);
+}
