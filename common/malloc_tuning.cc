@@ -15,8 +15,8 @@ void TuneMallocForSteps() {
   if (tunables != nullptr && std::strstr(tunables, "glibc.malloc") != nullptr) {
     return;
   }
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  mallopt(M_TRIM_THRESHOLD, 4 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 8 << 20);
 #endif
 }
 
