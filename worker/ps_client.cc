@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/grpc_status.h"
@@ -58,7 +59,6 @@ class PsClient::Impl {
     }
     push_target_.wire_dtype = options_.wire_dtype;
     push_target_.proto_dtype = ProtoDType();
-    push_target_.window = options_.max_pushes_in_flight;
     push_target_.timings = &timings_;
     push_target_.decode_ns = &decode_ns_;
     push_target_.encoded = &encoded_;
@@ -118,6 +118,14 @@ class PsClient::Impl {
     plan_ = std::move(plan);
     rank_ = rank;
     push_target_.plan = &*plan_;
+    push_target_.window =
+        options_.max_pushes_in_flight == kAutoPushWindow
+            ? AutoPushWindow(signature.num_workers,
+                             std::min(plan_->elements_per_chunk(),
+                                      plan_->num_elements()) *
+                                 static_cast<int64_t>(
+                                     BytesPerElement(options_.wire_dtype)))
+            : options_.max_pushes_in_flight;
     encoded_.resize(plan_->num_chunks());
     push_target_.rank = rank;
     push_target_.incarnations = incarnations_;
@@ -246,6 +254,8 @@ class PsClient::Impl {
     return result;
   }
 
+  int push_window() const { return push_target_.window; }
+
   StepTimings step_timings() const {
     StepTimings timings = timings_;
     auto seconds = [](const std::atomic<int64_t>& ns) {
@@ -354,5 +364,24 @@ absl::Status PsClient::LeaveUnregistered(int rank) {
                                   impl_->num_shards(), /*incarnation=*/0));
 }
 StepTimings PsClient::step_timings() const { return impl_->step_timings(); }
+
+int PsClient::push_window() const { return impl_->push_window(); }
+
+int AutoPushWindow(int num_workers, int64_t chunk_wire_bytes) {
+  constexpr int64_t kBudget = int64_t{32} << 20;  // Per shard, all workers.
+  const int64_t per_round =
+      std::max<int64_t>(num_workers, 1) * std::max<int64_t>(chunk_wire_bytes, 1);
+  return static_cast<int>(std::clamp<int64_t>(kBudget / per_round, 1, 4));
+}
+
+absl::StatusOr<int> ParsePushWindow(absl::string_view text) {
+  if (text == "auto") return kAutoPushWindow;
+  int window = 0;
+  if (!absl::SimpleAtoi(text, &window) || window < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push window must be auto or a count >= 0, got \"", text, "\""));
+  }
+  return window;
+}
 
 }  // namespace lockstep

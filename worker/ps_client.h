@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/chunk_plan.h"
@@ -25,6 +26,21 @@
 #include "common/wire_codec.h"
 
 namespace lockstep {
+
+// PsClientOptions::max_pushes_in_flight's default: AutoPushWindow's.
+inline constexpr int kAutoPushWindow = -1;
+
+// The push window `auto` picks for a job of `num_workers` whose largest
+// chunk is `chunk_wire_bytes` on the wire: as many pushes per worker as keep
+// every worker's pushes at a shard within 32 MiB, at least 1 and at most 4
+// (4 MiB chunks: 2 workers 4, 4 workers 2, 8 or more 1). Measured in
+// docs/benchmarks.md: with 8 workers a window of 1 is both faster and 30%
+// lighter on the server than 4; with 2 workers 1 is slower.
+int AutoPushWindow(int num_workers, int64_t chunk_wire_bytes);
+
+// "auto" (kAutoPushWindow) or a count >= 0, as the --push_window flags take
+// it; INVALID_ARGUMENT otherwise.
+absl::StatusOr<int> ParsePushWindow(absl::string_view text);
 
 struct PsClientOptions {
   // host:port of every parameter-server shard, in shard order.
@@ -40,11 +56,11 @@ struct PsClientOptions {
   // Encoding of gradients and weights on the wire (servers keep fp32).
   WireDType wire_dtype = WireDType::kFloat32;
   // Pushes out at once to each shard; 0 = every chunk as soon as it is
-  // ready.
+  // ready; kAutoPushWindow = AutoPushWindow's choice, made at Register.
   // A push waits at the server until every worker has pushed that chunk,
   // so the window bounds what the server holds (workers x window chunks)
   // and lets early chunks' replies travel while later chunks are sent.
-  int max_pushes_in_flight = 4;
+  int max_pushes_in_flight = kAutoPushWindow;
   // TLS, client certificate and bearer token (common/tls.h). nullopt: from
   // the --tls_* / --token_file flags (common/tls_flags.h).
   std::optional<TlsOptions> tls;
@@ -122,6 +138,9 @@ class PsClient final {
 
   // Client-side time of the steps so far. Call between steps.
   StepTimings step_timings() const;
+
+  // The push window in use (0: none), once registered.
+  int push_window() const;
 
  private:
   class Impl;

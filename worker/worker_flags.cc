@@ -98,11 +98,12 @@ ABSL_FLAG(int, straggle_random_ms, 0,
 ABSL_FLAG(std::string, wire_dtype, "fp32",
           "Encoding of gradients and weights on the wire: fp32 | bf16 | fp16 "
           "(servers always sum and keep fp32).");
-ABSL_FLAG(int, push_window, 4,
+ABSL_FLAG(std::string, push_window, "auto",
           "Gradient chunks a worker has in flight to each server shard at "
-          "once (a "
-          "push waits at the server until every worker has pushed that "
-          "chunk); 0: every chunk as soon as it is ready.");
+          "once (a push waits at the server until every worker has pushed "
+          "that chunk); 0: every chunk as soon as it is ready; auto: as many "
+          "as keep all workers' pushes at a shard within 32 MiB, 1 to 4 "
+          "(4 MiB chunks: 2 workers 4, 4 workers 2, 8 or more 1).");
 ABSL_FLAG(bool, eval_every_epoch, false,
           "Rank 0 evaluates on the test set after every epoch.");
 ABSL_FLAG(std::string, summary_json, "",
@@ -295,10 +296,12 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
                    ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   o.client.max_message_bytes =
       static_cast<int>(o.trainer.chunk_bytes) + (1 << 20);
-  o.client.max_pushes_in_flight = absl::GetFlag(FLAGS_push_window);
-  if (o.client.max_pushes_in_flight < 0) {
-    return absl::InvalidArgumentError("--push_window must not be negative");
+  absl::StatusOr<int> window = ParsePushWindow(absl::GetFlag(FLAGS_push_window));
+  if (!window.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--push_window: ", window.status().message()));
   }
+  o.client.max_pushes_in_flight = *window;
   o.sync = absl::GetFlag(FLAGS_sync);
   o.layers = absl::GetFlag(FLAGS_layers);
   return o;

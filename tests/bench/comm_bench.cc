@@ -95,7 +95,9 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
         absl::StrCat("--chunk_bytes=", options.chunk_bytes),
         absl::StrCat("--warmup=", options.warmup),
         absl::StrCat("--iters=", options.iters),
-        absl::StrCat("--push_window=", options.push_window),
+        absl::StrCat("--push_window=", options.push_window == kAutoPushWindow
+                                           ? std::string("auto")
+                                           : absl::StrCat(options.push_window)),
         absl::StrCat("--out_dir=", dir),
         absl::StrCat("--allreduce_backend=", options.allreduce),
         absl::StrCat("--host=", host.address)};
@@ -193,6 +195,15 @@ std::string Bytes(double bytes) {
   return absl::StrFormat("%.0f B", bytes);
 }
 
+// The window the workers use: the one asked for, or auto's choice.
+int EffectivePushWindow(const CommOptions& o) {
+  if (o.push_window != kAutoPushWindow) return o.push_window;
+  const int64_t elements = std::min(o.params, o.chunk_bytes / 4);
+  return AutoPushWindow(
+      o.workers,
+      elements * static_cast<int64_t>(BytesPerElement(o.wire_dtype)));
+}
+
 // Issue 4's bound on a server's peak memory.
 int64_t ServerMemoryTargetBytes(int64_t model_bytes) {
   return 3 * model_bytes + (int64_t{64} << 20);
@@ -226,7 +237,8 @@ std::string CommResultJson(const CommResult& r) {
       .Add("ps", o.ps)
       .Add("wire_dtype", WireDTypeName(o.wire_dtype))
       .Add("chunk_bytes", o.chunk_bytes)
-      .Add("push_window", o.push_window)
+      .Add("push_window", EffectivePushWindow(o))
+      .Add("push_window_auto", o.push_window == kAutoPushWindow)
       .Add("iters", o.iters)
       .Add("warmup", o.warmup)
       .Add("median_step_seconds", r.median_step_seconds)
@@ -261,11 +273,12 @@ void PrintCommTable(const CommResult& r, std::FILE* out) {
   const CommOptions& o = r.options;
   std::string text = absl::StrFormat(
       "comm: %d params (%s fp32), %d worker(s), %d server(s), wire %s, "
-      "chunks <= %d bytes, push window %d, %d timed steps after %d warmup "
+      "chunks <= %d bytes, push window %d%s, %d timed steps after %d warmup "
       "(load average %.2f)\n",
       o.params, Bytes(static_cast<double>(r.model_bytes)), o.workers, o.ps,
-      WireDTypeName(o.wire_dtype), o.chunk_bytes, o.push_window, o.iters,
-      o.warmup, r.load_average);
+      WireDTypeName(o.wire_dtype), o.chunk_bytes, EffectivePushWindow(o),
+      o.push_window == kAutoPushWindow ? " (auto)" : "", o.iters, o.warmup,
+      r.load_average);
   absl::StrAppendFormat(
       &text,
       "  step seconds           median %.6f  p90 %.6f  mean %.6f  min %.6f\n"

@@ -14,6 +14,7 @@
 #include "common/wire_codec.h"
 #include "tests/bench/bench_hosts.h"
 #include "tests/bench/loopback.h"
+#include "worker/ps_client.h"
 
 namespace lockstep {
 
@@ -25,7 +26,8 @@ struct CommOptions {
   int64_t chunk_bytes = kDefaultChunkBytes;
   int iters = 20;
   int warmup = 3;
-  int push_window = 4;  // PsClientOptions::max_pushes_in_flight.
+  // PsClientOptions::max_pushes_in_flight (kAutoPushWindow: the default).
+  int push_window = kAutoPushWindow;
   // Empty: the workers push through `ps` servers. "gloo" or "grpc-ring":
   // they all-reduce among themselves; `ps` must be 1, a server that only
   // hosts the rendezvous.

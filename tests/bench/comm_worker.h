@@ -34,7 +34,8 @@ struct CommWorkerOptions {
   int64_t chunk_bytes = 0;
   int warmup = 0;
   int iters = 0;
-  int push_window = 4;  // PsClientOptions::max_pushes_in_flight.
+  // PsClientOptions::max_pushes_in_flight (kAutoPushWindow: the default).
+  int push_window = kAutoPushWindow;
   std::string out_dir;  // Where the ready and result files go.
   // How long to wait for the coordinator's go signal after the warmup.
   absl::Duration go_timeout = absl::Seconds(600);

@@ -43,9 +43,9 @@ ABSL_FLAG(std::string, wire_dtype, "fp32",
 ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
           "comm: largest chunk, in fp32 bytes (at most 32 MiB).");
 ABSL_FLAG(int, iters, 20, "comm: timed steps.");
-ABSL_FLAG(int, push_window, 4,
+ABSL_FLAG(std::string, push_window, "auto",
           "comm: gradient chunks each worker has in flight to each shard "
-          "(0: all).");
+          "(0: all; auto: the worker's default).");
 ABSL_FLAG(int, warmup, 3, "comm: untimed steps first.");
 ABSL_FLAG(bool, iperf3, false,
           "comm: also measure the loopback floor with iperf3 --bidir.");
@@ -106,7 +106,7 @@ constexpr char kUsage[] = R"(benchmarks Lockstep; prints figures and JSON.
 Usage:
   lockstep_bench comm --params=P --workers=W --ps=S [--wire_dtype=fp32|bf16|fp16]
                  [--chunk_bytes=4194304] [--iters=20 --warmup=3] [--iperf3]
-                 [--push_window=4]
+                 [--push_window=auto]
                  [--json=PATH]
       W workers push a fixed random gradient of P fp32 values through S real
       lockstep_server processes on loopback, synchronously; prints the median
@@ -177,7 +177,8 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.iters = absl::GetFlag(FLAGS_iters);
   o.warmup = absl::GetFlag(FLAGS_warmup);
-  o.push_window = absl::GetFlag(FLAGS_push_window);
+  ASSIGN_OR_RETURN(o.push_window,
+                   ParsePushWindow(absl::GetFlag(FLAGS_push_window)));
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.allreduce = absl::GetFlag(FLAGS_allreduce_backend);
   if (!o.allreduce.empty() && o.ps != 1) {
@@ -191,7 +192,6 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
   RETURN_IF_ERROR(CheckAtLeast("params", o.params, o.ps));
   RETURN_IF_ERROR(CheckAtLeast("iters", o.iters, 1));
   RETURN_IF_ERROR(CheckAtLeast("warmup", o.warmup, 0));
-  RETURN_IF_ERROR(CheckAtLeast("push_window", o.push_window, 0));
   RETURN_IF_ERROR(CheckAtLeast("chunk_bytes", o.chunk_bytes, 4));
   if (o.chunk_bytes > (int64_t{32} << 20)) {
     return absl::InvalidArgumentError("--chunk_bytes must be at most 32 MiB");
@@ -216,7 +216,8 @@ absl::StatusOr<CommWorkerOptions> ParseCommWorkerOptions() {
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.iters = absl::GetFlag(FLAGS_iters);
-  o.push_window = absl::GetFlag(FLAGS_push_window);
+  ASSIGN_OR_RETURN(o.push_window,
+                   ParsePushWindow(absl::GetFlag(FLAGS_push_window)));
   o.out_dir = absl::GetFlag(FLAGS_out_dir);
   o.allreduce = absl::GetFlag(FLAGS_allreduce_backend);
   o.host = absl::GetFlag(FLAGS_host);

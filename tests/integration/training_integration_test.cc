@@ -269,6 +269,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"cpu_conv", {kWorker, "--servers=127.0.0.1:1", "--workers=1",
                             "--rank=0", "--cpu_conv=winograd"}, {},
                "unknown cpu_conv \"winograd\""},
+        BadRun{"push_window", {kWorker, "--servers=127.0.0.1:1", "--workers=1",
+                               "--rank=0", "--push_window=-1"}, {},
+               "--push_window: push window must be auto or a count >= 0, "
+               "got \"-1\""},
         BadRun{"missing_data", {kWorker, "--servers=127.0.0.1:1",
                                 "--workers=1", "--rank=0",
                                 "--data_dir=/nonexistent/dir"}, {},
