@@ -110,6 +110,29 @@ TEST_F(ChunkBarrierTest, RepliesOfAVersionShareItsEncoding) {
   EXPECT_NE(expected, *s0.encoded->Get(WireDType::kBfloat16, *s0.values));
 }
 
+// A step given up on leaves nothing behind: the pushes of its retry are
+// all the next sum holds.
+TEST_F(ChunkBarrierTest, AnExpiredStepLeavesNothingInTheNextSum) {
+  auto b = Make(SyncPolicy{}, 2);
+  Reply lost;
+  Push(*b, 0, 0, {100, 100}, &lost);
+  ASSERT_TRUE(b->Expire(0, absl::DeadlineExceededError("step 0 expired")));
+  ASSERT_TRUE(lost.result.has_value());
+  EXPECT_EQ(lost.result->status().code(), absl::StatusCode::kDeadlineExceeded);
+  Reply r0, r1;
+  Push(*b, 1, 0, {6, 8}, &r0);
+  Push(*b, 0, 0, {2, 4}, &r1);
+  ASSERT_TRUE(r0.result.has_value() && r0.result->ok());
+  // w - 0.5 * (8, 12) / 2, as if the expired push had never come.
+  EXPECT_THAT(r0.values(), ElementsAre(8.0f, 17.0f));
+  // And the step after sums its own pushes only.
+  Reply s0, s1;
+  Push(*b, 0, 1, {4, -4}, &s0);
+  Push(*b, 1, 1, {0, 0}, &s1);
+  ASSERT_TRUE(s0.result.has_value() && s0.result->ok());
+  EXPECT_THAT(s0.values(), ElementsAre(7.0f, 18.0f));
+}
+
 TEST_F(ChunkBarrierTest, SyncWithoutBackupsRefusesWrongSteps) {
   auto b = Make(SyncPolicy(), 2);
   Reply ahead, behind;
