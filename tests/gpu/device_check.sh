@@ -120,28 +120,30 @@ EOF
 # 128 each, 20 synchronous steps after the first. Prints the whole step's
 # milliseconds from rank 0's summary.
 resnet_job() {
-  local dir="$1" workers="$2" tmp="$3"
+  local dir="$1" workers="$2" tmp="$3" wire="${4:-fp32}"
   local batch=128 steps=20
-  echo "-- resnet50, $workers worker(s) on GPU 0, batch $batch each"
+  local name="${workers}_${wire}"
+  echo "-- resnet50, $workers worker(s) on GPU 0, batch $batch each, $wire on the wire"
   if ! timeout 600 "$dir/bin/lockstep_launch" --workers="$workers" --gpus=1 \
     --model=resnet50 --dataset=synthetic \
     --synthetic_examples=$((batch * workers * (steps + 1))) \
     --batch_size="$batch" --epochs=1 --optimizer=adam --device=cuda \
-    --progress=none --summary_json="$tmp/resnet_$workers.json" \
-    >"$tmp/resnet_$workers.log" 2>&1; then
-    tail -n 30 "$tmp/resnet_$workers.log"
+    --wire_dtype="$wire" --progress=none \
+    --summary_json="$tmp/resnet_$name.json" \
+    >"$tmp/resnet_$name.log" 2>&1; then
+    tail -n 30 "$tmp/resnet_$name.log"
     return 1
   fi
-  python3 - "$tmp/resnet_$workers.json" "$batch" "$workers" <<'EOF'
+  python3 - "$tmp/resnet_$name.json" "$batch" "$workers" "$wire" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
-batch, workers = int(sys.argv[2]), int(sys.argv[3])
+batch, workers, wire = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rate = s["examples_per_sec"]
 step_ms = batch * workers / rate * 1e3
 print(f"   {rate:.0f} images/s in all, {rate / workers:.0f} per worker, "
       f"{step_ms:.1f} ms per synchronous step ({s['steps']} steps)")
 print("JSON_RESNET_JOB " + json.dumps({"workers": workers, "batch": batch,
-      "images_per_s": rate, "ms_per_step": step_ms}))
+      "wire_dtype": wire, "images_per_s": rate, "ms_per_step": step_ms}))
 EOF
 }
 
@@ -198,9 +200,13 @@ run() {
   if ! nvidia-smi -L >/dev/null 2>&1; then
     echo "(no GPU here: the ResNet-50 jobs need one; not run)"
   else
-    for workers in 1 4; do
-      if ! resnet_job "$dir" "$workers" "$tmp"; then
-        echo "FAILED: resnet50 with $workers worker(s)"
+    # fp32 with 1 and 4 workers, then 4 workers with bf16 on the wire (half
+    # the bytes each way): how much of the step the exchange is.
+    local job
+    for job in "1 fp32" "4 fp32" "4 bf16"; do
+      read -r workers wire <<<"$job"
+      if ! resnet_job "$dir" "$workers" "$tmp" "$wire"; then
+        echo "FAILED: resnet50 with $workers worker(s), $wire"
         failed=1
       fi
     done
