@@ -322,14 +322,20 @@ TEST_F(DirectConvTest, RunnerSplitsTheBatchAcrossThreads) {
   }
 }
 
-// Windows far past the image: with a stride of 2^15 and 2^15 + 1 output
-// rows, only output row 0 sees the image's one pixel.
-TEST_F(DirectConvTest, HugeStridesSeeOnlyTheFirstWindow) {
+// One pixel, a 1x1 window with a stride of 2^bits and 2^bits + 1 output
+// rows: every window but the first lies past the image.
+WindowGeometry TallStrides(int bits) {
   WindowGeometry g;
   g.input = {1, 1, 1, 1};
-  g.stride_height = 1 << 15;
-  g.out_height = (1 << 15) + 1;
+  g.stride_height = 1 << bits;
+  g.out_height = (1 << bits) + 1;
   g.out_width = 1;
+  return g;
+}
+
+// Windows far past the image: only output row 0 sees the image's pixel.
+TEST_F(DirectConvTest, HugeStridesSeeOnlyTheFirstWindow) {
+  const WindowGeometry g = TallStrides(15);
   const float x = 6.0f, kernel = 0.5f;
   std::vector<float> y(g.out_height, 7.0f), dy(g.out_height, 1.0f);
   ASSERT_TRUE(
@@ -352,11 +358,7 @@ TEST_F(DirectConvTest, HugeStridesSeeOnlyTheFirstWindow) {
 // row 2^32, past int: every convolution refuses the geometry rather than
 // wrap around to row 0.
 TEST_F(DirectConvTest, RefusesWindowPositionsPastInt) {
-  WindowGeometry g;
-  g.input = {1, 1, 1, 1};
-  g.stride_height = 1 << 16;
-  g.out_height = (1 << 16) + 1;
-  g.out_width = 1;
+  const WindowGeometry g = TallStrides(16);
   const float x = 6.0f, kernel = 0.5f;
   std::vector<float> y(g.out_height, 7.0f), dy(g.out_height, 1.0f);
   float dk = 7.0f, dx = 7.0f;
