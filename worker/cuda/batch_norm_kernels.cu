@@ -75,8 +75,8 @@ cudaError_t ChannelPartials(int rows, int channels, const Term& term,
                             double* partial, cudaStream_t stream) {
   const dim3 grid((channels + kWarp - 1) / kWarp, Tiles(rows));
   const dim3 block(kWarp, kStatThreadsPerChannel);
-  ChannelPartialsKernel<K><<<grid, block, 0, stream>>>(
-      rows, channels, TileRows(rows), term, partial);
+  LOCKSTEP_LAUNCH(ChannelPartialsKernel<K>, grid, block, 0, stream)
+  (rows, channels, TileRows(rows), term, partial);
   return cudaGetLastError();
 }
 
@@ -249,17 +249,18 @@ cudaError_t LaunchBatchNormTraining(int rows, int channels, const float* x,
       e != cudaSuccess) {
     return e;
   }
-  MeanKernel<<<WarpChannelGrid(channels), kThreads, 0, stream>>>(
-      rows, channels, tiles, s.partial, s.sums, saved_mean);
+  LOCKSTEP_LAUNCH(MeanKernel, WarpChannelGrid(channels), kThreads, 0, stream)
+  (rows, channels, tiles, s.partial, s.sums, saved_mean);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (cudaError_t e = ChannelPartials<1>(
           rows, channels, CenteredTerm{x, saved_mean}, s.partial, stream);
       e != cudaSuccess) {
     return e;
   }
-  TrainingChannelKernel<<<WarpChannelGrid(channels), kThreads, 0, stream>>>(
-      rows, channels, tiles, s.partial, s.sums, gamma, epsilon, momentum,
-      moving_mean, moving_variance, saved_inv_std, s.scale);
+  LOCKSTEP_LAUNCH(TrainingChannelKernel, WarpChannelGrid(channels), kThreads, 0,
+                  stream)
+  (rows, channels, tiles, s.partial, s.sums, gamma, epsilon, momentum,
+   moving_mean, moving_variance, saved_inv_std, s.scale);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const int64_t total = int64_t{rows} * channels;
   return ForEach(total, total,
@@ -274,8 +275,9 @@ cudaError_t LaunchBatchNormInference(int rows, int channels, const float* x,
                                      float epsilon, float* y, void* scratch,
                                      cudaStream_t stream) {
   const BatchNormScratch s = Layout(scratch, rows, channels);
-  InferenceScaleKernel<<<ChannelGrid(channels), kThreads, 0, stream>>>(
-      channels, gamma, moving_variance, epsilon, s.scale);
+  LOCKSTEP_LAUNCH(InferenceScaleKernel, ChannelGrid(channels), kThreads, 0,
+                  stream)
+  (channels, gamma, moving_variance, epsilon, s.scale);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const int64_t total = int64_t{rows} * channels;
   return ForEach(total, total,
@@ -296,9 +298,10 @@ cudaError_t LaunchBatchNormBackward(int rows, int channels, const float* x,
       e != cudaSuccess) {
     return e;
   }
-  BackwardChannelKernel<<<WarpChannelGrid(channels), kThreads, 0, stream>>>(
-      rows, channels, Tiles(rows), s.partial, gamma, saved_inv_std, dgamma,
-      dbeta, s.grad);
+  LOCKSTEP_LAUNCH(BackwardChannelKernel, WarpChannelGrid(channels), kThreads, 0,
+                  stream)
+  (rows, channels, Tiles(rows), s.partial, gamma, saved_inv_std, dgamma, dbeta,
+   s.grad);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (dx == nullptr) return cudaSuccess;
   const int64_t total = int64_t{rows} * channels;

@@ -1,10 +1,25 @@
-// Launch helpers shared by the CUDA device's kernel files (nvcc only):
-// the block size, the warp, a grid for n elements, and ForEach, which runs
-// a functor at every index of [0, n) in a grid-stride loop.
+// Launch helpers shared by the CUDA device's kernel files: the block size,
+// the warp, a grid for n elements, ForEach, which runs a functor at every
+// index of [0, n) in a grid-stride loop, and LOCKSTEP_LAUNCH.
+//
+// The kernel files are compiled by nvcc for the GPU and, for the tests, as
+// plain C++ against an emulation of the CUDA runtime
+// (tests/cuda_emulation/cuda_runtime_api.h, LOCKSTEP_CUDA_EMULATION): every
+// launch goes through LOCKSTEP_LAUNCH, which is <<<...>>> under nvcc.
 #ifndef LOCKSTEP_WORKER_CUDA_KERNEL_UTIL_CUH_
 #define LOCKSTEP_WORKER_CUDA_KERNEL_UTIL_CUH_
 
 #include <cuda_runtime_api.h>
+
+// LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...)
+#if defined(LOCKSTEP_CUDA_EMULATION)
+#define LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  ::lockstep::cuda_emulation::MakeLauncher(                        \
+      grid, block, [](auto... args) { kernel(args...); })
+#else
+#define LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  kernel<<<grid, block, shared_bytes, stream>>>
+#endif
 
 #include <climits>
 #include <cstdint>
@@ -39,9 +54,11 @@ template <typename Op>
 cudaError_t ForEach(int64_t n, int64_t largest, const Op& op,
                     cudaStream_t stream) {
   if (largest <= INT_MAX) {
-    ForEachKernel<int32_t><<<GridFor(n), kThreads, 0, stream>>>(n, op);
+    LOCKSTEP_LAUNCH(ForEachKernel<int32_t>, GridFor(n), kThreads, 0, stream)
+    (n, op);
   } else {
-    ForEachKernel<int64_t><<<GridFor(n), kThreads, 0, stream>>>(n, op);
+    LOCKSTEP_LAUNCH(ForEachKernel<int64_t>, GridFor(n), kThreads, 0, stream)
+    (n, op);
   }
   return cudaGetLastError();
 }

@@ -82,7 +82,7 @@ __global__ void ValidateLabelsKernel(int rows, int cols,
   }
   first_bad[threadIdx.x] = bad;
   __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
+  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
     if (threadIdx.x < half) {
       first_bad[threadIdx.x] =
           min(first_bad[threadIdx.x], first_bad[threadIdx.x + half]);
@@ -178,7 +178,7 @@ __global__ void SumRowsKernel(int rows, const double* __restrict__ row_loss,
   loss[threadIdx.x] = l;
   hits[threadIdx.x] = h;
   __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
+  for (unsigned half = kThreads / 2; half > 0; half /= 2) {
     if (threadIdx.x < half) {
       loss[threadIdx.x] += loss[threadIdx.x + half];
       hits[threadIdx.x] += hits[threadIdx.x + half];
@@ -197,21 +197,22 @@ cudaError_t LaunchAddBias(int rows, int cols, const float* bias, float* x,
                           cudaStream_t stream) {
   const dim3 grid((cols + kThreads - 1) / kThreads,
                   rows < 65535 ? rows : 65535);
-  AddBiasKernel<<<grid, kThreads, 0, stream>>>(rows, cols, bias, x);
+  LOCKSTEP_LAUNCH(AddBiasKernel, grid, kThreads, 0, stream)
+  (rows, cols, bias, x);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchReluForward(size_t n, const float* x, float* y,
                               cudaStream_t stream) {
-  ReluForwardKernel<<<GridFor(n), kThreads, 0, stream>>>(n, x, y);
+  LOCKSTEP_LAUNCH(ReluForwardKernel, GridFor(n), kThreads, 0, stream)(n, x, y);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchReluBackward(size_t n, const float* activation,
                                const float* dy, float* dx,
                                cudaStream_t stream) {
-  ReluBackwardKernel<<<GridFor(n), kThreads, 0, stream>>>(n, activation, dy,
-                                                          dx);
+  LOCKSTEP_LAUNCH(ReluBackwardKernel, GridFor(n), kThreads, 0, stream)
+  (n, activation, dy, dx);
   return cudaGetLastError();
 }
 
@@ -219,7 +220,8 @@ cudaError_t LaunchBiasGradient(int rows, int cols, const float* grad,
                                float* bias_grad, cudaStream_t stream) {
   const dim3 block(kWarp, kBiasRowsPerBlock);
   const unsigned grid = (cols + kWarp - 1) / kWarp;
-  BiasGradientKernel<<<grid, block, 0, stream>>>(rows, cols, grad, bias_grad);
+  LOCKSTEP_LAUNCH(BiasGradientKernel, grid, block, 0, stream)
+  (rows, cols, grad, bias_grad);
   return cudaGetLastError();
 }
 
@@ -228,15 +230,17 @@ cudaError_t LaunchSoftmaxCrossEntropy(int rows, int cols, const float* logits,
                                       float* grad_logits, double* row_loss,
                                       int* row_hit, SoftmaxResult* result,
                                       cudaStream_t stream) {
-  ValidateLabelsKernel<<<1, kThreads, 0, stream>>>(rows, cols, labels, result);
+  LOCKSTEP_LAUNCH(ValidateLabelsKernel, 1, kThreads, 0, stream)
+  (rows, cols, labels, result);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   constexpr int kRowsPerBlock = kThreads / kWarp;
   const unsigned grid = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  SoftmaxRowsKernel<<<grid, kThreads, 0, stream>>>(rows, cols, logits, labels,
-                                                   grad_scale, grad_logits,
-                                                   row_loss, row_hit, result);
+  LOCKSTEP_LAUNCH(SoftmaxRowsKernel, grid, kThreads, 0, stream)
+  (rows, cols, logits, labels, grad_scale, grad_logits, row_loss, row_hit,
+   result);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  SumRowsKernel<<<1, kThreads, 0, stream>>>(rows, row_loss, row_hit, result);
+  LOCKSTEP_LAUNCH(SumRowsKernel, 1, kThreads, 0, stream)
+  (rows, row_loss, row_hit, result);
   return cudaGetLastError();
 }
 
