@@ -24,6 +24,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -43,11 +44,33 @@ struct dim3 {
 };
 
 typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
 
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorDevicesUnavailable = 46,
+};
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+inline constexpr unsigned cudaStreamNonBlocking = 0x01;
+inline constexpr unsigned cudaEventDisableTiming = 0x02;
+inline constexpr unsigned cudaHostAllocPortable = 0x01;
+
+struct cudaDeviceProp {
+  char name[256];
 };
 
 namespace lockstep {
@@ -143,6 +166,9 @@ class BlockThreads {
   }
 
   void RunBlock(int threads, const std::function<void(int)>& body) {
+    // One block at a time, whichever host thread launches it (the device
+    // may be used from several).
+    std::lock_guard<std::mutex> one_block(block_mu_);
     std::unique_lock<std::mutex> lock(mu_);
     while (static_cast<int>(workers_.size()) < threads) {
       const int index = static_cast<int>(workers_.size());
@@ -176,6 +202,7 @@ class BlockThreads {
     }
   }
 
+  std::mutex block_mu_;
   std::mutex mu_;
   std::condition_variable start_, done_;
   std::vector<std::thread> workers_;
@@ -264,5 +291,126 @@ T __shfl_down_sync(unsigned /*mask*/, T value, unsigned delta) {
 }
 
 inline int min(int a, int b) { return a < b ? a : b; }
+
+// ---- The host side of the runtime, for the CUDA device itself
+// (worker/cuda/cuda_device.cc): one emulated GPU, "device" memory from the
+// host's heap, and streams that run every call at once, so a stream or an
+// event orders nothing that is not already ordered. The tests that link the
+// emulated device see "cuda:0 (emulated ...)".
+
+namespace lockstep {
+namespace cuda_emulation {
+
+inline constexpr int kGpus = 1;
+
+// 256-byte aligned, as cudaMalloc's.
+inline cudaError_t Allocate(void** p, size_t bytes) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  *p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+}  // namespace cuda_emulation
+}  // namespace lockstep
+
+inline const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorDevicesUnavailable: return "cudaErrorDevicesUnavailable";
+  }
+  return "cudaErrorUnknown";
+}
+inline const char* cudaGetErrorString(cudaError_t error) {
+  return error == cudaSuccess ? "no error" : "emulated CUDA error";
+}
+
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  *count = ::lockstep::cuda_emulation::kGpus;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int gpu) {
+  return gpu >= 0 && gpu < ::lockstep::cuda_emulation::kGpus
+             ? cudaSuccess
+             : cudaErrorInvalidDevice;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties,
+                                           int gpu) {
+  if (cudaSetDevice(gpu) != cudaSuccess) return cudaErrorInvalidDevice;
+  std::strcpy(properties->name, "emulated on the CPU");
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  return ::lockstep::cuda_emulation::Allocate(p, bytes);
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned /*flags*/) {
+  return ::lockstep::cuda_emulation::Allocate(p, bytes);
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
+                                   cudaMemcpyKind /*kind*/,
+                                   cudaStream_t /*stream*/ = nullptr) {
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes,
+                              cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, bytes, kind);
+}
+inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes,
+                                   cudaStream_t /*stream*/ = nullptr) {
+  if (bytes > 0 && p == nullptr) return cudaErrorInvalidValue;
+  if (bytes > 0) std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream,
+                                             unsigned /*flags*/) {
+  static int streams = 0;
+  *stream = reinterpret_cast<cudaStream_t>(new int(++streams));
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<int*>(stream);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) {
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event,
+                                            unsigned /*flags*/) {
+  *event = reinterpret_cast<cudaEvent_t>(new int(0));
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<int*>(event);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t /*event*/,
+                                   cudaStream_t /*stream*/ = nullptr) {
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/,
+                                       cudaEvent_t /*event*/,
+                                       unsigned /*flags*/ = 0) {
+  return cudaSuccess;
+}
 
 #endif  // LOCKSTEP_TESTS_CUDA_EMULATION_CUDA_RUNTIME_API_H_
