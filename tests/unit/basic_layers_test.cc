@@ -115,7 +115,8 @@ TEST_P(BasicLayersTest, DenseOnVectorsAndOnImages) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, BasicLayersTest,
-                         ::testing::ValuesIn(nn_test::TestDevices()));
+                         ::testing::ValuesIn(nn_test::TestDevices()),
+                         nn_test::DeviceName);
 
 }  // namespace
 }  // namespace lockstep

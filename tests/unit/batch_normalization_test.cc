@@ -189,7 +189,8 @@ TEST_P(BatchNormalizationTest, BackwardNeedsATrainingPass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, BatchNormalizationTest,
-                         ::testing::ValuesIn(nn_test::TestDevices()));
+                         ::testing::ValuesIn(nn_test::TestDevices()),
+                         nn_test::DeviceName);
 
 }  // namespace
 }  // namespace lockstep

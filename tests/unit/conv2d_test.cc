@@ -238,7 +238,8 @@ TEST_P(Conv2DTest, RejectsBadOptionsAndCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Conv2DTest,
-                         ::testing::ValuesIn(nn_test::TestDevices()));
+                         ::testing::ValuesIn(nn_test::TestDevices()),
+                         nn_test::DeviceName);
 
 }  // namespace
 }  // namespace lockstep

@@ -423,7 +423,8 @@ TEST_P(GraphModelTest, RejectsBadCallsWithoutSideEffects) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, GraphModelTest,
-                         ::testing::ValuesIn(nn_test::TestDevices()));
+                         ::testing::ValuesIn(nn_test::TestDevices()),
+                         nn_test::DeviceName);
 
 }  // namespace
 }  // namespace lockstep

@@ -38,10 +38,17 @@ inline std::vector<std::string> TestDevices() {
   return kinds;
 }
 
+// Names the tests after their device (".../cuda"), for filters.
+inline std::string DeviceName(
+    const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+
 // A fixture whose device_ is the device GetParam() names; the CUDA runs
 // skip themselves where no GPU is visible. Instantiate with
 //   INSTANTIATE_TEST_SUITE_P(Devices, SomeTest,
-//                            ::testing::ValuesIn(nn_test::TestDevices()));
+//                            ::testing::ValuesIn(nn_test::TestDevices()),
+//                            nn_test::DeviceName);
 class OnEachDevice : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {

@@ -160,7 +160,8 @@ TEST_P(PoolingLayersTest, ZeroPadding) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, PoolingLayersTest,
-                         ::testing::ValuesIn(nn_test::TestDevices()));
+                         ::testing::ValuesIn(nn_test::TestDevices()),
+                         nn_test::DeviceName);
 
 }  // namespace
 }  // namespace lockstep
