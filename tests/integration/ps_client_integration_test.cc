@@ -51,7 +51,8 @@ TEST_P(PsClientWireTest, EveryStepSendsItsOwnGradient) {
   std::vector<Server> servers;
   PsClientOptions options;
   options.wire_dtype = dtype;
-  options.max_pushes_in_flight = 1;
+  // One push at a time to a single shard; the automatic window with two.
+  options.max_pushes_in_flight = shards == 1 ? 1 : kAutoPushWindow;
   for (int shard = 0; shard < shards; ++shard) {
     servers.push_back(StartServer(/*workers=*/1, dir, shard, shards));
     options.servers.push_back(servers.back().address);
@@ -69,6 +70,8 @@ TEST_P(PsClientWireTest, EveryStepSendsItsOwnGradient) {
       (*client)->Register(0, signature, absl::Seconds(30));
   ASSERT_TRUE(registered.ok()) << registered.status();
   ASSERT_TRUE(registered->must_initialize);
+  // auto: one worker, chunks of 1 KiB or less, so the most, 4.
+  EXPECT_EQ((*client)->push_window(), shards == 1 ? 1 : 4);
 
   std::vector<float> master = RandomValues(1);  // The server's fp32 copy.
   ASSERT_TRUE((*client)->Initialize(master).ok());
