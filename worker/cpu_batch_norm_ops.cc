@@ -13,7 +13,10 @@
 // AVX2 (4 doubles a vector), and the loader picks by the CPU: ResNet-20's
 // batch norm runs ~1.7x faster. AVX2 without FMA, so both versions round
 // every multiply and add alike and give the same bits.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// Not under ThreadSanitizer: the loader runs the clones' resolver before
+// TSan has started, and GCC instruments it (the programs crash before main).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(__SANITIZE_THREAD__)
 #define LOCKSTEP_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
 #else
 #define LOCKSTEP_AVX2_CLONE

@@ -112,10 +112,12 @@ struct OutputRange {
 LOCKSTEP_HOST_DEVICE inline OutputRange WindowsHolding(int h, int pad,
                                                        int window, int stride,
                                                        int outputs) {
-  // oh * stride - pad <= h < oh * stride - pad + window.
+  // oh * stride - pad <= h < oh * stride - pad + window. ValidateWindow
+  // keeps h + pad within int; the rounding up below cannot overflow even
+  // for a stride near INT_MAX (low + stride - 1 could).
   const int top = h + pad;  // >= 0.
   const int low = top - window + 1;
-  const int first = low <= 0 ? 0 : (low + stride - 1) / stride;
+  const int first = low <= 0 ? 0 : (low - 1) / stride + 1;
   const int last = top / stride < outputs - 1 ? top / stride : outputs - 1;
   return {first, last};
 }

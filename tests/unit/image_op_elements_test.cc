@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -148,6 +149,34 @@ TEST_F(ImageOpElementsTest, MaxPoolingMatchesTheCpuDeviceExactly) {
     });
   }
   EXPECT_GT(windows_in_padding, 0) << "no window lay wholly in the padding";
+}
+
+// A stride near INT_MAX with one output row: the windows holding a row are
+// found without overflowing int (found with UBSan: rounding up as
+// low + stride - 1 wrapped, and the gradient then read argmax[-1]).
+TEST_F(ImageOpElementsTest, MaxPoolGradientWithAStrideNearIntMax) {
+  WindowGeometry g;
+  g.input = {1, 3, 1, 1};
+  g.stride_height = std::numeric_limits<int>::max();
+  g.out_height = 1;
+  g.out_width = 1;
+  ASSERT_TRUE(ValidateWindow("test", g).ok());
+  const std::vector<float> x = {5.0f, 6.0f, 7.0f};
+  float y = 0.0f;
+  int32_t argmax = -5;
+  ASSERT_TRUE(cpu_->MaxPoolForward(g, x.data(), &y, &argmax).ok());
+  ASSERT_EQ(argmax, 0);  // The one window holds row 0 only.
+  const float dy = 2.5f;
+  std::vector<float> want_dx(3, 9.0f);
+  ASSERT_TRUE(cpu_->MaxPoolBackward(g, &dy, &argmax, want_dx.data()).ok());
+  EXPECT_EQ(want_dx, (std::vector<float>{2.5f, 0.0f, 0.0f}));
+  const elements::Window e = ToElements(g);
+  for (int32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(elements::MaxPoolGradAt(e, &dy, &argmax, i), want_dx[i]) << i;
+  }
+  const elements::OutputRange row2 = elements::WindowsHolding(
+      2, 0, 1, std::numeric_limits<int>::max(), 1);
+  EXPECT_GT(row2.first, row2.last) << "row 2 is in no window";
 }
 
 TEST_F(ImageOpElementsTest, ZeroPaddingMatchesTheCpuDeviceExactly) {
