@@ -11,14 +11,16 @@
 
 typedef struct cublasContext* cublasHandle_t;
 
-enum cublasStatus_t {
+// As cuBLAS declares it (a typedef'd unnamed enum), so that it mangles
+// alike; see cudaError in cuda_runtime_api.h.
+typedef enum {
   CUBLAS_STATUS_SUCCESS = 0,
   CUBLAS_STATUS_NOT_INITIALIZED = 1,
   CUBLAS_STATUS_ALLOC_FAILED = 3,
   CUBLAS_STATUS_INVALID_VALUE = 7,
   CUBLAS_STATUS_ARCH_MISMATCH = 8,
   CUBLAS_STATUS_NOT_SUPPORTED = 15,
-};
+} cublasStatus_t;
 
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 

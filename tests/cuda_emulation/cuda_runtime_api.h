@@ -8,7 +8,9 @@
 //
 // A launch runs its blocks one after another; the threads of a block run
 // at once, one OS thread each (a pool, reused), so that __syncthreads and
-// the warp shuffles (emulated with barriers) behave as on a GPU. "Device" pointers are host
+// the warp shuffles (emulated with barriers) behave as on a GPU; kernels
+// launched with LOCKSTEP_LAUNCH_INDEPENDENT (threads that never
+// synchronize) run their threads one after another, much faster. "Device" pointers are host
 // pointers. Launch configurations the GPU would refuse (no blocks, more
 // than 1024 threads, grid.y or grid.z over 65535) set the error that
 // cudaGetLastError returns, as CUDA does, and run nothing. What this cannot
@@ -22,7 +24,9 @@
 #error "tests/cuda_emulation is for LOCKSTEP_CUDA_EMULATION builds only"
 #endif
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -46,7 +50,11 @@ struct dim3 {
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
 
-enum cudaError_t {
+// Named as in CUDA (enum cudaError, typedef'd), with CUDA's values, so
+// that functions taking it mangle alike: a test that also links code
+// built against the real runtime (the NCCL all-reduce) resolves to the
+// emulated definitions rather than pulling in the real device's.
+enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
@@ -56,6 +64,7 @@ enum cudaError_t {
   cudaErrorInvalidDevice = 101,
   cudaErrorDevicesUnavailable = 46,
 };
+typedef enum cudaError cudaError_t;
 
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost = 0,
@@ -129,7 +138,24 @@ struct Block {
   std::vector<std::unique_ptr<Barrier>> warps;
   std::vector<uint64_t> slots;
 };
+// The block the calling emulated thread is in; null when the threads run
+// one after another (LOCKSTEP_LAUNCH_INDEPENDENT).
 inline thread_local Block* current_block = nullptr;
+
+// A thread of a block run one thread at a time asked for a barrier.
+[[noreturn]] inline void BarrierWithoutBlock() {
+  std::fprintf(stderr,
+               "CUDA emulation: a kernel launched with "
+               "LOCKSTEP_LAUNCH_INDEPENDENT used __syncthreads or a warp "
+               "shuffle; launch it with LOCKSTEP_LAUNCH\n");
+  std::abort();
+}
+
+// The calling thread's block, for a barrier or shuffle.
+inline Block& SynchronizingBlock() {
+  if (current_block == nullptr) BarrierWithoutBlock();
+  return *current_block;
+}
 
 inline int LinearThread() {
   return static_cast<int>(thread_index.x +
@@ -145,10 +171,11 @@ T Shuffle(T value, int source) {
   const int warp = tid / 32;
   uint64_t bits = 0;
   std::memcpy(&bits, &value, sizeof(T));
-  current_block->slots[tid] = bits;
-  current_block->warps[warp]->ArriveAndWait();
-  bits = current_block->slots[warp * 32 + source];
-  current_block->warps[warp]->ArriveAndWait();
+  Block& block = SynchronizingBlock();
+  block.slots[tid] = bits;
+  block.warps[warp]->ArriveAndWait();
+  bits = block.slots[warp * 32 + source];
+  block.warps[warp]->ArriveAndWait();
   T out;
   std::memcpy(&out, &bits, sizeof(T));
   return out;
@@ -212,13 +239,36 @@ class BlockThreads {
   uint64_t generation_ = 0;
 };
 
-// Runs fn(args...) on every thread of grid x block.
+// Runs fn(args...) on every thread of grid x block: the threads of a block
+// at once, or (independent: a kernel launched with
+// LOCKSTEP_LAUNCH_INDEPENDENT, whose threads never synchronize) one after
+// another on the calling thread, far faster; a barrier reached there stops
+// the test with a message.
 template <typename Fn, typename... Args>
-void Run(const dim3& grid, const dim3& block, Fn fn, Args... args) {
+void Run(bool independent, const dim3& grid, const dim3& block, Fn fn,
+         Args... args) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
       grid.z > 65535 || threads == 0 || threads > 1024 || block.z > 64) {
     last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (independent) {
+    current_block = nullptr;
+    grid_dim = grid;
+    block_dim = block;
+    for (unsigned bz = 0; bz < grid.z; ++bz) {
+      for (unsigned by = 0; by < grid.y; ++by) {
+        for (unsigned bx = 0; bx < grid.x; ++bx) {
+          block_index = dim3(bx, by, bz);
+          for (unsigned t = 0; t < threads; ++t) {
+            thread_index = dim3(t % block.x, (t / block.x) % block.y,
+                                t / (block.x * block.y));
+            fn(args...);
+          }
+        }
+      }
+    }
     return;
   }
   for (unsigned bz = 0; bz < grid.z; ++bz) {
@@ -246,16 +296,18 @@ void Run(const dim3& grid, const dim3& block, Fn fn, Args... args) {
 // LOCKSTEP_LAUNCH(kernel, grid, block, ...)(args...) in emulation.
 template <typename Kernel>
 struct Launcher {
+  bool independent;
   dim3 grid, block;
   Kernel kernel;
   template <typename... Args>
   void operator()(Args... args) const {
-    Run(grid, block, kernel, args...);
+    Run(independent, grid, block, kernel, args...);
   }
 };
 template <typename Kernel>
-Launcher<Kernel> MakeLauncher(dim3 grid, dim3 block, Kernel kernel) {
-  return Launcher<Kernel>{grid, block, kernel};
+Launcher<Kernel> MakeLauncher(bool independent, dim3 grid, dim3 block,
+                              Kernel kernel) {
+  return Launcher<Kernel>{independent, grid, block, kernel};
 }
 
 }  // namespace cuda_emulation
@@ -274,7 +326,7 @@ inline cudaError_t cudaGetLastError() {
 }
 
 inline void __syncthreads() {
-  ::lockstep::cuda_emulation::current_block->barrier.ArriveAndWait();
+  ::lockstep::cuda_emulation::SynchronizingBlock().barrier.ArriveAndWait();
 }
 
 template <typename T>

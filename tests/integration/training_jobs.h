@@ -73,10 +73,11 @@ inline double MaxRelativeDifference(const std::vector<float>& a,
 
 // Trains `workers` workers with batch `batch` each for 20 steps against
 // `shards` server shards and returns rank 0's final weights (checking every
-// rank ends with the same ones).
+// rank ends with the same ones). `worker` is the worker binary in kBin.
 inline std::vector<float> Train(int workers, int batch,
                                 const std::string& optimizer, int shards = 1,
-                                const std::vector<std::string>& extra = {}) {
+                                const std::vector<std::string>& extra = {},
+                                const std::string& worker = "lockstep_worker") {
   const std::string dir = MakeTempDir();
   std::vector<Server> servers;
   std::vector<std::string> addresses;
@@ -87,7 +88,7 @@ inline std::vector<float> Train(int workers, int batch,
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < workers; ++rank) {
     std::vector<std::string> argv = {
-        kBin + "/lockstep_worker",
+        kBin + "/" + worker,
         "--servers=" + absl::StrJoin(addresses, ","),
         absl::StrCat("--workers=", workers),
         absl::StrCat("--rank=", rank),

@@ -275,8 +275,8 @@ cudaError_t LaunchBatchNormInference(int rows, int channels, const float* x,
                                      float epsilon, float* y, void* scratch,
                                      cudaStream_t stream) {
   const BatchNormScratch s = Layout(scratch, rows, channels);
-  LOCKSTEP_LAUNCH(InferenceScaleKernel, ChannelGrid(channels), kThreads, 0,
-                  stream)
+  LOCKSTEP_LAUNCH_INDEPENDENT(InferenceScaleKernel, ChannelGrid(channels),
+                              kThreads, 0, stream)
   (channels, gamma, moving_variance, epsilon, s.scale);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   const int64_t total = int64_t{rows} * channels;

@@ -12,12 +12,20 @@
 #include <cuda_runtime_api.h>
 
 // LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream)(arguments...)
+// LOCKSTEP_LAUNCH_INDEPENDENT: the same, for a kernel whose threads never
+// synchronize (no __syncthreads, no warp shuffles), which the emulation
+// runs one thread after another; on a GPU the two are the same launch.
 #if defined(LOCKSTEP_CUDA_EMULATION)
 #define LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream) \
   ::lockstep::cuda_emulation::MakeLauncher(                        \
-      grid, block, [](auto... args) { kernel(args...); })
+      false, grid, block, [](auto... args) { kernel(args...); })
+#define LOCKSTEP_LAUNCH_INDEPENDENT(kernel, grid, block, shared_bytes, stream) \
+  ::lockstep::cuda_emulation::MakeLauncher(                                    \
+      true, grid, block, [](auto... args) { kernel(args...); })
 #else
 #define LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  kernel<<<grid, block, shared_bytes, stream>>>
+#define LOCKSTEP_LAUNCH_INDEPENDENT(kernel, grid, block, shared_bytes, stream) \
   kernel<<<grid, block, shared_bytes, stream>>>
 #endif
 
@@ -54,10 +62,12 @@ template <typename Op>
 cudaError_t ForEach(int64_t n, int64_t largest, const Op& op,
                     cudaStream_t stream) {
   if (largest <= INT_MAX) {
-    LOCKSTEP_LAUNCH(ForEachKernel<int32_t>, GridFor(n), kThreads, 0, stream)
+    LOCKSTEP_LAUNCH_INDEPENDENT(ForEachKernel<int32_t>, GridFor(n), kThreads, 0,
+                                stream)
     (n, op);
   } else {
-    LOCKSTEP_LAUNCH(ForEachKernel<int64_t>, GridFor(n), kThreads, 0, stream)
+    LOCKSTEP_LAUNCH_INDEPENDENT(ForEachKernel<int64_t>, GridFor(n), kThreads, 0,
+                                stream)
     (n, op);
   }
   return cudaGetLastError();

@@ -197,21 +197,24 @@ cudaError_t LaunchAddBias(int rows, int cols, const float* bias, float* x,
                           cudaStream_t stream) {
   const dim3 grid((cols + kThreads - 1) / kThreads,
                   rows < 65535 ? rows : 65535);
-  LOCKSTEP_LAUNCH(AddBiasKernel, grid, kThreads, 0, stream)
+  LOCKSTEP_LAUNCH_INDEPENDENT(AddBiasKernel, grid, kThreads, 0, stream)
   (rows, cols, bias, x);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchReluForward(size_t n, const float* x, float* y,
                               cudaStream_t stream) {
-  LOCKSTEP_LAUNCH(ReluForwardKernel, GridFor(n), kThreads, 0, stream)(n, x, y);
+  LOCKSTEP_LAUNCH_INDEPENDENT(ReluForwardKernel, GridFor(n), kThreads, 0,
+                              stream)
+  (n, x, y);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchReluBackward(size_t n, const float* activation,
                                const float* dy, float* dx,
                                cudaStream_t stream) {
-  LOCKSTEP_LAUNCH(ReluBackwardKernel, GridFor(n), kThreads, 0, stream)
+  LOCKSTEP_LAUNCH_INDEPENDENT(ReluBackwardKernel, GridFor(n), kThreads, 0,
+                              stream)
   (n, activation, dy, dx);
   return cudaGetLastError();
 }
