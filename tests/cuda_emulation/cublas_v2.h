@@ -58,10 +58,10 @@ inline const char* cublasGetStatusString(cublasStatus_t status) {
 // smaller than the rows they hold.
 inline cublasStatus_t cublasSgemm(cublasHandle_t handle,
                                   cublasOperation_t transa,
-                                  cublasOperation_t transb, int m, int n,
-                                  int k, const float* alpha, const float* a,
-                                  int lda, const float* b, int ldb,
-                                  const float* beta, float* c, int ldc) {
+                                  cublasOperation_t transb, int m, int n, int k,
+                                  const float* alpha, const float* a, int lda,
+                                  const float* b, int ldb, const float* beta,
+                                  float* c, int ldc) {
   if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
   const int a_rows = transa == CUBLAS_OP_N ? m : k;
   const int b_rows = transb == CUBLAS_OP_N ? k : n;

@@ -1,22 +1,27 @@
-// An emulation of the part of the CUDA runtime that the kernel files of
-// worker/cuda use, so that the tests can run those very files on the CPU,
-// on machines without a GPU or the CUDA toolkit
-// (tests/unit/cuda_kernels_emulated_test.cc). Not the real header: the test
-// targets put this directory first on the include path, and compile the
-// .cu files as C++ with LOCKSTEP_CUDA_EMULATION, which makes
-// LOCKSTEP_LAUNCH (worker/cuda/kernel_util.cuh) call Launch below.
+// An emulation of the part of the CUDA runtime that worker/cuda uses, so
+// that the tests run those very files -- the kernels and the CUDA device --
+// on the CPU, on machines without a GPU or the CUDA toolkit
+// (tests/cuda_emulation/CMakeLists.txt). Not the real header: the emulated
+// targets put this directory first on the include path and build with
+// LOCKSTEP_CUDA_EMULATION, which makes LOCKSTEP_LAUNCH
+// (worker/cuda/kernel_util.cuh) call MakeLauncher below.
 //
-// A launch runs its blocks one after another; the threads of a block run
-// at once, one OS thread each (a pool, reused), so that __syncthreads and
-// the warp shuffles (emulated with barriers) behave as on a GPU; kernels
-// launched with LOCKSTEP_LAUNCH_INDEPENDENT (threads that never
-// synchronize) run their threads one after another, much faster. "Device" pointers are host
-// pointers. Launch configurations the GPU would refuse (no blocks, more
-// than 1024 threads, grid.y or grid.z over 65535) set the error that
-// cudaGetLastError returns, as CUDA does, and run nothing. What this cannot
-// show: timing, memory-ordering between streams, and the GPU's arithmetic
-// (nvcc fuses multiply-adds, CUDA's expf differs from glibc's in the last
-// bits), so results are compared within rounding.
+// Kernels: a launch runs its blocks one after another. The threads of a
+// block run at once, one OS thread each (a pool, reused), so that
+// __syncthreads and the warp shuffles (emulated with barriers) behave as on
+// a GPU; kernels launched with LOCKSTEP_LAUNCH_INDEPENDENT (threads that
+// never synchronize) run their threads one after another, much faster.
+// Launch configurations the GPU would refuse (no blocks, more than 1024
+// threads, grid.y or grid.z over 65535) set the error that
+// cudaGetLastError returns, as CUDA does, and run nothing.
+//
+// The host side: one GPU, "device" memory from the host's heap, copies at
+// once, streams and events that order nothing (every call has finished
+// when it returns).
+//
+// What this cannot show: timing, ordering between streams, real cuBLAS,
+// and the GPU's arithmetic (nvcc fuses multiply-adds, CUDA's expf differs
+// from glibc's in the last bits), so results are compared within rounding.
 #ifndef LOCKSTEP_TESTS_CUDA_EMULATION_CUDA_RUNTIME_API_H_
 #define LOCKSTEP_TESTS_CUDA_EMULATION_CUDA_RUNTIME_API_H_
 
@@ -26,8 +31,8 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -130,8 +135,8 @@ class Barrier {
 struct Block {
   explicit Block(int threads) : barrier(threads), slots(threads) {
     for (int first = 0; first < threads; first += 32) {
-      warps.push_back(
-          std::make_unique<Barrier>(threads - first < 32 ? threads - first : 32));
+      warps.push_back(std::make_unique<Barrier>(
+          threads - first < 32 ? threads - first : 32));
     }
   }
   Barrier barrier;
@@ -159,8 +164,8 @@ inline Block& SynchronizingBlock() {
 
 inline int LinearThread() {
   return static_cast<int>(thread_index.x +
-                          block_dim.x * (thread_index.y +
-                                         block_dim.y * thread_index.z));
+                          block_dim.x *
+                              (thread_index.y + block_dim.y * thread_index.z));
 }
 
 // The value `value` of lane `source` of the calling thread's warp.
@@ -339,7 +344,8 @@ T __shfl_down_sync(unsigned /*mask*/, T value, unsigned delta) {
   const int lane = ::lockstep::cuda_emulation::LinearThread() % 32;
   const int source = lane + static_cast<int>(delta);
   // A lane past the warp's end keeps its own value, as on the GPU.
-  return ::lockstep::cuda_emulation::Shuffle(value, source < 32 ? source : lane);
+  return ::lockstep::cuda_emulation::Shuffle(value,
+                                             source < 32 ? source : lane);
 }
 
 inline int min(int a, int b) { return a < b ? a : b; }
@@ -368,14 +374,22 @@ inline cudaError_t Allocate(void** p, size_t bytes) {
 
 inline const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorDevicesUnavailable: return "cudaErrorDevicesUnavailable";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorDevicesUnavailable:
+      return "cudaErrorDevicesUnavailable";
   }
   return "cudaErrorUnknown";
 }

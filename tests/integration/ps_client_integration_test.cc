@@ -26,7 +26,8 @@ constexpr int64_t kChunkBytes = 256 * sizeof(float);
 constexpr float kLearningRate = 0.5f;
 
 // What the wire does to `values`: rounded to `dtype` and back.
-std::vector<float> OnTheWire(const std::vector<float>& values, WireDType dtype) {
+std::vector<float> OnTheWire(const std::vector<float>& values,
+                             WireDType dtype) {
   std::string bytes;
   EncodeTensor(values, dtype, &bytes);
   std::vector<float> out(values.size());
@@ -97,14 +98,15 @@ TEST_P(PsClientWireTest, EveryStepSendsItsOwnGradient) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    DTypes, PsClientWireTest,
-    ::testing::Combine(::testing::Values("fp32", "bf16", "fp16"),
-                       ::testing::Values(1, 2)),
-    [](const auto& info) {
-      return absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param),
-                          "shards");
-    });
+INSTANTIATE_TEST_SUITE_P(DTypes, PsClientWireTest,
+                         ::testing::Combine(::testing::Values("fp32", "bf16",
+                                                              "fp16"),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_",
+                                               std::get<1>(info.param),
+                                               "shards");
+                         });
 
 }  // namespace
 }  // namespace lockstep

@@ -60,13 +60,12 @@ TEST_F(CudaKernelsEmulatedTest, SoftmaxCrossEntropyMatchesTheCpu) {
   };
   // One row, a warp's worth of columns and one more, wide rows, blocks of
   // rows that do and do not fill the last block.
-  for (const Case& c : {Case{1, 1, true}, Case{9, 32, true},
-                        Case{17, 33, false}, Case{61, 13, true},
-                        Case{61, 1001, true}, Case{300, 10, true}}) {
+  for (const Case& c :
+       {Case{1, 1, true}, Case{9, 32, true}, Case{17, 33, false},
+        Case{61, 13, true}, Case{61, 1001, true}, Case{300, 10, true}}) {
     SCOPED_TRACE(::testing::Message() << c.rows << " x " << c.cols);
-    const std::vector<float> logits =
-        RandomFloats(size_t{1} * c.rows * c.cols, c.rows * 1000 + c.cols,
-                     -4.0f, 4.0f);
+    const std::vector<float> logits = RandomFloats(
+        size_t{1} * c.rows * c.cols, c.rows * 1000 + c.cols, -4.0f, 4.0f);
     std::vector<int32_t> labels(c.rows);
     Random random(c.cols);
     for (int32_t& label : labels) {
@@ -76,10 +75,9 @@ TEST_F(CudaKernelsEmulatedTest, SoftmaxCrossEntropyMatchesTheCpu) {
     std::vector<float> want(logits.size(), 5.0f), got(logits.size(), 5.0f);
     double loss = 0;
     int64_t correct = 0;
-    ASSERT_TRUE(cpu_->SoftmaxCrossEntropy(c.rows, c.cols, logits.data(),
-                                          labels.data(), scale,
-                                          c.gradient ? want.data() : nullptr,
-                                          &loss, &correct)
+    ASSERT_TRUE(cpu_->SoftmaxCrossEntropy(
+                        c.rows, c.cols, logits.data(), labels.data(), scale,
+                        c.gradient ? want.data() : nullptr, &loss, &correct)
                     .ok());
     std::vector<double> row_loss(c.rows);
     std::vector<int> row_hit(c.rows);
@@ -124,8 +122,8 @@ TEST_F(CudaKernelsEmulatedTest, BiasAndReluMatchTheCpu) {
     const std::vector<float> bias = RandomFloats(cols, 2);
     std::vector<float> want = x, got = x;
     ASSERT_TRUE(cpu_->AddBias(rows, cols, bias.data(), want.data()).ok());
-    ASSERT_EQ(cuda_internal::LaunchAddBias(rows, cols, bias.data(),
-                                           got.data(), nullptr),
+    ASSERT_EQ(cuda_internal::LaunchAddBias(rows, cols, bias.data(), got.data(),
+                                           nullptr),
               cudaSuccess);
     EXPECT_EQ(got, want);
 
@@ -141,13 +139,13 @@ TEST_F(CudaKernelsEmulatedTest, BiasAndReluMatchTheCpu) {
     const std::vector<float> dy = RandomFloats(n, 3);
     std::vector<float> y_want(n), y_got(n, 7.0f), dx_want(n), dx_got(n, 7.0f);
     ASSERT_TRUE(cpu_->ReluForwardInto(n, x.data(), y_want.data()).ok());
-    ASSERT_EQ(cuda_internal::LaunchReluForward(n, x.data(), y_got.data(),
-                                               nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cuda_internal::LaunchReluForward(n, x.data(), y_got.data(), nullptr),
+        cudaSuccess);
     EXPECT_EQ(y_got, y_want);
-    ASSERT_TRUE(cpu_->ReluBackwardInto(n, y_want.data(), dy.data(),
-                                       dx_want.data())
-                    .ok());
+    ASSERT_TRUE(
+        cpu_->ReluBackwardInto(n, y_want.data(), dy.data(), dx_want.data())
+            .ok());
     ASSERT_EQ(cuda_internal::LaunchReluBackward(n, y_got.data(), dy.data(),
                                                 dx_got.data(), nullptr),
               cudaSuccess);
@@ -192,9 +190,9 @@ TEST_F(CudaKernelsEmulatedTest, BatchNormMatchesTheCpu) {
     // Scratch as cudaMalloc would give it: 256-byte aligned.
     std::vector<char> scratch_bytes(
         cuda_internal::BatchNormScratchBytes(rows, channels) + 256);
-    void* scratch = scratch_bytes.data() +
-                    (256 - reinterpret_cast<uintptr_t>(scratch_bytes.data()) %
-                               256) % 256;
+    void* scratch =
+        scratch_bytes.data() +
+        (256 - reinterpret_cast<uintptr_t>(scratch_bytes.data()) % 256) % 256;
 
     struct Outputs {
       std::vector<float> y, mean, var, saved_mean, saved_inv_std;
@@ -207,12 +205,12 @@ TEST_F(CudaKernelsEmulatedTest, BatchNormMatchesTheCpu) {
                     0.99f, want.y.data(), want.mean.data(), want.var.data(),
                     want.saved_mean.data(), want.saved_inv_std.data())
                     .ok());
-    ASSERT_EQ(cuda_internal::LaunchBatchNormTraining(
-                  rows, channels, x.data(), gamma.data(), beta.data(), 1e-3f,
-                  0.99f, got.y.data(), got.mean.data(), got.var.data(),
-                  got.saved_mean.data(), got.saved_inv_std.data(), scratch,
-                  nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cuda_internal::LaunchBatchNormTraining(
+            rows, channels, x.data(), gamma.data(), beta.data(), 1e-3f, 0.99f,
+            got.y.data(), got.mean.data(), got.var.data(),
+            got.saved_mean.data(), got.saved_inv_std.data(), scratch, nullptr),
+        cudaSuccess);
     ExpectClose(got.y, want.y, 1e-5, "y");
     ExpectClose(got.mean, want.mean, 1e-6, "moving mean");
     ExpectClose(got.var, want.var, 1e-6, "moving variance");
@@ -227,12 +225,12 @@ TEST_F(CudaKernelsEmulatedTest, BatchNormMatchesTheCpu) {
                     want.saved_mean.data(), want.saved_inv_std.data(),
                     dx_want.data(), dgamma_want.data(), dbeta_want.data())
                     .ok());
-    ASSERT_EQ(cuda_internal::LaunchBatchNormBackward(
-                  rows, channels, x.data(), dy.data(), gamma.data(),
-                  want.saved_mean.data(), want.saved_inv_std.data(),
-                  dx_got.data(), dgamma_got.data(), dbeta_got.data(), scratch,
-                  nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cuda_internal::LaunchBatchNormBackward(
+            rows, channels, x.data(), dy.data(), gamma.data(),
+            want.saved_mean.data(), want.saved_inv_std.data(), dx_got.data(),
+            dgamma_got.data(), dbeta_got.data(), scratch, nullptr),
+        cudaSuccess);
     ExpectClose(dx_got, dx_want, 1e-4, "dx");
     ExpectClose(dgamma_got, dgamma_want, 1e-5, "dgamma");
     ExpectClose(dbeta_got, dbeta_want, 1e-5, "dbeta");
@@ -276,9 +274,9 @@ TEST_F(CudaKernelsEmulatedTest, ImageOpsMatchTheCpuBitForBit) {
     std::vector<float> columns_want(g.OutputPixels() * g.PatchSize()),
         columns_got(columns_want.size(), 7.0f);
     ASSERT_TRUE(cpu_ops::Im2Col(g, x.data(), columns_want.data()).ok());
-    ASSERT_EQ(cuda_internal::LaunchIm2Col(e, x.data(), columns_got.data(),
-                                          nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cuda_internal::LaunchIm2Col(e, x.data(), columns_got.data(), nullptr),
+        cudaSuccess);
     EXPECT_EQ(columns_got, columns_want) << "im2col";
 
     const std::vector<float> columns = RandomFloats(columns_want.size(), 13);
@@ -292,11 +290,11 @@ TEST_F(CudaKernelsEmulatedTest, ImageOpsMatchTheCpuBitForBit) {
     const size_t outputs = g.OutputPixels() * g.input.channels;
     std::vector<float> y_want(outputs), y_got(outputs, 7.0f);
     std::vector<int32_t> argmax_want(outputs), argmax_got(outputs, -5);
-    ASSERT_TRUE(cpu_ops::MaxPoolForward(g, x.data(), y_want.data(),
-                                        argmax_want.data())
-                    .ok());
-    ASSERT_EQ(cuda_internal::LaunchMaxPoolForward(
-                  e, x.data(), y_got.data(), argmax_got.data(), nullptr),
+    ASSERT_TRUE(
+        cpu_ops::MaxPoolForward(g, x.data(), y_want.data(), argmax_want.data())
+            .ok());
+    ASSERT_EQ(cuda_internal::LaunchMaxPoolForward(e, x.data(), y_got.data(),
+                                                  argmax_got.data(), nullptr),
               cudaSuccess);
     EXPECT_EQ(y_got, y_want) << "max pool";
     EXPECT_EQ(argmax_got, argmax_want) << "max pool's arg max";
@@ -335,25 +333,26 @@ TEST_F(CudaKernelsEmulatedTest, PaddingAndAveragePoolingMatchTheCpu) {
   EXPECT_EQ(dx_got, dx_want) << "zero padding backward";
 
   constexpr int kBatch = 3, kPixels = 49, kChannels = 37;
-  const std::vector<float> maps = RandomFloats(kBatch * kPixels * kChannels, 17);
+  const std::vector<float> maps =
+      RandomFloats(kBatch * kPixels * kChannels, 17);
   std::vector<float> mean_want(kBatch * kChannels), mean_got(mean_want.size());
   ASSERT_TRUE(cpu_ops::GlobalAvgPool(kBatch, kPixels, kChannels, maps.data(),
                                      mean_want.data())
                   .ok());
-  ASSERT_EQ(cuda_internal::LaunchGlobalAvgPool(kBatch, kPixels, kChannels,
-                                               maps.data(), mean_got.data(),
-                                               nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      cuda_internal::LaunchGlobalAvgPool(kBatch, kPixels, kChannels,
+                                         maps.data(), mean_got.data(), nullptr),
+      cudaSuccess);
   EXPECT_EQ(mean_got, mean_want) << "global average pooling";
   const std::vector<float> dmean = RandomFloats(mean_want.size(), 18);
   std::vector<float> dmaps_want(maps.size()), dmaps_got(maps.size(), 7.0f);
   ASSERT_TRUE(cpu_ops::GlobalAvgPoolBackward(kBatch, kPixels, kChannels,
                                              dmean.data(), dmaps_want.data())
                   .ok());
-  ASSERT_EQ(cuda_internal::LaunchGlobalAvgPoolBackward(
-                kBatch, kPixels, kChannels, dmean.data(), dmaps_got.data(),
-                nullptr),
-            cudaSuccess);
+  ASSERT_EQ(
+      cuda_internal::LaunchGlobalAvgPoolBackward(
+          kBatch, kPixels, kChannels, dmean.data(), dmaps_got.data(), nullptr),
+      cudaSuccess);
   EXPECT_EQ(dmaps_got, dmaps_want) << "global average pooling backward";
 }
 
