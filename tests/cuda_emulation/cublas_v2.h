@@ -29,16 +29,23 @@ enum cublasMath_t {
   CUBLAS_TF32_TENSOR_OP_MATH = 3,
 };
 
+// A handle's stream, where its products queue (the emulated streams of
+// cuda_runtime_api.h: they run when the stream gets to them).
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+};
+
 inline cublasStatus_t cublasCreate(cublasHandle_t* handle) {
-  *handle = reinterpret_cast<cublasHandle_t>(new int(0));
+  *handle = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasDestroy(cublasHandle_t handle) {
-  delete reinterpret_cast<int*>(handle);
+  delete handle;
   return CUBLAS_STATUS_SUCCESS;
 }
-inline cublasStatus_t cublasSetStream(cublasHandle_t /*handle*/,
-                                      cudaStream_t /*stream*/) {
+inline cublasStatus_t cublasSetStream(cublasHandle_t handle,
+                                      cudaStream_t stream) {
+  handle->stream = stream;
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t /*handle*/,
@@ -69,24 +76,29 @@ inline cublasStatus_t cublasSgemm(cublasHandle_t handle,
       ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  for (int j = 0; j < n; ++j) {
-    for (int i = 0; i < m; ++i) {
-      double sum = 0.0;
-      for (int p = 0; p < k; ++p) {
-        const float av = transa == CUBLAS_OP_N
-                             ? a[i + static_cast<size_t>(p) * lda]
-                             : a[p + static_cast<size_t>(i) * lda];
-        const float bv = transb == CUBLAS_OP_N
-                             ? b[p + static_cast<size_t>(j) * ldb]
-                             : b[j + static_cast<size_t>(p) * ldb];
-        sum += static_cast<double>(av) * bv;
+  // alpha and beta are host values, read now, as cuBLAS reads them.
+  const double alpha_value = *alpha, beta_value = *beta;
+  ::lockstep::cuda_emulation::Enqueue(handle->stream, [=] {
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < m; ++i) {
+        double sum = 0.0;
+        for (int p = 0; p < k; ++p) {
+          const float av = transa == CUBLAS_OP_N
+                               ? a[i + static_cast<size_t>(p) * lda]
+                               : a[p + static_cast<size_t>(i) * lda];
+          const float bv = transb == CUBLAS_OP_N
+                               ? b[p + static_cast<size_t>(j) * ldb]
+                               : b[j + static_cast<size_t>(p) * ldb];
+          sum += static_cast<double>(av) * bv;
+        }
+        float& out = c[i + static_cast<size_t>(j) * ldc];
+        // beta 0 ignores C, as cuBLAS does (it may hold NaN).
+        out = static_cast<float>(
+            alpha_value * sum +
+            (beta_value == 0.0 ? 0.0 : beta_value * double{out}));
       }
-      float& out = c[i + static_cast<size_t>(j) * ldc];
-      // beta 0 ignores C, as cuBLAS does (it may hold NaN).
-      out = static_cast<float>(*alpha * sum +
-                               (*beta == 0.0f ? 0.0 : *beta * double{out}));
     }
-  }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -15,11 +15,11 @@
 // threads, grid.y or grid.z over 65535) set the error that
 // cudaGetLastError returns, as CUDA does, and run nothing.
 //
-// The host side: one GPU, "device" memory from the host's heap, copies at
-// once, streams and events that order nothing (every call has finished
-// when it returns).
+// The host side: one GPU, "device" memory from the host's heap, and
+// streams whose queued work runs as late as CUDA allows (see Streams
+// below), so that a missing wait is a wrong result, every time.
 //
-// What this cannot show: timing, ordering between streams, real cuBLAS,
+// What this cannot show: timing, real cuBLAS,
 // and the GPU's arithmetic (nvcc fuses multiply-adds, CUDA's expf differs
 // from glibc's in the last bits), so results are compared within rounding.
 #ifndef LOCKSTEP_TESTS_CUDA_EMULATION_CUDA_RUNTIME_API_H_
@@ -29,13 +29,16 @@
 #error "tests/cuda_emulation is for LOCKSTEP_CUDA_EMULATION builds only"
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -253,11 +256,6 @@ template <typename Fn, typename... Args>
 void Run(bool independent, const dim3& grid, const dim3& block, Fn fn,
          Args... args) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
-      grid.z > 65535 || threads == 0 || threads > 1024 || block.z > 64) {
-    last_error = cudaErrorInvalidConfiguration;
-    return;
-  }
   if (independent) {
     current_block = nullptr;
     grid_dim = grid;
@@ -298,21 +296,114 @@ void Run(bool independent, const dim3& grid, const dim3& block, Fn fn,
   }
 }
 
-// LOCKSTEP_LAUNCH(kernel, grid, block, ...)(args...) in emulation.
+// Whether a GPU would run a launch of grid x block at all.
+inline bool ValidLaunch(const dim3& grid, const dim3& block) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  return grid.x > 0 && grid.y > 0 && grid.z > 0 && grid.y <= 65535 &&
+         grid.z <= 65535 && threads > 0 && threads <= 1024 && block.z <= 64;
+}
+
+// ---- Streams. Work queued on a stream runs as late as CUDA allows: when
+// the host waits for it (cudaStreamSynchronize, cudaFree, a copy to
+// pageable memory) or another stream waits for it through an event. So a
+// missing wait shows deterministically: the host reads memory the queued
+// work has not written yet, or a stream reads what another has not
+// produced. The legacy default stream (null) runs everything at once.
+
+inline std::recursive_mutex& StreamMutex() {
+  static auto* mu = new std::recursive_mutex;
+  return *mu;
+}
+
+}  // namespace cuda_emulation
+}  // namespace lockstep
+
+struct CUstream_st {
+  std::deque<std::function<void()>> queue;
+  uint64_t queued = 0;  // Operations ever queued.
+  uint64_t done = 0;    // Operations run, in order.
+};
+struct CUevent_st {
+  CUstream_st* stream = nullptr;
+  uint64_t position = 0;  // The stream's operations it follows.
+};
+
+namespace lockstep {
+namespace cuda_emulation {
+
+// Every live stream, for the calls that wait for the whole device.
+inline std::vector<CUstream_st*>& LiveStreams() {
+  static auto* streams = new std::vector<CUstream_st*>;
+  return *streams;
+}
+
+// Runs `stream`'s queued operations up to its `position`-th.
+inline void Drain(CUstream_st* stream, uint64_t position) {
+  std::lock_guard<std::recursive_mutex> lock(StreamMutex());
+  while (stream->done < position && !stream->queue.empty()) {
+    std::function<void()> op = std::move(stream->queue.front());
+    stream->queue.pop_front();
+    ++stream->done;
+    op();
+  }
+}
+inline void DrainAll(CUstream_st* stream) { Drain(stream, stream->queued); }
+inline void DrainDevice() {
+  std::lock_guard<std::recursive_mutex> lock(StreamMutex());
+  for (CUstream_st* stream : LiveStreams()) DrainAll(stream);
+}
+
+inline void Enqueue(CUstream_st* stream, std::function<void()> op) {
+  if (stream == nullptr) {
+    op();
+    return;
+  }
+  std::lock_guard<std::recursive_mutex> lock(StreamMutex());
+  stream->queue.push_back(std::move(op));
+  ++stream->queued;
+}
+
+// LOCKSTEP_LAUNCH(kernel, grid, block, shared, stream)(args...) in
+// emulation: checked now (cudaGetLastError sees a bad configuration at
+// once, as on a GPU), run when the stream gets to it.
 template <typename Kernel>
 struct Launcher {
   bool independent;
   dim3 grid, block;
+  cudaStream_t stream;
   Kernel kernel;
   template <typename... Args>
   void operator()(Args... args) const {
-    Run(independent, grid, block, kernel, args...);
+    if (!ValidLaunch(grid, block)) {
+      last_error = cudaErrorInvalidConfiguration;
+      return;
+    }
+    const bool independent_ = independent;
+    const dim3 grid_ = grid, block_ = block;
+    const Kernel kernel_ = kernel;
+    Enqueue(stream,
+            [=] { Run(independent_, grid_, block_, kernel_, args...); });
   }
 };
 template <typename Kernel>
 Launcher<Kernel> MakeLauncher(bool independent, dim3 grid, dim3 block,
-                              Kernel kernel) {
-  return Launcher<Kernel>{independent, grid, block, kernel};
+                              cudaStream_t stream, Kernel kernel) {
+  return Launcher<Kernel>{independent, grid, block, stream, kernel};
+}
+
+// cudaHostAlloc'd ranges: a copy to or from pinned memory is asynchronous;
+// one to or from pageable memory is not (see cudaMemcpyAsync).
+inline std::map<uintptr_t, size_t>& PinnedRanges() {
+  static auto* ranges = new std::map<uintptr_t, size_t>;
+  return *ranges;
+}
+inline bool IsPinned(const void* p) {
+  std::lock_guard<std::recursive_mutex> lock(StreamMutex());
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  auto it = PinnedRanges().upper_bound(address);
+  if (it == PinnedRanges().begin()) return false;
+  --it;
+  return address < it->first + it->second;
 }
 
 }  // namespace cuda_emulation
@@ -352,9 +443,8 @@ inline int min(int a, int b) { return a < b ? a : b; }
 
 // ---- The host side of the runtime, for the CUDA device itself
 // (worker/cuda/cuda_device.cc): one emulated GPU, "device" memory from the
-// host's heap, and streams that run every call at once, so a stream or an
-// event orders nothing that is not already ordered. The tests that link the
-// emulated device see "cuda:0 (emulated ...)".
+// host's heap, and the streams above. The tests that link the emulated
+// device see "cuda:0 (emulated ...)".
 
 namespace lockstep {
 namespace cuda_emulation {
@@ -416,66 +506,118 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties,
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   return ::lockstep::cuda_emulation::Allocate(p, bytes);
 }
+// As on a GPU, freeing waits for the device's queued work.
 inline cudaError_t cudaFree(void* p) {
+  ::lockstep::cuda_emulation::DrainDevice();
   std::free(p);
   return cudaSuccess;
 }
 inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned /*flags*/) {
-  return ::lockstep::cuda_emulation::Allocate(p, bytes);
+  const cudaError_t e = ::lockstep::cuda_emulation::Allocate(p, bytes);
+  if (e == cudaSuccess) {
+    std::lock_guard<std::recursive_mutex> lock(
+        ::lockstep::cuda_emulation::StreamMutex());
+    ::lockstep::cuda_emulation::PinnedRanges()[reinterpret_cast<uintptr_t>(
+        *p)] = bytes == 0 ? 1 : bytes;
+  }
+  return e;
 }
 inline cudaError_t cudaFreeHost(void* p) {
+  ::lockstep::cuda_emulation::DrainDevice();
+  {
+    std::lock_guard<std::recursive_mutex> lock(
+        ::lockstep::cuda_emulation::StreamMutex());
+    ::lockstep::cuda_emulation::PinnedRanges().erase(
+        reinterpret_cast<uintptr_t>(p));
+  }
   std::free(p);
   return cudaSuccess;
 }
+
+// As CUDA documents it: from pageable host memory the source is read
+// before the call returns; to pageable host memory the call returns once
+// the copy is done; to or from pinned memory, and device to device, the
+// copy runs when the stream gets to it.
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
-                                   cudaMemcpyKind /*kind*/,
-                                   cudaStream_t /*stream*/ = nullptr) {
-  if (bytes > 0 && (dst == nullptr || src == nullptr)) {
-    return cudaErrorInvalidValue;
+                                   cudaMemcpyKind kind,
+                                   cudaStream_t stream = nullptr) {
+  namespace emu = ::lockstep::cuda_emulation;
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  if (kind == cudaMemcpyHostToDevice && !emu::IsPinned(src)) {
+    auto copy = std::make_shared<std::vector<char>>(
+        static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    emu::Enqueue(stream, [=] { std::memcpy(dst, copy->data(), copy->size()); });
+    return cudaSuccess;
   }
-  if (bytes > 0) std::memmove(dst, src, bytes);
+  emu::Enqueue(stream, [=] { std::memmove(dst, src, bytes); });
+  if (kind == cudaMemcpyDeviceToHost && !emu::IsPinned(dst) &&
+      stream != nullptr) {
+    emu::DrainAll(stream);
+  }
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes,
                               cudaMemcpyKind kind) {
+  ::lockstep::cuda_emulation::DrainDevice();
   return cudaMemcpyAsync(dst, src, bytes, kind);
 }
 inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes,
-                                   cudaStream_t /*stream*/ = nullptr) {
-  if (bytes > 0 && p == nullptr) return cudaErrorInvalidValue;
-  if (bytes > 0) std::memset(p, value, bytes);
+                                   cudaStream_t stream = nullptr) {
+  if (bytes == 0) return cudaSuccess;
+  if (p == nullptr) return cudaErrorInvalidValue;
+  ::lockstep::cuda_emulation::Enqueue(stream,
+                                      [=] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
 
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream,
                                              unsigned /*flags*/) {
-  static int streams = 0;
-  *stream = reinterpret_cast<cudaStream_t>(new int(++streams));
+  std::lock_guard<std::recursive_mutex> lock(
+      ::lockstep::cuda_emulation::StreamMutex());
+  *stream = new CUstream_st;
+  ::lockstep::cuda_emulation::LiveStreams().push_back(*stream);
   return cudaSuccess;
 }
+// The stream's queued work still runs, as on a GPU.
 inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<int*>(stream);
+  std::lock_guard<std::recursive_mutex> lock(
+      ::lockstep::cuda_emulation::StreamMutex());
+  ::lockstep::cuda_emulation::DrainAll(stream);
+  auto& live = ::lockstep::cuda_emulation::LiveStreams();
+  live.erase(std::remove(live.begin(), live.end(), stream), live.end());
+  delete stream;
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) {
+inline cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (stream != nullptr) ::lockstep::cuda_emulation::DrainAll(stream);
   return cudaSuccess;
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event,
                                             unsigned /*flags*/) {
-  *event = reinterpret_cast<cudaEvent_t>(new int(0));
+  *event = new CUevent_st;
   return cudaSuccess;
 }
 inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<int*>(event);
+  delete event;
   return cudaSuccess;
 }
-inline cudaError_t cudaEventRecord(cudaEvent_t /*event*/,
-                                   cudaStream_t /*stream*/ = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t event,
+                                   cudaStream_t stream = nullptr) {
+  std::lock_guard<std::recursive_mutex> lock(
+      ::lockstep::cuda_emulation::StreamMutex());
+  event->stream = stream;
+  event->position = stream == nullptr ? 0 : stream->queued;
   return cudaSuccess;
 }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t /*stream*/,
-                                       cudaEvent_t /*event*/,
+// `stream`'s later work waits for what `event` follows on its stream.
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                        unsigned /*flags*/ = 0) {
+  CUstream_st* const other = event->stream;
+  const uint64_t position = event->position;
+  if (other == nullptr || other == stream) return cudaSuccess;
+  ::lockstep::cuda_emulation::Enqueue(
+      stream, [=] { ::lockstep::cuda_emulation::Drain(other, position); });
   return cudaSuccess;
 }
 
