@@ -347,7 +347,10 @@ inline void Drain(CUstream_st* stream, uint64_t position) {
     op();
   }
 }
-inline void DrainAll(CUstream_st* stream) { Drain(stream, stream->queued); }
+inline void DrainAll(CUstream_st* stream) {
+  std::lock_guard<std::recursive_mutex> lock(StreamMutex());
+  Drain(stream, stream->queued);
+}
 inline void DrainDevice() {
   std::lock_guard<std::recursive_mutex> lock(StreamMutex());
   for (CUstream_st* stream : LiveStreams()) DrainAll(stream);
