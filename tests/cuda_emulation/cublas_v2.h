@@ -12,7 +12,7 @@
 typedef struct cublasContext* cublasHandle_t;
 
 // As cuBLAS declares it (a typedef'd unnamed enum), so that it mangles
-// alike; see cudaError in cuda_runtime_api.h.
+// alike; see cudaError in emulated_blocks.h.
 typedef enum {
   CUBLAS_STATUS_SUCCESS = 0,
   CUBLAS_STATUS_NOT_INITIALIZED = 1,
@@ -30,7 +30,7 @@ enum cublasMath_t {
 };
 
 // A handle's stream, where its products queue (the emulated streams of
-// cuda_runtime_api.h: they run when the stream gets to them).
+// emulated_streams.h: they run when the stream gets to them).
 struct cublasContext {
   cudaStream_t stream = nullptr;
 };
