@@ -118,14 +118,10 @@ class PsClient::Impl {
     plan_ = std::move(plan);
     rank_ = rank;
     push_target_.plan = &*plan_;
-    push_target_.window =
-        options_.max_pushes_in_flight == kAutoPushWindow
-            ? AutoPushWindow(signature.num_workers,
-                             std::min(plan_->elements_per_chunk(),
-                                      plan_->num_elements()) *
-                                 static_cast<int64_t>(
-                                     BytesPerElement(options_.wire_dtype)))
-            : options_.max_pushes_in_flight;
+    push_target_.window = ResolvePushWindow(
+        options_.max_pushes_in_flight, signature.num_workers,
+        std::min(plan_->elements_per_chunk(), plan_->num_elements()),
+        options_.wire_dtype);
     encoded_.resize(plan_->num_chunks());
     push_target_.rank = rank;
     push_target_.incarnations = incarnations_;
@@ -372,6 +368,14 @@ int AutoPushWindow(int num_workers, int64_t chunk_wire_bytes) {
   const int64_t per_round =
       std::max<int64_t>(num_workers, 1) * std::max<int64_t>(chunk_wire_bytes, 1);
   return static_cast<int>(std::clamp<int64_t>(kBudget / per_round, 1, 4));
+}
+
+int ResolvePushWindow(int requested, int num_workers, int64_t chunk_elements,
+                      WireDType dtype) {
+  if (requested != kAutoPushWindow) return requested;
+  return AutoPushWindow(num_workers,
+                        chunk_elements *
+                            static_cast<int64_t>(BytesPerElement(dtype)));
 }
 
 absl::StatusOr<int> ParsePushWindow(absl::string_view text) {

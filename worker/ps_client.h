@@ -38,6 +38,12 @@ inline constexpr int kAutoPushWindow = -1;
 // lighter on the server than 4; with 2 workers 1 is slower.
 int AutoPushWindow(int num_workers, int64_t chunk_wire_bytes);
 
+// The window a client uses: `requested`, or AutoPushWindow's choice for
+// chunks of `chunk_elements` values sent as `dtype` when it is
+// kAutoPushWindow.
+int ResolvePushWindow(int requested, int num_workers, int64_t chunk_elements,
+                      WireDType dtype);
+
 // "auto" (kAutoPushWindow) or a count >= 0, as the --push_window flags take
 // it; INVALID_ARGUMENT otherwise.
 absl::StatusOr<int> ParsePushWindow(absl::string_view text);

@@ -197,11 +197,8 @@ std::string Bytes(double bytes) {
 
 // The window the workers use: the one asked for, or auto's choice.
 int EffectivePushWindow(const CommOptions& o) {
-  if (o.push_window != kAutoPushWindow) return o.push_window;
-  const int64_t elements = std::min(o.params, o.chunk_bytes / 4);
-  return AutoPushWindow(
-      o.workers,
-      elements * static_cast<int64_t>(BytesPerElement(o.wire_dtype)));
+  return ResolvePushWindow(o.push_window, o.workers,
+                           std::min(o.params, o.chunk_bytes / 4), o.wire_dtype);
 }
 
 // Issue 4's bound on a server's peak memory.

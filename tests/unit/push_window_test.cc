@@ -31,6 +31,16 @@ TEST(AutoPushWindowTest, KeepsAShardsPushesWithin32MiB) {
   EXPECT_EQ(AutoPushWindow(2, 0), 4);
 }
 
+TEST(ResolvePushWindowTest, AnExplicitWindowOrAutosChoiceInWireBytes) {
+  EXPECT_EQ(ResolvePushWindow(3, 8, 1 << 20, WireDType::kFloat32), 3);
+  EXPECT_EQ(ResolvePushWindow(0, 8, 1 << 20, WireDType::kFloat32), 0);
+  // 1M values: 4 MiB in fp32, 2 MiB in bf16.
+  EXPECT_EQ(ResolvePushWindow(kAutoPushWindow, 8, 1 << 20, WireDType::kFloat32),
+            1);
+  EXPECT_EQ(
+      ResolvePushWindow(kAutoPushWindow, 8, 1 << 20, WireDType::kBfloat16), 2);
+}
+
 TEST(ParsePushWindowTest, AutoOrACount) {
   EXPECT_EQ(*ParsePushWindow("auto"), kAutoPushWindow);
   EXPECT_EQ(*ParsePushWindow("0"), 0);
