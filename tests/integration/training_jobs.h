@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -71,6 +72,40 @@ inline double MaxRelativeDifference(const std::vector<float>& a,
   return diff / scale;
 }
 
+// Waits for every worker of a job, at most kDeadline in all. When one fails
+// (a crash, say), the others would wait for it at the step barrier, so they
+// and the servers are killed at once: the test reports the failure, with
+// its output, instead of running into its deadline. True if all exited 0.
+inline bool WaitForWorkers(std::vector<Subprocess>& procs,
+                           std::vector<Server>& servers) {
+  const absl::Time deadline = absl::Now() + kDeadline;
+  std::vector<bool> done(procs.size(), false);
+  size_t left = procs.size();
+  while (left > 0 && absl::Now() < deadline) {
+    for (size_t rank = 0; rank < procs.size(); ++rank) {
+      if (done[rank]) continue;
+      const std::optional<int> code = procs[rank].Wait(absl::Milliseconds(20));
+      if (!code.has_value()) continue;
+      done[rank] = true;
+      --left;
+      if (*code == 0) continue;
+      ADD_FAILURE() << "worker " << rank << " exited with " << *code
+                    << "; stopping the job\n"
+                    << procs[rank].Output();
+      for (Subprocess& p : procs) p.Kill();
+      for (Server& server : servers) server.process.Kill();
+      return false;
+    }
+  }
+  if (left == 0) return true;
+  ADD_FAILURE() << left << " workers still running after " << kDeadline;
+  for (size_t rank = 0; rank < procs.size(); ++rank) {
+    if (!done[rank])
+      ADD_FAILURE() << "worker " << rank << ":\n" << procs[rank].Output();
+  }
+  return false;
+}
+
 // Trains `workers` workers with batch `batch` each for 20 steps against
 // `shards` server shards and returns rank 0's final weights (checking every
 // rank ends with the same ones). `worker` is the worker binary in kBin.
@@ -106,11 +141,9 @@ inline std::vector<float> Train(int workers, int batch,
     argv.insert(argv.end(), extra.begin(), extra.end());
     procs.push_back(Subprocess::Start(argv));
   }
-  for (int rank = 0; rank < workers; ++rank) {
-    std::optional<int> code = procs[rank].Wait(kDeadline);
-    EXPECT_EQ(code, 0) << procs[rank].Output();
-  }
+  const bool finished = WaitForWorkers(procs, servers);
   for (Server& server : servers) {
+    if (!finished) break;  // Already killed.
     EXPECT_EQ(server.process.Wait(kDeadline), 0)
         << "a server must exit by itself once every worker left\n"
         << server.process.Output();
@@ -154,12 +187,17 @@ inline std::vector<std::string> RunJob(int workers,
     argv.insert(argv.end(), extra.begin(), extra.end());
     procs.push_back(Subprocess::Start(argv));
   }
+  std::vector<Server> servers;
+  servers.push_back(std::move(server));
+  const bool finished = WaitForWorkers(procs, servers);
   std::vector<std::string> summaries;
   for (int rank = 0; rank < workers; ++rank) {
-    EXPECT_EQ(procs[rank].Wait(kDeadline), 0) << procs[rank].Output();
     summaries.push_back(ReadFile(absl::StrCat(dir, "/s", rank)));
   }
-  EXPECT_EQ(server.process.Wait(kDeadline), 0) << server.process.Output();
+  if (finished) {
+    EXPECT_EQ(servers[0].process.Wait(kDeadline), 0)
+        << servers[0].process.Output();
+  }
   return summaries;
 }
 
