@@ -76,6 +76,20 @@ inline cublasStatus_t cublasSgemm(cublasHandle_t handle,
       ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
+  // The matrices must be device memory, each inside one allocation.
+  namespace emu = ::lockstep::cuda_emulation;
+  const auto extent = [](int rows, int cols, int ld) {
+    return (static_cast<size_t>(cols - 1) * ld + rows) * sizeof(float);
+  };
+  if (m > 0 && n > 0) {
+    if (k > 0) {
+      emu::RequireDevice(a, extent(a_rows, transa == CUBLAS_OP_N ? k : m, lda),
+                         "cublasSgemm's A");
+      emu::RequireDevice(b, extent(b_rows, transb == CUBLAS_OP_N ? n : k, ldb),
+                         "cublasSgemm's B");
+    }
+    emu::RequireDevice(c, extent(m, n, ldc), "cublasSgemm's C");
+  }
   // alpha and beta are host values, read now, as cuBLAS reads them.
   const double alpha_value = *alpha, beta_value = *beta;
   ::lockstep::cuda_emulation::Enqueue(handle->stream, [=] {

@@ -15,7 +15,8 @@
 // threads, grid.y or grid.z over 65535) set the error that
 // cudaGetLastError returns, as CUDA does, and run nothing.
 //
-// The host side: one GPU, "device" memory from the host's heap, and
+// The host side: one GPU; device memory that host code cannot touch,
+// guarded at its ends, holding NaN until written (emulated_memory.h); and
 // streams whose queued work runs as late as CUDA allows
 // (emulated_streams.h), so that a missing wait is a wrong result, every time.
 //
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "emulated_blocks.h"   // Kernels: types, launches, built-ins.
+#include "emulated_memory.h"   // Device memory, apart from the host's.
 #include "emulated_streams.h"  // Streams and the launcher.
 
 enum cudaMemcpyKind {
@@ -58,17 +60,17 @@ struct cudaDeviceProp {
 };
 
 // ---- The host side of the runtime, for the CUDA device itself
-// (worker/cuda/cuda_device.cc): one emulated GPU, "device" memory from the
-// host's heap, and the streams of emulated_streams.h. The tests that link the
-// emulated device see "cuda:0 (emulated ...)".
+// (worker/cuda/cuda_device.cc): one emulated GPU, the device memory of
+// emulated_memory.h and the streams of emulated_streams.h. The tests that link
+// the emulated device see "cuda:0 (emulated ...)".
 
 namespace lockstep {
 namespace cuda_emulation {
 
 inline constexpr int kGpus = 1;
 
-// 256-byte aligned, as cudaMalloc's.
-inline cudaError_t Allocate(void** p, size_t bytes) {
+// Pinned host memory: 256-byte aligned, as cudaHostAlloc's.
+inline cudaError_t AllocatePinned(void** p, size_t bytes) {
   if (p == nullptr) return cudaErrorInvalidValue;
   const size_t rounded = (bytes + 255) / 256 * 256;
   *p = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
@@ -119,17 +121,17 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties,
   return cudaSuccess;
 }
 
+// Device memory, kept apart from the host's (emulated_memory.h).
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
-  return ::lockstep::cuda_emulation::Allocate(p, bytes);
+  return ::lockstep::cuda_emulation::DeviceMemory::Get().Allocate(p, bytes);
 }
 // As on a GPU, freeing waits for the device's queued work.
 inline cudaError_t cudaFree(void* p) {
   ::lockstep::cuda_emulation::DrainDevice();
-  std::free(p);
-  return cudaSuccess;
+  return ::lockstep::cuda_emulation::DeviceMemory::Get().Free(p);
 }
 inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned /*flags*/) {
-  const cudaError_t e = ::lockstep::cuda_emulation::Allocate(p, bytes);
+  const cudaError_t e = ::lockstep::cuda_emulation::AllocatePinned(p, bytes);
   if (e == cudaSuccess) {
     std::lock_guard<std::recursive_mutex> lock(
         ::lockstep::cuda_emulation::StreamMutex());
@@ -153,13 +155,38 @@ inline cudaError_t cudaFreeHost(void* p) {
 // As CUDA documents it: from pageable host memory the source is read
 // before the call returns; to pageable host memory the call returns once
 // the copy is done; to or from pinned memory, and device to device, the
-// copy runs when the stream gets to it.
+// copy runs when the stream gets to it. Device sides must lie inside one
+// allocation and the host sides must not be device memory, or the test
+// stops (CUDA leaves a copy against its direction undefined).
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
                                    cudaMemcpyKind kind,
                                    cudaStream_t stream = nullptr) {
   namespace emu = ::lockstep::cuda_emulation;
   if (bytes == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  const bool device_src =
+      kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool device_dst =
+      kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  if (kind == cudaMemcpyDefault) {
+    if (emu::DeviceMemory::Get().Holds(src, 0)) {
+      emu::RequireDevice(src, bytes, "cudaMemcpy source");
+    }
+    if (emu::DeviceMemory::Get().Holds(dst, 0)) {
+      emu::RequireDevice(dst, bytes, "cudaMemcpy destination");
+    }
+  } else {
+    if (device_src) {
+      emu::RequireDevice(src, bytes, "cudaMemcpy source");
+    } else {
+      emu::RequireHost(src, "cudaMemcpy source");
+    }
+    if (device_dst) {
+      emu::RequireDevice(dst, bytes, "cudaMemcpy destination");
+    } else {
+      emu::RequireHost(dst, "cudaMemcpy destination");
+    }
+  }
   if (kind == cudaMemcpyHostToDevice && !emu::IsPinned(src)) {
     auto copy = std::make_shared<std::vector<char>>(
         static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
@@ -182,6 +209,7 @@ inline cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes,
                                    cudaStream_t stream = nullptr) {
   if (bytes == 0) return cudaSuccess;
   if (p == nullptr) return cudaErrorInvalidValue;
+  ::lockstep::cuda_emulation::RequireDevice(p, bytes, "cudaMemset");
   ::lockstep::cuda_emulation::Enqueue(stream,
                                       [=] { std::memset(p, value, bytes); });
   return cudaSuccess;

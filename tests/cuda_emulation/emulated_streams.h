@@ -10,9 +10,11 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "emulated_blocks.h"
+#include "emulated_memory.h"
 
 namespace lockstep {
 namespace cuda_emulation {
@@ -54,6 +56,8 @@ inline std::vector<CUstream_st*>& LiveStreams() {
 // Runs `stream`'s queued operations up to its `position`-th.
 inline void Drain(CUstream_st* stream, uint64_t position) {
   std::lock_guard<std::recursive_mutex> lock(StreamMutex());
+  if (stream->done >= position || stream->queue.empty()) return;
+  DeviceWork device_work;
   while (stream->done < position && !stream->queue.empty()) {
     std::function<void()> op = std::move(stream->queue.front());
     stream->queue.pop_front();
@@ -72,40 +76,14 @@ inline void DrainDevice() {
 
 inline void Enqueue(CUstream_st* stream, std::function<void()> op) {
   if (stream == nullptr) {
+    std::lock_guard<std::recursive_mutex> lock(StreamMutex());
+    DeviceWork device_work;
     op();
     return;
   }
   std::lock_guard<std::recursive_mutex> lock(StreamMutex());
   stream->queue.push_back(std::move(op));
   ++stream->queued;
-}
-
-// LOCKSTEP_LAUNCH(kernel, grid, block, shared, stream)(args...) in
-// emulation: checked now (cudaGetLastError sees a bad configuration at
-// once, as on a GPU), run when the stream gets to it.
-template <typename Kernel>
-struct Launcher {
-  bool independent;
-  dim3 grid, block;
-  cudaStream_t stream;
-  Kernel kernel;
-  template <typename... Args>
-  void operator()(Args... args) const {
-    if (!ValidLaunch(grid, block)) {
-      last_error = cudaErrorInvalidConfiguration;
-      return;
-    }
-    const bool independent_ = independent;
-    const dim3 grid_ = grid, block_ = block;
-    const Kernel kernel_ = kernel;
-    Enqueue(stream,
-            [=] { Run(independent_, grid_, block_, kernel_, args...); });
-  }
-};
-template <typename Kernel>
-Launcher<Kernel> MakeLauncher(bool independent, dim3 grid, dim3 block,
-                              cudaStream_t stream, Kernel kernel) {
-  return Launcher<Kernel>{independent, grid, block, stream, kernel};
 }
 
 // cudaHostAlloc'd ranges: a copy to or from pinned memory is asynchronous;
@@ -121,6 +99,54 @@ inline bool IsPinned(const void* p) {
   if (it == PinnedRanges().begin()) return false;
   --it;
   return address < it->first + it->second;
+}
+
+// A kernel's pointer argument must be null, device memory or pinned host
+// memory (which a GPU reaches through unified addressing); pageable host
+// memory would be an illegal address there.
+template <typename Arg>
+void CheckKernelArgument(const char* kernel, int index, const Arg& arg) {
+  if constexpr (std::is_pointer_v<Arg>) {
+    if (arg != nullptr && !DeviceMemory::Get().Holds(arg, 0) &&
+        !IsPinned(arg)) {
+      DeviceMemory::Fail(
+          "kernel %s: argument %d (%p) is pageable host "
+          "memory, which a GPU cannot reach",
+          kernel, index, static_cast<const void*>(arg));
+    }
+  }
+}
+
+// LOCKSTEP_LAUNCH(kernel, grid, block, shared, stream)(args...) in
+// emulation: checked now (cudaGetLastError sees a bad configuration at
+// once, as on a GPU; a pointer argument a GPU could not use stops the
+// test), run when the stream gets to it.
+template <typename Kernel>
+struct Launcher {
+  bool independent;
+  const char* name;
+  dim3 grid, block;
+  cudaStream_t stream;
+  Kernel kernel;
+  template <typename... Args>
+  void operator()(Args... args) const {
+    if (!ValidLaunch(grid, block)) {
+      last_error = cudaErrorInvalidConfiguration;
+      return;
+    }
+    int index = 0;
+    (CheckKernelArgument(name, index++, args), ...);
+    const bool independent_ = independent;
+    const dim3 grid_ = grid, block_ = block;
+    const Kernel kernel_ = kernel;
+    Enqueue(stream,
+            [=] { Run(independent_, grid_, block_, kernel_, args...); });
+  }
+};
+template <typename Kernel>
+Launcher<Kernel> MakeLauncher(bool independent, const char* name, dim3 grid,
+                              dim3 block, cudaStream_t stream, Kernel kernel) {
+  return Launcher<Kernel>{independent, name, grid, block, stream, kernel};
 }
 
 }  // namespace cuda_emulation

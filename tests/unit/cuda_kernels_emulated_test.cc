@@ -5,7 +5,11 @@
 // image ops must agree bit for bit; sums taken in another order (the
 // kernels reduce in double, in tiles) within rounding. On a GPU, nvcc's
 // fused multiply-adds and CUDA's expf add last-bit differences that the
-// GPU tests (tests/gpu) allow for.
+// GPU tests (tests/gpu) allow for. The kernels' operands are device memory
+// (cudaMalloc'd, which host code cannot touch here, as on a GPU), copied in
+// and out with cudaMemcpy.
+#include <cuda_runtime_api.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -48,6 +52,41 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
+// A kernel operand in device memory: a copy of a host vector, or `n`
+// elements nobody has written yet; Read() copies it back.
+template <typename T>
+class OnDevice {
+ public:
+  explicit OnDevice(size_t n) : n_(n) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) std::abort();
+    p_ = static_cast<T*>(p);
+  }
+  explicit OnDevice(const std::vector<T>& host) : OnDevice(host.size()) {
+    if (cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice) !=
+        cudaSuccess) {
+      std::abort();
+    }
+  }
+  ~OnDevice() { cudaFree(p_); }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+  T* get() const { return p_; }
+  std::vector<T> Read() const {
+    std::vector<T> host(n_);
+    if (cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost) !=
+        cudaSuccess) {
+      std::abort();
+    }
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* p_ = nullptr;
+};
+
 class CudaKernelsEmulatedTest : public ::testing::Test {
  protected:
   std::unique_ptr<Device> cpu_ = CpuDevice::Create(1, CpuConv::kIm2Col);
@@ -79,14 +118,18 @@ TEST_F(CudaKernelsEmulatedTest, SoftmaxCrossEntropyMatchesTheCpu) {
                         c.rows, c.cols, logits.data(), labels.data(), scale,
                         c.gradient ? want.data() : nullptr, &loss, &correct)
                     .ok());
-    std::vector<double> row_loss(c.rows);
-    std::vector<int> row_hit(c.rows);
-    SoftmaxResult result{};
+    const OnDevice<float> d_logits(logits), d_got(got);
+    const OnDevice<int32_t> d_labels(labels);
+    const OnDevice<double> row_loss(c.rows);
+    const OnDevice<int> row_hit(c.rows);
+    const OnDevice<SoftmaxResult> d_result(1);
     ASSERT_EQ(cuda_internal::LaunchSoftmaxCrossEntropy(
-                  c.rows, c.cols, logits.data(), labels.data(), scale,
-                  c.gradient ? got.data() : nullptr, row_loss.data(),
-                  row_hit.data(), &result, nullptr),
+                  c.rows, c.cols, d_logits.get(), d_labels.get(), scale,
+                  c.gradient ? d_got.get() : nullptr, row_loss.get(),
+                  row_hit.get(), d_result.get(), nullptr),
               cudaSuccess);
+    const SoftmaxResult result = d_result.Read()[0];
+    got = d_got.Read();
     EXPECT_EQ(result.bad_row, -1);
     EXPECT_NEAR(result.loss_sum, loss, 1e-6 * std::fabs(loss));
     EXPECT_EQ(result.correct, correct);
@@ -100,17 +143,20 @@ TEST_F(CudaKernelsEmulatedTest, SoftmaxFindsTheFirstBadLabelAndWritesNothing) {
   std::vector<int32_t> labels(kRows, 2);
   labels[23] = kCols;
   labels[31] = -1;
-  std::vector<float> grad(logits.size(), 5.0f);
-  std::vector<double> row_loss(kRows);
-  std::vector<int> row_hit(kRows);
-  SoftmaxResult result{};
+  const OnDevice<float> d_logits(logits);
+  const OnDevice<int32_t> d_labels(labels);
+  const OnDevice<float> grad(std::vector<float>(logits.size(), 5.0f));
+  const OnDevice<double> row_loss(kRows);
+  const OnDevice<int> row_hit(kRows);
+  const OnDevice<SoftmaxResult> d_result(1);
   ASSERT_EQ(cuda_internal::LaunchSoftmaxCrossEntropy(
-                kRows, kCols, logits.data(), labels.data(), 1.0f, grad.data(),
-                row_loss.data(), row_hit.data(), &result, nullptr),
+                kRows, kCols, d_logits.get(), d_labels.get(), 1.0f, grad.get(),
+                row_loss.get(), row_hit.get(), d_result.get(), nullptr),
             cudaSuccess);
+  const SoftmaxResult result = d_result.Read()[0];
   EXPECT_EQ(result.bad_row, 23);
   EXPECT_EQ(result.bad_label, kCols);
-  EXPECT_EQ(grad, std::vector<float>(logits.size(), 5.0f));
+  EXPECT_EQ(grad.Read(), std::vector<float>(logits.size(), 5.0f));
 }
 
 TEST_F(CudaKernelsEmulatedTest, BiasAndReluMatchTheCpu) {
@@ -120,52 +166,57 @@ TEST_F(CudaKernelsEmulatedTest, BiasAndReluMatchTheCpu) {
     const size_t n = size_t{1} * rows * cols;
     const std::vector<float> x = RandomFloats(n, 1);
     const std::vector<float> bias = RandomFloats(cols, 2);
-    std::vector<float> want = x, got = x;
+    const OnDevice<float> d_x(x), d_bias(bias);
+    std::vector<float> want = x;
+    const OnDevice<float> got(x);
     ASSERT_TRUE(cpu_->AddBias(rows, cols, bias.data(), want.data()).ok());
-    ASSERT_EQ(cuda_internal::LaunchAddBias(rows, cols, bias.data(), got.data(),
+    ASSERT_EQ(cuda_internal::LaunchAddBias(rows, cols, d_bias.get(), got.get(),
                                            nullptr),
               cudaSuccess);
-    EXPECT_EQ(got, want);
+    EXPECT_EQ(got.Read(), want);
 
-    std::vector<float> sums_want(cols, 9.0f), sums_got(cols, 9.0f);
+    std::vector<float> sums_want(cols, 9.0f);
+    const OnDevice<float> sums_got(sums_want);
     ASSERT_TRUE(
         cpu_->BiasGradient(rows, cols, x.data(), sums_want.data()).ok());
-    ASSERT_EQ(cuda_internal::LaunchBiasGradient(rows, cols, x.data(),
-                                                sums_got.data(), nullptr),
+    ASSERT_EQ(cuda_internal::LaunchBiasGradient(rows, cols, d_x.get(),
+                                                sums_got.get(), nullptr),
               cudaSuccess);
-    ExpectClose(sums_got, sums_want, 1e-6, "bias gradient");
+    ExpectClose(sums_got.Read(), sums_want, 1e-6, "bias gradient");
 
     // ReLU into another buffer and in place, forward and backward.
     const std::vector<float> dy = RandomFloats(n, 3);
-    std::vector<float> y_want(n), y_got(n, 7.0f), dx_want(n), dx_got(n, 7.0f);
+    const OnDevice<float> d_dy(dy), y_got(n), dx_got(n);
+    std::vector<float> y_want(n), dx_want(n);
     ASSERT_TRUE(cpu_->ReluForwardInto(n, x.data(), y_want.data()).ok());
     ASSERT_EQ(
-        cuda_internal::LaunchReluForward(n, x.data(), y_got.data(), nullptr),
+        cuda_internal::LaunchReluForward(n, d_x.get(), y_got.get(), nullptr),
         cudaSuccess);
-    EXPECT_EQ(y_got, y_want);
+    EXPECT_EQ(y_got.Read(), y_want);
     ASSERT_TRUE(
         cpu_->ReluBackwardInto(n, y_want.data(), dy.data(), dx_want.data())
             .ok());
-    ASSERT_EQ(cuda_internal::LaunchReluBackward(n, y_got.data(), dy.data(),
-                                                dx_got.data(), nullptr),
+    ASSERT_EQ(cuda_internal::LaunchReluBackward(n, y_got.get(), d_dy.get(),
+                                                dx_got.get(), nullptr),
               cudaSuccess);
-    EXPECT_EQ(dx_got, dx_want);
-    std::vector<float> in_place = x;
-    ASSERT_EQ(cuda_internal::LaunchReluForward(n, in_place.data(),
-                                               in_place.data(), nullptr),
+    EXPECT_EQ(dx_got.Read(), dx_want);
+    const OnDevice<float> in_place(x);
+    ASSERT_EQ(cuda_internal::LaunchReluForward(n, in_place.get(),
+                                               in_place.get(), nullptr),
               cudaSuccess);
-    EXPECT_EQ(in_place, y_want);
+    EXPECT_EQ(in_place.Read(), y_want);
   }
 }
 
 TEST_F(CudaKernelsEmulatedTest, AxpyMatchesTheCpu) {
   const std::vector<float> x = RandomFloats(1000, 4);
-  std::vector<float> want = RandomFloats(1000, 5), got = want;
+  std::vector<float> want = RandomFloats(1000, 5);
+  const OnDevice<float> d_x(x), got(want);
   ASSERT_TRUE(cpu_->Axpy(x.size(), -0.75f, x.data(), want.data()).ok());
-  ASSERT_EQ(cuda_internal::LaunchAxpy(x.size(), -0.75f, x.data(), got.data(),
+  ASSERT_EQ(cuda_internal::LaunchAxpy(x.size(), -0.75f, d_x.get(), got.get(),
                                       nullptr),
             cudaSuccess);
-  ExpectClose(got, want, 1e-6, "axpy");
+  ExpectClose(got.Read(), want, 1e-6, "axpy");
 }
 
 // Batch statistics are summed in double in tiles of rows on the GPU, in
@@ -187,66 +238,71 @@ TEST_F(CudaKernelsEmulatedTest, BatchNormMatchesTheCpu) {
     const std::vector<float> beta = RandomFloats(channels, 9);
     const std::vector<float> moving_mean = RandomFloats(channels, 10);
     const std::vector<float> moving_var = RandomFloats(channels, 11, 0.1f, 1);
-    // Scratch as cudaMalloc would give it: 256-byte aligned.
-    std::vector<char> scratch_bytes(
-        cuda_internal::BatchNormScratchBytes(rows, channels) + 256);
-    void* scratch =
-        scratch_bytes.data() +
-        (256 - reinterpret_cast<uintptr_t>(scratch_bytes.data()) % 256) % 256;
+    const OnDevice<char> scratch(
+        cuda_internal::BatchNormScratchBytes(rows, channels));
+    const OnDevice<float> d_x(x), d_dy(dy), d_gamma(gamma), d_beta(beta);
 
     struct Outputs {
       std::vector<float> y, mean, var, saved_mean, saved_inv_std;
     };
     Outputs want{std::vector<float>(x.size()), moving_mean, moving_var,
                  std::vector<float>(channels), std::vector<float>(channels)};
-    Outputs got = want;
+    const OnDevice<float> y_got(x.size()), mean_got(moving_mean),
+        var_got(moving_var), saved_mean_got(channels),
+        saved_inv_std_got(channels);
     ASSERT_TRUE(cpu_ops::BatchNormTraining(
                     rows, channels, x.data(), gamma.data(), beta.data(), 1e-3f,
                     0.99f, want.y.data(), want.mean.data(), want.var.data(),
                     want.saved_mean.data(), want.saved_inv_std.data())
                     .ok());
-    ASSERT_EQ(
-        cuda_internal::LaunchBatchNormTraining(
-            rows, channels, x.data(), gamma.data(), beta.data(), 1e-3f, 0.99f,
-            got.y.data(), got.mean.data(), got.var.data(),
-            got.saved_mean.data(), got.saved_inv_std.data(), scratch, nullptr),
-        cudaSuccess);
-    ExpectClose(got.y, want.y, 1e-5, "y");
-    ExpectClose(got.mean, want.mean, 1e-6, "moving mean");
-    ExpectClose(got.var, want.var, 1e-6, "moving variance");
-    ExpectClose(got.saved_mean, want.saved_mean, 1e-6, "saved mean");
-    ExpectClose(got.saved_inv_std, want.saved_inv_std, 1e-5, "saved 1/std");
+    ASSERT_EQ(cuda_internal::LaunchBatchNormTraining(
+                  rows, channels, d_x.get(), d_gamma.get(), d_beta.get(), 1e-3f,
+                  0.99f, y_got.get(), mean_got.get(), var_got.get(),
+                  saved_mean_got.get(), saved_inv_std_got.get(), scratch.get(),
+                  nullptr),
+              cudaSuccess);
+    ExpectClose(y_got.Read(), want.y, 1e-5, "y");
+    ExpectClose(mean_got.Read(), want.mean, 1e-6, "moving mean");
+    ExpectClose(var_got.Read(), want.var, 1e-6, "moving variance");
+    ExpectClose(saved_mean_got.Read(), want.saved_mean, 1e-6, "saved mean");
+    ExpectClose(saved_inv_std_got.Read(), want.saved_inv_std, 1e-5,
+                "saved 1/std");
 
-    std::vector<float> dx_want(x.size()), dx_got(x.size());
-    std::vector<float> dgamma_want(channels), dgamma_got(channels);
-    std::vector<float> dbeta_want(channels), dbeta_got(channels);
+    std::vector<float> dx_want(x.size()), dgamma_want(channels),
+        dbeta_want(channels);
+    const OnDevice<float> dx_got(x.size()), dgamma_got(channels),
+        dbeta_got(channels);
+    // The backward pass gets the CPU's saved statistics.
+    const OnDevice<float> saved_mean(want.saved_mean),
+        saved_inv_std(want.saved_inv_std);
     ASSERT_TRUE(cpu_ops::BatchNormBackward(
                     rows, channels, x.data(), dy.data(), gamma.data(),
                     want.saved_mean.data(), want.saved_inv_std.data(),
                     dx_want.data(), dgamma_want.data(), dbeta_want.data())
                     .ok());
-    ASSERT_EQ(
-        cuda_internal::LaunchBatchNormBackward(
-            rows, channels, x.data(), dy.data(), gamma.data(),
-            want.saved_mean.data(), want.saved_inv_std.data(), dx_got.data(),
-            dgamma_got.data(), dbeta_got.data(), scratch, nullptr),
-        cudaSuccess);
-    ExpectClose(dx_got, dx_want, 1e-4, "dx");
-    ExpectClose(dgamma_got, dgamma_want, 1e-5, "dgamma");
-    ExpectClose(dbeta_got, dbeta_want, 1e-5, "dbeta");
+    ASSERT_EQ(cuda_internal::LaunchBatchNormBackward(
+                  rows, channels, d_x.get(), d_dy.get(), d_gamma.get(),
+                  saved_mean.get(), saved_inv_std.get(), dx_got.get(),
+                  dgamma_got.get(), dbeta_got.get(), scratch.get(), nullptr),
+              cudaSuccess);
+    ExpectClose(dx_got.Read(), dx_want, 1e-4, "dx");
+    ExpectClose(dgamma_got.Read(), dgamma_want, 1e-5, "dgamma");
+    ExpectClose(dbeta_got.Read(), dbeta_want, 1e-5, "dbeta");
 
-    std::vector<float> inference_want(x.size()), inference_got(x.size());
+    std::vector<float> inference_want(x.size());
+    const OnDevice<float> inference_got(x.size()), d_moving_mean(moving_mean),
+        d_moving_var(moving_var);
     ASSERT_TRUE(cpu_ops::BatchNormInference(
                     rows, channels, x.data(), gamma.data(), beta.data(),
                     moving_mean.data(), moving_var.data(), 1e-3f,
                     inference_want.data())
                     .ok());
     ASSERT_EQ(cuda_internal::LaunchBatchNormInference(
-                  rows, channels, x.data(), gamma.data(), beta.data(),
-                  moving_mean.data(), moving_var.data(), 1e-3f,
-                  inference_got.data(), scratch, nullptr),
+                  rows, channels, d_x.get(), d_gamma.get(), d_beta.get(),
+                  d_moving_mean.get(), d_moving_var.get(), 1e-3f,
+                  inference_got.get(), scratch.get(), nullptr),
               cudaSuccess);
-    ExpectClose(inference_got, inference_want, 1e-6, "inference y");
+    ExpectClose(inference_got.Read(), inference_want, 1e-6, "inference y");
   }
 }
 
@@ -271,43 +327,49 @@ TEST_F(CudaKernelsEmulatedTest, ImageOpsMatchTheCpuBitForBit) {
                  << g.window_height << " stride " << g.stride_height);
     const elements::Window e = ToElements(g);
     const std::vector<float> x = RandomFloats(g.input.Size(), 12);
-    std::vector<float> columns_want(g.OutputPixels() * g.PatchSize()),
-        columns_got(columns_want.size(), 7.0f);
+    const OnDevice<float> d_x(x);
+    std::vector<float> columns_want(g.OutputPixels() * g.PatchSize());
+    const OnDevice<float> columns_got(columns_want.size());
     ASSERT_TRUE(cpu_ops::Im2Col(g, x.data(), columns_want.data()).ok());
     ASSERT_EQ(
-        cuda_internal::LaunchIm2Col(e, x.data(), columns_got.data(), nullptr),
+        cuda_internal::LaunchIm2Col(e, d_x.get(), columns_got.get(), nullptr),
         cudaSuccess);
-    EXPECT_EQ(columns_got, columns_want) << "im2col";
+    EXPECT_EQ(columns_got.Read(), columns_want) << "im2col";
 
     const std::vector<float> columns = RandomFloats(columns_want.size(), 13);
-    std::vector<float> image_want(x.size()), image_got(x.size(), 7.0f);
+    const OnDevice<float> d_columns(columns), image_got(x.size());
+    std::vector<float> image_want(x.size());
     ASSERT_TRUE(cpu_ops::Col2Im(g, columns.data(), image_want.data()).ok());
-    ASSERT_EQ(cuda_internal::LaunchCol2Im(e, columns.data(), image_got.data(),
+    ASSERT_EQ(cuda_internal::LaunchCol2Im(e, d_columns.get(), image_got.get(),
                                           nullptr),
               cudaSuccess);
-    EXPECT_EQ(image_got, image_want) << "col2im";
+    EXPECT_EQ(image_got.Read(), image_want) << "col2im";
 
     const size_t outputs = g.OutputPixels() * g.input.channels;
-    std::vector<float> y_want(outputs), y_got(outputs, 7.0f);
-    std::vector<int32_t> argmax_want(outputs), argmax_got(outputs, -5);
+    std::vector<float> y_want(outputs);
+    std::vector<int32_t> argmax_want(outputs);
+    const OnDevice<float> y_got(outputs);
+    const OnDevice<int32_t> argmax_got(outputs);
     ASSERT_TRUE(
         cpu_ops::MaxPoolForward(g, x.data(), y_want.data(), argmax_want.data())
             .ok());
-    ASSERT_EQ(cuda_internal::LaunchMaxPoolForward(e, x.data(), y_got.data(),
-                                                  argmax_got.data(), nullptr),
+    ASSERT_EQ(cuda_internal::LaunchMaxPoolForward(e, d_x.get(), y_got.get(),
+                                                  argmax_got.get(), nullptr),
               cudaSuccess);
-    EXPECT_EQ(y_got, y_want) << "max pool";
-    EXPECT_EQ(argmax_got, argmax_want) << "max pool's arg max";
+    EXPECT_EQ(y_got.Read(), y_want) << "max pool";
+    EXPECT_EQ(argmax_got.Read(), argmax_want) << "max pool's arg max";
 
     const std::vector<float> dy = RandomFloats(outputs, 14);
-    std::vector<float> dx_want(x.size()), dx_got(x.size(), 7.0f);
+    const OnDevice<float> d_dy(dy), dx_got(x.size());
+    const OnDevice<int32_t> argmax(argmax_want);
+    std::vector<float> dx_want(x.size());
     ASSERT_TRUE(cpu_ops::MaxPoolBackward(g, dy.data(), argmax_want.data(),
                                          dx_want.data())
                     .ok());
-    ASSERT_EQ(cuda_internal::LaunchMaxPoolBackward(
-                  e, dy.data(), argmax_want.data(), dx_got.data(), nullptr),
+    ASSERT_EQ(cuda_internal::LaunchMaxPoolBackward(e, d_dy.get(), argmax.get(),
+                                                   dx_got.get(), nullptr),
               cudaSuccess);
-    EXPECT_EQ(dx_got, dx_want) << "max pool backward";
+    EXPECT_EQ(dx_got.Read(), dx_want) << "max pool backward";
   }
 }
 
@@ -317,43 +379,47 @@ TEST_F(CudaKernelsEmulatedTest, PaddingAndAveragePoolingMatchTheCpu) {
   const elements::Pad e = ToElements(shape, padding);
   const std::vector<float> x = RandomFloats(shape.Size(), 15);
   const size_t padded = size_t{2} * (5 + 1 + 2) * (4 + 0 + 3) * 3;
-  std::vector<float> y_want(padded), y_got(padded, 7.0f);
+  const OnDevice<float> d_x(x), y_got(padded);
+  std::vector<float> y_want(padded);
   ASSERT_TRUE(cpu_ops::ZeroPad2D(shape, padding, x.data(), y_want.data()).ok());
-  ASSERT_EQ(cuda_internal::LaunchZeroPad2D(e, x.data(), y_got.data(), nullptr),
+  ASSERT_EQ(cuda_internal::LaunchZeroPad2D(e, d_x.get(), y_got.get(), nullptr),
             cudaSuccess);
-  EXPECT_EQ(y_got, y_want) << "zero padding";
+  EXPECT_EQ(y_got.Read(), y_want) << "zero padding";
   const std::vector<float> dy = RandomFloats(padded, 16);
-  std::vector<float> dx_want(x.size()), dx_got(x.size(), 7.0f);
+  const OnDevice<float> d_dy(dy), dx_got(x.size());
+  std::vector<float> dx_want(x.size());
   ASSERT_TRUE(
       cpu_ops::ZeroPad2DBackward(shape, padding, dy.data(), dx_want.data())
           .ok());
-  ASSERT_EQ(cuda_internal::LaunchZeroPad2DBackward(e, dy.data(), dx_got.data(),
+  ASSERT_EQ(cuda_internal::LaunchZeroPad2DBackward(e, d_dy.get(), dx_got.get(),
                                                    nullptr),
             cudaSuccess);
-  EXPECT_EQ(dx_got, dx_want) << "zero padding backward";
+  EXPECT_EQ(dx_got.Read(), dx_want) << "zero padding backward";
 
   constexpr int kBatch = 3, kPixels = 49, kChannels = 37;
   const std::vector<float> maps =
       RandomFloats(kBatch * kPixels * kChannels, 17);
-  std::vector<float> mean_want(kBatch * kChannels), mean_got(mean_want.size());
+  const OnDevice<float> d_maps(maps), mean_got(kBatch * kChannels);
+  std::vector<float> mean_want(kBatch * kChannels);
   ASSERT_TRUE(cpu_ops::GlobalAvgPool(kBatch, kPixels, kChannels, maps.data(),
                                      mean_want.data())
                   .ok());
   ASSERT_EQ(
       cuda_internal::LaunchGlobalAvgPool(kBatch, kPixels, kChannels,
-                                         maps.data(), mean_got.data(), nullptr),
+                                         d_maps.get(), mean_got.get(), nullptr),
       cudaSuccess);
-  EXPECT_EQ(mean_got, mean_want) << "global average pooling";
+  EXPECT_EQ(mean_got.Read(), mean_want) << "global average pooling";
   const std::vector<float> dmean = RandomFloats(mean_want.size(), 18);
-  std::vector<float> dmaps_want(maps.size()), dmaps_got(maps.size(), 7.0f);
+  const OnDevice<float> d_dmean(dmean), dmaps_got(maps.size());
+  std::vector<float> dmaps_want(maps.size());
   ASSERT_TRUE(cpu_ops::GlobalAvgPoolBackward(kBatch, kPixels, kChannels,
                                              dmean.data(), dmaps_want.data())
                   .ok());
   ASSERT_EQ(
       cuda_internal::LaunchGlobalAvgPoolBackward(
-          kBatch, kPixels, kChannels, dmean.data(), dmaps_got.data(), nullptr),
+          kBatch, kPixels, kChannels, d_dmean.get(), dmaps_got.get(), nullptr),
       cudaSuccess);
-  EXPECT_EQ(dmaps_got, dmaps_want) << "global average pooling backward";
+  EXPECT_EQ(dmaps_got.Read(), dmaps_want) << "global average pooling backward";
 }
 
 // The emulation refuses what a GPU refuses, so the cudaSuccess above means
@@ -361,11 +427,11 @@ TEST_F(CudaKernelsEmulatedTest, PaddingAndAveragePoolingMatchTheCpu) {
 // returns before launching for empty tensors) is an invalid configuration,
 // reported once, as cudaGetLastError does.
 TEST_F(CudaKernelsEmulatedTest, AnEmptyGridIsAnInvalidConfiguration) {
-  float x = -1.0f;
-  EXPECT_EQ(cuda_internal::LaunchReluForward(0, &x, &x, nullptr),
+  const OnDevice<float> x(std::vector<float>{-1.0f});
+  EXPECT_EQ(cuda_internal::LaunchReluForward(0, x.get(), x.get(), nullptr),
             cudaErrorInvalidConfiguration);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  EXPECT_EQ(x, -1.0f);
+  EXPECT_EQ(x.Read(), std::vector<float>{-1.0f});
 }
 
 }  // namespace

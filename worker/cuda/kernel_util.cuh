@@ -18,10 +18,12 @@
 #if defined(LOCKSTEP_CUDA_EMULATION)
 #define LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream) \
   ::lockstep::cuda_emulation::MakeLauncher(                        \
-      false, grid, block, stream, [](auto... args) { kernel(args...); })
+      false, #kernel, grid, block, stream,                         \
+      [](auto... args) { kernel(args...); })
 #define LOCKSTEP_LAUNCH_INDEPENDENT(kernel, grid, block, shared_bytes, stream) \
   ::lockstep::cuda_emulation::MakeLauncher(                                    \
-      true, grid, block, stream, [](auto... args) { kernel(args...); })
+      true, #kernel, grid, block, stream,                                      \
+      [](auto... args) { kernel(args...); })
 #else
 #define LOCKSTEP_LAUNCH(kernel, grid, block, shared_bytes, stream) \
   kernel<<<grid, block, shared_bytes, stream>>>
