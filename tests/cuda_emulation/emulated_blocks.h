@@ -21,7 +21,13 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__ static
+// A block's shared memory: statics in one section, which Run sets to 0xFF
+// bytes (a NaN, an int -1) before each block of a synchronizing kernel, as
+// a GPU leaves shared memory holding whatever was there: a kernel that reads
+// a slot no thread of its block wrote gets garbage here too.
+#define __shared__ static __attribute__((section("lockstep_cuda_shared")))
+extern "C" char __start_lockstep_cuda_shared[] __attribute__((weak));
+extern "C" char __stop_lockstep_cuda_shared[] __attribute__((weak));
 
 struct dim3 {
   unsigned x, y, z;
@@ -205,6 +211,15 @@ class BlockThreads {
   uint64_t generation_ = 0;
 };
 
+// Sets every block's shared memory (the __shared__ statics of every kernel
+// in the program) to 0xFF bytes.
+inline void PoisonSharedMemory() {
+  if (__start_lockstep_cuda_shared == nullptr) return;  // No __shared__.
+  std::memset(__start_lockstep_cuda_shared, 0xFF,
+              static_cast<size_t>(__stop_lockstep_cuda_shared -
+                                  __start_lockstep_cuda_shared));
+}
+
 // Runs fn(args...) on every thread of grid x block: the threads of a block
 // at once, or (independent: a kernel launched with
 // LOCKSTEP_LAUNCH_INDEPENDENT, whose threads never synchronize) one after
@@ -236,6 +251,7 @@ void Run(bool independent, const dim3& grid, const dim3& block, Fn fn,
     for (unsigned by = 0; by < grid.y; ++by) {
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         Block shared(static_cast<int>(threads));
+        PoisonSharedMemory();
         const std::function<void(int)> body = [&](int t) {
           const unsigned u = static_cast<unsigned>(t);
           current_block = &shared;

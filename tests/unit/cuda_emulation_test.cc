@@ -3,7 +3,8 @@
 // touching device memory, kernels and copies past an allocation's end, a
 // kernel handed pageable host memory, copies against their direction and
 // cuBLAS matrices that do not fit. And it lets through what a GPU allows:
-// kernels on device and pinned memory, copies inside an allocation.
+// kernels on device and pinned memory, copies inside an allocation. Shared
+// memory, too, holds garbage until a block's threads write it.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -25,6 +26,15 @@ __global__ void Fill(float* p, int64_t n, float value) {
 
 void LaunchFill(float* p, int64_t n, float value) {
   LOCKSTEP_LAUNCH_INDEPENDENT(Fill, (n + 63) / 64, 64, 0, nullptr)(p, n, value);
+}
+
+// Thread t of each block writes slot t of a shared array if t is even,
+// syncs, and stores slot t: the odd slots were never written in this block.
+__global__ void ReadShared(float* out) {
+  __shared__ float slots[64];
+  if (threadIdx.x % 2 == 0) slots[threadIdx.x] = 1.0f + blockIdx.x;
+  __syncthreads();
+  out[blockIdx.x * 64 + threadIdx.x] = slots[threadIdx.x];
 }
 
 float* DeviceFloats(size_t n) {
@@ -70,6 +80,24 @@ TEST_F(CudaEmulationTest, NewDeviceMemoryHoldsNan) {
     uint32_t bits = 0;
     std::memcpy(&bits, &x, sizeof(bits));
     EXPECT_EQ(bits, 0xFFFFFFFFu);
+  }
+  cudaFree(p);
+}
+
+// As on a GPU, shared memory is not cleared between blocks: what no thread
+// of a block wrote holds 0xFF bytes, not zeros or the last block's values.
+TEST_F(CudaEmulationTest, SharedMemoryNobodyWroteHoldsNan) {
+  float* p = DeviceFloats(128);
+  LOCKSTEP_LAUNCH(ReadShared, 2, 64, 0, nullptr)(p);
+  const std::vector<float> out = Read(p, 128);
+  for (int i = 0; i < 128; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &out[i], sizeof(bits));
+    if (i % 2 == 0) {
+      EXPECT_EQ(out[i], 1.0f + i / 64) << i;
+    } else {
+      EXPECT_EQ(bits, 0xFFFFFFFFu) << i;
+    }
   }
   cudaFree(p);
 }
