@@ -150,6 +150,14 @@ std::vector<std::string> ModelNames() {
   return {"mlp", "cnn", "resnet20", "resnet50"};
 }
 
+namespace {
+absl::Status UnknownModel(const std::string& name) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model \"", name,
+                   "\"; known: ", absl::StrJoin(ModelNames(), ", ")));
+}
+}  // namespace
+
 absl::StatusOr<Graph> BuildModelGraph(const ModelSpec& spec) {
   if (spec.num_classes < 1) {
     return absl::InvalidArgumentError(
@@ -163,10 +171,12 @@ absl::StatusOr<Graph> BuildModelGraph(const ModelSpec& spec) {
     graph = CifarResNetV1(spec, 3);
   } else if (spec.name == "resnet50") {
     graph = ResNet50(spec);
-  } else {
+  } else if (spec.name == "mlp") {
     return absl::InvalidArgumentError(
-        absl::StrCat("no layer graph for model \"", spec.name,
-                     "\" (graph models: cnn, ", "resnet20, resnet50)"));
+        "model mlp has no layer graph (graph models: cnn, resnet20, "
+        "resnet50)");
+  } else {
+    return UnknownModel(spec.name);
   }
   if (!graph.ok()) {
     return absl::InvalidArgumentError(
@@ -190,11 +200,7 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
   }
   bool known = false;
   for (const std::string& name : ModelNames()) known |= name == spec.name;
-  if (!known) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown model \"", spec.name,
-                     "\"; known: ", absl::StrJoin(ModelNames(), ", ")));
-  }
+  if (!known) return UnknownModel(spec.name);
   ModelSpec resolved = spec;
   if (resolved.conv_workspace_floats == 0 && device != nullptr) {
     resolved.conv_workspace_floats = ConvWorkspaceFloatsFor(*device);
