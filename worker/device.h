@@ -252,6 +252,23 @@ class Device {
 
   // Waits until all queued work, copies included, is done.
   virtual absl::Status Synchronize() = 0;
+
+  // The CopyToHostAsync copies in flight, without waiting for all the
+  // device's work: MarkCopies() marks those queued so far, CopiesDone(mark)
+  // says without waiting whether they have all landed on the host, and
+  // WaitForCopies(mark) waits for them (not for later math). Marks count up
+  // from 0 and hold until the next Synchronize(). The defaults synchronize
+  // the whole device, which is right for a device whose copies are done
+  // when they return (the CPU's).
+  virtual absl::StatusOr<uint64_t> MarkCopies() { return uint64_t{0}; }
+  virtual absl::StatusOr<bool> CopiesDone(uint64_t /*mark*/) {
+    absl::Status synced = Synchronize();
+    if (!synced.ok()) return synced;
+    return true;
+  }
+  virtual absl::Status WaitForCopies(uint64_t /*mark*/) {
+    return Synchronize();
+  }
 };
 
 }  // namespace lockstep

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "worker/gradient_hand_off.h"
 
 namespace lockstep {
 
@@ -207,7 +208,8 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
 
   const float* params = weights_->As<float>();
   float* grad = gradient_->As<float>();
-  float* host_grad = host_gradient_->As<float>();
+  GradientHandOff hand_off(device_, grad, host_gradient_->As<float>(), gradient,
+                           on_ready);
   // Last layer first: its gradient is ready earliest, and each layer's piece
   // starts its copy to the host as soon as it is done, overlapping the
   // layers below (on CUDA the copy runs on its own stream).
@@ -222,13 +224,11 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
     RETURN_IF_ERROR(
         device_->BiasGradient(n, layer.out, delta, grad + layer.bias_offset));
     const int64_t count = int64_t{layer.in} * layer.out + layer.out;
-    RETURN_IF_ERROR(device_->CopyToHostAsync(grad + layer.kernel_offset,
-                                             host_grad + layer.kernel_offset,
-                                             count * sizeof(float)));
+    RETURN_IF_ERROR(
+        hand_off.Copy(layer.kernel_offset, layer.kernel_offset + count));
     // Nobody needs the gradient w.r.t. the features (i == 0).
     if (i > 0) {
       // delta for the layer below = (delta . W^T) masked where ReLU was off.
-      // Queued before waiting for the copy, so the device keeps busy.
       RETURN_IF_ERROR(device_->Gemm(
           /*trans_a=*/false, /*trans_b=*/true, n, layer.in, layer.out,
           /*alpha=*/1.0f, delta, params + layer.kernel_offset, /*beta=*/0.0f,
@@ -237,17 +237,8 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
                                             input, next_delta));
       std::swap(delta, next_delta);
     }
-    if (on_ready) {
-      RETURN_IF_ERROR(device_->Synchronize());
-      std::memcpy(gradient.data() + layer.kernel_offset,
-                  host_grad + layer.kernel_offset, count * sizeof(float));
-      on_ready(layer.kernel_offset, layer.kernel_offset + count);
-    }
   }
-  if (!on_ready) {
-    RETURN_IF_ERROR(device_->Synchronize());
-    std::memcpy(gradient.data(), host_grad, gradient.size() * sizeof(float));
-  }
+  RETURN_IF_ERROR(hand_off.Finish());
   return stats;
 }
 

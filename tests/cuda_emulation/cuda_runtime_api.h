@@ -98,6 +98,8 @@ inline const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidDevice";
     case cudaErrorDevicesUnavailable:
       return "cudaErrorDevicesUnavailable";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
   }
   return "cudaErrorUnknown";
 }
@@ -252,6 +254,21 @@ inline cudaError_t cudaEventRecord(cudaEvent_t event,
       ::lockstep::cuda_emulation::StreamMutex());
   event->stream = stream;
   event->position = stream == nullptr ? 0 : stream->queued;
+  return cudaSuccess;
+}
+// Whether what `event` follows has run: as work runs only when something
+// waits for it, not before cudaEventSynchronize or another wait.
+inline cudaError_t cudaEventQuery(cudaEvent_t event) {
+  std::lock_guard<std::recursive_mutex> lock(
+      ::lockstep::cuda_emulation::StreamMutex());
+  return event->stream == nullptr || event->stream->done >= event->position
+             ? cudaSuccess
+             : cudaErrorNotReady;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event->stream != nullptr) {
+    ::lockstep::cuda_emulation::Drain(event->stream, event->position);
+  }
   return cudaSuccess;
 }
 // `stream`'s later work waits for what `event` follows on its stream.

@@ -51,6 +51,7 @@ enum cudaError {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorDevicesUnavailable = 46,
+  cudaErrorNotReady = 600,
 };
 typedef enum cudaError cudaError_t;
 

@@ -292,6 +292,49 @@ absl::Status CudaDevice::Synchronize() {
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_.get()));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy_.get()));
+  marks_used_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> CudaDevice::MarkCopies() {
+  RETURN_IF_ERROR(Activate());
+  if (marks_used_ == copy_marks_.size()) {
+    ASSIGN_OR_RETURN(Event event, MakeEvent());
+    copy_marks_.push_back(std::move(event));
+  }
+  CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(copy_marks_[marks_used_].get(), copy_.get()));
+  return uint64_t{marks_used_++};
+}
+
+absl::StatusOr<bool> CudaDevice::CopiesDone(uint64_t mark) {
+  if (mark >= marks_used_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CopiesDone: mark %d was not handed out since the last Synchronize",
+        mark));
+  }
+  RETURN_IF_ERROR(Activate());
+  const cudaError_t e = cudaEventQuery(copy_marks_[mark].get());
+  if (e == cudaErrorNotReady) {
+    // Not an error, but cleared so that the next launch's check cannot
+    // mistake it for one of its own.
+    cudaGetLastError();
+    return false;
+  }
+  RETURN_IF_ERROR(ToStatus(e, "cudaEventQuery(copy_marks_[mark].get())",
+                           __FILE__, __LINE__));
+  return true;
+}
+
+absl::Status CudaDevice::WaitForCopies(uint64_t mark) {
+  if (mark >= marks_used_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "WaitForCopies: mark %d was not handed out since the last "
+        "Synchronize",
+        mark));
+  }
+  RETURN_IF_ERROR(Activate());
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(copy_marks_[mark].get()));
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -98,6 +99,9 @@ class CudaDevice final : public Device {
                                  const float* saved_inv_std, float* dx,
                                  float* dgamma, float* dbeta) override;
   absl::Status Synchronize() override;
+  absl::StatusOr<uint64_t> MarkCopies() override;
+  absl::StatusOr<bool> CopiesDone(uint64_t mark) override;
+  absl::Status WaitForCopies(uint64_t mark) override;
 
  private:
   CudaDevice(int gpu, std::string name) : gpu_(gpu), name_(std::move(name)) {}
@@ -131,6 +135,10 @@ class CudaDevice final : public Device {
   Stream compute_;
   Stream copy_;
   Event copy_ready_;
+  // MarkCopies' events, recorded on copy_; the first marks_used_ are marks
+  // handed out since the last Synchronize (the rest are reused).
+  std::vector<Event> copy_marks_;
+  size_t marks_used_ = 0;
   CublasHandle cublas_;       // Bound to compute_.
   DeviceMemory result_;       // One SoftmaxResult.
   PinnedMemory host_result_;  // Where it is read back.

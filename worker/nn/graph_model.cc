@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "worker/gradient_hand_off.h"
 
 namespace lockstep {
 namespace {
@@ -239,7 +240,8 @@ absl::Status GraphModel::Backward(int batch, absl::Span<float> gradient,
   std::vector<bool> written(tensors, false);
   written[graph_.output()] = true;
   float* grad = gradient_->As<float>();
-  float* host_grad = host_gradient_->As<float>();
+  GradientHandOff hand_off(device_, grad, host_gradient_->As<float>(), gradient,
+                           on_ready);
   std::vector<const float*> inputs;
   std::vector<float*> input_grads;
   for (size_t i = graph_.nodes().size(); i-- > 0;) {
@@ -285,21 +287,9 @@ absl::Status GraphModel::Backward(int batch, absl::Span<float> gradient,
     }
     const int64_t begin = param_offsets_[i];
     const int64_t count = node.layer->NumParameters();
-    if (count == 0) continue;
-    RETURN_IF_ERROR(device_->CopyToHostAsync(grad + begin, host_grad + begin,
-                                             count * sizeof(float)));
-    if (on_ready) {
-      RETURN_IF_ERROR(device_->Synchronize());
-      std::memcpy(gradient.data() + begin, host_grad + begin,
-                  count * sizeof(float));
-      on_ready(begin, begin + count);
-    }
+    RETURN_IF_ERROR(hand_off.Copy(begin, begin + count));
   }
-  if (!on_ready) {
-    RETURN_IF_ERROR(device_->Synchronize());
-    std::memcpy(gradient.data(), host_grad, gradient.size() * sizeof(float));
-  }
-  return absl::OkStatus();
+  return hand_off.Finish();
 }
 
 absl::StatusOr<BatchStats> GraphModel::ComputeGradients(
