@@ -162,7 +162,9 @@ class DeviceMemory {
     struct sigaction action;
     std::memset(&action, 0, sizeof(action));
     action.sa_sigaction = &DeviceMemory::OnFault;
-    action.sa_flags = SA_SIGINFO;
+    // On the alternate stack when there is one: the sanitizers report stack
+    // overflows from there, and a handler without it would lose them.
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     sigaction(SIGSEGV, &action, &PreviousAction());
   }
@@ -200,6 +202,13 @@ class DeviceMemory {
   // who touched it, with a backtrace, then lets the fault take its course
   // (the handler that was there before, by default a crash).
   static void OnFault(int signal, siginfo_t* info, void* context) {
+    if (info->si_code <= 0) {
+      // Sent by kill or raise, not a fault: to the handler before ours,
+      // once this one returns.
+      sigaction(SIGSEGV, &PreviousAction(), nullptr);
+      raise(signal);
+      return;
+    }
     DeviceMemory& memory = Get();
     const auto address = reinterpret_cast<uintptr_t>(info->si_addr);
     bool ours = false;
@@ -234,7 +243,6 @@ class DeviceMemory {
     (void)written;
     void* frames[64];
     backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
-    (void)signal;
     (void)context;
   }
 

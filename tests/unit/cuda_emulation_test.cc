@@ -8,7 +8,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -130,6 +132,19 @@ TEST_F(CudaEmulationTest, HostCodeTouchingDeviceMemoryStops) {
       },
       "host code touched device memory");
   cudaFree(p);
+}
+
+// The handler passes on what it does not own: a SIGSEGV sent by raise (no
+// fault address) still ends the process.
+TEST_F(CudaEmulationTest, ARaisedSigsegvStillKills) {
+  EXPECT_EXIT(
+      {
+        float* p = DeviceFloats(4);  // Installs the handler.
+        raise(SIGSEGV);
+        cudaFree(p);
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGSEGV), "");
 }
 
 TEST_F(CudaEmulationTest, AKernelPastTheEndStops) {
