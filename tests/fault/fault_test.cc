@@ -112,6 +112,45 @@ TEST(FaultTest, KilledServerRestartsFromItsCheckpoint) {
   EXPECT_EQ(job.Weights(0), Reference());
 }
 
+// ResNet-20 (on 8x8 images) carries batch-norm statistics after its
+// parameters: a server restarted from its checkpoint must give the
+// fault-free weights and statistics, bit for bit, as for the MLP.
+TEST(FaultTest, KilledServerRestartsWithBatchNormStateFromItsCheckpoint) {
+  const std::vector<std::string> resnet = {
+      "--model=resnet20",         "--input_shape=8,8,3",  "--dataset=synthetic",
+      "--synthetic_examples=256", "--optimizer=adam",     "--batch_size=8",
+      "--max_steps=30",           "--epochs=3",           "--seed=5",
+      "--progress=none",          "--rejoin_timeout_s=60"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), resnet.begin(), resnet.end());
+    return extra;
+  };
+  Job reference(2);
+  reference.StartServer({});
+  reference.StartWorker(0, resnet);
+  reference.StartWorker(1, resnet);
+  ASSERT_EQ(reference.WaitWorker(0), 0) << reference.WorkerOutput(0);
+  ASSERT_EQ(reference.WaitWorker(1), 0) << reference.WorkerOutput(1);
+  ASSERT_EQ(reference.WaitServer(), 0) << reference.ServerOutput();
+
+  Job job(2);
+  const std::vector<std::string> server = {"--checkpoint_every_steps=5"};
+  job.StartServer(server);
+  job.StartWorker(0, resnet);
+  job.StartWorker(1, with({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForVersion(12)) << job.ServerOutput();
+  job.Signal(job.server(), SIGKILL);
+  job.StartServer(server);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("restored version"));
+  const std::vector<float> want = reference.Weights(0);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(job.Weights(0), want);
+  EXPECT_EQ(job.Weights(1), want);
+}
+
 TEST(FaultTest, ServerKilledWhileWritingACheckpointRestoresThePreviousOne) {
   Job job(2);
   job.StartServer({"--checkpoint_every_steps=5"});
