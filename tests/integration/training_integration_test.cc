@@ -122,6 +122,25 @@ TEST(ModelsTrainingTest, CnnWorkersTimesBatchEqualsOneBigBatch) {
   EXPECT_LE(MaxRelativeDifference(two, one), 1e-5);
 }
 
+// With batch norm the moving statistics travel after the parameters, averaged
+// by the server or by the all-reduce: both end with the same weights and
+// statistics on every rank (Train checks the ranks agree).
+TEST(ModelsTrainingTest, ResNet20AllReduceMatchesTheParameterServer) {
+  const std::vector<std::string> resnet = {"--model=resnet20",
+                                           "--input_shape=8,8,3"};
+  const std::vector<float> ps = Train(2, 4, "adam", 1, resnet);
+  for (const char* backend : {"gloo", "grpc-ring"}) {
+    std::vector<std::string> flags = resnet;
+    flags.push_back("--sync=allreduce");
+    flags.push_back(absl::StrCat("--allreduce=", backend));
+    const std::vector<float> allreduce = Train(2, 4, "adam", 1, flags);
+    ASSERT_EQ(allreduce.size(), ps.size()) << backend;
+    const double difference = MaxRelativeDifference(allreduce, ps);
+    std::printf("ResNet-20, %s all-reduce vs PS: %.3g\n", backend, difference);
+    EXPECT_LE(difference, 1e-6) << backend;
+  }
+}
+
 // ResNet-20 learns through the real server, and the batch-norm statistics
 // (saved after the parameters) end identical on both workers.
 TEST(ModelsTrainingTest, ResNet20TrainsThroughTheServer) {
