@@ -52,4 +52,8 @@ void ApplyServerLimits(const ServerLimits& limits,
   }
 }
 
+void ListenExclusively(grpc::ServerBuilder* builder) {
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
 }  // namespace lockstep

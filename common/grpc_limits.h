@@ -53,6 +53,13 @@ struct ServerLimits {
 void ApplyServerLimits(const ServerLimits& limits,
                        grpc::ServerBuilder* builder);
 
+// Refuses to share the listening port. gRPC sets SO_REUSEPORT by default
+// on Linux, so a second server started on a port in use would bind it as
+// well and take part of the connections: a worker restarted against a
+// replacement server could register with the old one, or with another
+// job's. With this the second server fails to listen instead.
+void ListenExclusively(grpc::ServerBuilder* builder);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_GRPC_LIMITS_H_

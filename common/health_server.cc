@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_limits.h"
 
 namespace lockstep {
 
@@ -20,6 +21,7 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(int port) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("[::]:", port),
                            grpc::InsecureServerCredentials(), &health->port_);
+  ListenExclusively(&builder);
   builder.RegisterCallbackGenericService(&health->unknown_methods_);
   health->server_ = builder.BuildAndStart();
   if (health->server_ == nullptr || health->port_ == 0) {

@@ -232,6 +232,7 @@ int Daemon::Run() {
   builder.SetMaxReceiveMessageSize(MaxRequestBytes(options_.max_chunk_bytes));
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   ApplyServerLimits(options_.limits, &builder);
+  ListenExclusively(&builder);
   builder.RegisterService(&service);
   // Rendezvous for --sync=allreduce workers (worker/allreduce).
   CoordinationStore coordination_store;
@@ -240,7 +241,8 @@ int Daemon::Run() {
   builder.RegisterService(&coordinator);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    Log(absl::StrCat("cannot listen on ", options_.listen));
+    Log(absl::StrCat("cannot listen on ", options_.listen,
+                     " (is another process using the port?)"));
     return kExitPermanent;
   }
   // NOT_SERVING while the checkpoint loads and while draining.

@@ -211,6 +211,26 @@ TEST(TrainingTest, TfConfigAloneConfiguresTheJob) {
   EXPECT_EQ(server.Wait(kDeadline), 0) << server.Output();
 }
 
+// gRPC lets a second server bind a port in use (SO_REUSEPORT) and take part
+// of its connections; a second lockstep_server on the port must fail
+// instead, and the first keeps serving.
+TEST(BadInputTest, SecondServerOnAPortInUseFailsToListen) {
+  const std::string dir = MakeTempDir();
+  Server first = StartServer(1, dir);
+  const RunResult second =
+      RunProcess({kBin + "/lockstep_server", "--listen=" + first.address,
+                  "--workers=1"},
+                 {}, absl::Seconds(30));
+  EXPECT_NE(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.exit_code, -1) << "the second server kept running";
+  EXPECT_THAT(second.output,
+              HasSubstr("cannot listen on " + first.address +
+                        " (is another process using the port?)"));
+  EXPECT_FALSE(first.process.Wait(absl::ZeroDuration()).has_value())
+      << first.process.Output();
+  first.process.Kill();
+}
+
 TEST(BadInputTest, WorkerWithAnotherModelIsRefusedAtConnect) {
   const std::string dir = MakeTempDir();
   Server server = StartServer(2, dir);

@@ -145,6 +145,7 @@ absl::Status RingAllReducer::Start() {
   limits.max_memory_bytes = std::max<int64_t>(
       int64_t{256} << 20, 4 * (options_.max_in_flight + 1) * max_message);
   ApplyServerLimits(limits, &builder);
+  ListenExclusively(&builder);
   builder.RegisterService(&service_);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
