@@ -2,9 +2,7 @@
 
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +10,9 @@
 #include <cstring>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
@@ -22,19 +22,6 @@ namespace {
 
 const std::string kBin = LOCKSTEP_BIN_DIR;
 const absl::Duration kProcessDeadline = absl::Seconds(120);
-
-// A port that was free a moment ago (bind to 0, read, close).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 }  // namespace
 
@@ -48,8 +35,7 @@ bool Job::WaitFor(Ready ready) {
   return false;
 }
 
-Job::Job(int workers)
-    : workers_count_(workers), dir_(MakeTempDir()), port_(FreePort()) {}
+Job::Job(int workers) : workers_count_(workers), dir_(MakeTempDir()) {}
 
 void Job::StartServer(const std::vector<std::string>& flags) {
   const std::string port_file =
@@ -67,6 +53,14 @@ void Job::StartServer(const std::vector<std::string>& flags) {
     return !ReadFile(port_file).empty() ||
            server->Wait(absl::ZeroDuration()).has_value();
   });
+  // The first server takes a port the kernel picks; restarts reuse it.
+  if (port_ == 0) {
+    int port = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(port_file)),
+                         &port)) {
+      port_ = port;
+    }
+  }
 }
 
 void Job::StartWorker(int rank, const std::vector<std::string>& flags,

@@ -1,5 +1,6 @@
-// A Lockstep job of real processes for fault tests: one server on a fixed
-// loopback port (so it can be restarted in place) with a checkpoint folder,
+// A Lockstep job of real processes for fault tests: one server on a
+// loopback port the kernel picks at its first start and restarts reuse (so
+// it can be restarted in place), with a checkpoint folder,
 // and workers that dump their final weights. Not thread-safe.
 #ifndef LOCKSTEP_TESTS_FAULT_JOB_H_
 #define LOCKSTEP_TESTS_FAULT_JOB_H_
