@@ -217,10 +217,9 @@ TEST(TrainingTest, TfConfigAloneConfiguresTheJob) {
 TEST(BadInputTest, SecondServerOnAPortInUseFailsToListen) {
   const std::string dir = MakeTempDir();
   Server first = StartServer(1, dir);
-  const RunResult second =
-      RunProcess({kBin + "/lockstep_server", "--listen=" + first.address,
-                  "--workers=1"},
-                 {}, absl::Seconds(30));
+  const RunResult second = RunProcess(
+      {kBin + "/lockstep_server", "--listen=" + first.address, "--workers=1"},
+      {}, absl::Seconds(30));
   EXPECT_NE(second.exit_code, 0) << second.output;
   EXPECT_NE(second.exit_code, -1) << "the second server kept running";
   EXPECT_THAT(second.output,
