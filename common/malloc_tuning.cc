@@ -17,6 +17,7 @@ void TuneMallocForSteps() {
   }
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 8 << 20);
+  mallopt(M_ARENA_MAX, 2);
 #endif
 }
 
