@@ -1,6 +1,7 @@
 #include "common/tls.h"
 
 #include <arpa/inet.h>
+#include <grpc/grpc.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
@@ -288,6 +289,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     const std::string& target, const TlsOptions& options,
     grpc::ChannelArguments args) {
   RETURN_IF_ERROR(CheckTlsFiles(options, /*server=*/false));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kReconnectFirst)));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kReconnectMost)));
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   const bool tls = options.ClientTls();
   if (tls) {

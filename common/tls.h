@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/tls_options.h"
 
 namespace lockstep {
@@ -54,11 +55,19 @@ absl::Status CheckTlsFiles(const TlsOptions& options, bool server);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsOptions& options, absl::string_view listen_address);
 
+// How soon a channel whose peer went away tries again: first after
+// kReconnectFirst, then backing off to at most kReconnectMost (gRPC's
+// defaults, 1 s growing to 120 s, left workers idle for seconds after a
+// restarted server was back: 7.1 s after a 10 s outage).
+inline constexpr absl::Duration kReconnectFirst = absl::Milliseconds(100);
+inline constexpr absl::Duration kReconnectMost = absl::Seconds(1);
+
 // A channel to `target` with `args`: TLS when options.ClientTls() (with the
 // client certificate, if given), and the bearer token when
 // options.token_file is set: as call credentials over TLS, by an interceptor
 // that adds the header over plaintext, which is refused with
 // FAILED_PRECONDITION for a non-loopback target unless options.insecure.
+// Reconnects as kReconnectFirst and kReconnectMost say.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     const std::string& target, const TlsOptions& options,
     grpc::ChannelArguments args = grpc::ChannelArguments());
