@@ -162,7 +162,9 @@ TEST_P(DeviceTest, GradientHandOffHandsPiecesOverInOrder) {
   for (const auto& [begin, end] : pieces) {
     ASSERT_TRUE(hand_off.Copy(begin, end).ok());
     if (end > begin) ++queued;
-    if (GetParam() == "cpu") EXPECT_EQ(seen.size(), queued);
+    if (GetParam() == "cpu") {
+      EXPECT_EQ(seen.size(), queued);
+    }
   }
   ASSERT_TRUE(hand_off.Finish().ok());
   EXPECT_EQ(seen, (std::vector<std::pair<int64_t, int64_t>>{
