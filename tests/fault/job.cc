@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 
 namespace lockstep {
@@ -38,6 +39,10 @@ bool Job::WaitFor(Ready ready) {
 Job::Job(int workers) : workers_count_(workers), dir_(MakeTempDir()) {}
 
 void Job::StartServer(const std::vector<std::string>& flags) {
+  // A restart: the previous server must be gone, since its listening
+  // socket holds the port until the process has died (servers do not share
+  // ports), and kill() returns before that.
+  if (!servers_.empty()) servers_.back()->Wait(kProcessDeadline);
   const std::string port_file =
       absl::StrCat(dir_, "/port", servers_.size());
   std::vector<std::string> argv = {
@@ -59,6 +64,8 @@ void Job::StartServer(const std::vector<std::string>& flags) {
     if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(port_file)),
                          &port)) {
       port_ = port;
+    } else {
+      ADD_FAILURE() << "the server did not start:\n" << ServerOutput();
     }
   }
 }
