@@ -61,7 +61,7 @@ class GradientHandOff {
   const float* const device_gradient_;
   float* const host_gradient_;
   const absl::Span<float> gradient_;
-  const ReadyFn& on_ready_;
+  const ReadyFn on_ready_;  // A copy: the caller may pass a temporary.
   std::deque<Piece> in_flight_;  // Queued, not yet handed over.
 };
 
