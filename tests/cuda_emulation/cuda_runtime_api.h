@@ -254,16 +254,22 @@ inline cudaError_t cudaEventRecord(cudaEvent_t event,
       ::lockstep::cuda_emulation::StreamMutex());
   event->stream = stream;
   event->position = stream == nullptr ? 0 : stream->queued;
+  event->queries = 0;
   return cudaSuccess;
 }
-// Whether what `event` follows has run: as work runs only when something
-// waits for it, not before cudaEventSynchronize or another wait.
+// Whether what `event` follows has run. Work runs only when something waits
+// for it, so the first query of a recording says not ready; the second
+// runs the work and says ready, as a GPU that has caught up would: callers
+// that poll run both their paths, waiting and not.
 inline cudaError_t cudaEventQuery(cudaEvent_t event) {
   std::lock_guard<std::recursive_mutex> lock(
       ::lockstep::cuda_emulation::StreamMutex());
-  return event->stream == nullptr || event->stream->done >= event->position
-             ? cudaSuccess
-             : cudaErrorNotReady;
+  if (event->stream == nullptr || event->stream->done >= event->position) {
+    return cudaSuccess;
+  }
+  if (++event->queries < 2) return cudaErrorNotReady;
+  ::lockstep::cuda_emulation::Drain(event->stream, event->position);
+  return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event->stream != nullptr) {

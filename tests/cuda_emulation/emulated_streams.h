@@ -42,6 +42,7 @@ struct CUstream_st {
 struct CUevent_st {
   CUstream_st* stream = nullptr;
   uint64_t position = 0;  // The stream's operations it follows.
+  int queries = 0;        // cudaEventQuery calls since it was recorded.
 };
 
 namespace lockstep {
