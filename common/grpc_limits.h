@@ -8,6 +8,7 @@
 #include <grpcpp/server_builder.h>
 
 #include <cstdint>
+#include <string>
 
 #include "absl/time/time.h"
 
@@ -59,6 +60,13 @@ void ApplyServerLimits(const ServerLimits& limits,
 // replacement server could register with the old one, or with another
 // job's. With this the second server fails to listen instead.
 void ListenExclusively(grpc::ServerBuilder* builder);
+
+// Waits until the port of `address` ("host:port", "[v6]:port") could be
+// bound, for at most `at_most`: a process killed a moment ago holds its
+// listening socket until it is gone, which takes milliseconds after kill()
+// returns. Returns false if the port was still taken at the end (true for
+// port 0 and for what it cannot resolve: the bind itself will tell).
+bool WaitForFreePort(const std::string& address, absl::Duration at_most);
 
 }  // namespace lockstep
 

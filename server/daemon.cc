@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/authorizer.h"
+#include "common/grpc_limits.h"
 #include "common/json_writer.h"
 #include "common/signature_limits.h"
 #include "common/status_macros.h"
@@ -23,6 +24,8 @@ namespace {
 
 // How often the daemon looks at timeouts, checkpoints and the job's end.
 constexpr absl::Duration kTick = absl::Milliseconds(50);
+// How long a server waits for its port to be let go of before giving up.
+constexpr absl::Duration kPortWait = absl::Seconds(3);
 
 void Log(const std::string& message) {
   std::fprintf(stderr, "lockstep_server: %s\n", message.c_str());
@@ -226,6 +229,12 @@ int Daemon::Run() {
       security->authorizer.get(), SignatureLimitsOf(options_));
   service.HoldRegistration();  // Until the checkpoint is restored (below).
   grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1, for probes.
+  // A predecessor killed a moment ago may still hold the port.
+  if (!WaitForFreePort(options_.listen, absl::ZeroDuration())) {
+    Log(absl::StrCat(options_.listen, " is in use; waiting up to ",
+                     absl::FormatDuration(kPortWait), " for it"));
+    WaitForFreePort(options_.listen, kPortWait);
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen, security->credentials, &port);

@@ -213,7 +213,7 @@ TEST(TrainingTest, TfConfigAloneConfiguresTheJob) {
 
 // gRPC lets a second server bind a port in use (SO_REUSEPORT) and take part
 // of its connections; a second lockstep_server on the port must fail
-// instead, and the first keeps serving.
+// instead (after waiting 3 s for it), and the first keeps serving.
 TEST(BadInputTest, SecondServerOnAPortInUseFailsToListen) {
   const std::string dir = MakeTempDir();
   Server first = StartServer(1, dir);
@@ -225,9 +225,29 @@ TEST(BadInputTest, SecondServerOnAPortInUseFailsToListen) {
   EXPECT_THAT(second.output,
               HasSubstr("cannot listen on " + first.address +
                         " (is another process using the port?)"));
+  EXPECT_THAT(second.output, HasSubstr("is in use; waiting up to 3s"));
   EXPECT_FALSE(first.process.Wait(absl::ZeroDuration()).has_value())
       << first.process.Output();
   first.process.Kill();
+}
+
+// A replacement started while its predecessor still holds the port (killed
+// a moment ago, or still shutting down) waits for it, then serves.
+TEST(BadInputTest, ServerWaitsForAPortBeingLetGo) {
+  const std::string dir = MakeTempDir();
+  Server first = StartServer(1, dir);
+  Subprocess second =
+      Subprocess::Start({kBin + "/lockstep_server", "--listen=" + first.address,
+                         "--workers=1", "--port_file=" + dir + "/second_port"});
+  absl::SleepFor(absl::Milliseconds(500));
+  first.process.Kill();  // SIGKILL, then reaped.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (ReadFile(dir + "/second_port").empty() && absl::Now() < deadline &&
+         !second.Wait(absl::Milliseconds(20)).has_value()) {
+  }
+  EXPECT_FALSE(ReadFile(dir + "/second_port").empty()) << second.Output();
+  EXPECT_THAT(second.Output(), HasSubstr("listening on " + first.address));
+  second.Kill();
 }
 
 TEST(BadInputTest, WorkerWithAnotherModelIsRefusedAtConnect) {
