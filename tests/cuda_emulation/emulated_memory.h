@@ -118,11 +118,17 @@ class DeviceMemory {
     return cudaSuccess;
   }
 
-  // The allocation that holds [p, p + bytes); with bytes 0, one that holds
-  // p or ends at it. Null if none does.
-  bool Holds(const void* p, size_t bytes, DeviceAllocation* found = nullptr) {
+  // Whether one allocation holds [p, p + bytes); with bytes 0, whether one
+  // holds p or ends at it.
+  bool Holds(const void* p, size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    return Find(p, bytes, found);
+    const auto address = reinterpret_cast<uintptr_t>(p);
+    auto it = allocations_.upper_bound(address);
+    if (it == allocations_.begin()) return false;
+    --it;
+    const DeviceAllocation& a = it->second;
+    const uintptr_t offset = address - reinterpret_cast<uintptr_t>(a.start);
+    return offset <= a.bytes && bytes <= a.bytes - offset;
   }
 
   // Device work runs between Enter and Leave, which nest and may come
@@ -182,20 +188,6 @@ class DeviceMemory {
     if (mprotect(a.mapping, a.pages, protection) != 0) {
       Fail("mprotect of a device allocation failed: %s", std::strerror(errno));
     }
-  }
-
-  bool Find(const void* p, size_t bytes, DeviceAllocation* found) const {
-    const auto address = reinterpret_cast<uintptr_t>(p);
-    auto it = allocations_.upper_bound(address);
-    if (it == allocations_.begin()) return false;
-    --it;
-    const DeviceAllocation& a = it->second;
-    const uintptr_t start = reinterpret_cast<uintptr_t>(a.start);
-    if (address - start > a.bytes || bytes > a.bytes - (address - start)) {
-      return false;
-    }
-    if (found != nullptr) *found = a;
-    return true;
   }
 
   // SIGSEGV: if the address is device memory, says which allocation and
