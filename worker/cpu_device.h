@@ -58,6 +58,7 @@ class CpuDevice final : public Device {
   CpuDevice& operator=(const CpuDevice&) = delete;
 
   std::string Name() const override;
+  bool BuffersAreHostMemory() const override { return true; }
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override;
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateHost(
       size_t bytes) override;

@@ -52,6 +52,10 @@ class Device {
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(
       size_t bytes) = 0;
 
+  // Whether Allocate's buffers are host memory the host may read once the
+  // queued work is done (the CPU device's), so results need no staging copy.
+  virtual bool BuffersAreHostMemory() const { return false; }
+
   // Zero-initialized host memory of `bytes` bytes for staging copies:
   // page-locked on CUDA (so copies are DMA and CopyToHostAsync overlaps
   // compute), plain aligned memory on the CPU device.

@@ -7,8 +7,21 @@
 
 namespace lockstep {
 
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> GradientHandOff::AllocateStaging(
+    Device* device, size_t floats) {
+  if (device->BuffersAreHostMemory()) return nullptr;
+  return device->AllocateHost(floats * sizeof(float));
+}
+
 absl::Status GradientHandOff::Copy(int64_t begin, int64_t end) {
   if (end <= begin) return absl::OkStatus();
+  if (host_gradient_ == nullptr) {  // Host memory: one copy, at once.
+    RETURN_IF_ERROR(device_->Synchronize());
+    std::memcpy(gradient_.data() + begin, device_gradient_ + begin,
+                static_cast<size_t>(end - begin) * sizeof(float));
+    if (on_ready_) on_ready_(begin, end);
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(device_->CopyToHostAsync(
       device_gradient_ + begin, host_gradient_ + begin,
       static_cast<size_t>(end - begin) * sizeof(float)));
@@ -26,6 +39,7 @@ absl::Status GradientHandOff::Copy(int64_t begin, int64_t end) {
 }
 
 absl::Status GradientHandOff::Finish() {
+  if (host_gradient_ == nullptr) return device_->Synchronize();  // Copied.
   if (!on_ready_) {
     RETURN_IF_ERROR(device_->Synchronize());
     std::memcpy(gradient_.data(), host_gradient_,

@@ -19,8 +19,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "worker/device.h"
 
@@ -30,15 +32,21 @@ class GradientHandOff {
  public:
   using ReadyFn = std::function<void(int64_t begin, int64_t end)>;
 
-  // `device_gradient` (device memory) and `host_gradient` (from
-  // AllocateHost) hold gradient.size() floats; `gradient` is the caller's.
-  // Without on_ready, Finish copies the whole gradient at once.
+  // The host staging buffer for a gradient of `floats` floats: null where
+  // the device's buffers are host memory (the CPU's), which is then copied
+  // straight into the caller's gradient, once.
+  static absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(
+      Device* device, size_t floats);
+
+  // `device_gradient` (device memory) holds gradient.size() floats, and so
+  // does `staging` (from AllocateStaging, may be null); `gradient` is the
+  // caller's. Without on_ready, Finish brings the whole gradient.
   GradientHandOff(Device* device, const float* device_gradient,
-                  float* host_gradient, absl::Span<float> gradient,
+                  DeviceBuffer* staging, absl::Span<float> gradient,
                   const ReadyFn& on_ready)
       : device_(device),
         device_gradient_(device_gradient),
-        host_gradient_(host_gradient),
+        host_gradient_(staging == nullptr ? nullptr : staging->As<float>()),
         gradient_(gradient),
         on_ready_(on_ready) {}
 
@@ -59,7 +67,7 @@ class GradientHandOff {
 
   Device* const device_;
   const float* const device_gradient_;
-  float* const host_gradient_;
+  float* const host_gradient_;  // Null: no staging (host memory device).
   const absl::Span<float> gradient_;
   const ReadyFn on_ready_;  // A copy: the caller may pass a temporary.
   std::deque<Piece> in_flight_;  // Queued, not yet handed over.

@@ -79,7 +79,7 @@ absl::Status Mlp::AllocateBuffers() {
   ASSIGN_OR_RETURN(host_weights_,
                    device_->AllocateHost(params * sizeof(float)));
   ASSIGN_OR_RETURN(host_gradient_,
-                   device_->AllocateHost(params * sizeof(float)));
+                   GradientHandOff::AllocateStaging(device_, params));
   ASSIGN_OR_RETURN(
       host_features_,
       device_->AllocateHost(batch * layer_sizes_[0] * sizeof(float)));
@@ -208,7 +208,7 @@ absl::StatusOr<BatchStats> Mlp::ComputeGradients(
 
   const float* params = weights_->As<float>();
   float* grad = gradient_->As<float>();
-  GradientHandOff hand_off(device_, grad, host_gradient_->As<float>(), gradient,
+  GradientHandOff hand_off(device_, grad, host_gradient_.get(), gradient,
                            on_ready);
   // Last layer first: its gradient is ready earliest, and each layer's piece
   // starts its copy to the host as soon as it is done, overlapping the

@@ -109,7 +109,7 @@ class Mlp final : public Model {
   std::unique_ptr<DeviceBuffer> delta_b_;
   // Host staging (Device::AllocateHost), same sizes as their device twins.
   std::unique_ptr<DeviceBuffer> host_weights_;
-  std::unique_ptr<DeviceBuffer> host_gradient_;
+  std::unique_ptr<DeviceBuffer> host_gradient_;  // Null on the CPU device.
   std::unique_ptr<DeviceBuffer> host_features_;  // max_batch x inputs.
   std::unique_ptr<DeviceBuffer> host_labels_;
 };

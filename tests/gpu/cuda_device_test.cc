@@ -24,7 +24,6 @@
 #include "tests/gpu/cuda_test_util.h"
 #include "worker/cpu_device.h"
 #include "worker/device_factory.h"
-#include "worker/gradient_hand_off.h"
 
 namespace lockstep {
 namespace {
@@ -43,24 +42,7 @@ using cuda_test::Upload;
 // ---------------------------------------------------------------------------
 // Exact checks, run on both devices.
 
-class DeviceTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (GetParam() == "cpu") {
-      device_ = CpuDevice::Create(1);
-      return;
-    }
-    auto device = CreateCudaDevice(0, /*tf32=*/false);
-    if (absl::IsFailedPrecondition(device.status())) {
-      LOCKSTEP_SKIP_WITHOUT_GPU(device.status().ToString() +
-                                kNeedsAGpu);
-    }
-    ASSERT_TRUE(device.ok()) << device.status();
-    device_ = std::move(*device);
-  }
-
-  std::unique_ptr<Device> device_;
-};
+using cuda_test::DeviceTest;
 
 TEST_P(DeviceTest, AllocationsAreZeroed) {
   auto buffer = device_->Allocate(1001 * sizeof(float));
@@ -72,112 +54,6 @@ TEST_P(DeviceTest, AllocationsAreZeroed) {
   ASSERT_EQ((*host)->bytes(), 1001u);
   const auto* bytes = (*host)->As<unsigned char>();
   EXPECT_TRUE(std::all_of(bytes, bytes + 1001, [](int b) { return b == 0; }));
-}
-
-TEST_P(DeviceTest, AsyncCopyLandsAfterSynchronize) {
-  const std::vector<float> values = RandomFloats(777, 1);
-  auto buffer = Upload(*device_, values);
-  auto host = device_->AllocateHost(values.size() * sizeof(float));
-  ASSERT_TRUE(host.ok()) << host.status();
-  // Two pieces, as Mlp copies one layer at a time.
-  ASSERT_TRUE(device_
-                  ->CopyToHostAsync(buffer->As<float>() + 300,
-                                    (*host)->As<float>() + 300,
-                                    477 * sizeof(float))
-                  .ok());
-  ASSERT_TRUE(device_
-                  ->CopyToHostAsync(buffer->data(), (*host)->data(),
-                                    300 * sizeof(float))
-                  .ok());
-  ASSERT_TRUE(device_->Synchronize().ok());
-  const float* got = (*host)->As<float>();
-  EXPECT_EQ(std::vector<float>(got, got + values.size()), values);
-}
-
-// A copy mark covers the copies queued before it: once WaitForCopies
-// returns they are on the host, and CopiesDone says so. Marks end at
-// Synchronize.
-TEST_P(DeviceTest, CopyMarksWaitForTheCopiesBeforeThem) {
-  const std::vector<float> values = RandomFloats(777, 2);
-  auto buffer = Upload(*device_, values);
-  auto host = device_->AllocateHost(values.size() * sizeof(float));
-  ASSERT_TRUE(host.ok()) << host.status();
-  float* got = (*host)->As<float>();
-  ASSERT_TRUE(
-      device_->CopyToHostAsync(buffer->data(), got, 300 * sizeof(float)).ok());
-  absl::StatusOr<uint64_t> first = device_->MarkCopies();
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE(device_
-                  ->CopyToHostAsync(buffer->As<float>() + 300, got + 300,
-                                    477 * sizeof(float))
-                  .ok());
-  absl::StatusOr<uint64_t> second = device_->MarkCopies();
-  ASSERT_TRUE(second.ok()) << second.status();
-
-  ASSERT_TRUE(device_->WaitForCopies(*first).ok());
-  EXPECT_EQ(std::vector<float>(got, got + 300),
-            std::vector<float>(values.begin(), values.begin() + 300));
-  absl::StatusOr<bool> done = device_->CopiesDone(*first);
-  ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_TRUE(*done);
-  ASSERT_TRUE(device_->WaitForCopies(*second).ok());
-  EXPECT_EQ(std::vector<float>(got, got + values.size()), values);
-  done = device_->CopiesDone(*second);
-  ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_TRUE(*done);
-
-  ASSERT_TRUE(device_->Synchronize().ok());
-  if (GetParam() == "cuda") {
-    EXPECT_EQ(*first, 0u);
-    EXPECT_EQ(*second, 1u);
-    EXPECT_TRUE(absl::IsInvalidArgument(device_->WaitForCopies(*second)));
-    EXPECT_TRUE(absl::IsInvalidArgument(device_->CopiesDone(0).status()));
-  }
-}
-
-// The pieces of a gradient go to on_ready in the order backprop queued
-// them, each holding its final values; on the CPU device each goes out
-// within its own Copy, while the next layer would compute. Without
-// on_ready, Finish brings the whole gradient.
-TEST_P(DeviceTest, GradientHandOffHandsPiecesOverInOrder) {
-  const std::vector<float> values = RandomFloats(1000, 3);
-  auto buffer = Upload(*device_, values);
-  auto host = device_->AllocateHost(values.size() * sizeof(float));
-  ASSERT_TRUE(host.ok()) << host.status();
-  std::vector<float> gradient(values.size(), -7.0f);
-  std::vector<std::pair<int64_t, int64_t>> seen;
-  const GradientHandOff::ReadyFn on_ready = [&](int64_t begin, int64_t end) {
-    EXPECT_EQ(
-        std::vector<float>(gradient.begin() + begin, gradient.begin() + end),
-        std::vector<float>(values.begin() + begin, values.begin() + end));
-    seen.emplace_back(begin, end);
-  };
-  GradientHandOff hand_off(device_.get(), buffer->As<float>(),
-                           (*host)->As<float>(), absl::MakeSpan(gradient),
-                           on_ready);
-  // The last layer first; a layer without parameters is an empty piece.
-  const std::vector<std::pair<int64_t, int64_t>> pieces = {
-      {600, 1000}, {600, 600}, {250, 600}, {0, 250}};
-  size_t queued = 0;
-  for (const auto& [begin, end] : pieces) {
-    ASSERT_TRUE(hand_off.Copy(begin, end).ok());
-    if (end > begin) ++queued;
-    if (GetParam() == "cpu") {
-      EXPECT_EQ(seen.size(), queued);
-    }
-  }
-  ASSERT_TRUE(hand_off.Finish().ok());
-  EXPECT_EQ(seen, (std::vector<std::pair<int64_t, int64_t>>{
-                      {600, 1000}, {250, 600}, {0, 250}}));
-  EXPECT_EQ(gradient, values);
-
-  std::vector<float> whole(values.size(), -7.0f);
-  GradientHandOff at_once(device_.get(), buffer->As<float>(),
-                          (*host)->As<float>(), absl::MakeSpan(whole), nullptr);
-  ASSERT_TRUE(at_once.Copy(500, 1000).ok());
-  ASSERT_TRUE(at_once.Copy(0, 500).ok());
-  ASSERT_TRUE(at_once.Finish().ok());
-  EXPECT_EQ(whole, values);
 }
 
 TEST_P(DeviceTest, GemmExactOnSmallIntegers) {

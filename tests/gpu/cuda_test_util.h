@@ -1,6 +1,7 @@
 // Helpers shared by the CUDA tests: random data and closeness against the
 // CPU device's results (from tests/unit/model_agreement.h), host vectors in
-// and out of device buffers, and a CUDA-beside-CPU fixture.
+// and out of device buffers, a CUDA-beside-CPU fixture and a fixture per
+// device.
 #ifndef LOCKSTEP_TESTS_GPU_CUDA_TEST_UTIL_H_
 #define LOCKSTEP_TESTS_GPU_CUDA_TEST_UTIL_H_
 
@@ -70,6 +71,27 @@ class CudaVsCpuTest : public ::testing::Test {
 
   std::unique_ptr<Device> cpu_ = CpuDevice::Create(1);
   std::unique_ptr<Device> cuda_;
+};
+
+// One device per test parameter: "cpu" (one thread) or "cuda" (GPU 0,
+// fp32 Gemm; skipped where no GPU is visible), for checks that must hold
+// on both.
+class DeviceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "cpu") {
+      device_ = CpuDevice::Create(1);
+      return;
+    }
+    auto device = CreateCudaDevice(0, /*tf32=*/false);
+    if (absl::IsFailedPrecondition(device.status())) {
+      LOCKSTEP_SKIP_WITHOUT_GPU(device.status().ToString() + kNeedsAGpu);
+    }
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = std::move(*device);
+  }
+
+  std::unique_ptr<Device> device_;
 };
 
 }  // namespace cuda_test

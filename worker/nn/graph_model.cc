@@ -132,7 +132,8 @@ absl::Status GraphModel::AllocateBuffers() {
     }
   }
   ASSIGN_OR_RETURN(host_weights_, device_->AllocateHost(num_parameters_ * f));
-  ASSIGN_OR_RETURN(host_gradient_, device_->AllocateHost(num_parameters_ * f));
+  ASSIGN_OR_RETURN(host_gradient_,
+                   GradientHandOff::AllocateStaging(device_, num_parameters_));
   ASSIGN_OR_RETURN(host_state_, device_->AllocateHost(num_states_ * f));
   ASSIGN_OR_RETURN(host_features_,
                    device_->AllocateHost(batch * FeatureSize() * f));
@@ -240,7 +241,7 @@ absl::Status GraphModel::Backward(int batch, absl::Span<float> gradient,
   std::vector<bool> written(tensors, false);
   written[graph_.output()] = true;
   float* grad = gradient_->As<float>();
-  GradientHandOff hand_off(device_, grad, host_gradient_->As<float>(), gradient,
+  GradientHandOff hand_off(device_, grad, host_gradient_.get(), gradient,
                            on_ready);
   std::vector<const float*> inputs;
   std::vector<float*> input_grads;

@@ -108,7 +108,7 @@ class GraphModel final : public Model {
   std::unique_ptr<DeviceBuffer> scratch_[2];
 
   std::unique_ptr<DeviceBuffer> host_weights_;
-  std::unique_ptr<DeviceBuffer> host_gradient_;
+  std::unique_ptr<DeviceBuffer> host_gradient_;  // Null on the CPU device.
   std::unique_ptr<DeviceBuffer> host_state_;
   std::unique_ptr<DeviceBuffer> host_features_;
   std::unique_ptr<DeviceBuffer> host_labels_;
