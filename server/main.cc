@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -18,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/flags.h"
 #include "common/json_writer.h"
 #include "common/malloc_tuning.h"
 #include "common/status_macros.h"
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
       "Usage: lockstep_server --listen=HOST:PORT --workers=N\n"
       "Exit codes: 0 done, 2 bad flags or checkpoint (permanent), 75 a lost "
       "worker with --on_worker_loss=fail (retryable), 1 other failures.");
-  absl::ParseCommandLine(argc, argv);
+  lockstep::ParseFlags(argc, argv, {"server/main.cc", "common/tls_flags.cc"});
   absl::StatusOr<lockstep::DaemonOptions> options = lockstep::ParseOptions();
   if (!options.ok()) {
     std::fprintf(stderr, "lockstep_server: %s\n",

@@ -9,11 +9,10 @@
 #include <string>
 #include <utility>
 
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
 #include "common/exit_codes.h"
+#include "common/flags.h"
 #include "common/json_writer.h"
 #include "common/malloc_tuning.h"
 #include "common/status_macros.h"
@@ -201,11 +200,8 @@ int main(int argc, char** argv) {
       "[--layers=784,128,10 --optimizer=adam --batch_size=64 --epochs=5]\n"
       "Exit codes: 0 done, 2 bad flags, data or model (permanent), 75 a lost "
       "server or timeout (retryable), 143 left after SIGTERM, 1 other.");
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = lockstep::IsWorkerFlagFile;
-  usage_config.contains_helpshort_flags = lockstep::IsWorkerFlagFile;
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::ParseCommandLine(argc, argv);
+  lockstep::ParseFlags(argc, argv,
+                       {"worker/worker_flags.cc", "common/tls_flags.cc"});
   absl::StatusOr<lockstep::WorkerMainOptions> options =
       lockstep::WorkerOptionsFromFlags();
   if (!options.ok()) {

@@ -307,8 +307,4 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   return o;
 }
 
-bool IsWorkerFlagFile(absl::string_view file) {
-  return absl::StrContains(file, "worker/worker_flags.cc");
-}
-
 }  // namespace lockstep

@@ -33,12 +33,9 @@ struct WorkerMainOptions {
   std::string layers;  // --layers, for the log line.
 };
 
-// The options the flags (already parsed by absl::ParseCommandLine) and
+// The options the flags (already parsed by ParseFlags, common/flags.h) and
 // TF_CONFIG ask for; INVALID_ARGUMENT naming the flag when one is bad.
 absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags();
-
-// Whether `file` defines the worker's flags, for absl's --help.
-bool IsWorkerFlagFile(absl::string_view file);
 
 }  // namespace lockstep
 

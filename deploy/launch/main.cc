@@ -10,12 +10,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/time/time.h"
+#include "common/exit_codes.h"
+#include "common/flags.h"
 #include "deploy/launch/launcher.h"
 #include "deploy/launch/launcher_args.h"
 #include "deploy/launch/signal_pipe.h"
@@ -96,33 +95,23 @@ lockstep::FlagKind LookupFlag(absl::string_view name) {
                                 : lockstep::FlagKind::kValued;
 }
 
-// absl's --help lists flags from files named after the program; ours live
-// in deploy/launch/main.cc.
-bool IsLauncherFlagFile(absl::string_view file) {
-  return absl::StrContains(file, "deploy/launch/");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = IsLauncherFlagFile;
-  usage_config.contains_helpshort_flags = IsLauncherFlagFile;
-  absl::SetFlagsUsageConfig(usage_config);
 
   absl::StatusOr<lockstep::SplitArgs> split = lockstep::SplitLauncherArgs(
       std::vector<std::string>(argv, argv + argc), LookupFlag);
   if (!split.ok()) {
     fprintf(stderr, "lockstep_launch: %s\n",
             std::string(split.status().message()).c_str());
-    return 1;
+    return lockstep::kExitPermanent;
   }
   std::vector<char*> launcher_argv;
   for (std::string& arg : split->launcher) launcher_argv.push_back(arg.data());
   launcher_argv.push_back(nullptr);
-  absl::ParseCommandLine(static_cast<int>(split->launcher.size()),
-                         launcher_argv.data());
+  lockstep::ParseFlags(static_cast<int>(split->launcher.size()),
+                       launcher_argv.data(), {"deploy/launch/"});
 
   lockstep::LaunchOptions options;
   options.workers = absl::GetFlag(FLAGS_workers);

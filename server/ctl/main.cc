@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/exit_codes.h"
+#include "common/flags.h"
 #include "common/json_writer.h"
 #include "common/tls_flags.h"
 #include "server/ctl/shard_client.h"
@@ -199,7 +199,8 @@ int MergeTraceFiles(const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(lockstep::kUsage);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional = lockstep::ParseFlags(
+      argc, argv, {"server/ctl/main.cc", "common/tls_flags.cc"});
   std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (args.empty()) return lockstep::UsageError("no command");
   const std::string command = args[0];

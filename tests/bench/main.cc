@@ -9,14 +9,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/json_writer.h"
 #include "common/malloc_tuning.h"
 #include "common/model_signature.h"
@@ -146,12 +144,6 @@ FlagKind LookupFlag(absl::string_view name) {
   const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
   if (flag == nullptr) return FlagKind::kUnknown;
   return flag->IsOfType<bool>() ? FlagKind::kBool : FlagKind::kValued;
-}
-
-// absl's --help lists flags from files named after the program; ours live
-// in tests/bench/main.cc.
-bool IsBenchFlagFile(absl::string_view file) {
-  return absl::StrContains(file, "tests/bench/");
 }
 
 absl::StatusOr<std::string> SelfExe() {
@@ -339,12 +331,8 @@ int Main(int argc, char** argv) {
   // Before any thread exists, so that every thread inherits the mask.
   if (worker) BlockGoSignal();
   absl::SetProgramUsageMessage(kUsage);
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = IsBenchFlagFile;
-  usage_config.contains_helpshort_flags = IsBenchFlagFile;
-  absl::SetFlagsUsageConfig(usage_config);
   if (argc < 2 || argv[1][0] == '-') {
-    absl::ParseCommandLine(argc, argv);  // Handles --help.
+    ParseFlags(argc, argv, {"tests/bench/"});  // Handles --help.
     std::fprintf(
         stderr,
         "lockstep_bench: name a mode: comm, e2e, peers, conv or study\n");
@@ -362,7 +350,7 @@ int Main(int argc, char** argv) {
   std::vector<char*> own;
   for (std::string& arg : split->launcher) own.push_back(arg.data());
   own.push_back(nullptr);
-  absl::ParseCommandLine(static_cast<int>(own.size()) - 1, own.data());
+  ParseFlags(static_cast<int>(own.size()) - 1, own.data(), {"tests/bench/"});
 
   absl::Status status;
   if (worker) {

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -37,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "tests/gpu/local_steps.h"
@@ -400,6 +400,6 @@ int main(int argc, char** argv) {
       "Measures the CPU and CUDA devices: the tutorial MLP's and ResNet-50's "
       "local training rates and a large MLP's TFLOP/s next to cuBLAS sgemm. "
       "No server.");
-  absl::ParseCommandLine(argc, argv);
+  lockstep::ParseFlags(argc, argv);
   return lockstep::Main();
 }
