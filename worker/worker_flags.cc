@@ -269,6 +269,7 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
     o.allreduce.coordinator = o.client.servers.front();
     o.allreduce.host = absl::GetFlag(FLAGS_allreduce_host);
     o.allreduce.group = absl::GetFlag(FLAGS_allreduce_group);
+    o.allreduce.gpu = o.device.gpu;  // NCCL's ranks each on their own GPU.
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync must be ps, allreduce, async or ssp, got \"", sync, "\""));

@@ -1,0 +1,77 @@
+// lockstep_worker's flags turned into options (worker/worker_flags.cc).
+#include "worker/worker_flags.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+ABSL_DECLARE_FLAG(std::string, servers);
+ABSL_DECLARE_FLAG(int, rank);
+ABSL_DECLARE_FLAG(int, workers);
+ABSL_DECLARE_FLAG(int, gpu);
+ABSL_DECLARE_FLAG(std::string, sync);
+ABSL_DECLARE_FLAG(std::string, allreduce);
+
+namespace lockstep {
+namespace {
+
+using ::testing::ElementsAre;
+
+class WorkerFlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("TF_CONFIG");
+    absl::SetFlag(&FLAGS_servers, "127.0.0.1:7000,127.0.0.1:7001");
+    absl::SetFlag(&FLAGS_workers, 4);
+    absl::SetFlag(&FLAGS_rank, 3);
+  }
+  absl::FlagSaver saver_;  // Every test starts from the defaults.
+};
+
+TEST_F(WorkerFlagsTest, ServersRankAndWorkersReachTheTrainerAndClient) {
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_THAT(o->client.servers,
+              ElementsAre("127.0.0.1:7000", "127.0.0.1:7001"));
+  EXPECT_EQ(o->trainer.num_shards, 2);
+  EXPECT_EQ(o->trainer.rank, 3);
+  EXPECT_EQ(o->trainer.num_workers, 4);
+  EXPECT_EQ(o->trainer.sync, SyncMode::kPs);
+}
+
+// The launcher gives each worker --gpu=rank % GPUs. With NCCL the
+// communicator must sit on that GPU too: NCCL refuses two ranks on one GPU.
+TEST_F(WorkerFlagsTest, NcclRanksUseTheWorkersGpu) {
+  absl::SetFlag(&FLAGS_gpu, 3);
+  absl::SetFlag(&FLAGS_sync, "allreduce");
+  absl::SetFlag(&FLAGS_allreduce, "nccl");
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.sync, SyncMode::kAllReduce);
+  EXPECT_EQ(o->allreduce.backend, "nccl");
+  EXPECT_EQ(o->device.gpu, 3);
+  EXPECT_EQ(o->allreduce.gpu, 3);
+  EXPECT_EQ(o->allreduce.rank, 3);
+  EXPECT_EQ(o->allreduce.size, 4);
+  EXPECT_EQ(o->allreduce.coordinator, "127.0.0.1:7000");
+}
+
+TEST_F(WorkerFlagsTest, AnUnknownSyncModeIsRefused) {
+  absl::SetFlag(&FLAGS_sync, "gossip");
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(o.status().message()),
+              ::testing::HasSubstr("--sync must be ps, allreduce, async or "
+                                   "ssp, got \"gossip\""));
+}
+
+}  // namespace
+}  // namespace lockstep
