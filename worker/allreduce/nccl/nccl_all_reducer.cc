@@ -75,6 +75,9 @@ struct NcclAllReducer::Impl {
       if (done != cudaErrorNotReady) {
         CUDA_RETURN_IF_ERROR(done);
       }
+      // Not an error, but cleared so that the next kernel launch's check
+      // (cudaGetLastError) on this thread cannot take it for its own.
+      cudaGetLastError();
       ncclResult_t state = ncclSuccess;
       NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state));
       if (state != ncclSuccess && state != ncclInProgress) {
