@@ -22,21 +22,23 @@
 # differences, on the CPU and on CUDA), the benchmark (extra arguments after
 # DIR go to it), and then ResNet-50 (batch 128 per worker, synthetic 32x32
 # images) through a real server with 1 and 4 workers on GPU 0, whose whole
-# synchronous step compares with the local step the benchmark measured. It
-# exits non-zero if anything fails.
+# synchronous step compares with the local step the benchmark measured, and
+# a small CNN through NCCL all-reduce (one worker). It exits non-zero if
+# anything fails.
 set -euo pipefail
 
 readonly kMaxBundleBytes=$((40 * 1024 * 1024))
 readonly kTests=(cuda_device_test cuda_models_test device_copies_test
   cpu_device_test image_op_elements_test conv2d_test pooling_layers_test
-  batch_normalization_test basic_layers_test graph_model_test)
+  batch_normalization_test basic_layers_test graph_model_test
+  all_reducer_test)
 readonly kTools=(lockstep_gpu_bench lockstep_server lockstep_worker
   lockstep_launch)
 readonly kBinaries=("${kTests[@]}" "${kTools[@]}")
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
 usage() {
-  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -147,6 +149,28 @@ print("JSON_RESNET_JOB " + json.dumps({"workers": workers, "batch": batch,
 EOF
 }
 
+# The small CNN trained by one worker on GPU 0 with NCCL all-reduce (one
+# rank: NCCL refuses two ranks on one GPU) through lockstep_launch, whose
+# server is then only the rendezvous: NCCL's communicator, its stream and
+# the step's kernels on one thread.
+nccl_job() {
+  local dir="$1" tmp="$2"
+  echo "-- cnn, 1 worker on GPU 0, NCCL all-reduce, 20 steps"
+  if ! timeout 300 "$dir/bin/lockstep_launch" --workers=1 --gpus=1 \
+    --model=cnn --dataset=synthetic --synthetic_examples=640 \
+    --batch_size=32 --epochs=1 --device=cuda --sync=allreduce \
+    --allreduce=nccl --progress=none --summary_json="$tmp/nccl.json" \
+    >"$tmp/nccl.log" 2>&1; then
+    tail -n 30 "$tmp/nccl.log"
+    return 1
+  fi
+  python3 - "$tmp/nccl.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"   {s['steps']} steps, {s['examples_per_sec']:.0f} images/s")
+EOF
+}
+
 run() {
   local dir
   dir="$(cd "$1" && pwd)"
@@ -202,6 +226,10 @@ run() {
   else
     # fp32 with 1 and 4 workers, then 4 workers with bf16 on the wire (half
     # the bytes each way): how much of the step the exchange is.
+    if ! nccl_job "$dir" "$tmp"; then
+      echo "FAILED: NCCL all-reduce job"
+      failed=1
+    fi
     local job
     for job in "1 fp32" "4 fp32" "4 bf16"; do
       read -r workers wire <<<"$job"
