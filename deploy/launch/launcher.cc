@@ -1,8 +1,8 @@
 #include "deploy/launch/launcher.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -10,16 +10,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace lockstep {
@@ -215,7 +219,19 @@ int CountVisibleGpus() {
   while (std::fgets(line, sizeof(line), pipe) != nullptr) {
     if (std::strncmp(line, "GPU ", 4) == 0) ++gpus;
   }
-  return pclose(pipe) == 0 ? gpus : 0;
+  if (pclose(pipe) != 0) return 0;
+  return VisibleGpus(gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
+}
+
+int VisibleGpus(int installed, const char* visible) {
+  if (visible == nullptr) return installed;
+  int listed = 0;
+  for (absl::string_view entry : absl::StrSplit(visible, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty() || entry == "-1") break;
+    ++listed;
+  }
+  return std::min(listed, installed);
 }
 
 absl::StatusOr<int> ReadPortFile(const std::string& path) {

@@ -49,9 +49,17 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
 std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
                                     const std::string& servers);
 
-// GPUs visible on this machine: the lines of `nvidia-smi -L`, or 0 when it
-// is absent or fails.
+// GPUs the workers can use: the lines of `nvidia-smi -L` (0 when it is
+// absent or fails), cut to VisibleGpus' count when CUDA_VISIBLE_DEVICES is
+// set (nvidia-smi lists every GPU regardless).
 int CountVisibleGpus();
+
+// How many of `installed` GPUs CUDA shows a process whose
+// CUDA_VISIBLE_DEVICES is `visible` (null: unset, all of them): the entries
+// (ordinals or UUIDs) before the first empty one, at most `installed`. An
+// empty or "-1" list hides every GPU. Ordinals past `installed` are not
+// checked: the worker's device then says which one it could not open.
+int VisibleGpus(int installed, const char* visible);
 
 // The port a server wrote to `path` ("<decimal>\n", written by rename so it
 // is never seen half-written). NOT_FOUND while the file does not exist.

@@ -36,7 +36,8 @@ ABSL_FLAG(double, startup_timeout, 60,
 ABSL_FLAG(int32_t, gpus, -1,
           "GPUs to place workers on, round-robin (worker r gets --gpu=r % "
           "gpus; several workers may share one). -1: count them with "
-          "nvidia-smi; 0: pass no --gpu (each worker picks its device).");
+          "nvidia-smi, cut to those CUDA_VISIBLE_DEVICES names; 0: pass no "
+          "--gpu (each worker picks its device).");
 ABSL_FLAG(bool, tls, false,
           "Run the job over mutual TLS with the certificates in --tls_dir "
           "(made by deploy/tls/make_certs.sh): servers get "

@@ -81,6 +81,22 @@ std::string Prefix(const std::vector<std::string>& chunks, bool flush) {
   return out;
 }
 
+// nvidia-smi lists every GPU; CUDA shows a worker only those that
+// CUDA_VISIBLE_DEVICES names, numbered from 0, so --gpu=rank % GPUs must
+// count those.
+TEST(VisibleGpusTest, FollowsCudaVisibleDevices) {
+  EXPECT_EQ(VisibleGpus(8, nullptr), 8);
+  EXPECT_EQ(VisibleGpus(8, "2,3"), 2);
+  EXPECT_EQ(VisibleGpus(8, " 5 , 1 , 7 "), 3);
+  EXPECT_EQ(VisibleGpus(4, "GPU-6d8e1b2c,GPU-0f4a2e91"), 2);  // UUIDs.
+  EXPECT_EQ(VisibleGpus(8, "0,1,,2"), 2);  // The list ends at a gap,
+  EXPECT_EQ(VisibleGpus(8, "0,-1,2"), 1);  // and at -1.
+  EXPECT_EQ(VisibleGpus(8, ""), 0);
+  EXPECT_EQ(VisibleGpus(8, "-1"), 0);
+  EXPECT_EQ(VisibleGpus(2, "0,1,2,3"), 2);  // Never more than installed.
+  EXPECT_EQ(VisibleGpus(0, "0"), 0);
+}
+
 TEST(LinePrefixerTest, PrefixesEveryLineAcrossChunks) {
   EXPECT_EQ(Prefix({"a\nb", "c\n\nd"}, false), "[w0] a\n[w0] bc\n[w0] \n");
 }
