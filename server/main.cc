@@ -61,6 +61,11 @@ ABSL_FLAG(int, testing_restore_pause_ms, 0,
 ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://HOST:PORT/metrics on every "
           "interface (0: off). See README.md, Operations.");
+ABSL_FLAG(int, health_port, 0,
+          "Also serve grpc.health.v1, and nothing else, in plaintext on "
+          "every interface at this port (0: off), with the main port's "
+          "status: for probes that cannot speak TLS, such as Kubernetes' "
+          "gRPC probes of a server with --tls_cert.");
 ABSL_FLAG(std::string, trace, "",
           "Write a Chrome trace-event JSON file of the accumulate and apply "
           "phases here (empty: off); open it in ui.perfetto.dev. {shard} in "
@@ -184,12 +189,16 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   options.restore_pause_for_tests =
       absl::Milliseconds(absl::GetFlag(FLAGS_testing_restore_pause_ms));
   options.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.telemetry.health_port = absl::GetFlag(FLAGS_health_port);
   options.telemetry.trace_path =
       absl::StrReplaceAll(absl::GetFlag(FLAGS_trace),
                           {{"{shard}", absl::StrCat(options.shard)}});
-  if (options.telemetry.metrics_port < 0 ||
-      options.telemetry.metrics_port > 65535) {
-    return absl::InvalidArgumentError("--metrics_port must be in [0, 65535]");
+  for (int port :
+       {options.telemetry.metrics_port, options.telemetry.health_port}) {
+    if (port < 0 || port > 65535) {
+      return absl::InvalidArgumentError(
+          "--metrics_port and --health_port must be in [0, 65535]");
+    }
   }
   if (options.checkpoint_every_steps < 0 ||
       options.checkpoint_every < absl::ZeroDuration() ||

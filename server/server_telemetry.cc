@@ -23,6 +23,12 @@ int ChunkTrack(int chunk) { return chunk + 1; }
 absl::StatusOr<std::unique_ptr<ServerTelemetry>> ServerTelemetry::Create(
     const ServerTelemetryOptions& options) {
   std::unique_ptr<ServerTelemetry> t(new ServerTelemetry(options));
+  if (options.health_port > 0) {
+    absl::StatusOr<std::unique_ptr<HealthServer>> health =
+        HealthServer::Start(options.health_port);
+    if (!health.ok()) return health.status();
+    t->health_ = std::move(*health);  // NOT_SERVING until told otherwise.
+  }
   if (options.metrics_port > 0) {
     MetricsHttpOptions http;
     http.port = options.metrics_port;
@@ -43,6 +49,11 @@ absl::StatusOr<std::unique_ptr<ServerTelemetry>> ServerTelemetry::Create(
   }
   t->enabled_ = t->http_ != nullptr || t->trace_ != nullptr;
   return t;
+}
+
+void ServerTelemetry::SetServing(bool serving) {
+  serving_->Set(serving ? 1 : 0);
+  if (health_ != nullptr) health_->SetServing(serving);
 }
 
 ServerTelemetry::ServerTelemetry(const ServerTelemetryOptions& options)

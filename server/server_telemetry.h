@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/health_server.h"
 #include "common/metrics.h"
 #include "common/metrics_http.h"
 #include "common/trace_recorder.h"
@@ -32,6 +33,10 @@ namespace lockstep {
 struct ServerTelemetryOptions {
   int shard = 0;
   int metrics_port = 0;     // 0: no metrics endpoint.
+  // grpc.health.v1 alone, plaintext, on every interface, following the
+  // main port's status: for probes that cannot speak TLS (the kubelet's).
+  // 0: none.
+  int health_port = 0;
   std::string trace_path;   // Empty: no trace.
   bool checkpoints = false;  // Export the checkpoint age.
 };
@@ -49,12 +54,14 @@ class ServerTelemetry final : public BarrierObserver {
 
   // Scrapes read `core`'s status from now on. Not owned; must outlive this.
   void AttachCore(const ParameterServer* core, int num_workers);
-  void SetServing(bool serving) { serving_->Set(serving ? 1 : 0); }
+  // The lockstep_serving gauge and the --health_port server's status.
+  void SetServing(bool serving);
   void CheckpointSaved(int64_t version, absl::Time when);
 
   // Writes the trace's buffer out (also done periodically and at the end).
   absl::Status FlushTrace();
 
+  int health_port() const { return health_ == nullptr ? 0 : health_->port(); }
   int metrics_port() const {
     return http_ == nullptr ? 0 : http_->port();
   }
@@ -75,6 +82,7 @@ class ServerTelemetry final : public BarrierObserver {
   bool enabled_ = false;
   MetricsRegistry registry_;
   std::unique_ptr<MetricsHttpServer> http_;
+  std::unique_ptr<HealthServer> health_;
   std::unique_ptr<TraceRecorder> trace_;
 
   Histogram* step_seconds_ = nullptr;

@@ -147,14 +147,20 @@ TEST(OpsIntegrationTest, HealthFollowsLoadingTrainingAndDraining) {
   const std::string dir = MakeTempDir();
   const int port = FreePort();
   const int worker_health = FreePort();
+  // The server's --health_port: the main port's status, for probes that
+  // cannot speak TLS.
+  const int server_health = FreePort();
   const std::vector<std::string> server_flags = {
       "--workers=1", "--checkpoint_dir=" + dir + "/ckpt",
+      absl::StrCat("--health_port=", server_health),
       // The drain's checkpoint and the restart's load take long enough to be
       // seen.
       "--testing_checkpoint_pause_ms=1500", "--testing_restore_pause_ms=1500"};
   Server first = StartServer(dir, port, server_flags);
   ASSERT_EQ(first.port, port) << first.process->Output();
   EXPECT_TRUE(WaitUntil([&]() { return HealthIs(port, HealthStatus::kServing); }));
+  EXPECT_TRUE(WaitUntil(
+      [&]() { return HealthIs(server_health, HealthStatus::kServing); }));
 
   std::unique_ptr<Subprocess> worker = StartWorker(
       first, 1, 0,
@@ -171,8 +177,11 @@ TEST(OpsIntegrationTest, HealthFollowsLoadingTrainingAndDraining) {
   EXPECT_TRUE(WaitUntil(
       [&]() { return HealthIs(port, HealthStatus::kNotServing); }))
       << first.process->Output();
+  EXPECT_TRUE(WaitUntil(
+      [&]() { return HealthIs(server_health, HealthStatus::kNotServing); }));
   EXPECT_EQ(first.process->Wait(kDeadline), 0) << first.process->Output();
   EXPECT_FALSE(Health(port).ok());
+  EXPECT_FALSE(Health(server_health).ok());
 
   // The restarted server listens while it restores: NOT_SERVING, GetStatus
   // answers (no version yet), the worker's registration waits; then
@@ -180,8 +189,11 @@ TEST(OpsIntegrationTest, HealthFollowsLoadingTrainingAndDraining) {
   Server second = StartServer(dir, port, server_flags);
   ASSERT_EQ(second.port, port) << second.process->Output();
   EXPECT_TRUE(HealthIs(port, HealthStatus::kNotServing));
+  EXPECT_TRUE(HealthIs(server_health, HealthStatus::kNotServing));
   EXPECT_EQ(Version(second), -1);
   EXPECT_TRUE(WaitUntil([&]() { return HealthIs(port, HealthStatus::kServing); }));
+  EXPECT_TRUE(WaitUntil(
+      [&]() { return HealthIs(server_health, HealthStatus::kServing); }));
   EXPECT_GE(Version(second), 5);
   EXPECT_TRUE(HealthIs(worker_health, HealthStatus::kServing));
 
