@@ -173,6 +173,15 @@ start_pod() {  # index name binary
   mapfile -t args <"$work/render/$name.args"
   if [[ "$binary" == lockstep_worker ]]; then
     args+=("${kWorkerOverrides[@]}" "--summary_json=$work/$name.json")
+  else
+    # Where the manifests ask for checkpoints, the pod's volume becomes a
+    # folder of this run, not the host's /var/lib (the last flag wins).
+    local flagfiles
+    flagfiles=$(sed -n 's/^--flagfile=//p' "$work/render/$name.args" | tr ',' ' ')
+    # shellcheck disable=SC2086
+    if cat "$work/render/$name.args" $flagfiles | grep -q -- '^--checkpoint_dir='; then
+      args+=("--checkpoint_dir=$work/$name.checkpoints")
+    fi
   fi
   echo "== $name: TF_CONFIG=$(cat "$work/render/$name.tf_config")"
   echo "   $binary ${args[*]}"
@@ -235,6 +244,18 @@ for line in "${pods[@]}"; do
   [[ "$binary" == lockstep_worker ]] || continue
   if [[ $failed -eq 0 ]] && ! grep -q '"steps": *20\b' "$work/$name.json"; then
     echo "FAIL: $name's summary does not say 20 steps: $(cat "$work/$name.json")"
+    failed=1
+  fi
+done
+
+# server.flags asks for checkpoints: a server writes one when the job ends.
+for line in "${pods[@]}"; do
+  read -r name _ binary <<<"$line"
+  [[ "$binary" == lockstep_server ]] || continue
+  if [[ $failed -eq 0 ]] &&
+    ! find "$work/$name.checkpoints" -type f -name 'ckpt-*' | grep -q .; then
+    echo "FAIL: $name wrote no checkpoint into $work/$name.checkpoints:"
+    { find "$work/$name.checkpoints" 2>&1 || true; } | sed 's/^/   | /'
     failed=1
   fi
 done

@@ -24,6 +24,7 @@ Prints one line per finding and exits 1 if any check failed.
 import argparse
 import json
 import os
+import re
 import sys
 
 import kubernetes_validate
@@ -270,6 +271,91 @@ def check_consistency(report, repo, k8s):
                          f"NetworkPolicy/{name}: no peer on the grpc port is unrestricted")
 
 
+def exit_codes(repo):
+    """{constant: value} of common/exit_codes.h (kExitPermanent = 2, ...)."""
+    out = {}
+    with open(os.path.join(repo, "common", "exit_codes.h")) as f:
+        for line in f:
+            match = re.match(r"inline constexpr int (kExit\w+) = (\d+);", line)
+            if match:
+                out[match.group(1)] = int(match.group(2))
+    return out
+
+
+def check_restarts(report, repo, k8s):
+    """Failures are retried as docs/faults.md's exit codes say, and a
+    restarted server finds its checkpoints."""
+    codes = exit_codes(repo)
+    if not report.check({"kExitPermanent", "kExitRetryable",
+                         "kExitTerminated"} <= set(codes),
+                        "common/exit_codes.h names the permanent, retryable "
+                        "and SIGTERM exit codes"):
+        return
+    for path, owner, doc, template, rtype in k8s.pod_templates():
+        where = f"{rel(repo, path)} {owner}"
+        spec = template.get("spec", {})
+        (container,) = spec.get("containers", [])
+        component = template.get("metadata", {}).get("labels", {}).get(
+            "app.kubernetes.io/component")
+        restart = (spec.get("restartPolicy") if rtype is None else
+                   doc["spec"]["tfReplicaSpecs"][rtype].get("restartPolicy"))
+        backoff = (doc["spec"].get("backoffLimit") if rtype is None else
+                   doc["spec"].get("runPolicy", {}).get("backoffLimit"))
+        report.check(isinstance(backoff, int) and backoff > 0,
+                     f"{where}: backoffLimit {backoff} lets a failure be retried")
+        policy = doc["spec"].get("podFailurePolicy") if rtype is None else None
+        if policy is not None:
+            report.check(restart == "Never",
+                         f"{where}: podFailurePolicy with restartPolicy Never "
+                         "(Kubernetes requires it)")
+            fail_codes = set()
+            for rule in policy.get("rules", []):
+                on = rule.get("onExitCodes")
+                if rule.get("action") == "FailJob" and on:
+                    report.check(on.get("containerName") == container["name"],
+                                 f"{where}: FailJob rule names the container")
+                    if on.get("operator") == "In":
+                        fail_codes |= set(on.get("values", []))
+            report.check(codes["kExitPermanent"] in fail_codes,
+                         f"{where}: exit {codes['kExitPermanent']} (permanent) "
+                         "fails the job")
+            report.check(not fail_codes & {codes["kExitRetryable"],
+                                          codes["kExitTerminated"]},
+                         f"{where}: exits {codes['kExitRetryable']} and "
+                         f"{codes['kExitTerminated']} are retried")
+        elif component == "worker":
+            report.check(restart == "OnFailure",
+                         f"{where}: a failed worker is restarted (OnFailure)")
+        if component != "ps":
+            continue
+        # The server's --checkpoint_dir is a writable volume that a restart
+        # keeps: an emptyDir only with restartPolicy OnFailure (a new pod
+        # gets a new, empty one).
+        args = list(container.get("args", []))
+        files = k8s.flagfiles(spec, container)
+        for arg in list(args):
+            if arg.startswith("--flagfile="):
+                for p in arg.split("=", 1)[1].split(","):
+                    args += m.flagfile_args(files.get(p, ""))
+        dirs = [a.split("=", 1)[1] for a in args
+                if a.startswith("--checkpoint_dir=")]
+        if not report.check(len(dirs) == 1,
+                            f"{where}: the server keeps checkpoints "
+                            f"(--checkpoint_dir: {dirs})"):
+            continue
+        mounts = [mnt for mnt in container.get("volumeMounts", [])
+                  if (dirs[0] + "/").startswith(mnt["mountPath"].rstrip("/") + "/")]
+        if not report.check(len(mounts) == 1 and not mounts[0].get("readOnly"),
+                            f"{where}: {dirs[0]} is on a writable volume"):
+            continue
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        volume = volumes.get(mounts[0]["name"], {})
+        report.check("emptyDir" not in volume or restart == "OnFailure",
+                     f"{where}: its checkpoints outlive a restart ("
+                     f"{'emptyDir' if 'emptyDir' in volume else 'volume'}, "
+                     f"restartPolicy {restart})")
+
+
 def check_flags_and_env(report, repo, k8s, bins):
     docker_dir = os.path.join(repo, "deploy", "docker")
     accepted = {}
@@ -430,6 +516,7 @@ def main():
     report.check(len(k8s.of_kind("TFJob")) == 1, "deploy/k8s has one TFJob example")
     check_kustomization(report, repo, k8s_dir)
     check_consistency(report, repo, k8s)
+    check_restarts(report, repo, k8s)
     check_flags_and_env(report, repo, k8s, bins)
     check_dockerfiles(report, repo)
     print(f"validate_manifests: {report.passes} passed, {report.failures} failed")
