@@ -121,8 +121,8 @@ absl::StatusOr<int64_t> Trainer::Rejoin(const absl::Status& cause,
                        absl::FormatDuration(options_.rejoin_timeout), ": ",
                        version.status().message()));
     }
-    // Full jitter: the workers of a restarted server do not all come back in
-    // the same instant.
+    // Jitter (half to all of the backoff): the workers of a restarted server
+    // do not all come back in the same instant.
     absl::SleepFor(backoff * (0.5 + 0.5 * jitter.UniformFloat()));
     backoff = std::min(backoff * 2, absl::Seconds(5));
   }
