@@ -161,7 +161,7 @@ TEST_F(CudaKernelsEmulatedTest, SoftmaxFindsTheFirstBadLabelAndWritesNothing) {
 
 TEST_F(CudaKernelsEmulatedTest, BiasAndReluMatchTheCpu) {
   for (const auto& [rows, cols] : std::vector<std::pair<int, int>>{
-           {1, 1}, {45, 77}, {9, 300}, {300, 33}}) {
+           {1, 1}, {45, 77}, {9, 300}, {300, 33}, {2000, 70}}) {
     SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
     const size_t n = size_t{1} * rows * cols;
     const std::vector<float> x = RandomFloats(n, 1);
@@ -179,9 +179,12 @@ TEST_F(CudaKernelsEmulatedTest, BiasAndReluMatchTheCpu) {
     const OnDevice<float> sums_got(sums_want);
     ASSERT_TRUE(
         cpu_->BiasGradient(rows, cols, x.data(), sums_want.data()).ok());
-    ASSERT_EQ(cuda_internal::LaunchBiasGradient(rows, cols, d_x.get(),
-                                                sums_got.get(), nullptr),
-              cudaSuccess);
+    const OnDevice<double> scratch(
+        cuda_internal::BiasGradientScratchBytes(rows, cols) / sizeof(double));
+    ASSERT_EQ(
+        cuda_internal::LaunchBiasGradient(rows, cols, d_x.get(), sums_got.get(),
+                                          scratch.get(), nullptr),
+        cudaSuccess);
     ExpectClose(sums_got.Read(), sums_want, 1e-6, "bias gradient");
 
     // ReLU into another buffer and in place, forward and backward.

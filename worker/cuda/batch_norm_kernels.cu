@@ -161,6 +161,14 @@ __global__ void TrainingChannelKernel(int rows, int channels, int tiles,
   scale[c] = k.scale;
 }
 
+__global__ void ChannelSumKernel(int channels, int tiles, const double* partial,
+                                 float* sums) {
+  const int c = WarpChannel();
+  if (c >= channels) return;
+  const double sum = TileTotal(partial, 0, tiles, channels, c, Lane());
+  if (Lane() == 0) sums[c] = static_cast<float>(sum);
+}
+
 __global__ void InferenceScaleKernel(int channels, const float* gamma,
                                      const float* moving_variance,
                                      float epsilon, float* scale) {
@@ -232,6 +240,28 @@ size_t BatchNormScratchBytes(int rows, int channels) {
   const size_t c = static_cast<size_t>(channels);
   return (2 * static_cast<size_t>(Tiles(rows)) * c + c) * sizeof(double) +
          c * sizeof(BatchNormGradChannel) + c * sizeof(float);
+}
+
+size_t BiasGradientScratchBytes(int rows, int cols) {
+  return static_cast<size_t>(Tiles(rows)) * static_cast<size_t>(cols) *
+         sizeof(double);
+}
+
+cudaError_t LaunchBiasGradient(int rows, int cols, const float* grad,
+                               float* bias_grad, void* scratch,
+                               cudaStream_t stream) {
+  if (rows == 0) {
+    return cudaMemsetAsync(bias_grad, 0, sizeof(float) * cols, stream);
+  }
+  double* partial = static_cast<double*>(scratch);
+  if (cudaError_t e =
+          ChannelPartials<1>(rows, cols, SumTerm{grad}, partial, stream);
+      e != cudaSuccess) {
+    return e;
+  }
+  LOCKSTEP_LAUNCH(ChannelSumKernel, WarpChannelGrid(cols), kThreads, 0, stream)
+  (cols, Tiles(rows), partial, bias_grad);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchBatchNormTraining(int rows, int channels, const float* x,

@@ -36,6 +36,16 @@ cudaError_t LaunchBatchNormInference(int rows, int channels, const float* x,
                                      const float* moving_variance,
                                      float epsilon, float* y, void* scratch,
                                      cudaStream_t stream);
+// bias_grad[c] = the sum over r of grad[r][c] (Device::BiasGradient), in
+// double, by the batch-norm sums' two steps: tiles of rows on many blocks,
+// so that a convolution's few wide columns (64 channels of 128 x 16 x 16
+// rows, say) do not leave all but two multiprocessors idle. `scratch` of
+// BiasGradientScratchBytes(rows, cols) bytes, as above; rows may be 0.
+size_t BiasGradientScratchBytes(int rows, int cols);
+cudaError_t LaunchBiasGradient(int rows, int cols, const float* grad,
+                               float* bias_grad, void* scratch,
+                               cudaStream_t stream);
+
 cudaError_t LaunchBatchNormBackward(int rows, int channels, const float* x,
                                     const float* dy, const float* gamma,
                                     const float* saved_mean,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "worker/cuda/batch_norm_kernels.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_device_impl.h"
 #include "worker/cuda/cuda_resources.h"
@@ -242,9 +243,11 @@ absl::Status CudaDevice::BiasGradient(int rows, int cols, const float* grad,
     return absl::InvalidArgumentError("BiasGradient: null pointer");
   }
   RETURN_IF_ERROR(Activate());
-  // Zero rows sum to zero, which the kernel writes as well.
+  RETURN_IF_ERROR(
+      ReserveScratch(cuda_internal::BiasGradientScratchBytes(rows, cols)));
+  // Zero rows sum to zero, which the launcher writes as well.
   CUDA_RETURN_IF_ERROR(cuda_internal::LaunchBiasGradient(
-      rows, cols, grad, bias_grad, compute_.get()));
+      rows, cols, grad, bias_grad, scratch_.get(), compute_.get()));
   return absl::OkStatus();
 }
 

@@ -42,31 +42,6 @@ __global__ void ReluBackwardKernel(size_t n,
   }
 }
 
-// Block (32, 8): 32 adjacent columns, each summed by 8 threads over every
-// 8th row (coalesced reads), then the 8 partial sums added in order.
-constexpr int kBiasRowsPerBlock = 8;
-
-__global__ void BiasGradientKernel(int rows, int cols,
-                                   const float* __restrict__ grad,
-                                   float* __restrict__ bias_grad) {
-  __shared__ double partial[kBiasRowsPerBlock][kWarp];
-  const int c = blockIdx.x * kWarp + threadIdx.x;
-  double sum = 0.0;
-  if (c < cols) {
-    for (int r = threadIdx.y; r < rows; r += kBiasRowsPerBlock) {
-      sum += grad[static_cast<size_t>(r) * cols + c];
-    }
-  }
-  partial[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    double total = 0.0;
-    for (int i = 0; i < kBiasRowsPerBlock; ++i)
-      total += partial[i][threadIdx.x];
-    bias_grad[c] = static_cast<float>(total);
-  }
-}
-
 // One block: finds the first row whose label is outside [0, cols) and
 // resets the result.
 __global__ void ValidateLabelsKernel(int rows, int cols,
@@ -216,15 +191,6 @@ cudaError_t LaunchReluBackward(size_t n, const float* activation,
   LOCKSTEP_LAUNCH_INDEPENDENT(ReluBackwardKernel, GridFor(n), kThreads, 0,
                               stream)
   (n, activation, dy, dx);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchBiasGradient(int rows, int cols, const float* grad,
-                               float* bias_grad, cudaStream_t stream) {
-  const dim3 block(kWarp, kBiasRowsPerBlock);
-  const unsigned grid = (cols + kWarp - 1) / kWarp;
-  LOCKSTEP_LAUNCH(BiasGradientKernel, grid, block, 0, stream)
-  (rows, cols, grad, bias_grad);
   return cudaGetLastError();
 }
 

@@ -36,11 +36,6 @@ cudaError_t LaunchReluBackward(size_t n, const float* activation,
                                const float* dy, float* dx,
                                cudaStream_t stream);
 
-// bias_grad[c] = sum over r of grad[r][c], summed in double in a fixed
-// order, so the result is the same on every run.
-cudaError_t LaunchBiasGradient(int rows, int cols, const float* grad,
-                               float* bias_grad, cudaStream_t stream);
-
 // Softmax cross-entropy as Device::SoftmaxCrossEntropy defines it. Fills
 // *result (bad_row first: when some label is out of range, nothing else is
 // written, grad_logits included). `row_loss` and `row_hit` are scratch of
