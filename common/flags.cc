@@ -6,11 +6,12 @@
 #include <iostream>
 #include <utility>
 
-#include "absl/flags/parse.h"
+#include "absl/flags/internal/parse.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "common/exit_codes.h"
 
 namespace lockstep {
@@ -28,28 +29,6 @@ void ExitWithTheCodeWanted() {
   std::_Exit(code);  // _Exit, not exit: this runs inside std::exit.
 }
 
-// Whether argv (up to "--") names the flag `name` as -name or --name,
-// alone or with =VALUE.
-bool Names(int argc, char** argv, absl::string_view name) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) {
-      continue;
-    }
-    if (arg.substr(0, arg.find('=')) == name) return true;
-  }
-  return false;
-}
-
-bool AsksForUsage(int argc, char** argv) {
-  for (absl::string_view usage : {"help", "helpfull", "helpshort", "helpon",
-                                  "helpmatch", "helppackage", "version"}) {
-    if (Names(argc, argv, usage)) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::vector<char*> ParseFlags(int argc, char** argv,
@@ -65,16 +44,21 @@ std::vector<char*> ParseFlags(int argc, char** argv,
     config.contains_helpshort_flags = config.contains_help_flags;
     absl::SetFlagsUsageConfig(std::move(config));
   }
-  if (Names(argc, argv, "only_check_args")) {
-    return absl::ParseCommandLine(argc, argv);
-  }
+  // absl::ParseCommandLine, less its handling of --help and the like
+  // (below): what leaves from inside now is a failure to parse.
   static const bool registered = std::atexit(ExitWithTheCodeWanted) == 0;
-  if (registered) {
-    exit_code_while_parsing.store(AsksForUsage(argc, argv) ? kExitOk
-                                                           : kExitPermanent);
-  }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (registered) exit_code_while_parsing.store(kExitPermanent);
+  std::vector<char*> positional = absl::flags_internal::ParseCommandLineImpl(
+      argc, argv, absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
+      absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
+      absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
   exit_code_while_parsing.store(-1);
+  // -1: no usage flag; 1: help was printed; 0: --version or
+  // --only_check_args. The user asked for all of them: exit 0.
+  if (absl::flags_internal::HandleUsageFlags(
+          std::cout, absl::ProgramUsageMessage()) != -1) {
+    std::exit(kExitOk);
+  }
   return positional;
 }
 

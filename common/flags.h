@@ -4,9 +4,11 @@
 // parse (an unknown name, a value of the wrong type) and after --help.
 // Lockstep's binaries promise 2 for bad flags (kExitPermanent: a restart
 // fails the same way, docs/faults.md) and a user who asks for help gets 0.
-// ParseFlags keeps absl's parser and messages and changes only the code:
-// absl leaves through std::exit, whose atexit handlers run first, and the
-// one armed here while parsing ends the process with the code wanted.
+// ParseFlags keeps absl's parser and messages (through its internal entry
+// point, with the usage flags left for afterwards) and changes only the
+// codes: absl leaves a failed parse through std::exit, whose atexit
+// handlers run first, and the one armed here while parsing ends the
+// process with 2; the usage flags are then handled here, and exit 0.
 #ifndef LOCKSTEP_COMMON_FLAGS_H_
 #define LOCKSTEP_COMMON_FLAGS_H_
 
@@ -16,9 +18,9 @@
 namespace lockstep {
 
 // As absl::ParseCommandLine (the positional arguments, argv[0] first), but
-// a bad flag exits 2 and --help, --helpfull, --helpshort, --helpon,
-// --helpmatch, --helppackage and --version exit 0. With --only_check_args
-// absl's own codes stand (0 when the flags parse, 1 when not).
+// a bad flag exits 2 (--only_check_args included), and --help, --helpfull,
+// --helpshort, --helpon, --helpmatch, --helppackage, --version and
+// --only_check_args exit 0 when the flags parse.
 //
 // `help_files`, when not empty, sets which flags --help lists: those
 // defined in a source file whose path contains one of the strings (the

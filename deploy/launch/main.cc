@@ -75,9 +75,10 @@ When any process exits non-zero or is killed, the launcher stops the others
 (SIGTERM, then SIGKILL after --grace_period) and exits non-zero. Ctrl-C,
 SIGTERM or SIGHUP stop everything the same way.
 
-Exit code: 0 when every worker exited 0; N when a process exited with code
-N > 0; 1 when one was killed by a signal, a server failed to start, or the
-launcher hit an error; 128+N when the launcher got signal N.
+Exit code: 0 when every worker exited 0; 2 for bad launcher flags; N when
+a process exited with code N > 0; 1 when one was killed by a signal, a
+server failed to start, or the launcher hit another error; 128+N when the
+launcher got signal N.
 
 Example: lockstep_launch --workers=4 --ps=2 --summary_json=run.json)";
 
@@ -140,13 +141,13 @@ int main(int argc, char** argv) {
     if (options.tls_dir.empty()) options.tls_dir = options.bin_dir + "/../tls";
   } else if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
     fprintf(stderr, "lockstep_launch: --tls_dir needs --tls\n");
-    return 1;
+    return lockstep::kExitPermanent;
   }
   if (absl::Status status = lockstep::ValidateLaunchOptions(options);
       !status.ok()) {
     fprintf(stderr, "lockstep_launch: %s\n",
             std::string(status.message()).c_str());
-    return 1;
+    return lockstep::kExitPermanent;
   }
 
   // A closed stdout must not kill the launcher while it has children to stop.

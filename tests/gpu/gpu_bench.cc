@@ -400,6 +400,6 @@ int main(int argc, char** argv) {
       "Measures the CPU and CUDA devices: the tutorial MLP's and ResNet-50's "
       "local training rates and a large MLP's TFLOP/s next to cuBLAS sgemm. "
       "No server.");
-  lockstep::ParseFlags(argc, argv);
+  lockstep::ParseFlags(argc, argv, {"tests/gpu/gpu_bench.cc"});
   return lockstep::Main();
 }

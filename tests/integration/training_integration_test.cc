@@ -344,6 +344,18 @@ INSTANTIATE_TEST_SUITE_P(
                {kLaunch, "--workers=x"},
                {},
                "Illegal value 'x' specified for flag 'workers'"},
+        BadRun{"launch_no_workers",
+               {kLaunch, "--workers=0"},
+               {},
+               "--workers must be at least 1"},
+        BadRun{"launch_tls_dir_alone",
+               {kLaunch, "--tls_dir=/tmp"},
+               {},
+               "--tls_dir needs --tls"},
+        BadRun{"help_and_a_bad_flag",
+               {kServer, "--help", "--no_such_flag"},
+               {},
+               "Unknown command line flag 'no_such_flag'"},
         BadRun{"no_server",
                {kWorker, "--workers=1", "--rank=0"},
                {},
@@ -398,6 +410,7 @@ TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
        "--on_worker_loss", "--tls_cert", "--token_file"},
       {kCtl, "--watch", "--interval", "--timeout", "--tls_ca", "--token_file"},
       {kLaunch, "--workers", "--ps", "--gpus", "--grace_period"},
+      {"lockstep_gpu_bench", "--seconds", "--resnet_batch", "--large_batch"},
   };
   for (const std::vector<std::string>& c : cases) {
     SCOPED_TRACE(c[0]);
