@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace lockstep {
@@ -12,12 +13,25 @@ absl::StatusOr<int64_t> PsExchanger::Join(
     absl::Span<float> weights, absl::Duration timeout) {
   ASSIGN_OR_RETURN(RegisterResult reg,
                    client_->Register(rank_, signature, timeout));
+  if (reg.version < 0 && seen_version_ > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a parameter server came back without the job's weights (restarted "
+        "without a checkpoint, or with an empty --checkpoint_dir) after "
+        "version ",
+        seen_version_,
+        "; starting over from the initial weights would discard that "
+        "training. Restart the whole job, or give the servers a "
+        "--checkpoint_dir that outlives them (docs/faults.md)"));
+  }
   if (reg.must_initialize) {
     // Rank 0 defines version 0; everyone else receives it.
     const std::vector<float> version0 = initial();
     RETURN_IF_ERROR(client_->Initialize(version0));
   }
-  return client_->Pull(std::max<int64_t>(reg.version, 0), weights);
+  ASSIGN_OR_RETURN(const int64_t version,
+                   client_->Pull(std::max<int64_t>(reg.version, 0), weights));
+  seen_version_ = std::max(seen_version_, version);
+  return version;
 }
 
 absl::StatusOr<int64_t> PsExchanger::Step(int64_t step,
@@ -34,6 +48,7 @@ absl::StatusOr<int64_t> PsExchanger::Step(int64_t step,
   absl::StatusOr<int64_t> version = client_->FinishStep();
   if (!computed.ok()) return computed.status();
   *stats = *computed;
+  if (version.ok()) seen_version_ = std::max(seen_version_, *version);
   return version;
 }
 

@@ -29,6 +29,11 @@ class PsExchanger final : public Exchanger {
  private:
   PsClient* const client_;  // Not owned.
   const int rank_;
+  // The newest version this worker has pulled or stepped to. When it
+  // registers again and a shard has no weights at all, the server lost
+  // them (restarted without its checkpoint): initializing again would
+  // silently start the job over, so Join refuses.
+  int64_t seen_version_ = -1;
 };
 
 }  // namespace lockstep

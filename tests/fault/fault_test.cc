@@ -112,6 +112,29 @@ TEST(FaultTest, KilledServerRestartsFromItsCheckpoint) {
   EXPECT_EQ(job.Weights(0), Reference());
 }
 
+// A server that comes back with nothing (its checkpoint folder lost with
+// its pod, say) must not be initialized again from the seed: the job would
+// silently start over. The workers stop with exit 2 and say why.
+TEST(FaultTest, ServerBackWithoutItsWeightsIsRefusedNotRestarted) {
+  Job job(2);
+  job.StartServer({});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForVersion(8)) << job.ServerOutput();
+  job.Signal(job.server(), SIGKILL);
+  const std::string empty = MakeTempDir();
+  job.StartServer({"--checkpoint_dir=" + empty});  // The last flag wins.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(job.WaitWorker(rank), 2) << job.WorkerOutput(rank);
+    EXPECT_THAT(job.WorkerOutput(rank),
+                HasSubstr("a parameter server came back without the job's "
+                          "weights"));
+  }
+  EXPECT_THAT(job.ServerOutput(), Not(HasSubstr("restored version")));
+  job.Signal(job.server(), SIGTERM);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+}
+
 // ResNet-20 (on 8x8 images) carries batch-norm statistics after its
 // parameters: a server restarted from its checkpoint must give the
 // fault-free weights and statistics, bit for bit, as for the MLP.
