@@ -32,6 +32,15 @@ void Log(const std::string& message) {
   std::fflush(stderr);
 }
 
+// A predecessor killed a moment ago may still hold the port: waits up to
+// kPortWait for it, saying so (the bind that follows reports the rest).
+void WaitForPort(const std::string& address) {
+  if (WaitForFreePort(address, absl::ZeroDuration())) return;
+  Log(absl::StrCat(address, " is in use; waiting up to ",
+                   absl::FormatDuration(kPortWait), " for it"));
+  WaitForFreePort(address, kPortWait);
+}
+
 std::string Ranks(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) absl::StrAppend(&out, out.empty() ? "" : ",", r);
@@ -188,6 +197,10 @@ int Daemon::Run() {
   ServerTelemetryOptions telemetry_options = options_.telemetry;
   telemetry_options.shard = options_.shard;
   telemetry_options.checkpoints = !options_.checkpoint_dir.empty();
+  for (int port :
+       {telemetry_options.health_port, telemetry_options.metrics_port}) {
+    if (port > 0) WaitForPort(absl::StrCat("0.0.0.0:", port));
+  }
   absl::StatusOr<std::unique_ptr<ServerTelemetry>> telemetry =
       ServerTelemetry::Create(telemetry_options);
   if (!telemetry.ok()) {
@@ -229,12 +242,7 @@ int Daemon::Run() {
       security->authorizer.get(), SignatureLimitsOf(options_));
   service.HoldRegistration();  // Until the checkpoint is restored (below).
   grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1, for probes.
-  // A predecessor killed a moment ago may still hold the port.
-  if (!WaitForFreePort(options_.listen, absl::ZeroDuration())) {
-    Log(absl::StrCat(options_.listen, " is in use; waiting up to ",
-                     absl::FormatDuration(kPortWait), " for it"));
-    WaitForFreePort(options_.listen, kPortWait);
-  }
+  WaitForPort(options_.listen);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(options_.listen, security->credentials, &port);
@@ -308,6 +316,7 @@ int Daemon::Run() {
   }
   Log(absl::StrCat("final version ", core_->GetStatus().version, " after ",
                    absl::FormatDuration(absl::Now() - start), "; exiting"));
+  set_serving(false);  // Also when Tick ended the job.
   core_->Shutdown();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   if (absl::Status s = telemetry_->FlushTrace(); !s.ok()) Log(s.ToString());

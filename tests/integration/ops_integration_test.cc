@@ -46,19 +46,6 @@ bool WaitUntil(Ready ready, absl::Duration timeout = kDeadline) {
   return ready();
 }
 
-// A port free on loopback now (the kernel's pick, released at once).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // The body of GET http://127.0.0.1:port/metrics; empty when unreachable or
 // not 200.
 std::string Scrape(int port) {

@@ -51,6 +51,10 @@ RunResult RunProcess(const std::vector<std::string>& argv,
 // A fresh temporary directory.
 std::string MakeTempDir();
 
+// A port free on loopback now (the kernel's pick, released at once: another
+// process may take it before the caller binds it).
+int FreePort();
+
 // Reads a whole file; empty when missing.
 std::string ReadFile(const std::string& path);
 

@@ -234,12 +234,15 @@ TEST(BadInputTest, SecondServerOnAPortInUseFailsToListen) {
 
 // A replacement started while its predecessor still holds the port (killed
 // a moment ago, or still shutting down) waits for it, then serves.
+// Its --health_port too: a replacement waits for both.
 TEST(BadInputTest, ServerWaitsForAPortBeingLetGo) {
   const std::string dir = MakeTempDir();
-  Server first = StartServer(1, dir);
-  Subprocess second =
-      Subprocess::Start({kBin + "/lockstep_server", "--listen=" + first.address,
-                         "--workers=1", "--port_file=" + dir + "/second_port"});
+  const int health_port = FreePort();
+  const std::string health = absl::StrCat("--health_port=", health_port);
+  Server first = StartServer(1, dir, 0, 1, {health});
+  Subprocess second = Subprocess::Start(
+      {kBin + "/lockstep_server", "--listen=" + first.address, "--workers=1",
+       "--port_file=" + dir + "/second_port", health});
   absl::SleepFor(absl::Milliseconds(500));
   first.process.Kill();  // SIGKILL, then reaped.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -248,6 +251,9 @@ TEST(BadInputTest, ServerWaitsForAPortBeingLetGo) {
   }
   EXPECT_FALSE(ReadFile(dir + "/second_port").empty()) << second.Output();
   EXPECT_THAT(second.Output(), HasSubstr("listening on " + first.address));
+  EXPECT_THAT(second.Output(),
+              HasSubstr(absl::StrCat("0.0.0.0:", health_port,
+                                     " is in use; waiting up to 3s")));
   second.Kill();
 }
 

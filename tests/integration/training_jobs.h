@@ -35,14 +35,17 @@ struct Server {
 };
 
 inline Server StartServer(int workers, const std::string& dir, int shard = 0,
-                          int num_shards = 1) {
+                          int num_shards = 1,
+                          const std::vector<std::string>& extra = {}) {
   const std::string port_file = absl::StrCat(dir, "/port", shard);
-  Server s{Subprocess::Start({kBin + "/lockstep_server", "--listen=127.0.0.1:0",
-                              absl::StrCat("--workers=", workers),
-                              absl::StrCat("--shard=", shard),
-                              absl::StrCat("--num_shards=", num_shards),
-                              "--port_file=" + port_file}),
-           ""};
+  std::vector<std::string> argv = {kBin + "/lockstep_server",
+                                   "--listen=127.0.0.1:0",
+                                   absl::StrCat("--workers=", workers),
+                                   absl::StrCat("--shard=", shard),
+                                   absl::StrCat("--num_shards=", num_shards),
+                                   "--port_file=" + port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Server s{Subprocess::Start(argv), ""};
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   std::string port;
   while (absl::Now() < deadline) {
