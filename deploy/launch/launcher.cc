@@ -18,8 +18,10 @@
 #include <memory>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -225,12 +227,35 @@ int CountVisibleGpus() {
 
 int VisibleGpus(int installed, const char* visible) {
   if (visible == nullptr) return installed;
+  enum class Kind { kOrdinal, kGpuUuid, kMigUuid };
+  auto kind_of = [](absl::string_view entry) {
+    if (absl::StartsWith(entry, "GPU-")) return Kind::kGpuUuid;
+    if (absl::StartsWith(entry, "MIG-")) return Kind::kMigUuid;
+    return Kind::kOrdinal;
+  };
   int listed = 0;
+  Kind first = Kind::kOrdinal;
+  std::vector<int> ordinals;
   for (absl::string_view entry : absl::StrSplit(visible, ',')) {
     entry = absl::StripAsciiWhitespace(entry);
-    if (entry.empty() || entry == "-1") break;
+    if (entry.empty()) break;
+    const Kind kind = kind_of(entry);
+    if (listed == 0) first = kind;
+    if (kind != first) break;  // A list is of one kind.
+    if (kind == Kind::kOrdinal) {
+      int ordinal = -1;
+      if (!absl::SimpleAtoi(entry, &ordinal) || ordinal < 0 ||
+          ordinal >= installed ||
+          std::find(ordinals.begin(), ordinals.end(), ordinal) !=
+              ordinals.end()) {
+        break;  // Invalid: CUDA shows the devices before it.
+      }
+      ordinals.push_back(ordinal);
+    }
     ++listed;
   }
+  // A process sees one MIG device at most.
+  if (first == Kind::kMigUuid) listed = std::min(listed, 1);
   return std::min(listed, installed);
 }
 

@@ -55,10 +55,11 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
 int CountVisibleGpus();
 
 // How many of `installed` GPUs CUDA shows a process whose
-// CUDA_VISIBLE_DEVICES is `visible` (null: unset, all of them): the entries
-// (ordinals or UUIDs) before the first empty one, at most `installed`. An
-// empty or "-1" list hides every GPU. Ordinals past `installed` are not
-// checked: the worker's device then says which one it could not open.
+// CUDA_VISIBLE_DEVICES is `visible` (null: unset, all of them), as CUDA
+// reads the list: the entries before the first invalid one (empty, not a
+// number, negative, not installed, repeated, or of another kind than the
+// first: ordinals, GPU-... or MIG-... UUIDs), and one MIG device at most.
+// UUIDs are not checked against the machine's.
 int VisibleGpus(int installed, const char* visible);
 
 // The port a server wrote to `path` ("<decimal>\n", written by rename so it

@@ -89,12 +89,19 @@ TEST(VisibleGpusTest, FollowsCudaVisibleDevices) {
   EXPECT_EQ(VisibleGpus(8, "2,3"), 2);
   EXPECT_EQ(VisibleGpus(8, " 5 , 1 , 7 "), 3);
   EXPECT_EQ(VisibleGpus(4, "GPU-6d8e1b2c,GPU-0f4a2e91"), 2);  // UUIDs.
-  EXPECT_EQ(VisibleGpus(8, "0,1,,2"), 2);  // The list ends at a gap,
-  EXPECT_EQ(VisibleGpus(8, "0,-1,2"), 1);  // and at -1.
+  // The list ends at its first invalid entry:
+  EXPECT_EQ(VisibleGpus(8, "0,1,,2"), 2);    // empty,
+  EXPECT_EQ(VisibleGpus(8, "0,-1,2"), 1);    // negative,
+  EXPECT_EQ(VisibleGpus(8, "3,1gpu,2"), 1);  // not a number,
+  EXPECT_EQ(VisibleGpus(2, "0,1,2,3"), 2);   // not installed,
+  EXPECT_EQ(VisibleGpus(4, "1,7,0"), 1);
+  EXPECT_EQ(VisibleGpus(8, "2,2,3"), 1);       // repeated,
+  EXPECT_EQ(VisibleGpus(8, "GPU-6d8e,1"), 1);  // of another kind.
   EXPECT_EQ(VisibleGpus(8, ""), 0);
   EXPECT_EQ(VisibleGpus(8, "-1"), 0);
-  EXPECT_EQ(VisibleGpus(2, "0,1,2,3"), 2);  // Never more than installed.
   EXPECT_EQ(VisibleGpus(0, "0"), 0);
+  // One MIG device per process.
+  EXPECT_EQ(VisibleGpus(1, "MIG-4f5a,MIG-8c2d"), 1);
 }
 
 TEST(LinePrefixerTest, PrefixesEveryLineAcrossChunks) {
