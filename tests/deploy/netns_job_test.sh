@@ -181,6 +181,7 @@ start_pod() {  # index name binary
     # shellcheck disable=SC2086
     if cat "$work/render/$name.args" $flagfiles | grep -q -- '^--checkpoint_dir='; then
       args+=("--checkpoint_dir=$work/$name.checkpoints")
+      keeps_checkpoints["$name"]=1
     fi
   fi
   echo "== $name: TF_CONFIG=$(cat "$work/render/$name.tf_config")"
@@ -193,7 +194,7 @@ start_pod() {  # index name binary
   pod_pid["$name"]=$!
 }
 
-declare -A pod_pid
+declare -A pod_pid keeps_checkpoints
 # Servers first (as the ps Job would usually be scheduled), then workers; the
 # workers wait for the servers either way.
 for kind in lockstep_server lockstep_worker; do
@@ -248,12 +249,11 @@ for line in "${pods[@]}"; do
   fi
 done
 
-# server.flags asks for checkpoints: a server writes one when the job ends.
-for line in "${pods[@]}"; do
-  read -r name _ binary <<<"$line"
-  [[ "$binary" == lockstep_server ]] || continue
-  if [[ $failed -eq 0 ]] &&
-    ! find "$work/$name.checkpoints" -type f -name 'ckpt-*' | grep -q .; then
+# Where the manifests ask for checkpoints, a server writes one when the job
+# ends.
+for name in "${!keeps_checkpoints[@]}"; do
+  if [[ $failed -eq 0 && -z "$(find "$work/$name.checkpoints" -type f \
+    -name 'ckpt-*' -print -quit 2>/dev/null)" ]]; then
     echo "FAIL: $name wrote no checkpoint into $work/$name.checkpoints:"
     { find "$work/$name.checkpoints" 2>&1 || true; } | sed 's/^/   | /'
     failed=1
