@@ -53,8 +53,10 @@ bundle() {
   local dir="$1"
   local build="${LOCKSTEP_GPU_BUILD_DIR:-$root/build-gpu-check}"
   echo "== building ${kBinaries[*]} in $build"
+  # ON, not AUTO: a bundle without the CUDA device or NCCL fails here, not
+  # on the GPU machine.
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DLOCKSTEP_CUDA=ON >/dev/null
+    -DLOCKSTEP_CUDA=ON -DLOCKSTEP_NCCL=ON >/dev/null
   ninja -C "$build" -j"${LOCKSTEP_BUILD_JOBS:-$(nproc)}" "${kBinaries[@]}" \
     | tail -n 1
   if [[ -d "$dir" && ! -f "$dir/MANIFEST.txt" && -n "$(ls -A "$dir")" ]]; then
@@ -150,9 +152,10 @@ EOF
 }
 
 # The small CNN trained by one worker on GPU 0 with NCCL all-reduce (one
-# rank: NCCL refuses two ranks on one GPU) through lockstep_launch, whose
-# server is then only the rendezvous: NCCL's communicator, its stream and
-# the step's kernels on one thread.
+# rank: NCCL refuses two ranks on one GPU) through lockstep_launch: NCCL's
+# communicator of one, its all-reduce polled on its stream, and the step's
+# kernels on the same thread (a single rank needs no rendezvous, so the
+# server only starts and ends the job).
 nccl_job() {
   local dir="$1" tmp="$2"
   echo "-- cnn, 1 worker on GPU 0, NCCL all-reduce, 20 steps"
