@@ -87,7 +87,7 @@ TEST(TlsTrainingTest, LauncherRunsTheJobOverMutualTls) {
       RunProcess({kBin + "/lockstep_launch", "--tls",
                   "--tls_dir=" + dir + "/nothing", "--workers=1"},
                  {}, absl::Seconds(30));
-  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.exit_code, 2);  // A configuration error: permanent.
   EXPECT_THAT(missing.output, HasSubstr("make_certs.sh"));
 }
 
