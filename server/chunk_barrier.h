@@ -108,7 +108,8 @@ class ChunkBarrier final {
                BarrierObserver* observer = nullptr);
 
   // Stores version 0 (fp32 values; size checked by the caller) and answers
-  // waiting pulls. FAILED_PRECONDITION when already initialized.
+  // waiting pulls. FAILED_PRECONDITION when already initialized, unless with
+  // the same bytes at version 0 (a re-sent initialization: OK, no change).
   absl::Status Initialize(absl::string_view fp32_bytes);
 
   // A validated gradient (size and finiteness checked by the caller) from

@@ -11,6 +11,7 @@ namespace lockstep {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 absl::string_view Bytes(const std::vector<float>& v) {
   return absl::string_view(reinterpret_cast<const char*>(v.data()),
@@ -187,6 +188,25 @@ TEST_F(ChunkBarrierTest, SspHoldsTheFastestWithinStaleness) {
   auto strict = Make(policy, 2);
   Push(*strict, 0, 0, {1, 1}, &s2);
   EXPECT_FALSE(s2.result.has_value()) << "staleness 0 waits for everyone";
+}
+
+// Rank 0 may send version 0 again: it lost an answer, or died and its
+// replacement (same seed) starts over while some chunks are stored. The
+// same bytes at version 0 are accepted; other bytes, or after a step, not.
+TEST_F(ChunkBarrierTest, ReSentInitializationOfTheSameWeightsIsAccepted) {
+  auto b = Make(SyncPolicy{}, 2);  // Initialized with {10, 20}.
+  EXPECT_TRUE(b->Initialize(Bytes({10, 20})).ok());
+  const absl::Status other = b->Initialize(Bytes({10, 21}));
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(other.message()), HasSubstr("with other weights"));
+  Reply r0, r1;
+  Push(*b, 0, 0, {2, 4}, &r0);
+  Push(*b, 1, 0, {6, 8}, &r1);
+  ASSERT_TRUE(r0.result.has_value() && r0.result->ok());
+  EXPECT_EQ(b->Initialize(Bytes({10, 20})).code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "version 1 must not be replaced by version 0";
+  EXPECT_THAT(r0.values(), ElementsAre(8.0f, 17.0f));
 }
 
 TEST_F(ChunkBarrierTest, CloseAnswersEveryWaiter) {
