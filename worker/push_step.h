@@ -48,6 +48,10 @@ struct PushTarget {
   WireDType wire_dtype = WireDType::kFloat32;
   int32_t proto_dtype = 0;  // lockstep.v1.DType of wire_dtype.
   int window = 0;           // Pushes out per shard; 0: no limit.
+  // kSync: a push of step s is answered with version s + 1 or later (the
+  // step's result). Async and SSP steps are the worker's own count, and a
+  // server restored from a checkpoint answers lower versions.
+  bool synchronous = true;
   // bf16/fp16 payloads by chunk (fp32 is sent in place), reused from step to
   // step: one step is in flight at a time, and its pushes are answered (or
   // the step destroyed) before the next step encodes. Fresh buffers cost a

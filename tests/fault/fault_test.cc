@@ -135,6 +135,23 @@ TEST(FaultTest, ServerBackWithoutItsWeightsIsRefusedNotRestarted) {
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
 }
 
+// In async mode a step is the worker's own count, not the server's
+// version: a server restored from an older checkpoint answers lower
+// versions than the worker's step, and the worker goes on.
+TEST(FaultTest, AsyncWorkerGoesOnAfterTheServerRestoresAnOlderVersion) {
+  Job job(1);
+  const std::vector<std::string> server = {"--checkpoint_every_steps=5"};
+  job.StartServer(server);
+  job.StartWorker(0, Flags({"--sync=async", "--straggle=0:30"}));
+  ASSERT_TRUE(job.WaitForVersion(12)) << job.ServerOutput();
+  job.Signal(job.server(), SIGKILL);
+  job.StartServer(server);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("restored version"));
+  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("registering again"));
+}
+
 // ResNet-20 (on 8x8 images) carries batch-norm statistics after its
 // parameters: a server restarted from its checkpoint must give the
 // fault-free weights and statistics, bit for bit, as for the MLP.
