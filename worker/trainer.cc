@@ -108,13 +108,14 @@ absl::StatusOr<int64_t> Trainer::Rejoin(const absl::Status& cause,
                                         absl::Time deadline) {
   std::fprintf(stderr, "lockstep_worker %d: %s; registering again\n",
                options_.rank, cause.ToString().c_str());
-  absl::Duration backoff = absl::Milliseconds(100);
-  Random jitter(Random::Derive(options_.seed, 1000 + options_.rank));
+  Random jitter(Random::Derive(
+      Random::Derive(options_.seed, 1000 + options_.rank), rejoins_));
+  ++rejoins_;
   while (true) {
     absl::StatusOr<int64_t> version =
         JoinJob(std::max(deadline - absl::Now(), absl::Milliseconds(100)));
     if (version.ok() || !IsRetryable(version.status())) return version;
-    if (absl::Now() + backoff >= deadline) {
+    if (absl::Now() + rejoin_backoff_ >= deadline) {
       return absl::Status(
           version.status().code(),
           absl::StrCat("gave up registering again after ",
@@ -123,8 +124,8 @@ absl::StatusOr<int64_t> Trainer::Rejoin(const absl::Status& cause,
     }
     // Jitter (half to all of the backoff): the workers of a restarted server
     // do not all come back in the same instant.
-    absl::SleepFor(backoff * (0.5 + 0.5 * jitter.UniformFloat()));
-    backoff = std::min(backoff * 2, absl::Seconds(5));
+    absl::SleepFor(rejoin_backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
+    rejoin_backoff_ = std::min(rejoin_backoff_ * 2, kMostRejoinBackoff);
   }
 }
 
@@ -258,14 +259,26 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
         // The server restarted, gave up on the step or evicted us: register
         // again and go on from the version it has (the data order follows
         // the version, so no batch is skipped or repeated in sync mode).
+        // Registering may succeed again and again while no step does (a
+        // lost peer never replaced): the deadline counts from the last step
+        // that succeeded.
+        const absl::Time deadline = last_success + options_.rejoin_timeout;
+        if (absl::Now() >= deadline) {
+          return absl::Status(
+              exchanged.status().code(),
+              absl::StrCat("no step succeeded in ",
+                           absl::FormatDuration(options_.rejoin_timeout),
+                           " (--rejoin_timeout_s); giving up: ",
+                           exchanged.status().message()));
+        }
         ASSIGN_OR_RETURN(const int64_t version,
-                         Rejoin(exchanged.status(),
-                                last_success + options_.rejoin_timeout));
+                         Rejoin(exchanged.status(), deadline));
         ++summary.rejoins;
         if (options_.sync == SyncMode::kPs) step = version;
         break;  // Re-enter the epoch loop at the version's epoch.
       }
       last_success = absl::Now();
+      rejoin_backoff_ = kFirstRejoinBackoff;
       const int64_t version = *exchanged;
       if (options_.on_step && stats.examples > 0) {
         options_.on_step(step, absl::ToDoubleSeconds(last_success - loop_start),

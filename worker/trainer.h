@@ -103,7 +103,8 @@ class Trainer final {
   absl::StatusOr<int64_t> JoinJob(
       absl::Duration timeout = absl::InfiniteDuration());
   // JoinJob, retried with exponential backoff and jitter while the failure
-  // is retryable and `deadline` has not passed.
+  // is retryable and `deadline` has not passed. The backoff carries over
+  // from one rejoin to the next until a step succeeds.
   absl::StatusOr<int64_t> Rejoin(const absl::Status& cause,
                                  absl::Time deadline);
   // One step's exchange: compute the gradient (handing each layer to the
@@ -130,6 +131,10 @@ class Trainer final {
   std::vector<float> weights_;
   std::vector<float> gradient_;
   int64_t total_steps_ = 0;  // Set by Run before joining.
+  static constexpr absl::Duration kFirstRejoinBackoff = absl::Milliseconds(100);
+  static constexpr absl::Duration kMostRejoinBackoff = absl::Seconds(5);
+  absl::Duration rejoin_backoff_ = kFirstRejoinBackoff;
+  int64_t rejoins_ = 0;  // For the jitter's seed.
 };
 
 }  // namespace lockstep

@@ -249,6 +249,16 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   }
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
   o.step_log = absl::GetFlag(FLAGS_step_log);
+  for (const auto& [name, value] :
+       {std::pair<const char*, int>{"connect_timeout_s",
+                                    absl::GetFlag(FLAGS_connect_timeout_s)},
+        {"step_timeout_s", absl::GetFlag(FLAGS_step_timeout_s)},
+        {"rejoin_timeout_s", absl::GetFlag(FLAGS_rejoin_timeout_s)}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " must be at least 1 (seconds), got ", value));
+    }
+  }
   o.client.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));

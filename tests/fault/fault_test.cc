@@ -95,6 +95,29 @@ TEST(FaultTest, LostWorkerFailsTheJobRetryablyWhenAskedTo) {
   EXPECT_THAT(job.WorkerOutput(0), HasSubstr("the job failed"));
 }
 
+// A lost worker that is never replaced: the survivor registers again
+// after every timed-out step, which succeeds, but no step does. It gives
+// up --rejoin_timeout_s after its last step (exit 75), not never.
+TEST(FaultTest, SurvivorOfALostWorkerGivesUpAfterTheRejoinTimeout) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=1"});
+  const std::vector<std::string> timeouts = {"--rejoin_timeout_s=3",
+                                             "--step_timeout_s=2"};
+  job.StartWorker(0, Flags(timeouts));
+  std::vector<std::string> slow = timeouts;
+  slow.push_back("--straggle=1:50");
+  job.StartWorker(1, Flags(slow));
+  ASSERT_TRUE(job.WaitForVersion(5)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGKILL);
+  const absl::Time killed = absl::Now();
+  EXPECT_EQ(job.WaitWorker(0), 75) << job.WorkerOutput(0);
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(30));
+  EXPECT_THAT(job.WorkerOutput(0),
+              HasSubstr("no step succeeded in 3s (--rejoin_timeout_s)"));
+  job.Signal(job.server(), SIGTERM);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+}
+
 TEST(FaultTest, KilledServerRestartsFromItsCheckpoint) {
   Job job(2);
   const std::vector<std::string> server = {"--checkpoint_every_steps=5"};
