@@ -221,6 +221,8 @@ class PsClient::Impl {
     return result;
   }
 
+  void AbandonStep() { step_.reset(); }
+
   size_t num_shards() const { return stubs_.size(); }
 
   absl::StatusOr<int64_t> PushPull(int64_t step,
@@ -352,6 +354,8 @@ absl::Status PsClient::BeginStep(int64_t step, absl::Span<const float> gradient,
 void PsClient::GradientReady(int64_t begin, int64_t end) {
   impl_->GradientReady(begin, end);
 }
+void PsClient::AbandonStep() { impl_->AbandonStep(); }
+
 absl::StatusOr<int64_t> PsClient::FinishStep() {
   return impl_->FinishStep();
 }

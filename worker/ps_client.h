@@ -134,6 +134,10 @@ class PsClient final {
   absl::Status BeginStep(int64_t step, absl::Span<const float> gradient,
                          absl::Span<float> weights);
   void GradientReady(int64_t begin, int64_t end);
+  // Ends the step without pushing the chunks not yet ready (their gradient
+  // is not this step's: the computation failed), waiting for the replies
+  // of those already sent. The server's step timeout deals with the rest.
+  void AbandonStep();
   absl::StatusOr<int64_t> FinishStep();
 
   // Says this worker is done.

@@ -44,9 +44,14 @@ absl::StatusOr<int64_t> PsExchanger::Step(int64_t step,
       compute([this](int64_t begin, int64_t end) {
         client_->GradientReady(begin, end);
       });
-  // Always finish the step, so no push outlives it.
+  if (!computed.ok()) {
+    // What was not handed over is not this step's gradient (the last
+    // step's, or half written): it must not be pushed. No push outlives
+    // the step either way.
+    client_->AbandonStep();
+    return computed.status();
+  }
   absl::StatusOr<int64_t> version = client_->FinishStep();
-  if (!computed.ok()) return computed.status();
   *stats = *computed;
   if (version.ok()) seen_version_ = std::max(seen_version_, *version);
   return version;

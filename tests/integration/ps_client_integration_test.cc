@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/training_jobs.h"
 #include "worker/ps_client.h"
+#include "worker/ps_exchanger.h"
 
 namespace lockstep {
 namespace {
@@ -96,6 +97,58 @@ TEST_P(PsClientWireTest, EveryStepSendsItsOwnGradient) {
   for (Server& s : servers) {
     EXPECT_EQ(s.process.Wait(kDeadline), 0) << s.process.Output();
   }
+}
+
+// A step whose gradient computation fails pushes only what it handed over:
+// the rest of the buffer is not this step's gradient (the last step's here)
+// and must not be applied.
+TEST(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(/*workers=*/1, dir);
+  PsClientOptions options;
+  options.servers = {server.address};
+  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ModelSignature signature;
+  signature.tensors.push_back({"w", {kElements}});
+  signature.optimizer = OptimizerConfig::Defaults("sgd");
+  signature.optimizer.learning_rate = kLearningRate;
+  signature.chunk_bytes = kChunkBytes;  // 4 chunks: [0, 256), ... [768, 1000).
+  signature.num_shards = 1;
+  const std::vector<float> initial = RandomValues(1);
+  PsExchanger exchanger(client->get(), /*rank=*/0);
+  std::vector<float> weights(kElements, 0.0f);
+  ASSERT_TRUE(exchanger
+                  .Join(
+                      signature, [&] { return initial; },
+                      absl::MakeSpan(weights), absl::Seconds(30))
+                  .ok());
+  ASSERT_EQ(weights, initial);
+
+  // The buffer holds a gradient from before; the computation hands over its
+  // last chunk only, then fails.
+  std::vector<float> gradient = RandomValues(7);
+  BatchStats stats;
+  absl::StatusOr<int64_t> step = exchanger.Step(
+      0, absl::MakeSpan(gradient), absl::MakeSpan(weights),
+      [](const Model::GradientReadyFn& ready) -> absl::StatusOr<BatchStats> {
+        ready(768, kElements);
+        return absl::InternalError("the device failed");
+      },
+      &stats);
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().message(), "the device failed");
+
+  // One worker: the chunk it pushed closed at version 1; the others are
+  // still version 0, untouched.
+  std::vector<float> now(kElements);
+  ASSERT_TRUE((*client)->Pull(0, absl::MakeSpan(now)).ok());
+  for (int i = 0; i < kElements; ++i) {
+    const float want =
+        i < 768 ? initial[i] : initial[i] - kLearningRate * gradient[i];
+    ASSERT_EQ(now[i], want) << "element " << i;
+  }
+  server.process.Kill();
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, PsClientWireTest,
