@@ -24,6 +24,10 @@ namespace {
 
 // How often the daemon looks at timeouts, checkpoints and the job's end.
 constexpr absl::Duration kTick = absl::Milliseconds(50);
+// How long a drain's checkpoint waits for the chunks to line up (the step
+// under way to reach every chunk): well inside Kubernetes' default 30 s
+// grace period.
+constexpr absl::Duration kDrainCheckpointWait = absl::Seconds(20);
 // How long a server waits for its port to be let go of before giving up.
 constexpr absl::Duration kPortWait = absl::Seconds(3);
 
@@ -82,12 +86,13 @@ absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 Daemon::~Daemon() = default;
 
-absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint() {
+absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint(
+    absl::Duration wait) {
   if (checkpoints_ == nullptr) {
     return absl::FailedPreconditionError("no --checkpoint_dir");
   }
   absl::MutexLock lock(&checkpoint_mu_);
-  absl::StatusOr<ShardCheckpoint> snapshot = core_->Snapshot(absl::Seconds(30));
+  absl::StatusOr<ShardCheckpoint> snapshot = core_->Snapshot(wait);
   if (!snapshot.ok()) return snapshot.status();
   absl::StatusOr<std::string> path = checkpoints_->Save(*snapshot);
   if (!path.ok()) return path.status();
@@ -298,15 +303,19 @@ int Daemon::Run() {
   int exit_code = kExitOk;
   while (true) {
     if (stop_.WaitForNotificationWithTimeout(kTick)) {
-      // Drain: no new steps, a last checkpoint, then a clean exit.
+      // Drain: no new steps, but the step some chunks have closed and others
+      // still gather may finish, so that the last checkpoint takes every
+      // chunk at one version; then a clean exit.
       Log("stopping: no new steps are taken");
       set_serving(false);
-      core_->Shutdown();
+      core_->StopNewSteps();
       if (checkpoints_ != nullptr) {
-        absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+        absl::StatusOr<std::pair<std::string, int64_t>> saved =
+            SaveCheckpoint(kDrainCheckpointWait);
         if (!saved.ok()) Log(absl::StrCat("last checkpoint failed: ",
                                           saved.status().ToString()));
       }
+      core_->Shutdown();
       break;
     }
     if (std::optional<int> code = Tick(absl::Now())) {

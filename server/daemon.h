@@ -65,7 +65,9 @@ class Daemon final {
 
  private:
   // Writes a checkpoint now; returns its path and version.
-  absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint();
+  // Waits up to `wait` for the chunks to line up at one version.
+  absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(
+      absl::Duration wait = absl::Seconds(30));
   // One pass of the periodic duties; returns an exit code to stop with.
   std::optional<int> Tick(absl::Time now);
   // Restores the newest intact checkpoint in checkpoint_dir, if any.

@@ -273,6 +273,13 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   absl::StatusOr<ChunkBarrier*> barrier = FindChunk(rank, incarnation, chunk);
   absl::Status valid = barrier.status();
   if (valid.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (step >= step_limit_) {
+      valid = absl::UnavailableError(
+          "the server is draining: it takes no new steps");
+    }
+  }
+  if (valid.ok()) {
     NoteContact(rank, arrival, step);
     valid = CheckPayload(payload, dtype, (*barrier)->chunk());
   }
@@ -403,6 +410,20 @@ bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
                        [](bool f) { return f; });
   };
   return mu_.AwaitWithTimeout(absl::Condition(&all_left), timeout);
+}
+
+void ParameterServer::StopNewSteps() {
+  absl::MutexLock lock(&mu_);
+  step_limit_ = 0;
+  if (!signature_.has_value() ||
+      signature_->sync.mode != SyncPolicy::Mode::kSync) {
+    return;
+  }
+  // The step after the newest version: chunks behind it may still close
+  // the step they gather.
+  for (ChunkBarrier* c : OwnedChunksLocked()) {
+    step_limit_ = std::max(step_limit_, c->version());
+  }
 }
 
 void ParameterServer::Shutdown(const absl::Status& reason) {

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,10 +45,10 @@
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
+#include "common/optimizer.h"
 #include "common/wire_codec.h"
 #include "server/barrier_observer.h"
 #include "server/chunk_barrier.h"
-#include "common/optimizer.h"
 
 namespace lockstep {
 
@@ -193,6 +194,13 @@ class ParameterServer final {
   // True once every rank has left; false when `timeout` passes first.
   bool WaitUntilDone(absl::Duration timeout) const;
 
+  // The first step of a drain: pushes of a step that no chunk has reached
+  // are refused (UNAVAILABLE), while those of the step some chunks have
+  // closed and others still gather are taken, so that the chunks line up
+  // at one version for a last Snapshot. In the asynchronous modes every
+  // push is refused. Pulls are still answered.
+  void StopNewSteps();
+
   // Answers every waiting push and pull with `reason` (UNAVAILABLE by
   // default) and refuses new ones, so that a transport can shut down
   // without pending calls.
@@ -247,6 +255,9 @@ class ParameterServer final {
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // StopNewSteps: pushes of this step or later are refused.
+  int64_t step_limit_ ABSL_GUARDED_BY(mu_) =
+      std::numeric_limits<int64_t>::max();
   // By global chunk index; null for chunks of other shards. Barriers guard
   // their own contents; they are never destroyed before the server, so a
   // pointer taken under mu_ stays valid.

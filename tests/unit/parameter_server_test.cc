@@ -236,10 +236,13 @@ TEST_F(ParameterServerTest, PullWaitsForInitialization) {
   ASSERT_EQ(*(*ps)->Initialize(0, r0->incarnation, 0, Bytes(initial_)), 0);
   ASSERT_TRUE(pulled.result.has_value() && pulled.result->ok());
   EXPECT_EQ(*(*pulled.result)->values, initial_);
-  EXPECT_EQ((*ps)->Initialize(0, r0->incarnation, 0, Bytes(initial_))
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  // Sent again (a lost answer): the same weights are no change; others are
+  // refused.
+  EXPECT_EQ(*(*ps)->Initialize(0, r0->incarnation, 0, Bytes(initial_)), 0);
+  const std::vector<float> other = {1, 2, 3, 4, 6};
+  EXPECT_EQ(
+      (*ps)->Initialize(0, r0->incarnation, 0, Bytes(other)).status().code(),
+      absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(ParameterServerTest, ChunksCloseIndependentlyAndVersionFollowsTheLast) {
@@ -264,6 +267,49 @@ TEST_F(ParameterServerTest, ChunksCloseIndependentlyAndVersionFollowsTheLast) {
   ASSERT_TRUE(pull.result.has_value() && pull.result->ok());
   EXPECT_THAT(*(*pull.result)->values, ElementsAre(4.0f));
   EXPECT_THAT(*(*replies[1].result)->values, ElementsAre(2.0f, 3.0f));
+}
+
+// A drain in the middle of a step: chunk 0 has closed step 0, chunks 1 and
+// 2 still gather it. StopNewSteps lets step 0 finish on them (so that the
+// last checkpoint takes every chunk at version 1) and refuses step 1.
+TEST_F(ParameterServerTest, DrainLetsTheStepUnderWayLineUpAndRefusesTheNext) {
+  SetUpJob(/*chunk_bytes=*/8);  // Chunks of 2, 2 and 1 values.
+  std::vector<Reply> replies(6);
+  const std::vector<float> g2 = {2, 2}, g1 = {2};
+  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g2),
+            replies[0].Callback());
+  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(g2),
+            replies[1].Callback());
+  ps_->Push(0, inc0_, 0, 1, WireDType::kFloat32, Bytes(g2),
+            replies[2].Callback());
+  ASSERT_TRUE(replies[0].result.has_value()) << "chunk 0 closed step 0";
+
+  ps_->StopNewSteps();
+  EXPECT_EQ(ps_->Snapshot(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kDeadlineExceeded)
+      << "chunks at versions 0..1";
+  Reply next;
+  ps_->Push(0, inc0_, 1, 0, WireDType::kFloat32, Bytes(g2), next.Callback());
+  ASSERT_TRUE(next.result.has_value());
+  EXPECT_EQ(next.result->status().code(), absl::StatusCode::kUnavailable);
+
+  ps_->Push(1, inc1_, 0, 1, WireDType::kFloat32, Bytes(g2),
+            replies[3].Callback());
+  ps_->Push(0, inc0_, 0, 2, WireDType::kFloat32, Bytes(g1),
+            replies[4].Callback());
+  ps_->Push(1, inc1_, 0, 2, WireDType::kFloat32, Bytes(g1),
+            replies[5].Callback());
+  for (const Reply& r : replies) {
+    ASSERT_TRUE(r.result.has_value() && r.result->ok());
+  }
+  absl::StatusOr<ShardCheckpoint> last = ps_->Snapshot(absl::ZeroDuration());
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->version, 1);
+  std::vector<float> weights;
+  for (const ChunkState& c : last->chunks) {
+    weights.insert(weights.end(), c.weights.begin(), c.weights.end());
+  }
+  EXPECT_THAT(weights, ElementsAre(0.0f, 1.0f, 2.0f, 3.0f, 4.0f));
 }
 
 TEST_F(ParameterServerTest, ShardOwnsOnlyItsChunks) {
