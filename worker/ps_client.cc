@@ -113,6 +113,8 @@ class PsClient::Impl {
       result.version = shard == 0 ? call.response.version()
                                   : std::min(result.version,
                                              call.response.version());
+      result.newest_version =
+          std::max(result.newest_version, call.response.version());
     }
     result.incarnation = incarnations_[0];
     plan_ = std::move(plan);

@@ -93,7 +93,8 @@ struct StepTimings {
 struct RegisterResult {
   int64_t incarnation = 0;
   bool must_initialize = false;
-  int64_t version = -1;
+  int64_t version = -1;         // The lowest over shards.
+  int64_t newest_version = -1;  // The highest.
 };
 
 class PsClient final {

@@ -23,6 +23,18 @@ absl::StatusOr<int64_t> PsExchanger::Join(
         "training. Restart the whole job, or give the servers a "
         "--checkpoint_dir that outlives them (docs/faults.md)"));
   }
+  // In sync mode shards differ by one step at most (one has closed the
+  // step the other still gathers). More, and a shard restored an older
+  // checkpoint than the others hold: their steps cannot line up again.
+  if (signature.sync.mode == SyncPolicy::Mode::kSync && reg.version >= 0 &&
+      reg.newest_version > reg.version + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the parameter-server shards are at versions ", reg.version, " to ",
+        reg.newest_version,
+        ": a shard restarted from an older checkpoint than the others "
+        "hold. Restart every shard, from checkpoints of one version "
+        "(docs/faults.md)"));
+  }
   if (reg.must_initialize) {
     // Rank 0 defines version 0; everyone else receives it.
     const std::vector<float> version0 = initial();

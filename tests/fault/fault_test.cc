@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/fault/job.h"
+#include "tests/integration/training_jobs.h"
 
 namespace lockstep {
 namespace {
@@ -173,6 +174,48 @@ TEST(FaultTest, AsyncWorkerGoesOnAfterTheServerRestoresAnOlderVersion) {
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
   EXPECT_THAT(job.ServerOutput(), HasSubstr("restored version"));
   EXPECT_THAT(job.WorkerOutput(0), HasSubstr("registering again"));
+}
+
+// Two shards, one restored from an older checkpoint than the other holds
+// in memory: their steps can no longer line up. A worker that registers
+// says so and stops (exit 2) instead of a confusing refusal of its push.
+TEST(FaultTest, ShardsAtVersionsTooFarApartAreNamed) {
+  const std::string dir = MakeTempDir();
+  const std::vector<std::string> keep = {"--exit_when_done=false"};
+  Server shard0 = StartServer(1, dir, 0, 2, keep);
+  const std::vector<std::string> saving = {"--exit_when_done=false",
+                                           "--checkpoint_dir=" + dir + "/ckpt1",
+                                           "--checkpoint_every_steps=5"};
+  Server shard1 = StartServer(1, dir, 1, 2, saving);
+  auto worker = [&](int max_steps) {
+    std::vector<std::string> argv = {
+        kBin + "/lockstep_worker",
+        "--servers=" + shard0.address + "," + shard1.address, "--workers=1",
+        "--rank=0", absl::StrCat("--max_steps=", max_steps),
+        // Steps slower than the server's 50 ms tick: checkpoints at 5, 10.
+        "--straggle=0:100"};
+    for (const std::string& f : Flags()) {
+      if (f.rfind("--max_steps=", 0) != 0) argv.push_back(f);
+    }
+    return RunProcess(argv, {}, absl::Seconds(60));
+  };
+  RunResult first = worker(13);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  shard1.process.Kill();  // No last checkpoint: the newest is version 10.
+  Subprocess restarted = Subprocess::Start(
+      {kBin + "/lockstep_server", "--listen=" + shard1.address, "--workers=1",
+       "--shard=1", "--num_shards=2", "--exit_when_done=false",
+       "--checkpoint_dir=" + dir + "/ckpt1"});
+  RunResult second = worker(13);
+  EXPECT_EQ(second.exit_code, 2) << second.output;
+  // 10 to 13, or 11 if a tick came late: too far apart either way.
+  EXPECT_THAT(second.output,
+              HasSubstr("the parameter-server shards are at versions 1"))
+      << restarted.Output();
+  EXPECT_THAT(second.output, HasSubstr(" to 13: a shard restarted from an "
+                                       "older checkpoint"));
+  restarted.Kill();
+  shard0.process.Kill();
 }
 
 // ResNet-20 (on 8x8 images) carries batch-norm statistics after its
