@@ -175,7 +175,15 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
                            pushed_[rank];
       if (!counted) {
         if (observer_ != nullptr) sum_start = absl::Now();
-        AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
+        if (accumulator_holds_previous_) {
+          // The first push of a step: written over the previous version's
+          // weights kept for an exact pull (sizes checked by the caller).
+          DecodePieces(payload, dtype, absl::MakeSpan(accumulator_))
+              .IgnoreError();
+          accumulator_holds_previous_ = false;
+        } else {
+          AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
+        }
         counters_->pushes_accepted.fetch_add(1, std::memory_order_relaxed);
         counters_->bytes_received.fetch_add(PiecesSize(payload),
                                             std::memory_order_relaxed);
@@ -271,7 +279,14 @@ void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
     next = std::make_shared<std::vector<float>>(*published_);
     optimizer_->Apply(version_, 0, absl::MakeSpan(*next), accumulator_);
   }
-  std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+  if (policy_.mode == SyncPolicy::Mode::kSync) {
+    // Idle until the next step's first push: it keeps this version's
+    // weights for an exact pull (at the cost of the zeroing it replaces).
+    std::copy(published_->begin(), published_->end(), accumulator_.begin());
+    accumulator_holds_previous_ = true;
+  } else {
+    std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+  }
   ++version_;
   PublishLocked(std::move(next));
   counters_->chunk_steps.fetch_add(1, std::memory_order_relaxed);
@@ -301,12 +316,19 @@ int64_t ChunkBarrier::MinClockLocked() const {
   return *std::min_element(clock_.begin(), clock_.end());
 }
 
-void ChunkBarrier::Pull(int64_t min_version, ChunkCallback done) {
+void ChunkBarrier::Pull(int64_t min_version, bool exact, ChunkCallback done) {
   Answers answers;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) {
       answers.Add(std::move(done), close_status_);
+    } else if (exact && accumulator_holds_previous_ &&
+               version_ == min_version + 1) {
+      answers.Add(std::move(done),
+                  ChunkSnapshot{
+                      chunk_.index, min_version,
+                      std::make_shared<const std::vector<float>>(accumulator_),
+                      std::make_shared<EncodedWeights>()});
     } else if (!initialized_ || version_ < min_version) {
       pull_waiters_.emplace_back(min_version, std::move(done));
     } else {

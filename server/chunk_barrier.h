@@ -119,7 +119,13 @@ class ChunkBarrier final {
             ChunkCallback done);
 
   // `done` gets the latest weights once their version is >= min_version.
-  void Pull(int64_t min_version, ChunkCallback done);
+  // With `exact` in sync mode, a chunk one version past min_version answers
+  // with the weights of min_version while it still has them: from closing
+  // a step until the first push of the next (the accumulator, idle then,
+  // holds them). A worker that registers again in the middle of a step,
+  // after some chunks closed it, so recomputes it from the very weights it
+  // was computed from.
+  void Pull(int64_t min_version, bool exact, ChunkCallback done);
 
   // The chunk's weights, optimizer slots and version, for a checkpoint;
   // nullopt before initialization.
@@ -190,7 +196,11 @@ class ChunkBarrier final {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  // Between a step's close and the next step's first push (sync mode), the
+  // idle accumulator holds the weights of the version before (see Pull);
+  // the first push then writes over them instead of adding.
   std::vector<float> accumulator_ ABSL_GUARDED_BY(mu_);
+  bool accumulator_holds_previous_ ABSL_GUARDED_BY(mu_) = false;
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);

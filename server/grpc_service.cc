@@ -197,9 +197,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
   absl::StatusOr<WireDType> dtype = FromProtoDType(pull.dtype());
   if (!dtype.ok()) return FinishWith(context, dtype.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->Pull(pull.rank(), pull.incarnation(), pull.chunk(),
-              pull.min_version(),
-              WeightsReply(core_, *dtype, reactor, response));
+  core_->Pull(pull.rank(), pull.incarnation(), pull.chunk(), pull.min_version(),
+              pull.exact(), WeightsReply(core_, *dtype, reactor, response));
   return reactor;
 }
 

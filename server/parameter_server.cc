@@ -291,7 +291,8 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
 }
 
 void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
-                           int64_t min_version, ChunkCallback done) {
+                           int64_t min_version, bool exact,
+                           ChunkCallback done) {
   ChunkBarrier* barrier = nullptr;
   {
     absl::ReleasableMutexLock lock(&mu_);
@@ -316,7 +317,7 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
     }
   }
   if (incarnation != 0) NoteContact(rank, absl::Now());
-  barrier->Pull(min_version, std::move(done));
+  barrier->Pull(min_version, exact, std::move(done));
 }
 
 absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {

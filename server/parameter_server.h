@@ -145,10 +145,11 @@ class ParameterServer final {
   }
 
   // `done` receives the chunk's latest weights once their version is at
-  // least `min_version`. A worker passes its rank and incarnation (checked
-  // like a push's); incarnation 0 reads anonymously.
+  // least `min_version` (with `exact`, those of min_version itself where
+  // the chunk kept them: ChunkBarrier::Pull). A worker passes its rank and
+  // incarnation (checked like a push's); incarnation 0 reads anonymously.
   void Pull(int rank, int64_t incarnation, int chunk, int64_t min_version,
-            ChunkCallback done);
+            bool exact, ChunkCallback done);
 
   // Incarnation 0 lets a rank that never registered (an all-reduce worker)
   // leave.

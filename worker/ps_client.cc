@@ -159,7 +159,8 @@ class PsClient::Impl {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights) {
+  absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights,
+                               bool exact) {
     RETURN_IF_ERROR(CheckRegistered(weights.size()));
     using PullCall = Call<v1::PullRequest, v1::PullResponse>;
     std::vector<PullCall> calls(plan_->num_chunks());
@@ -169,6 +170,7 @@ class PsClient::Impl {
       call.context.set_deadline(DeadlineAfter(options_.rpc_timeout));
       call.request.set_chunk(chunk.index);
       call.request.set_min_version(min_version);
+      call.request.set_exact(exact);
       call.request.set_rank(rank_);
       call.request.set_incarnation(incarnations_[chunk.shard]);
       call.request.set_dtype(ProtoDType());
@@ -341,8 +343,8 @@ absl::Status PsClient::Initialize(absl::Span<const float> weights) {
   return impl_->Initialize(weights);
 }
 absl::StatusOr<int64_t> PsClient::Pull(int64_t min_version,
-                                       absl::Span<float> weights) {
-  return impl_->Pull(min_version, weights);
+                                       absl::Span<float> weights, bool exact) {
+  return impl_->Pull(min_version, weights, exact);
 }
 absl::StatusOr<int64_t> PsClient::PushPull(int64_t step,
                                            absl::Span<const float> gradient,

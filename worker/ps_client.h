@@ -115,8 +115,11 @@ class PsClient final {
   absl::Status Initialize(absl::Span<const float> weights);
 
   // Reads the latest weights once their version is >= min_version; returns
-  // the version read.
-  absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights);
+  // the version read (the lowest over chunks). With `exact` (sync mode),
+  // chunks that have already closed the step after min_version answer with
+  // the weights of min_version while they keep them (ChunkBarrier::Pull).
+  absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights,
+                               bool exact = false);
 
   // Pushes the gradient of `step` and receives the resulting weights into
   // `weights`: BeginStep + GradientReady(all) + FinishStep. Returns their

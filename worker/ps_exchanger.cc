@@ -40,8 +40,12 @@ absl::StatusOr<int64_t> PsExchanger::Join(
     const std::vector<float> version0 = initial();
     RETURN_IF_ERROR(client_->Initialize(version0));
   }
+  // Exactly the version registered at: if some chunks have already closed
+  // the step after it (a worker was lost in the middle of that step), the
+  // step is recomputed from the weights it was computed from.
   ASSIGN_OR_RETURN(const int64_t version,
-                   client_->Pull(std::max<int64_t>(reg.version, 0), weights));
+                   client_->Pull(std::max<int64_t>(reg.version, 0), weights,
+                                 /*exact=*/true));
   seen_version_ = std::max(seen_version_, version);
   return version;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -147,6 +148,74 @@ TEST(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
     const float want =
         i < 768 ? initial[i] : initial[i] - kLearningRate * gradient[i];
     ASSERT_EQ(now[i], want) << "element " << i;
+  }
+  server.process.Kill();
+}
+
+// A worker lost in the middle of a step, after its push closed the last
+// chunk while the others still gather: its replacement registers at
+// version 0 and pulls exactly version 0 (the closed chunk's weights from
+// before the step, not after it), so the step it computes again is the one
+// that was lost, and the step ends as if nothing had happened.
+TEST(PsExchangerTest, AReplacementRecomputesAHalfClosedStepFromItsWeights) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(/*workers=*/2, dir);
+  PsClientOptions options;
+  options.servers = {server.address};
+  ModelSignature signature;
+  signature.tensors.push_back({"w", {kElements}});
+  signature.optimizer = OptimizerConfig::Defaults("sgd");
+  signature.optimizer.learning_rate = kLearningRate;
+  signature.chunk_bytes = kChunkBytes;  // 4 chunks: [0, 256), ... [768, 1000).
+  signature.num_shards = 1;
+  signature.num_workers = 2;
+  const std::vector<float> initial = RandomValues(1);
+  auto initial_fn = [&] { return initial; };
+  absl::StatusOr<std::unique_ptr<PsClient>> client0 = PsClient::Create(options);
+  absl::StatusOr<std::unique_ptr<PsClient>> client1 = PsClient::Create(options);
+  ASSERT_TRUE(client0.ok() && client1.ok());
+  PsExchanger rank0(client0->get(), 0), rank1(client1->get(), 1);
+  std::vector<float> w0(kElements), w1(kElements);
+  ASSERT_TRUE(
+      rank0.Join(signature, initial_fn, absl::MakeSpan(w0), absl::Seconds(30))
+          .ok());
+  ASSERT_TRUE(
+      rank1.Join(signature, initial_fn, absl::MakeSpan(w1), absl::Seconds(30))
+          .ok());
+  const std::vector<float> g0 = RandomValues(10), g1 = RandomValues(11);
+
+  // Rank 1 hands over its last chunk only; rank 0 its whole step, which
+  // then waits for rank 1's other chunks.
+  ASSERT_TRUE((*client1)->BeginStep(0, g1, absl::MakeSpan(w1)).ok());
+  (*client1)->GradientReady(768, kElements);
+  absl::StatusOr<int64_t> version0;
+  std::thread step0(
+      [&] { version0 = (*client0)->PushPull(0, g0, absl::MakeSpan(w0)); });
+  // Returns once the pushed chunk is answered: it has closed step 0.
+  (*client1)->AbandonStep();
+
+  absl::StatusOr<std::unique_ptr<PsClient>> replacement =
+      PsClient::Create(options);
+  ASSERT_TRUE(replacement.ok());
+  PsExchanger rank1b(replacement->get(), 1);
+  std::vector<float> w1b(kElements);
+  absl::StatusOr<int64_t> joined = rank1b.Join(
+      signature, initial_fn, absl::MakeSpan(w1b), absl::Seconds(30));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(*joined, 0);
+  EXPECT_EQ(w1b, initial) << "the closed chunk came back at version 1";
+
+  absl::StatusOr<int64_t> version1 =
+      (*replacement)->PushPull(0, g1, absl::MakeSpan(w1b));
+  step0.join();
+  ASSERT_TRUE(version0.ok()) << version0.status();
+  ASSERT_TRUE(version1.ok()) << version1.status();
+  EXPECT_EQ(*version0, 1);
+  EXPECT_EQ(*version1, 1);
+  for (int i = 0; i < kElements; ++i) {
+    const float want = initial[i] - kLearningRate * ((g0[i] + g1[i]) * 0.5f);
+    ASSERT_EQ(w0[i], want) << "element " << i;
+    ASSERT_EQ(w1b[i], want) << "element " << i;
   }
   server.process.Kill();
 }

@@ -81,7 +81,7 @@ TEST_F(ChunkBarrierTest, RepliesOfAVersionShareItsEncoding) {
   Reply r0, r1, pulled;
   Push(*b, 0, 0, {2, 4}, &r0);
   Push(*b, 1, 0, {6, 8}, &r1);
-  b->Pull(1, pulled.Callback());
+  b->Pull(1, /*exact=*/false, pulled.Callback());
   ASSERT_TRUE(r0.result->ok() && r1.result->ok() && pulled.result->ok());
   const ChunkSnapshot& s0 = **r0.result;
   const ChunkSnapshot& s1 = **r1.result;
@@ -213,7 +213,7 @@ TEST_F(ChunkBarrierTest, CloseAnswersEveryWaiter) {
   auto b = Make(SyncPolicy(), 2);
   Reply waiting, pull;
   Push(*b, 0, 0, {1, 1}, &waiting);
-  b->Pull(5, pull.Callback());
+  b->Pull(5, /*exact=*/false, pull.Callback());
   EXPECT_FALSE(pull.result.has_value());
   b->Close(absl::UnavailableError("bye"));
   EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kUnavailable);

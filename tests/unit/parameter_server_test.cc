@@ -195,7 +195,7 @@ TEST_F(ParameterServerTest, RankZeroDefinesTheModel) {
   auto early = (*ps)->Register(1, other);
   ASSERT_TRUE(early.ok()) << "before rank 0, a signature is provisional";
   Reply waiting;
-  (*ps)->Pull(1, early->incarnation, 0, 0, waiting.Callback());
+  (*ps)->Pull(1, early->incarnation, 0, 0, false, waiting.Callback());
   EXPECT_FALSE(waiting.result.has_value());
   auto r0 = (*ps)->Register(0, SmallSignature(2));
   ASSERT_TRUE(r0.ok());
@@ -207,7 +207,7 @@ TEST_F(ParameterServerTest, RankZeroDefinesTheModel) {
               HasSubstr("differs from rank 0's: tensor 0"));
   // Calling again with the refused incarnation says the same.
   Reply again;
-  (*ps)->Pull(1, early->incarnation, 0, 0, again.Callback());
+  (*ps)->Pull(1, early->incarnation, 0, 0, false, again.Callback());
   EXPECT_THAT(std::string(again.result->status().message()),
               HasSubstr("differs from rank 0's"));
   EXPECT_THAT((*ps)->GetStatus().registered_ranks, ElementsAre(0));
@@ -223,7 +223,7 @@ TEST_F(ParameterServerTest, PullWaitsForInitialization) {
   auto r0 = (*ps)->Register(0, SmallSignature(2));
   ASSERT_TRUE(r0.ok());
   Reply pulled;
-  (*ps)->Pull(0, 0, 0, 0, pulled.Callback());
+  (*ps)->Pull(0, 0, 0, 0, false, pulled.Callback());
   EXPECT_FALSE(pulled.result.has_value());
   Reply early;
   (*ps)->Push(0, r0->incarnation, 0, 0, WireDType::kFloat32, Bytes(initial_), early.Callback());
@@ -249,7 +249,7 @@ TEST_F(ParameterServerTest, ChunksCloseIndependentlyAndVersionFollowsTheLast) {
   SetUpJob(/*chunk_bytes=*/8);  // Chunks of 2, 2 and 1 values.
   ASSERT_EQ(ps_->GetStatus().num_chunks, 3);
   Reply pull;
-  ps_->Pull(0, 0, 2, 1, pull.Callback());
+  ps_->Pull(0, 0, 2, 1, false, pull.Callback());
   EXPECT_FALSE(pull.result.has_value());
   std::vector<Reply> replies(6);
   const std::vector<float> g2 = {2, 2}, g1 = {2};
@@ -396,7 +396,7 @@ TEST_F(ParameterServerTest, LeaveAndShutdown) {
   ASSERT_TRUE(waiting.result.has_value());
   EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kUnavailable);
   Reply after;
-  ps_->Pull(0, 0, 0, 0, after.Callback());
+  ps_->Pull(0, 0, 0, 0, false, after.Callback());
   EXPECT_EQ(after.result->status().code(), absl::StatusCode::kUnavailable);
 }
 
