@@ -265,7 +265,9 @@ absl::StatusOr<std::string> CheckpointStore::Save(
   if (rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename", tmp);
   RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY));
   std::vector<std::string> all = List();
-  for (size_t i = 0; i + keep_ < all.size(); ++i) unlink(all[i].c_str());
+  for (size_t i = 0; i + keep_ < all.size(); ++i) {
+    if (all[i] != path) unlink(all[i].c_str());
+  }
   return path;
 }
 
@@ -280,8 +282,15 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
         in ? DecodeCheckpoint(contents.str())
            : absl::StatusOr<ShardCheckpoint>(Errno("cannot read", *it));
     if (checkpoint.ok()) return std::optional<ShardCheckpoint>(*checkpoint);
-    notes->push_back(absl::StrCat(*it, ": ", checkpoint.status().message(),
-                                  "; falling back to the previous one"));
+    // Set aside, out of the listing: it is kept for a look, never chosen
+    // again, and never counted as one of the newest when Save prunes (which
+    // could otherwise delete the good ones and keep it).
+    const std::string aside = *it + ".corrupt";
+    const bool moved = rename(it->c_str(), aside.c_str()) == 0;
+    notes->push_back(
+        absl::StrCat(*it, ": ", checkpoint.status().message(),
+                     moved ? absl::StrCat("; set aside as ", aside) : "",
+                     "; falling back to the previous one"));
   }
   return std::optional<ShardCheckpoint>();
 }

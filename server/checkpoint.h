@@ -64,7 +64,8 @@ class CheckpointStore final {
   absl::StatusOr<std::string> Save(const ShardCheckpoint& checkpoint);
 
   // The newest checkpoint that reads back intact, or nullopt when there is
-  // none. Each corrupt one passed over is described in `*notes`.
+  // none. Each corrupt one passed over is described in `*notes` and renamed
+  // to NAME.corrupt, out of the way of later loads and of pruning.
   absl::StatusOr<std::optional<ShardCheckpoint>> LoadNewest(
       std::vector<std::string>* notes) const;
 

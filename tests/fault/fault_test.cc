@@ -4,6 +4,7 @@
 // where the scenario allows the final weights equal a fault-free run's
 // exactly (two workers: the sum of two gradients does not depend on order).
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -301,6 +302,8 @@ TEST(FaultTest, CorruptAndTruncatedCheckpointsFallBack) {
   job.CorruptByte(files[files.size() - 1]);
   job.Truncate(files[files.size() - 2]);
   const std::string expected = files[files.size() - 3];
+  const std::vector<std::string> bad = {files[files.size() - 1],
+                                        files[files.size() - 2]};
   job.StartServer({});
   job.StartWorker(0, Flags());
   job.StartWorker(1, Flags());
@@ -311,6 +314,12 @@ TEST(FaultTest, CorruptAndTruncatedCheckpointsFallBack) {
   EXPECT_THAT(job.ServerOutput(), HasSubstr("truncated"));
   EXPECT_THAT(job.ServerOutput(), HasSubstr("falling back"));
   EXPECT_EQ(job.Weights(0), Reference());
+  // Set aside, so that pruning counts only good ones (with one kept, a
+  // newer corrupt file would otherwise outlive every good one).
+  for (const std::string& path : bad) {
+    EXPECT_EQ(access((path + ".corrupt").c_str(), F_OK), 0) << path;
+    EXPECT_THAT(job.ServerOutput(), HasSubstr("set aside as " + path));
+  }
 }
 
 TEST(FaultTest, TwoWorkersClaimingOneRank) {

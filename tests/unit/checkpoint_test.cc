@@ -127,6 +127,34 @@ TEST(CheckpointStoreTest, KeepsTheNewestAndFallsBackPastDamage) {
   EXPECT_FALSE(CheckpointStore::Create(dir, 0, 1, 0).ok());
 }
 
+// With one checkpoint kept, a corrupt newer file must not outlive the good
+// ones: loading sets it aside, so that the next save keeps itself.
+TEST(CheckpointStoreTest, ACorruptNewerFileDoesNotOutliveTheGoodOnes) {
+  const std::string dir = TempDir();
+  auto store = CheckpointStore::Create(dir, 0, 1, /*keep=*/1);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string path30 = dir + "/shard-0-of-1/ckpt-000000000030.lsc";
+  ASSERT_TRUE((*store)->Save(Example(30)).ok());
+  std::string bytes = Slurp(path30);
+  ASSERT_FALSE(bytes.empty());
+  bytes[bytes.size() - 1] ^= 0x01;
+  Spit(path30, bytes);
+  // An older version saved after it (a restore from an older one, say):
+  // it keeps itself, and 30 stays, corrupt.
+  ASSERT_TRUE((*store)->Save(Example(20)).ok());
+  ASSERT_THAT((*store)->List(), SizeIs(2));
+  std::vector<std::string> notes;
+  auto loaded = (*store)->LoadNewest(&notes);
+  ASSERT_TRUE(loaded.ok() && loaded->has_value());
+  EXPECT_EQ((*loaded)->version, 20);
+  ASSERT_THAT(notes, SizeIs(1));
+  EXPECT_THAT(notes[0], HasSubstr("set aside as"));
+  absl::StatusOr<std::string> saved = (*store)->Save(Example(25));
+  ASSERT_TRUE(saved.ok());
+  EXPECT_THAT((*store)->List(), ElementsAre(*saved));
+  EXPECT_EQ(Slurp(path30 + ".corrupt"), bytes);
+}
+
 absl::string_view Bytes(const std::vector<float>& v) {
   return absl::string_view(reinterpret_cast<const char*>(v.data()),
                            v.size() * sizeof(float));
