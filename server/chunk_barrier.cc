@@ -329,6 +329,14 @@ void ChunkBarrier::Pull(int64_t min_version, bool exact, ChunkCallback done) {
                       chunk_.index, min_version,
                       std::make_shared<const std::vector<float>>(accumulator_),
                       std::make_shared<EncodedWeights>()});
+    } else if (min_version > std::max<int64_t>(version_, 0) + 1) {
+      // A pull waits for the next version at most: a far one would park
+      // its call (and memory) until the server stops.
+      answers.Add(std::move(done),
+                  absl::OutOfRangeError(absl::StrCat(
+                      "pull of version ", min_version, " of chunk ",
+                      chunk_.index, ", which is at version ", version_,
+                      ": a pull waits for the next version at most")));
     } else if (!initialized_ || version_ < min_version) {
       pull_waiters_.emplace_back(min_version, std::move(done));
     } else {

@@ -118,7 +118,8 @@ class ChunkBarrier final {
             absl::Span<const absl::string_view> payload, absl::Time arrival,
             ChunkCallback done);
 
-  // `done` gets the latest weights once their version is >= min_version.
+  // `done` gets the latest weights once their version is >= min_version;
+  // OUT_OF_RANGE for a version past the next one.
   // With `exact` in sync mode, a chunk one version past min_version answers
   // with the weights of min_version while it still has them: from closing
   // a step until the first push of the next (the accumulator, idle then,

@@ -137,6 +137,11 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
     std::vector<ChunkBarrier*>* revoked, std::string* reason) {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
+  if (draining_) {
+    // Its steps are over: a worker waits for the server that follows.
+    return absl::UnavailableError(
+        "the server is draining: it takes no new steps");
+  }
   if (rank < 0 || rank >= options_.num_workers) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside [0, ",
@@ -415,6 +420,7 @@ bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
 
 void ParameterServer::StopNewSteps() {
   absl::MutexLock lock(&mu_);
+  draining_ = true;
   step_limit_ = 0;
   if (!signature_.has_value() ||
       signature_->sync.mode != SyncPolicy::Mode::kSync) {

@@ -195,11 +195,11 @@ class ParameterServer final {
   // True once every rank has left; false when `timeout` passes first.
   bool WaitUntilDone(absl::Duration timeout) const;
 
-  // The first step of a drain: pushes of a step that no chunk has reached
-  // are refused (UNAVAILABLE), while those of the step some chunks have
-  // closed and others still gather are taken, so that the chunks line up
-  // at one version for a last Snapshot. In the asynchronous modes every
-  // push is refused. Pulls are still answered.
+  // The first step of a drain: registrations, and pushes of a step that no
+  // chunk has reached, are refused (UNAVAILABLE), while those of the step
+  // some chunks have closed and others still gather are taken, so that the
+  // chunks line up at one version for a last Snapshot. In the asynchronous
+  // modes every push is refused. Pulls are still answered.
   void StopNewSteps();
 
   // Answers every waiting push and pull with `reason` (UNAVAILABLE by
@@ -256,7 +256,9 @@ class ParameterServer final {
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
   int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // StopNewSteps: pushes of this step or later are refused.
+  // StopNewSteps: registrations are refused, and pushes of this step or
+  // later.
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t step_limit_ ABSL_GUARDED_BY(mu_) =
       std::numeric_limits<int64_t>::max();
   // By global chunk index; null for chunks of other shards. Barriers guard

@@ -111,10 +111,20 @@ absl::StatusOr<int64_t> Trainer::Rejoin(const absl::Status& cause,
   Random jitter(Random::Derive(
       Random::Derive(options_.seed, 1000 + options_.rank), rejoins_));
   ++rejoins_;
+  // Registered again without a step since: the step fails right after the
+  // registration works (a draining server, say), so wait before the next.
+  if (wait_before_rejoin_ > absl::ZeroDuration()) {
+    absl::SleepFor(wait_before_rejoin_ * (0.5 + 0.5 * jitter.UniformFloat()));
+  }
   while (true) {
     absl::StatusOr<int64_t> version =
         JoinJob(std::max(deadline - absl::Now(), absl::Milliseconds(100)));
-    if (version.ok() || !IsRetryable(version.status())) return version;
+    if (version.ok()) {
+      wait_before_rejoin_ = rejoin_backoff_;
+      rejoin_backoff_ = std::min(rejoin_backoff_ * 2, kMostRejoinBackoff);
+      return version;
+    }
+    if (!IsRetryable(version.status())) return version;
     if (absl::Now() + rejoin_backoff_ >= deadline) {
       return absl::Status(
           version.status().code(),
@@ -279,6 +289,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       }
       last_success = absl::Now();
       rejoin_backoff_ = kFirstRejoinBackoff;
+      wait_before_rejoin_ = absl::ZeroDuration();
       const int64_t version = *exchanged;
       if (options_.on_step && stats.examples > 0) {
         options_.on_step(step, absl::ToDoubleSeconds(last_success - loop_start),

@@ -9,8 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +24,25 @@ extern char** environ;
 namespace lockstep {
 
 int FreePort() {
+  // Below Linux's ephemeral range (32768 and up by default), which the
+  // kernel's own pick would come from: there, any connection another test
+  // opens meanwhile may take the port as its source port before the caller
+  // binds it. A random start spreads concurrent tests apart.
+  static std::atomic<uint32_t> next{static_cast<uint32_t>(
+      getpid() * 7919u + static_cast<uint32_t>(time(nullptr)))};
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = 20000 + static_cast<int>(next.fetch_add(7) % 12000);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free =
+        bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (free) return port;
+  }
+  // Everything tried was taken: the kernel's pick.
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

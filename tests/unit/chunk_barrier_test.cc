@@ -209,11 +209,28 @@ TEST_F(ChunkBarrierTest, ReSentInitializationOfTheSameWeightsIsAccepted) {
   EXPECT_THAT(r0.values(), ElementsAre(8.0f, 17.0f));
 }
 
+// A pull waits for the next version at most; a far one is refused at once
+// rather than parked (with its memory) until the server stops.
+TEST_F(ChunkBarrierTest, APullOfAFarVersionIsRefusedNotParked) {
+  auto b = Make(SyncPolicy{}, 2);  // Version 0.
+  Reply next, far;
+  b->Pull(1, /*exact=*/false, next.Callback());
+  EXPECT_FALSE(next.result.has_value()) << "version 1 is waited for";
+  b->Pull(int64_t{1} << 62, /*exact=*/false, far.Callback());
+  ASSERT_TRUE(far.result.has_value());
+  EXPECT_EQ(far.result->status().code(), absl::StatusCode::kOutOfRange);
+  Reply r0, r1;
+  Push(*b, 0, 0, {2, 4}, &r0);
+  Push(*b, 1, 0, {6, 8}, &r1);
+  ASSERT_TRUE(next.result.has_value() && next.result->ok());
+  EXPECT_EQ(next.version(), 1);
+}
+
 TEST_F(ChunkBarrierTest, CloseAnswersEveryWaiter) {
   auto b = Make(SyncPolicy(), 2);
   Reply waiting, pull;
   Push(*b, 0, 0, {1, 1}, &waiting);
-  b->Pull(5, /*exact=*/false, pull.Callback());
+  b->Pull(1, /*exact=*/false, pull.Callback());
   EXPECT_FALSE(pull.result.has_value());
   b->Close(absl::UnavailableError("bye"));
   EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kUnavailable);
