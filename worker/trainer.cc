@@ -263,6 +263,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       absl::StatusOr<int64_t> exchanged =
           Exchange(step, features, labels, &stats);
       if (!exchanged.ok()) {
+        if (options_.stop != nullptr && options_.stop->load()) {
+          // A stop signal came during the step (its servers may be draining
+          // or gone): stop here rather than register again.
+          summary.stopped = true;
+          break;
+        }
         if (!IsRetryable(exchanged.status()) || !exchanger_->CanRejoin()) {
           return exchanged.status();
         }
@@ -336,7 +342,15 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     summary.test_loss = eval.loss_sum / eval.examples;
     summary.test_accuracy = static_cast<double>(eval.correct) / eval.examples;
   }
-  RETURN_IF_ERROR(exchanger_->Leave());
+  absl::Status left = exchanger_->Leave();
+  if (!left.ok() && summary.stopped) {
+    // Stopped by a signal that may well have stopped the servers too:
+    // leaving is a courtesy then, not a failure.
+    std::fprintf(stderr, "lockstep_worker %d: could not leave the job: %s\n",
+                 options_.rank, left.ToString().c_str());
+    return summary;
+  }
+  RETURN_IF_ERROR(left);
   return summary;
 }
 

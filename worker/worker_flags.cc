@@ -280,6 +280,11 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
     o.allreduce.host = absl::GetFlag(FLAGS_allreduce_host);
     o.allreduce.group = absl::GetFlag(FLAGS_allreduce_group);
     o.allreduce.gpu = o.device.gpu;  // NCCL's ranks each on their own GPU.
+    // The same deadlines as in PS mode: waiting for the other ranks to
+    // arrive, and for one step's exchange (the slowest rank's compute, or
+    // rank 0's evaluation, included).
+    o.allreduce.rendezvous_timeout = o.client.connect_timeout;
+    o.allreduce.op_timeout = o.client.step_timeout;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync must be ps, allreduce, async or ssp, got \"", sync, "\""));

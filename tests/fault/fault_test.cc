@@ -406,5 +406,29 @@ TEST(FaultTest, SigtermDrainsTheServerAndWorkersLeave) {
   EXPECT_EQ(second.WaitServer(), 0) << "its Leave ends the job";
 }
 
+// The whole job told to stop at once (a launcher's or a pod's SIGTERM):
+// the server drains while the workers are mid-step. Each worker stops
+// (143) instead of registering again with the draining server until it is
+// killed, or exiting 75 because the server could not take its Leave.
+TEST(FaultTest, SigtermToEveryoneAtOnceStopsEveryoneCleanly) {
+  for (const char* sync : {"--sync=ps", "--sync=allreduce"}) {
+    SCOPED_TRACE(sync);
+    Job job(2);
+    job.StartServer({});
+    job.StartWorker(0, Flags({sync}));
+    job.StartWorker(1, Flags({sync, "--straggle=1:50"}));
+    ASSERT_TRUE(job.WaitForServerLog("listening")) << job.ServerOutput();
+    absl::SleepFor(absl::Milliseconds(600));  // Some steps in.
+    const absl::Time signalled = absl::Now();
+    job.Signal(job.server(), SIGTERM);
+    job.Signal(job.worker(0), SIGTERM);
+    job.Signal(job.worker(1), SIGTERM);
+    EXPECT_EQ(job.WaitWorker(0), 143) << job.WorkerOutput(0);
+    EXPECT_EQ(job.WaitWorker(1), 143) << job.WorkerOutput(1);
+    EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+    EXPECT_LT(absl::Now() - signalled, absl::Seconds(15));
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

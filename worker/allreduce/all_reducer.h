@@ -58,10 +58,11 @@ struct AllReduceOptions {
   // new run, or runs two reducers at once, gives each its own group.
   std::string group = "allreduce";
   // How long creation waits for every rank to arrive (DEADLINE_EXCEEDED
-  // after it).
+  // after it). lockstep_worker sets it from --connect_timeout_s.
   absl::Duration rendezvous_timeout = absl::Seconds(60);
   // How long one AllReduceSum may take, waiting for the slowest rank
-  // included (DEADLINE_EXCEEDED after it).
+  // included (DEADLINE_EXCEEDED after it). lockstep_worker sets it from
+  // --step_timeout_s.
   absl::Duration op_timeout = absl::Seconds(60);
   // Largest piece of the vector sent at once, in bytes (at least 4): the
   // ring's chunk, gloo's segment. Smaller pieces pipeline better, larger ones
