@@ -1,5 +1,6 @@
 // lockstep_worker: one model replica training in synchronous steps.
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -55,14 +56,33 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
 }
 
 // The first SIGINT or SIGTERM asks the trainer to leave after the current
-// step; a second ends the process at once. A plain handler rather than a
-// sigwait thread: OpenBLAS starts its threads before main, so the signal
-// may land on any thread. The flag is the one piece of global state here,
-// as a signal handler needs.
+// step; a second, a while later, ends the process at once. One within
+// kSameStop of the first is the same stop delivered twice: a terminal's
+// Ctrl-C reaches every process of the launcher's group, and the launcher
+// then passes it on as SIGTERM. A plain handler rather than a sigwait
+// thread: OpenBLAS starts its threads before main, so the signal may land
+// on any thread. The flags are the one piece of global state here, as a
+// signal handler needs.
 std::atomic<bool> stop_requested{false};
+std::atomic<int64_t> stop_requested_ns{0};  // CLOCK_MONOTONIC.
+constexpr int64_t kSameStopNs = int64_t{2} * 1000 * 1000 * 1000;
+
+int64_t MonotonicNs() {  // clock_gettime is async-signal-safe.
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t{now.tv_sec} * 1000 * 1000 * 1000 + now.tv_nsec;
+}
 
 void OnStopSignal(int) {
-  if (stop_requested.exchange(true)) std::_Exit(kExitTerminated);
+  const int64_t now = MonotonicNs();
+  int64_t unset = 0;
+  stop_requested_ns.compare_exchange_strong(unset, now);
+  if (stop_requested.exchange(true)) {
+    if (now - stop_requested_ns.load() >= kSameStopNs) {
+      std::_Exit(kExitTerminated);
+    }
+    return;
+  }
   static const char kMessage[] =
       "lockstep_worker: stop signal received; leaving after this step\n";
   const ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);

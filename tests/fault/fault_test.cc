@@ -406,6 +406,22 @@ TEST(FaultTest, SigtermDrainsTheServerAndWorkersLeave) {
   EXPECT_EQ(second.WaitServer(), 0) << "its Leave ends the job";
 }
 
+// A terminal's Ctrl-C reaches a launcher's workers directly and again as
+// the launcher's SIGTERM: two signals at once are one stop, and the worker
+// still leaves the job after its step.
+TEST(FaultTest, TwoStopSignalsAtOnceAreOneStop) {
+  Job job(1);
+  job.StartServer({});
+  job.StartWorker(0, Flags({"--straggle=0:50"}));
+  ASSERT_TRUE(job.WaitForVersion(3)) << job.ServerOutput();
+  job.Signal(job.worker(0), SIGINT);
+  absl::SleepFor(absl::Milliseconds(20));
+  job.Signal(job.worker(0), SIGTERM);
+  EXPECT_EQ(job.WaitWorker(0), 143) << job.WorkerOutput(0);
+  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("Left the job"));
+  EXPECT_EQ(job.WaitServer(), 0) << "its Leave ends the job";
+}
+
 // The whole job told to stop at once (a launcher's or a pod's SIGTERM):
 // the server drains while the workers are mid-step. Each worker stops
 // (143) instead of registering again with the draining server until it is
