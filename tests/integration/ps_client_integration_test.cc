@@ -44,6 +44,19 @@ std::vector<float> RandomValues(uint64_t seed) {
   return v;
 }
 
+// One tensor of kElements in chunks of kChunkBytes (4 chunks: [0, 256),
+// ... [768, 1000)), plain SGD.
+ModelSignature OneTensor(int shards, int workers) {
+  ModelSignature signature;
+  signature.tensors.push_back({"w", {kElements}});
+  signature.optimizer = OptimizerConfig::Defaults("sgd");
+  signature.optimizer.learning_rate = kLearningRate;
+  signature.chunk_bytes = kChunkBytes;
+  signature.num_shards = shards;
+  signature.num_workers = workers;
+  return signature;
+}
+
 class PsClientWireTest
     : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
@@ -63,12 +76,7 @@ TEST_P(PsClientWireTest, EveryStepSendsItsOwnGradient) {
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
 
-  ModelSignature signature;
-  signature.tensors.push_back({"w", {kElements}});
-  signature.optimizer = OptimizerConfig::Defaults("sgd");
-  signature.optimizer.learning_rate = kLearningRate;
-  signature.chunk_bytes = kChunkBytes;
-  signature.num_shards = shards;
+  const ModelSignature signature = OneTensor(shards, /*workers=*/1);
   absl::StatusOr<RegisterResult> registered =
       (*client)->Register(0, signature, absl::Seconds(30));
   ASSERT_TRUE(registered.ok()) << registered.status();
@@ -110,12 +118,7 @@ TEST(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
   options.servers = {server.address};
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
-  ModelSignature signature;
-  signature.tensors.push_back({"w", {kElements}});
-  signature.optimizer = OptimizerConfig::Defaults("sgd");
-  signature.optimizer.learning_rate = kLearningRate;
-  signature.chunk_bytes = kChunkBytes;  // 4 chunks: [0, 256), ... [768, 1000).
-  signature.num_shards = 1;
+  const ModelSignature signature = OneTensor(/*shards=*/1, /*workers=*/1);
   const std::vector<float> initial = RandomValues(1);
   PsExchanger exchanger(client->get(), /*rank=*/0);
   std::vector<float> weights(kElements, 0.0f);
@@ -162,13 +165,7 @@ TEST(PsExchangerTest, AReplacementRecomputesAHalfClosedStepFromItsWeights) {
   Server server = StartServer(/*workers=*/2, dir);
   PsClientOptions options;
   options.servers = {server.address};
-  ModelSignature signature;
-  signature.tensors.push_back({"w", {kElements}});
-  signature.optimizer = OptimizerConfig::Defaults("sgd");
-  signature.optimizer.learning_rate = kLearningRate;
-  signature.chunk_bytes = kChunkBytes;  // 4 chunks: [0, 256), ... [768, 1000).
-  signature.num_shards = 1;
-  signature.num_workers = 2;
+  const ModelSignature signature = OneTensor(/*shards=*/1, /*workers=*/2);
   const std::vector<float> initial = RandomValues(1);
   auto initial_fn = [&] { return initial; };
   absl::StatusOr<std::unique_ptr<PsClient>> client0 = PsClient::Create(options);
