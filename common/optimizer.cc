@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -79,31 +80,47 @@ void CheckRangeOrDie(int64_t offset, size_t size, int64_t num_parameters) {
 // The update loops: branch-free over plain arrays so that GCC vectorizes
 // them. __restrict on parameters (GCC ignores it on locals) spares the
 // run-time alias checks. Each loop's formula is Keras's, as in optimizer.h.
+//
+// Every loop reads weight i from `from` (or from `w` itself when kInPlace,
+// and `from` is then unused) and writes it to `w`; gradient i is
+// `scale * sum[i]`. Keras (2.11+) gives every optimizer decoupled weight
+// decay, applied before the update, in the order w * weight_decay * lr; it
+// is a template switch rather than a multiply by zero because inf * 0 would
+// turn an infinite weight into NaN.
 
-// Keras (2.11+) gives every optimizer decoupled weight decay, applied before
-// the update, in the order w * weight_decay * lr.
-void DecayLoop(size_t n, float weight_decay, float lr, float* __restrict w) {
-  for (size_t i = 0; i < n; ++i) w[i] -= w[i] * weight_decay * lr;
+template <bool kInPlace, bool kDecay>
+inline float LoadWeight(const float* __restrict from, const float* w, size_t i,
+                        float weight_decay, float lr) {
+  float wi = kInPlace ? w[i] : from[i];
+  if constexpr (kDecay) wi -= wi * weight_decay * lr;
+  return wi;
 }
 
-void SgdLoop(size_t n, float lr, const float* __restrict g,
+template <bool kInPlace, bool kDecay>
+void SgdLoop(size_t n, float lr, float weight_decay, float scale,
+             const float* __restrict sum, const float* __restrict from,
              float* __restrict w) {
-  for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-}
-
-void MomentumLoop(size_t n, float lr, float momentum, const float* __restrict g,
-                  float* __restrict velocity, float* __restrict w) {
   for (size_t i = 0; i < n; ++i) {
-    velocity[i] = momentum * velocity[i] - lr * g[i];
-    w[i] += velocity[i];
+    const float wi = LoadWeight<kInPlace, kDecay>(from, w, i, weight_decay, lr);
+    w[i] = wi - lr * (scale * sum[i]);
   }
 }
 
-void NesterovLoop(size_t n, float lr, float momentum, const float* __restrict g,
-                  float* __restrict velocity, float* __restrict w) {
+template <bool kInPlace, bool kDecay, bool kNesterov>
+void MomentumLoop(size_t n, float lr, float weight_decay, float momentum,
+                  float scale, const float* __restrict sum,
+                  float* __restrict velocity, const float* __restrict from,
+                  float* __restrict w) {
   for (size_t i = 0; i < n; ++i) {
-    velocity[i] = momentum * velocity[i] - lr * g[i];
-    w[i] += momentum * velocity[i] - lr * g[i];
+    const float wi = LoadWeight<kInPlace, kDecay>(from, w, i, weight_decay, lr);
+    const float gi = scale * sum[i];
+    const float vi = momentum * velocity[i] - lr * gi;
+    velocity[i] = vi;
+    if constexpr (kNesterov) {
+      w[i] = wi + (momentum * vi - lr * gi);
+    } else {
+      w[i] = wi + vi;
+    }
   }
 }
 
@@ -119,24 +136,21 @@ struct AdamFactors {
   float lr;
 };
 
-// Decay is a template switch rather than a multiply by zero because
-// inf * 0 would turn an infinite weight into NaN; fusing it keeps AdamW to
-// one pass over memory.
-//
 // std::sqrt keeps this loop scalar unless the file is built with
 // -fno-math-errno: GCC then guards each sqrt with an errno branch, even
 // though v is never negative.
-template <bool kDecay>
-void AdamLoop(size_t n, const AdamFactors& f, const float* __restrict g,
-              float* __restrict m, float* __restrict v, float* __restrict w) {
+template <bool kInPlace, bool kDecay>
+void AdamLoop(size_t n, const AdamFactors& f, float scale,
+              const float* __restrict sum, float* __restrict m,
+              float* __restrict v, const float* __restrict from,
+              float* __restrict w) {
   const float b1 = f.beta_1, b2 = f.beta_2;
   const float c1 = f.one_minus_beta_1, c2 = f.one_minus_beta_2;
   const float alpha = f.alpha, eps = f.epsilon;
   const float wd = f.weight_decay, lr = f.lr;
   for (size_t i = 0; i < n; ++i) {
-    float wi = w[i];
-    if constexpr (kDecay) wi -= wi * wd * lr;
-    const float gi = g[i];
+    const float wi = LoadWeight<kInPlace, kDecay>(from, w, i, wd, lr);
+    const float gi = scale * sum[i];
     const float mi = b1 * m[i] + c1 * gi;
     const float vi = b2 * v[i] + c2 * (gi * gi);
     m[i] = mi;
@@ -145,10 +159,28 @@ void AdamLoop(size_t n, const AdamFactors& f, const float* __restrict g,
   }
 }
 
+// Calls `loop` with std::bool_constant arguments for in-place and decay,
+// so that each combination is its own branch-free instantiation.
+template <typename Loop>
+void Dispatch(bool in_place, bool decay, Loop loop) {
+  using T = std::true_type;
+  using F = std::false_type;
+  if (in_place) {
+    decay ? loop(T{}, T{}) : loop(T{}, F{});
+  } else {
+    decay ? loop(F{}, T{}) : loop(F{}, F{});
+  }
+}
+
+// The source pointer for the loops: null in place (the loops then read `to`).
+const float* Source(absl::Span<const float> from, absl::Span<float> to) {
+  return from.data() == to.data() ? nullptr : from.data();
+}
+
 // Keras SGD (2.11+), with optional momentum, Nesterov and weight decay.
 // "sgd" and "momentum" differ only in their defaults; momentum 0 keeps no
 // velocity slot, like Keras.
-// Thread-safety: Apply() on disjoint ranges may run concurrently.
+// Thread-safety: updates of disjoint ranges may run concurrently.
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& config, int64_t num_parameters)
@@ -159,22 +191,30 @@ class Sgd final : public Optimizer {
         weight_decay_(static_cast<float>(config.weight_decay)),
         velocity_(config.momentum != 0 ? num_parameters : 0, 0.0f) {}
 
-  void Apply(int64_t step, int64_t offset, absl::Span<float> weights,
-             absl::Span<const float> gradient) override {
-    CheckRangeOrDie(offset, weights.size(), num_parameters_);
-    const size_t n = weights.size();
-    float* w = weights.data();
-    // Skipped at zero so that infinite weights stay infinite.
-    if (weight_decay_ != 0) DecayLoop(n, weight_decay_, learning_rate_, w);
-    if (velocity_.empty()) {
-      SgdLoop(n, learning_rate_, gradient.data(), w);
-    } else if (config_.nesterov) {
-      NesterovLoop(n, learning_rate_, momentum_, gradient.data(),
-                   velocity_.data() + offset, w);
-    } else {
-      MomentumLoop(n, learning_rate_, momentum_, gradient.data(),
-                   velocity_.data() + offset, w);
-    }
+  void ApplyMean(int64_t step, int64_t offset, absl::Span<const float> from,
+                 absl::Span<float> to, absl::Span<const float> sum,
+                 float scale) override {
+    CheckRangeOrDie(offset, to.size(), num_parameters_);
+    const size_t n = to.size();
+    const float* source = Source(from, to);
+    const float lr = learning_rate_, wd = weight_decay_;
+    // Decay is skipped at zero so that infinite weights stay infinite.
+    Dispatch(source == nullptr, wd != 0, [&](auto in_place, auto decay) {
+      constexpr bool kInPlace = decltype(in_place)::value;
+      constexpr bool kDecay = decltype(decay)::value;
+      if (velocity_.empty()) {
+        SgdLoop<kInPlace, kDecay>(n, lr, wd, scale, sum.data(), source,
+                                  to.data());
+      } else if (config_.nesterov) {
+        MomentumLoop<kInPlace, kDecay, true>(
+            n, lr, wd, momentum_, scale, sum.data(), velocity_.data() + offset,
+            source, to.data());
+      } else {
+        MomentumLoop<kInPlace, kDecay, false>(
+            n, lr, wd, momentum_, scale, sum.data(), velocity_.data() + offset,
+            source, to.data());
+      }
+    });
   }
 
   const OptimizerConfig& config() const override { return config_; }
@@ -195,7 +235,7 @@ class Sgd final : public Optimizer {
 
 // Keras Adam and AdamW (2.11+); AdamW is Adam with a non-zero weight decay,
 // so both names share this class.
-// Thread-safety: Apply() on disjoint ranges may run concurrently.
+// Thread-safety: updates of disjoint ranges may run concurrently.
 class Adam final : public Optimizer {
  public:
   Adam(const OptimizerConfig& config, int64_t num_parameters)
@@ -212,9 +252,10 @@ class Adam final : public Optimizer {
         m_(num_parameters, 0.0f),
         v_(num_parameters, 0.0f) {}
 
-  void Apply(int64_t step, int64_t offset, absl::Span<float> weights,
-             absl::Span<const float> gradient) override {
-    CheckRangeOrDie(offset, weights.size(), num_parameters_);
+  void ApplyMean(int64_t step, int64_t offset, absl::Span<const float> from,
+                 absl::Span<float> to, absl::Span<const float> sum,
+                 float scale) override {
+    CheckRangeOrDie(offset, to.size(), num_parameters_);
     // In fp32, b^t and 1 - b^t lose most digits over a long run (and
     // 1 - b2^t at t = 1 is only 1e-3); double keeps alpha exact to fp32.
     const double t = static_cast<double>(step) + 1;
@@ -223,16 +264,15 @@ class Adam final : public Optimizer {
                          (1 - std::pow(config_.beta_1, t));
     AdamFactors factors = factors_;
     factors.alpha = static_cast<float>(alpha);
-    const size_t n = weights.size();
+    const size_t n = to.size();
+    const float* source = Source(from, to);
     float* m = m_.data() + offset;
     float* v = v_.data() + offset;
-    if (factors.weight_decay != 0) {
-      AdamLoop</*kDecay=*/true>(n, factors, gradient.data(), m, v,
-                                weights.data());
-    } else {
-      AdamLoop</*kDecay=*/false>(n, factors, gradient.data(), m, v,
-                                 weights.data());
-    }
+    Dispatch(source == nullptr, factors.weight_decay != 0,
+             [&](auto in_place, auto decay) {
+               AdamLoop<decltype(in_place)::value, decltype(decay)::value>(
+                   n, factors, scale, sum.data(), m, v, source, to.data());
+             });
   }
 
   const OptimizerConfig& config() const override { return config_; }

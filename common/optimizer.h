@@ -45,8 +45,20 @@ class Optimizer {
   // version step + 1) to weights[offset, offset + weights.size()), which is
   // the slice of the flat parameter vector starting at `offset`.
   // `gradient.size()` must equal `weights.size()` (checked by the caller).
-  virtual void Apply(int64_t step, int64_t offset, absl::Span<float> weights,
-                     absl::Span<const float> gradient) = 0;
+  void Apply(int64_t step, int64_t offset, absl::Span<float> weights,
+             absl::Span<const float> gradient) {
+    ApplyMean(step, offset, weights, weights, gradient, 1.0f);
+  }
+
+  // The same update in one pass over memory where three would do: the
+  // gradient is `sum` times `scale` (each element multiplied before use, so
+  // the result has the bits of `sum *= scale` followed by Apply), and the
+  // weights are read from `from` and the new ones written to `to`. `from`,
+  // `to` and `sum` have the same size (checked by the caller); `from` is
+  // either `to` itself or does not overlap it.
+  virtual void ApplyMean(int64_t step, int64_t offset,
+                         absl::Span<const float> from, absl::Span<float> to,
+                         absl::Span<const float> sum, float scale) = 0;
 
   virtual const OptimizerConfig& config() const = 0;
 

@@ -33,14 +33,17 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
                                                  BatchStats* stats) {
   ASSIGN_OR_RETURN(*stats, compute(nullptr));
   RETURN_IF_ERROR(reducer_->AllReduceSum(gradient));
-  // The same scaling as a parameter server's: multiply by 1/W.
+  // The same scaling as a parameter server's: the sum times 1/W, in the
+  // optimizer's pass.
   const float scale = 1.0f / static_cast<float>(num_workers_);
-  for (float& g : gradient) g *= scale;
-  optimizer_->Apply(step, 0, weights.subspan(0, num_parameters_),
-                    gradient.subspan(0, num_parameters_));
+  const absl::Span<float> parameters = weights.subspan(0, num_parameters_);
+  optimizer_->ApplyMean(step, 0, parameters, parameters,
+                        gradient.subspan(0, num_parameters_), scale);
   // The state (batch-norm statistics) becomes the workers' mean.
-  std::copy(gradient.begin() + num_parameters_, gradient.end(),
-            weights.begin() + num_parameters_);
+  for (size_t i = static_cast<size_t>(num_parameters_); i < gradient.size();
+       ++i) {
+    weights[i] = gradient[i] * scale;
+  }
   return step + 1;
 }
 

@@ -268,10 +268,13 @@ std::vector<OptimizerConfig> AllKinds() {
   nesterov.nesterov = true;
   OptimizerConfig sgd_with_decay = OptimizerConfig::Defaults("sgd");
   sgd_with_decay.weight_decay = 0.1;
+  OptimizerConfig nesterov_with_decay = nesterov;
+  nesterov_with_decay.weight_decay = 0.1;
   return {OptimizerConfig::Defaults("sgd"),
           OptimizerConfig::Defaults("momentum"),
           nesterov,
           sgd_with_decay,
+          nesterov_with_decay,
           OptimizerConfig::Defaults("adam"),
           OptimizerConfig::Defaults("adamw")};
 }
@@ -320,6 +323,57 @@ TEST(OptimizerTest, TwoHalvesEqualTheWhole) {
                                    halves_slots[s].second.end()))
           << "slot " << whole_slots[s].first;
     }
+  }
+}
+
+std::vector<std::vector<float>> SlotValues(Optimizer& optimizer) {
+  std::vector<std::vector<float>> values;
+  for (auto& [name, slot] : optimizer.Slots()) {
+    values.emplace_back(slot.begin(), slot.end());
+  }
+  return values;
+}
+
+TEST(OptimizerTest, ApplyMeanHasTheBitsOfScalingThenApply) {
+  // A server's step: a sum of 3 workers' gradients, scaled by 1/3, applied
+  // to a copy of the published weights. ApplyMean does it in one pass, both
+  // into a new buffer and in place, and must give the very same bits.
+  constexpr int kN = 19;  // Vector bodies and a scalar tail.
+  const float scale = 1.0f / 3.0f;
+  for (const OptimizerConfig& config : AllKinds()) {
+    SCOPED_TRACE(config.name + (config.nesterov ? " nesterov" : "") +
+                 (config.weight_decay != 0 ? " decay" : ""));
+    std::unique_ptr<Optimizer> reference = Make(config, kN);
+    std::unique_ptr<Optimizer> fresh_buffer = Make(config, kN);
+    std::unique_ptr<Optimizer> in_place = Make(config, kN);
+    ASSERT_NE(reference, nullptr);
+    ASSERT_NE(fresh_buffer, nullptr);
+    ASSERT_NE(in_place, nullptr);
+    Random random(11);
+    const std::vector<float> initial = RandomNonZero(random, kN);
+    std::vector<float> w_reference = initial;
+    std::vector<float> w_fresh = w_reference;
+    std::vector<float> w_in_place = w_reference;
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> sum = RandomNonZero(random, kN);
+      std::vector<float> g = sum;
+      for (float& x : g) x *= scale;
+      reference->Apply(step, 0, absl::MakeSpan(w_reference), g);
+
+      const std::vector<float> from = w_fresh;
+      std::vector<float> to(kN, std::numeric_limits<float>::quiet_NaN());
+      fresh_buffer->ApplyMean(step, 0, from, absl::MakeSpan(to), sum, scale);
+      EXPECT_EQ(from, w_fresh) << "step " << step << ": `from` was written";
+      w_fresh = to;
+
+      in_place->ApplyMean(step, 0, w_in_place, absl::MakeSpan(w_in_place), sum,
+                          scale);
+      EXPECT_EQ(w_fresh, w_reference) << "step " << step;
+      EXPECT_EQ(w_in_place, w_reference) << "step " << step;
+      EXPECT_EQ(SlotValues(*fresh_buffer), SlotValues(*reference));
+      EXPECT_EQ(SlotValues(*in_place), SlotValues(*reference));
+    }
+    EXPECT_NE(w_reference, initial) << "the weights never moved";
   }
 }
 
