@@ -232,11 +232,10 @@ void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
       absl::ToInt64Nanoseconds(absl::Now() - first_push_),
       std::memory_order_relaxed);
   const float scale = 1.0f / static_cast<float>(num_pushed_);
-  for (float& g : accumulator_) g *= scale;
   pushed_previous_.swap(pushed_);
   std::fill(pushed_.begin(), pushed_.end(), false);
   num_pushed_ = 0;
-  ApplyAndPublishLocked(answers);
+  ApplyAndPublishLocked(scale, answers);
   for (ChunkCallback& cb : push_waiters_) {
     answers->Add(std::move(cb), SnapshotLocked());
   }
@@ -245,7 +244,7 @@ void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
 
 void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
                              Answers* answers) {
-  ApplyAndPublishLocked(answers);
+  ApplyAndPublishLocked(/*scale=*/1.0f, answers);
   if (policy_.mode == SyncPolicy::Mode::kAsync) {
     answers->Add(std::move(done), SnapshotLocked());
     return;
@@ -264,24 +263,28 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
   ssp_waiters_.erase(ready, ssp_waiters_.end());
 }
 
-void ChunkBarrier::ApplyAndPublishLocked(Answers* answers) {
+void ChunkBarrier::ApplyAndPublishLocked(float scale, Answers* answers) {
   const absl::Time start = absl::Now();
   apply_start_ = start;
   // The published snapshot is the master copy: the next version is made in
   // a new buffer and published in turn, so a chunk holds one copy of its
   // weights (plus, briefly, the ones replies still send).
-  std::shared_ptr<std::vector<float>> next;
+  auto next = std::make_shared<std::vector<float>>(chunk_.size);
   if (chunk_.state) {
     // Model state (batch-norm moving statistics): the mean of what the
     // workers pushed becomes the new value.
-    next = std::make_shared<std::vector<float>>(accumulator_);
+    for (size_t i = 0; i < accumulator_.size(); ++i) {
+      (*next)[i] = accumulator_[i] * scale;
+    }
   } else {
-    next = std::make_shared<std::vector<float>>(*published_);
-    optimizer_->Apply(version_, 0, absl::MakeSpan(*next), accumulator_);
+    // The mean, the copy of the weights and the update in one pass: the
+    // bits of scaling the sum, copying and applying.
+    optimizer_->ApplyMean(version_, 0, *published_, absl::MakeSpan(*next),
+                          accumulator_, scale);
   }
   if (policy_.mode == SyncPolicy::Mode::kSync) {
     // Idle until the next step's first push: it keeps this version's
-    // weights for an exact pull (at the cost of the zeroing it replaces).
+    // weights for an exact pull (in place of the zeroing it replaces).
     std::copy(published_->begin(), published_->end(), accumulator_.begin());
     accumulator_holds_previous_ = true;
   } else {

@@ -176,9 +176,9 @@ class ChunkBarrier final {
                 Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushAsync(int rank, int64_t step, ChunkCallback done, Answers* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Applies the accumulator (already scaled) as step `version_`, publishes
-  // version_ + 1 and answers the pulls it satisfies.
-  void ApplyAndPublishLocked(Answers* answers)
+  // Applies the accumulator times `scale` (1 / the pushes summed) as step
+  // `version_`, publishes version_ + 1 and answers the pulls it satisfies.
+  void ApplyAndPublishLocked(float scale, Answers* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ChunkSnapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ChunkSnapshot{chunk_.index, version_, published_, encoded_};
