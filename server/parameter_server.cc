@@ -215,10 +215,15 @@ absl::Status ParameterServer::CheckMemberLocked(int rank,
 
 absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(int rank,
                                                          int64_t incarnation,
-                                                         int chunk) const {
+                                                         int chunk,
+                                                         int64_t step) const {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
+  if (step >= step_limit_) {
+    return absl::UnavailableError(
+        "the server is draining: it takes no new steps");
+  }
   return OwnedChunkLocked(chunk);
 }
 
@@ -275,15 +280,9 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
                            absl::Span<const absl::string_view> payload,
                            ChunkCallback done) {
   const absl::Time arrival = absl::Now();
-  absl::StatusOr<ChunkBarrier*> barrier = FindChunk(rank, incarnation, chunk);
+  absl::StatusOr<ChunkBarrier*> barrier =
+      FindChunk(rank, incarnation, chunk, step);
   absl::Status valid = barrier.status();
-  if (valid.ok()) {
-    absl::MutexLock lock(&mu_);
-    if (step >= step_limit_) {
-      valid = absl::UnavailableError(
-          "the server is draining: it takes no new steps");
-    }
-  }
   if (valid.ok()) {
     NoteContact(rank, arrival, step);
     valid = CheckPayload(payload, dtype, (*barrier)->chunk());

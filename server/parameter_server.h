@@ -225,9 +225,11 @@ class ParameterServer final {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckMemberLocked(int rank, int64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Validates rank/incarnation/chunk; returns the chunk's barrier.
+  // Validates rank/incarnation/chunk, and for a push of `step` (-1: none)
+  // that the server still takes that step (StopNewSteps); returns the
+  // chunk's barrier.
   absl::StatusOr<ChunkBarrier*> FindChunk(int rank, int64_t incarnation,
-                                          int chunk) const;
+                                          int chunk, int64_t step = -1) const;
   // The barrier of a chunk this shard owns, or why there is none.
   absl::StatusOr<ChunkBarrier*> OwnedChunkLocked(int chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -112,16 +112,17 @@ absl::StatusOr<int64_t> Trainer::Rejoin(const absl::Status& cause,
       Random::Derive(options_.seed, 1000 + options_.rank), rejoins_));
   ++rejoins_;
   // Registered again without a step since: the step fails right after the
-  // registration works (a draining server, say), so wait before the next.
-  if (wait_before_rejoin_ > absl::ZeroDuration()) {
-    absl::SleepFor(wait_before_rejoin_ * (0.5 + 0.5 * jitter.UniformFloat()));
+  // registration works (a draining server, say), so back off before the
+  // next registration too.
+  if (rejoined_without_a_step_) {
+    absl::SleepFor(rejoin_backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
+    rejoin_backoff_ = std::min(rejoin_backoff_ * 2, kMostRejoinBackoff);
   }
   while (true) {
     absl::StatusOr<int64_t> version =
         JoinJob(std::max(deadline - absl::Now(), absl::Milliseconds(100)));
     if (version.ok()) {
-      wait_before_rejoin_ = rejoin_backoff_;
-      rejoin_backoff_ = std::min(rejoin_backoff_ * 2, kMostRejoinBackoff);
+      rejoined_without_a_step_ = true;
       return version;
     }
     if (!IsRetryable(version.status())) return version;
@@ -295,7 +296,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       }
       last_success = absl::Now();
       rejoin_backoff_ = kFirstRejoinBackoff;
-      wait_before_rejoin_ = absl::ZeroDuration();
+      rejoined_without_a_step_ = false;
       const int64_t version = *exchanged;
       if (options_.on_step && stats.examples > 0) {
         options_.on_step(step, absl::ToDoubleSeconds(last_success - loop_start),

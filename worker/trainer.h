@@ -134,9 +134,9 @@ class Trainer final {
   static constexpr absl::Duration kFirstRejoinBackoff = absl::Milliseconds(100);
   static constexpr absl::Duration kMostRejoinBackoff = absl::Seconds(5);
   absl::Duration rejoin_backoff_ = kFirstRejoinBackoff;
-  // How long the next rejoin waits first: non-zero once a rejoin has
-  // registered and no step has succeeded since.
-  absl::Duration wait_before_rejoin_ = absl::ZeroDuration();
+  // A rejoin has registered and no step has succeeded since: the next one
+  // backs off first.
+  bool rejoined_without_a_step_ = false;
   int64_t rejoins_ = 0;  // For the jitter's seed.
 };
 
