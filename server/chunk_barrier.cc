@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
 namespace lockstep {
@@ -25,11 +26,13 @@ std::shared_ptr<const std::string> EncodedWeights::Get(
 ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
                            int num_workers,
                            std::unique_ptr<Optimizer> optimizer,
-                           BarrierCounters* counters,
-                           BarrierObserver* observer)
+                           BarrierCounters* counters, BarrierObserver* observer,
+                           SumOrder sum_order)
     : chunk_(chunk),
       policy_(policy),
       num_workers_(num_workers),
+      rank_order_(sum_order == SumOrder::kRank &&
+                  policy.mode == SyncPolicy::Mode::kSync && num_workers > 2),
       counters_(counters),
       observer_(observer) {
   absl::MutexLock lock(&mu_);
@@ -39,6 +42,7 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
   pushed_previous_.assign(num_workers, false);
   clock_.assign(num_workers, 0);
   arrivals_.assign(num_workers, absl::InfinitePast());
+  if (rank_order_) held_.resize(num_workers);
 }
 
 absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
@@ -175,14 +179,10 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
                            pushed_[rank];
       if (!counted) {
         if (observer_ != nullptr) sum_start = absl::Now();
-        if (accumulator_holds_previous_) {
-          // The first push of a step: written over the previous version's
-          // weights kept for an exact pull (sizes checked by the caller).
-          DecodePieces(payload, dtype, absl::MakeSpan(accumulator_))
-              .IgnoreError();
-          accumulator_holds_previous_ = false;
+        if (rank_order_) {
+          SumInRankOrderLocked(rank, payload, dtype);
         } else {
-          AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
+          SumLocked(payload, dtype);
         }
         counters_->pushes_accepted.fetch_add(1, std::memory_order_relaxed);
         counters_->bytes_received.fetch_add(PiecesSize(payload),
@@ -231,6 +231,7 @@ void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
   counters_->barrier_wait_ns.fetch_add(
       absl::ToInt64Nanoseconds(absl::Now() - first_push_),
       std::memory_order_relaxed);
+  if (rank_order_) SumHeldLocked();
   const float scale = 1.0f / static_cast<float>(num_pushed_);
   pushed_previous_.swap(pushed_);
   std::fill(pushed_.begin(), pushed_.end(), false);
@@ -240,6 +241,51 @@ void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
     answers->Add(std::move(cb), SnapshotLocked());
   }
   push_waiters_.clear();
+}
+
+void ChunkBarrier::SumLocked(absl::Span<const absl::string_view> payload,
+                             WireDType dtype) {
+  if (accumulator_holds_previous_) {
+    // The first push of a step: written over the previous version's
+    // weights kept for an exact pull (sizes checked by the caller).
+    DecodePieces(payload, dtype, absl::MakeSpan(accumulator_)).IgnoreError();
+    accumulator_holds_previous_ = false;
+  } else {
+    AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
+  }
+}
+
+void ChunkBarrier::SumInRankOrderLocked(
+    int rank, absl::Span<const absl::string_view> payload, WireDType dtype) {
+  if (rank != next_rank_) {
+    // A lower rank is still to come: keep a copy, since the caller releases
+    // the payload once this returns.
+    held_[rank] = HeldPush{dtype, absl::StrJoin(payload, "")};
+    return;
+  }
+  SumLocked(payload, dtype);
+  ++next_rank_;
+  while (next_rank_ < num_workers_ && held_[next_rank_].has_value()) {
+    const absl::string_view bytes = held_[next_rank_]->bytes;
+    SumLocked(absl::MakeConstSpan(&bytes, 1), held_[next_rank_]->dtype);
+    held_[next_rank_].reset();
+    ++next_rank_;
+  }
+}
+
+void ChunkBarrier::SumHeldLocked() {
+  for (std::optional<HeldPush>& held : held_) {
+    if (!held.has_value()) continue;
+    const absl::string_view bytes = held->bytes;
+    SumLocked(absl::MakeConstSpan(&bytes, 1), held->dtype);
+    held.reset();
+  }
+  next_rank_ = 0;
+}
+
+void ChunkBarrier::ForgetHeldLocked() {
+  for (std::optional<HeldPush>& held : held_) held.reset();
+  next_rank_ = 0;
 }
 
 void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
@@ -362,6 +408,7 @@ void ChunkBarrier::Close(const absl::Status& status) {
     push_waiters_.clear();
     ssp_waiters_.clear();
     pull_waiters_.clear();
+    ForgetHeldLocked();
   }
   answers.Run();
 }
@@ -388,10 +435,15 @@ bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
         version_ != step) {
       return false;
     }
-    std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+    // Nothing summed yet (every push held, in rank order): the accumulator
+    // still holds the previous version's weights, for an exact pull.
+    if (!accumulator_holds_previous_) {
+      std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+    }
     std::fill(pushed_.begin(), pushed_.end(), false);
     std::fill(arrivals_.begin(), arrivals_.end(), absl::InfinitePast());
     num_pushed_ = 0;
+    ForgetHeldLocked();
     for (ChunkCallback& cb : push_waiters_) answers.Add(std::move(cb), status);
     push_waiters_.clear();
   }

@@ -15,6 +15,7 @@
 //   kSsp    like kAsync, but the answer to a push for step s is held until
 //           every worker has pushed step s - k (k = staleness): no worker runs
 //           more than k steps ahead of the slowest.
+// The order of a synchronous step's sum is the job's SumOrder (below).
 // A state chunk (batch-norm moving statistics, Chunk::state) is not
 // optimized: its new value is the mean of the values pushed for it.
 // A published version is an immutable snapshot; versions only increase.
@@ -78,6 +79,19 @@ struct ChunkSnapshot {
 
 using ChunkCallback = std::function<void(absl::StatusOr<ChunkSnapshot>)>;
 
+// The order in which a synchronous step sums its workers' gradients (the
+// server's --sum_order). Float addition is not associative: with three or
+// more workers the order changes the last bits of the result.
+//   kArrival  each push is added as it arrives, then released: the server
+//             holds one accumulator per chunk whatever W is.
+//   kRank     ascending rank, whatever the arrival order, so that a run (or
+//             a run recovered from a fault) gives the same bits every time.
+//             A push that arrives before a lower rank's is copied and held
+//             until that one is summed: up to W - 2 extra copies of a
+//             chunk's payload. With one or two workers both orders are the
+//             same sum and nothing is held.
+enum class SumOrder { kArrival, kRank };
+
 // Counters shared by all chunks of a shard (see ServerCounters).
 struct BarrierCounters {
   std::atomic<int64_t> pushes_accepted{0};
@@ -105,7 +119,8 @@ class ChunkBarrier final {
   // barrier.
   ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy, int num_workers,
                std::unique_ptr<Optimizer> optimizer, BarrierCounters* counters,
-               BarrierObserver* observer = nullptr);
+               BarrierObserver* observer = nullptr,
+               SumOrder sum_order = SumOrder::kArrival);
 
   // Stores version 0 (fp32 values; size checked by the caller) and answers
   // waiting pulls. FAILED_PRECONDITION when already initialized, unless with
@@ -176,6 +191,19 @@ class ChunkBarrier final {
                 Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushAsync(int rank, int64_t step, ChunkCallback done, Answers* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a push's payload into the accumulator (writing over it when it
+  // holds the previous version's weights).
+  void SumLocked(absl::Span<const absl::string_view> payload, WireDType dtype)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SumOrder::kRank: sums or holds the new push of `rank`, then sums the held
+  // pushes that now follow the summed ranks without a gap.
+  void SumInRankOrderLocked(int rank,
+                            absl::Span<const absl::string_view> payload,
+                            WireDType dtype) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SumOrder::kRank, at a step's close: sums what is still held (ranks after
+  // one that did not push, with backup workers), in ascending rank.
+  void SumHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForgetHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the accumulator times `scale` (1 / the pushes summed) as step
   // `version_`, publishes version_ + 1 and answers the pulls it satisfies.
   void ApplyAndPublishLocked(float scale, Answers* answers)
@@ -191,6 +219,8 @@ class ChunkBarrier final {
   const Chunk chunk_;
   const SyncPolicy policy_;
   const int num_workers_;
+  // SumOrder::kRank in sync mode with more than two workers.
+  const bool rank_order_;
   BarrierCounters* const counters_;  // Not owned.
   BarrierObserver* const observer_;  // Not owned; may be null.
   std::atomic<int64_t> published_version_{-1};
@@ -215,6 +245,14 @@ class ChunkBarrier final {
   int num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time first_push_ ABSL_GUARDED_BY(mu_);
   std::vector<ChunkCallback> push_waiters_ ABSL_GUARDED_BY(mu_);
+  // rank_order_: the ranks below next_rank_ are summed; a later rank's push
+  // that came early waits in held_ (a copy of its payload), by rank.
+  struct HeldPush {
+    WireDType dtype;
+    std::string bytes;
+  };
+  std::vector<std::optional<HeldPush>> held_ ABSL_GUARDED_BY(mu_);
+  int next_rank_ ABSL_GUARDED_BY(mu_) = 0;
   // For the observer: kSync arrivals of the step being gathered, by rank,
   // and when the last two versions were applied.
   std::vector<absl::Time> arrivals_ ABSL_GUARDED_BY(mu_);

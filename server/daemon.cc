@@ -218,6 +218,7 @@ int Daemon::Run() {
   core_options.shard = options_.shard;
   core_options.num_shards = options_.num_shards;
   core_options.observer = telemetry_->observer();
+  core_options.sum_order = options_.sum_order;
   absl::StatusOr<std::unique_ptr<ParameterServer>> core =
       ParameterServer::Create(core_options);
   if (!core.ok()) {

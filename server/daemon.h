@@ -52,6 +52,7 @@ struct DaemonOptions {
   ServerTelemetryOptions telemetry;
   absl::Duration step_timeout = absl::ZeroDuration();  // Zero: none.
   bool fail_on_worker_loss = false;  // Else wait for a replacement.
+  SumOrder sum_order = SumOrder::kArrival;
 };
 
 class Daemon final {

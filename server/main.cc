@@ -77,6 +77,12 @@ ABSL_FLAG(int, step_timeout_s, 300,
 ABSL_FLAG(std::string, on_worker_loss, "wait",
           "After a step timeout: wait (for a replacement worker to register "
           "and push) or fail (exit with the retryable code 75).");
+ABSL_FLAG(std::string, sum_order, "arrival",
+          "How a synchronous step sums its workers' gradients: arrival (each "
+          "as it comes, one buffer per chunk) or rank (ascending rank, so "
+          "that runs with three or more workers give the same bits every "
+          "time, a run recovered from a fault included; holds up to W - 2 "
+          "copies of a chunk's payload that arrived early).");
 ABSL_FLAG(int, max_message_mb, 64,
           "Largest gRPC reply sent, in MiB (replies carry at most a chunk). "
           "What is received follows --max_chunk_bytes.");
@@ -222,6 +228,12 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
         "--on_worker_loss must be wait or fail, got \"", loss, "\""));
   }
   options.fail_on_worker_loss = loss == "fail";
+  const std::string order = absl::GetFlag(FLAGS_sum_order);
+  if (order != "arrival" && order != "rank") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sum_order must be arrival or rank, got \"", order, "\""));
+  }
+  options.sum_order = order == "rank" ? SumOrder::kRank : SumOrder::kArrival;
   return options;
 }
 

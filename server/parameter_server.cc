@@ -98,7 +98,7 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
                      Optimizer::Create(signature.optimizer, chunk.size));
     chunks.push_back(std::make_unique<ChunkBarrier>(
         chunk, signature.sync, options_.num_workers, std::move(optimizer),
-        &counters_, options_.observer));
+        &counters_, options_.observer, options_.sum_order));
   }
   // Barriers of an earlier, provisional configuration stay alive: a caller
   // may still hold a pointer to one (they are closed).

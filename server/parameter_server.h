@@ -57,6 +57,7 @@ struct ParameterServerOptions {
   int shard = 0;        // This server's index among num_shards.
   int num_shards = 1;   // Chunks are spread over shards by ChunkPlan.
   BarrierObserver* observer = nullptr;  // Not owned; may be null.
+  SumOrder sum_order = SumOrder::kArrival;  // Synchronous steps' sums.
 };
 
 struct Registration {

@@ -145,6 +145,11 @@ absl::Status ValidateLaunchOptions(const LaunchOptions& options) {
   if (options.grace_period < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--grace_period must not be negative");
   }
+  if (options.sum_order != "arrival" && options.sum_order != "rank") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sum_order must be arrival or rank, got \"",
+                     options.sum_order, "\""));
+  }
   if (!options.tls_dir.empty()) {
     for (const char* name : kTlsFiles) {
       const std::string path = absl::StrCat(options.tls_dir, "/", name);
@@ -182,6 +187,9 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
   if (options.ps > 1) {
     argv.push_back(absl::StrCat("--shard=", shard));
     argv.push_back(absl::StrCat("--num_shards=", options.ps));
+  }
+  if (options.sum_order != "arrival") {
+    argv.push_back(absl::StrCat("--sum_order=", options.sum_order));
   }
   AddTlsFlags(options, "server", &argv);
   if (!options.tls_dir.empty()) {

@@ -31,6 +31,9 @@ struct LaunchOptions {
   std::string tls_dir;
   // Passed as --token_file to every server and worker; empty: none.
   std::string token_file;
+  // The servers' --sum_order ("arrival" or "rank"); passed on when not the
+  // default.
+  std::string sum_order = "arrival";
 };
 
 absl::Status ValidateLaunchOptions(const LaunchOptions& options);

@@ -49,6 +49,10 @@ ABSL_FLAG(std::string, tls_dir, "",
 ABSL_FLAG(std::string, token_file, "",
           "A bearer-token file passed as --token_file to every server and "
           "worker.");
+ABSL_FLAG(std::string, sum_order, "arrival",
+          "The servers' --sum_order: arrival, or rank for the same bits in "
+          "every run with three or more workers (see lockstep_server "
+          "--help).");
 ABSL_FLAG(double, grace_period, 10,
           "Seconds between SIGTERM and SIGKILL when stopping processes; also "
           "how long servers get to exit by themselves after the workers "
@@ -136,6 +140,7 @@ int main(int argc, char** argv) {
     options.bin_dir = *dir;
   }
   options.token_file = absl::GetFlag(FLAGS_token_file);
+  options.sum_order = absl::GetFlag(FLAGS_sum_order);
   if (absl::GetFlag(FLAGS_tls)) {
     options.tls_dir = absl::GetFlag(FLAGS_tls_dir);
     if (options.tls_dir.empty()) options.tls_dir = options.bin_dir + "/../tls";

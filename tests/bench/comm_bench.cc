@@ -75,7 +75,9 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
       ServerSet servers,
       StartServers(runner.get(), options.bin_dir,
                    absl::MakeConstSpan(hosts).subspan(0, options.ps),
-                   options.workers, dir, {"--exit_when_done=false"},
+                   options.workers, dir,
+                   {"--exit_when_done=false",
+                    absl::StrCat("--sum_order=", options.sum_order)},
                    std::min(Left(deadline), absl::Seconds(60))));
   const std::vector<std::string>& addresses = servers.addresses;
   const BenchHost& reader = hosts[options.ps];  // Reaches every server.

@@ -32,6 +32,7 @@ struct CommOptions {
   // they all-reduce among themselves; `ps` must be 1, a server that only
   // hosts the rendezvous.
   std::string allreduce;
+  std::string sum_order = "arrival";  // The servers' --sum_order.
   // Where the processes run: servers on hosts[0, ps), worker r on
   // hosts[ps + r]. Empty: everything on loopback.
   std::vector<BenchHost> hosts;

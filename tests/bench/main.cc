@@ -45,6 +45,8 @@ ABSL_FLAG(std::string, push_window, "auto",
           "comm: gradient chunks each worker has in flight to each shard "
           "(0: all; auto: the worker's default).");
 ABSL_FLAG(int, warmup, 3, "comm: untimed steps first.");
+ABSL_FLAG(std::string, sum_order, "arrival",
+          "comm: the servers' --sum_order (arrival or rank).");
 ABSL_FLAG(bool, iperf3, false,
           "comm: also measure the loopback floor with iperf3 --bidir.");
 ABSL_FLAG(int, runs, 3, "e2e: training runs.");
@@ -173,6 +175,7 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
                    ParsePushWindow(absl::GetFlag(FLAGS_push_window)));
   o.iperf3 = absl::GetFlag(FLAGS_iperf3);
   o.allreduce = absl::GetFlag(FLAGS_allreduce_backend);
+  o.sum_order = absl::GetFlag(FLAGS_sum_order);
   if (!o.allreduce.empty() && o.ps != 1) {
     return absl::InvalidArgumentError(
         "--allreduce_backend needs --ps=1 (the server only hosts the "

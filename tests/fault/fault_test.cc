@@ -2,7 +2,8 @@
 // loopback, killed, stopped and restarted with real signals. In every case
 // nothing hangs, no partial step is applied, no step is applied twice, and
 // where the scenario allows the final weights equal a fault-free run's
-// exactly (two workers: the sum of two gradients does not depend on order).
+// exactly (two workers, whose sum does not depend on the order, or three
+// summed in rank order).
 #include <signal.h>
 #include <unistd.h>
 
@@ -65,6 +66,35 @@ TEST(FaultTest, KilledWorkerIsReplacedAndTheResultIsUnchanged) {
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
   EXPECT_EQ(job.Weights(0), Reference());
   EXPECT_EQ(job.Weights(1), Reference());
+}
+
+// Three workers: the order of a sum now matters, and the server sums in
+// rank order (--sum_order=rank) so that the recovered run still equals the
+// fault-free one bit for bit. Rank 1 dies mid-job, rank 2 is slow.
+TEST(FaultTest, KilledWorkerOfThreeSummedInRankOrderGivesTheSameBits) {
+  const std::vector<std::string> server = {"--sum_order=rank"};
+  Job clean(3);
+  clean.StartServer(server);
+  for (int r = 0; r < 3; ++r) clean.StartWorker(r, Flags());
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(clean.WaitWorker(r), 0) << clean.WorkerOutput(r);
+  }
+  ASSERT_EQ(clean.WaitServer(), 0) << clean.ServerOutput();
+  const std::vector<float> reference = clean.Weights(0);
+
+  Job job(3);
+  job.StartServer({"--sum_order=rank", "--step_timeout_s=2"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags());
+  job.StartWorker(2, Flags({"--straggle=2:50"}));
+  ASSERT_TRUE(job.WaitForVersion(8)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGKILL);
+  job.StartWorker(1, Flags());
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(job.WaitWorker(r), 0) << job.WorkerOutput(r);
+  }
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(job.Weights(r), reference) << r;
 }
 
 TEST(FaultTest, StoppedWorkerIsEvictedThenRecovers) {

@@ -358,6 +358,13 @@ TEST(LauncherTest, CommandLines) {
               ElementsAre("/b/lockstep_server", "--listen=127.0.0.1:0",
                           "--port_file=/t/ps1.port", "--workers=3",
                           "--exit_when_done", "--shard=1", "--num_shards=2"));
+  options.sum_order = "rank";
+  EXPECT_THAT(ServerArgv(options, 0, "/t/ps0.port"),
+              testing::Contains("--sum_order=rank"));
+  EXPECT_TRUE(ValidateLaunchOptions(options).ok());
+  options.sum_order = "random";
+  EXPECT_THAT(ValidateLaunchOptions(options).message(),
+              HasSubstr("--sum_order must be arrival or rank"));
 }
 
 TEST(LauncherTest, PlacesWorkersOnGpusRoundRobin) {
