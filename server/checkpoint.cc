@@ -273,6 +273,28 @@ absl::StatusOr<std::string> CheckpointStore::Save(
 
 absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
     std::vector<std::string>* notes) const {
+  // A write that did not finish (the server died before its rename) left its
+  // temporary file: never read, and never pruned by Save, it would stay for
+  // good, one model's size per crash.
+  if (DIR* d = opendir(dir_.c_str())) {
+    const std::string tmp_suffix = absl::StrCat(kSuffix, ".tmp");
+    std::vector<std::string> leftovers;
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, tmp_suffix)) {
+        leftovers.push_back(absl::StrCat(dir_, "/", name));
+      }
+    }
+    closedir(d);
+    for (const std::string& path : leftovers) {
+      if (unlink(path.c_str()) == 0) {
+        notes->push_back(
+            absl::StrCat("removed ", path,
+                         ", left by a checkpoint write that did not "
+                         "finish"));
+      }
+    }
+  }
   std::vector<std::string> all = List();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     std::ifstream in(*it, std::ios::binary);

@@ -65,7 +65,9 @@ class CheckpointStore final {
 
   // The newest checkpoint that reads back intact, or nullopt when there is
   // none. Each corrupt one passed over is described in `*notes` and renamed
-  // to NAME.corrupt, out of the way of later loads and of pruning.
+  // to NAME.corrupt, out of the way of later loads and of pruning. Temporary
+  // files of writes that did not finish are removed (and noted): call it
+  // before this shard's server saves.
   absl::StatusOr<std::optional<ShardCheckpoint>> LoadNewest(
       std::vector<std::string>* notes) const;
 

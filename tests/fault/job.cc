@@ -115,6 +115,10 @@ bool Job::WaitForServerLog(const std::string& text) const {
   return WaitFor([&] { return absl::StrContains(ServerOutput(), text); });
 }
 
+bool Job::WaitForWorkerLog(int slot, const std::string& text) const {
+  return WaitFor([&] { return absl::StrContains(WorkerOutput(slot), text); });
+}
+
 bool Job::WaitForCheckpointTmp() const {
   const std::string dir = dir_ + "/ckpt/shard-0-of-1";
   return WaitFor([&] {

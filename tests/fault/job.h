@@ -38,6 +38,7 @@ class Job final {
   // Each waits on its condition with a 60 s deadline; false on timeout.
   bool WaitForVersion(int64_t version) const;
   bool WaitForServerLog(const std::string& text) const;
+  bool WaitForWorkerLog(int slot, const std::string& text) const;
   bool WaitForCheckpointTmp() const;
   bool WaitForCheckpointFile() const;
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
@@ -107,12 +108,20 @@ TEST(CheckpointStoreTest, KeepsTheNewestAndFallsBackPastDamage) {
   std::vector<std::string> files = (*store)->List();
   ASSERT_THAT(files, SizeIs(3));
   EXPECT_THAT(files.back(), HasSubstr("ckpt-000000000025.lsc"));
-  // A leftover temporary file (a crash mid-write) is ignored.
-  Spit(files.back() + ".tmp", "partial");
+  // A leftover temporary file (a crash mid-write) is not read, and removed.
+  const std::string leftover =
+      absl::StrCat(dir, "/a/b/shard-0-of-1/ckpt-000000000030.lsc.tmp");
+  Spit(leftover, "partial");
+  const std::string other = absl::StrCat(dir, "/a/b/shard-0-of-1/notes.tmp");
+  Spit(other, "not ours");
   auto newest = (*store)->LoadNewest(&notes);
   ASSERT_TRUE(newest.ok() && newest->has_value());
   EXPECT_EQ((*newest)->version, 25);
-  EXPECT_TRUE(notes.empty());
+  ASSERT_THAT(notes, SizeIs(1));
+  EXPECT_THAT(notes[0], HasSubstr("removed " + leftover));
+  EXPECT_NE(access(leftover.c_str(), F_OK), 0);
+  EXPECT_EQ(Slurp(other), "not ours") << "only checkpoint files are removed";
+  notes.clear();
   // Damage the newest (a flipped bit) and truncate the next: the oldest kept
   // one loads, and both are reported.
   std::string bytes = Slurp(files[2]);
