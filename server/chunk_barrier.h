@@ -87,7 +87,7 @@ using ChunkCallback = std::function<void(absl::StatusOr<ChunkSnapshot>)>;
 //   kRank     ascending rank, whatever the arrival order, so that a run (or
 //             a run recovered from a fault) gives the same bits every time.
 //             A push that arrives before a lower rank's is copied and held
-//             until that one is summed: up to W - 2 extra copies of a
+//             until that one is summed: up to W - 1 extra copies of a
 //             chunk's payload. With one or two workers both orders are the
 //             same sum and nothing is held.
 enum class SumOrder { kArrival, kRank };

@@ -83,7 +83,11 @@ absl::StatusOr<std::string> CoordinationStore::Get(absl::string_view key,
   };
   const Ready ready{this, key};
   absl::MutexLock lock(&mu_);
-  if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+  ++blocked_gets_;
+  const bool ready_in_time =
+      mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  --blocked_gets_;
+  if (!ready_in_time) {
     return absl::DeadlineExceededError(
         absl::StrCat("key \"", key, "\" did not appear before the deadline"));
   }
@@ -145,7 +149,7 @@ size_t CoordinationStore::NumKeys() const {
 
 size_t CoordinationStore::NumWaiters() const {
   absl::MutexLock lock(&mu_);
-  return waiters_.size();
+  return waiters_.size() + blocked_gets_;
 }
 
 bool CoordinationStore::AwaitNumWaiters(size_t count,
@@ -154,7 +158,7 @@ bool CoordinationStore::AwaitNumWaiters(size_t count,
     const CoordinationStore* store;
     size_t count;
     bool operator()() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(store->mu_) {
-      return store->waiters_.size() == count;
+      return store->waiters_.size() + store->blocked_gets_ == count;
     }
   };
   const Reached reached{this, count};

@@ -84,11 +84,13 @@ class CoordinationStore final {
   // transport can shut down without pending calls.
   void Shutdown();
 
-  // Keys stored and callbacks waiting, for tests and status pages.
+  // Keys stored, and callbacks and blocking Gets waiting, for tests and
+  // status pages.
   size_t NumKeys() const;
   size_t NumWaiters() const;
-  // True once exactly `count` callbacks are waiting; false when `deadline`
-  // passes first. Lets a test wait for a Get to be parked without sleeping.
+  // True once exactly `count` callbacks and blocking Gets are waiting; false
+  // when `deadline` passes first. Lets a test wait for a Get to be parked
+  // without sleeping.
   bool AwaitNumWaiters(size_t count, absl::Time deadline) const;
 
  private:
@@ -109,6 +111,8 @@ class CoordinationStore final {
   absl::flat_hash_map<std::string, std::vector<WaiterId>> waiters_by_key_
       ABSL_GUARDED_BY(mu_);
   WaiterId next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Callers of the blocking Get waiting now.
+  mutable size_t blocked_gets_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lockstep

@@ -81,7 +81,7 @@ ABSL_FLAG(std::string, sum_order, "arrival",
           "How a synchronous step sums its workers' gradients: arrival (each "
           "as it comes, one buffer per chunk) or rank (ascending rank, so "
           "that runs with three or more workers give the same bits every "
-          "time, a run recovered from a fault included; holds up to W - 2 "
+          "time, a run recovered from a fault included; holds up to W - 1 "
           "copies of a chunk's payload that arrived early).");
 ABSL_FLAG(int, max_message_mb, 64,
           "Largest gRPC reply sent, in MiB (replies carry at most a chunk). "

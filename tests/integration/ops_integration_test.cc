@@ -122,6 +122,16 @@ std::unique_ptr<Subprocess> StartWorker(const Server& server, int workers,
   return std::make_unique<Subprocess>(Subprocess::Start(argv));
 }
 
+// Stops still-running workers as a pod's SIGTERM would: each leaves the
+// job after its step (exit 143), which ends a job of --exit_when_done.
+void StopWorkers(std::unique_ptr<Subprocess> (&workers)[2]) {
+  for (auto& w : workers) kill(w->pid(), SIGTERM);
+  for (auto& w : workers) {
+    EXPECT_EQ(w->Wait(kDeadline), 143) << w->Output();
+    EXPECT_THAT(w->Output(), HasSubstr("Left the job")) << "still training";
+  }
+}
+
 int64_t Version(const Server& server) {
   absl::StatusOr<std::unique_ptr<ShardClient>> client =
       ShardClient::Create(server.address, TlsOptions());
@@ -141,8 +151,8 @@ TEST(OpsIntegrationTest, HealthFollowsLoadingTrainingAndDraining) {
       "--workers=1", "--checkpoint_dir=" + dir + "/ckpt",
       absl::StrCat("--health_port=", server_health),
       // The drain's checkpoint and the restart's load take long enough to be
-      // seen.
-      "--testing_checkpoint_pause_ms=1500", "--testing_restore_pause_ms=1500"};
+      // seen (the load: three fresh connections and calls, on a busy box).
+      "--testing_checkpoint_pause_ms=1500", "--testing_restore_pause_ms=5000"};
   Server first = StartServer(dir, port, server_flags);
   ASSERT_EQ(first.port, port) << first.process->Output();
   EXPECT_TRUE(WaitUntil([&]() { return HealthIs(port, HealthStatus::kServing); }));
@@ -207,10 +217,12 @@ TEST(OpsIntegrationTest, MetricsAreWellFormedAndMove) {
   ASSERT_GT(server.port, 0) << server.process->Output();
   std::unique_ptr<Subprocess> workers[2];
   for (int r = 0; r < 2; ++r) {
-    workers[r] = StartWorker(
-        server, 2, r,
-        {"--max_steps=120", "--straggle=1:15",
-         absl::StrCat("--metrics_port=", worker_metrics[r])});
+    workers[r] =
+        StartWorker(server, 2, r,
+                    // Longer than the checks below on any box: stopped once
+                    // they are done.
+                    {"--max_steps=500", "--straggle=1:15",
+                     absl::StrCat("--metrics_port=", worker_metrics[r])});
   }
   ASSERT_TRUE(WaitUntil([&]() { return Version(server) >= 5; }))
       << server.process->Output() << workers[0]->Output();
@@ -261,8 +273,8 @@ TEST(OpsIntegrationTest, MetricsAreWellFormedAndMove) {
   }
   EXPECT_EQ(Value(w2, "lockstep_worker_training"), 1);
   EXPECT_EQ(Value(s2, "lockstep_server_serving"), 1);
-  for (auto& w : workers) EXPECT_EQ(w->Wait(kDeadline), 0) << w->Output();
-  EXPECT_EQ(server.process->Wait(kDeadline), 0);
+  StopWorkers(workers);
+  EXPECT_EQ(server.process->Wait(kDeadline), 0) << "both left";
 }
 
 TEST(OpsIntegrationTest, CtlShowsALiveJobAndTakesCheckpoints) {
@@ -273,8 +285,9 @@ TEST(OpsIntegrationTest, CtlShowsALiveJobAndTakesCheckpoints) {
   std::unique_ptr<Subprocess> workers[2];
   for (int r = 0; r < 2; ++r) {
     // Rank 1 takes 150 ms a step, so a view almost always finds rank 0
-    // pushed and rank 1 awaited.
-    workers[r] = StartWorker(server, 2, r, {"--max_steps=40", "--straggle=1:150"});
+    // pushed and rank 1 awaited. Stopped once the checks are done.
+    workers[r] =
+        StartWorker(server, 2, r, {"--max_steps=500", "--straggle=1:150"});
   }
   ASSERT_TRUE(WaitUntil([&]() { return Version(server) >= 2; }));
   const std::string ctl = kBin + "/lockstep_ctl";
@@ -321,8 +334,8 @@ TEST(OpsIntegrationTest, CtlShowsALiveJobAndTakesCheckpoints) {
   EXPECT_TRUE(absl::StartsWith(path, dir + "/ckpt")) << path;
   EXPECT_FALSE(ReadFile(path).empty()) << path;
 
-  for (auto& w : workers) EXPECT_EQ(w->Wait(kDeadline), 0) << w->Output();
-  EXPECT_EQ(server.process->Wait(kDeadline), 0);
+  StopWorkers(workers);
+  EXPECT_EQ(server.process->Wait(kDeadline), 0) << "both left";
 }
 
 TEST(OpsIntegrationTest, CtlErrorsAreClear) {

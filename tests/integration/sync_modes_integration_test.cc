@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -54,12 +55,18 @@ TEST(TrainingTest, LosingOneShardDoesNotStallTheOther) {
          absl::StrCat("--rank=", rank), "--dataset=synthetic",
          "--synthetic_examples=640", "--layers=23,17,5", "--batch_size=8",
          "--epochs=1000", "--seed=7", "--chunk_bytes=64", "--push_window=1",
-         "--rejoin_timeout_s=2", "--progress=none",
+         // Rank 0's progress line at step 10 says the job is under way.
+         "--rejoin_timeout_s=2", "--progress=lines",
          // Rank 1 a little late, so that when the shard goes, rank 0's
          // pushes to the other shard are already waiting there for it.
          "--straggle=1:20"}));
   }
-  absl::SleepFor(absl::Milliseconds(1500));  // Some steps in.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!absl::StrContains(procs[0].Output(), " 10/40 ") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(procs[0].Output(), HasSubstr(" 10/40 "));
   for (Subprocess& proc : procs) {
     ASSERT_EQ(proc.Wait(absl::Milliseconds(1)), std::nullopt)
         << "the job ended before the shard was lost\n"

@@ -187,11 +187,7 @@ TEST(TrainingTest, LauncherFailsWhenAWorkerFails) {
 }
 
 TEST(TrainingTest, TfConfigAloneConfiguresTheJob) {
-  // A free port: bind, read, release (the server rebinds it at once).
-  const std::string dir = MakeTempDir();
-  Server probe = StartServer(1, dir);
-  const std::string address = probe.address;
-  probe.process.Kill();
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
   const std::string cluster = absl::StrCat(
       R"({"cluster": {"ps": [")", address,
       R"("], "worker": ["w0:1", "w1:1"]}, "task": {"type": ")");
@@ -243,9 +239,15 @@ TEST(BadInputTest, ServerWaitsForAPortBeingLetGo) {
   Subprocess second = Subprocess::Start(
       {kBin + "/lockstep_server", "--listen=" + first.address, "--workers=1",
        "--port_file=" + dir + "/second_port", health});
-  absl::SleepFor(absl::Milliseconds(500));
+  // Killed once the second is waiting for a port (its health port, the
+  // first it takes).
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!absl::StrContains(second.Output(), "is in use; waiting") &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   first.process.Kill();  // SIGKILL, then reaped.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  deadline = absl::Now() + absl::Seconds(10);
   while (ReadFile(dir + "/second_port").empty() && absl::Now() < deadline &&
          !second.Wait(absl::Milliseconds(20)).has_value()) {
   }

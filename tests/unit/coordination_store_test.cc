@@ -141,8 +141,11 @@ TEST(CoordinationStoreTest, BlockingGetWakesWhenAnotherThreadSets) {
   std::optional<absl::StatusOr<std::string>> got;
   std::thread reader(
       [&] { got = store.Get("k", absl::Now() + absl::Seconds(30)); });
+  // Parked first, so that the Set wakes it (rather than finding the key).
+  EXPECT_TRUE(store.AwaitNumWaiters(1, absl::Now() + absl::Seconds(30)));
   ASSERT_TRUE(store.Set("k", "v").ok());
   reader.join();
+  EXPECT_EQ(store.NumWaiters(), 0u);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->value(), "v");
 }
@@ -164,6 +167,8 @@ TEST(CoordinationStoreTest, ShutdownFailsWaitersAndLaterCalls) {
   std::optional<absl::StatusOr<std::string>> blocked;
   std::thread reader(
       [&] { blocked = store.Get("k", absl::Now() + absl::Seconds(30)); });
+  // The callback and the blocked Get are both parked before the shutdown.
+  EXPECT_TRUE(store.AwaitNumWaiters(2, absl::Now() + absl::Seconds(30)));
   store.Shutdown();
   reader.join();
   ASSERT_TRUE(got.result.has_value());
