@@ -18,8 +18,9 @@ namespace lockstep {
 inline constexpr int64_t kMessageMarginBytes = int64_t{64} << 10;
 
 // The largest request a server accepts when payloads are at most
-// `chunk_bytes`: larger messages are refused (RESOURCE_EXHAUSTED) from
-// their length prefix, before gRPC allocates them.
+// `chunk_bytes`: larger messages are refused (RESOURCE_EXHAUSTED). gRPC
+// 1.51 receives a whole message before it compares (grpc/grpc#43012); the
+// server's memory quota is what bounds that.
 int MaxRequestBytes(int64_t chunk_bytes);
 
 struct ServerLimits {

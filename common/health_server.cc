@@ -22,6 +22,18 @@ absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(int port) {
   builder.AddListeningPort(absl::StrCat("[::]:", port),
                            grpc::InsecureServerCredentials(), &health->port_);
   ListenExclusively(&builder);
+  // Open to anyone who reaches the port, in plaintext: a probe needs one
+  // small call at a time, so a few streams, small messages and a small
+  // memory quota, or a client could hold tens of thousands of Watch
+  // streams (and a GB) on one connection.
+  ServerLimits limits;
+  limits.max_concurrent_streams = 16;
+  limits.max_connection_idle = absl::Minutes(1);
+  limits.max_connection_age = absl::Minutes(10);
+  limits.max_connection_age_grace = absl::Seconds(10);
+  limits.max_memory_bytes = int64_t{16} << 20;
+  ApplyServerLimits(limits, &builder);
+  builder.SetMaxReceiveMessageSize(4 << 10);
   builder.RegisterCallbackGenericService(&health->unknown_methods_);
   health->server_ = builder.BuildAndStart();
   if (health->server_ == nullptr || health->port_ == 0) {

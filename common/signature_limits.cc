@@ -1,8 +1,10 @@
 #include "common/signature_limits.h"
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace lockstep {
 namespace {
@@ -12,31 +14,26 @@ absl::Status OutOfBounds(absl::string_view what) {
       absl::StrCat("model signature out of bounds: ", what));
 }
 
-}  // namespace
-
-absl::Status ValidateSignature(const ModelSignature& s,
-                               const SignatureLimits& limits) {
-  if (s.tensors.empty()) return OutOfBounds("no tensors");
-  if (s.tensors.size() > static_cast<size_t>(limits.max_tensors)) {
-    return OutOfBounds(absl::StrCat(s.tensors.size(), " tensors, at most ",
-                                    limits.max_tensors));
-  }
-  int64_t total = 0;
-  for (size_t i = 0; i < s.tensors.size(); ++i) {
-    const TensorInfo& t = s.tensors[i];
+// Checks each tensor of `tensors` (`kind`: "tensor" or "state tensor") and
+// adds its elements to `*total`, which stays within max_parameters.
+absl::Status CheckTensors(const std::vector<TensorInfo>& tensors,
+                          absl::string_view kind, const SignatureLimits& limits,
+                          int64_t* total) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = tensors[i];
     if (t.name.size() > static_cast<size_t>(limits.max_name_bytes)) {
       return OutOfBounds(
-          absl::StrCat("tensor ", i, "'s name has ", t.name.size(), " bytes"));
+          absl::StrCat(kind, " ", i, "'s name has ", t.name.size(), " bytes"));
     }
     if (t.shape.size() > static_cast<size_t>(limits.max_dims)) {
-      return OutOfBounds(absl::StrCat("tensor ", i, " has ", t.shape.size(),
+      return OutOfBounds(absl::StrCat(kind, " ", i, " has ", t.shape.size(),
                                       " dimensions, at most ",
                                       limits.max_dims));
     }
     int64_t elements = 1;
     for (int64_t d : t.shape) {
       if (d < 0) {
-        return OutOfBounds(absl::StrCat("tensor ", i, " has dimension ", d));
+        return OutOfBounds(absl::StrCat(kind, " ", i, " has dimension ", d));
       }
       if (__builtin_mul_overflow(elements, d, &elements) ||
           elements > limits.max_parameters) {
@@ -44,13 +41,39 @@ absl::Status ValidateSignature(const ModelSignature& s,
         break;
       }
     }
-    total += elements;
-    if (elements > limits.max_parameters || total > limits.max_parameters) {
+    *total += elements;
+    if (elements > limits.max_parameters || *total > limits.max_parameters) {
       return OutOfBounds(absl::StrCat("more than ", limits.max_parameters,
-                                      " parameters (server --max_parameters)"));
+                                      " parameters and state values (server "
+                                      "--max_parameters)"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSignature(const ModelSignature& s,
+                               const SignatureLimits& limits) {
+  if (s.tensors.empty()) return OutOfBounds("no tensors");
+  if (s.tensors.size() + s.state_tensors.size() >
+      static_cast<size_t>(limits.max_tensors)) {
+    return OutOfBounds(absl::StrCat(s.tensors.size() + s.state_tensors.size(),
+                                    " tensors, at most ", limits.max_tensors));
+  }
+  int64_t total = 0;
+  if (absl::Status st = CheckTensors(s.tensors, "tensor", limits, &total);
+      !st.ok()) {
+    return st;
+  }
   if (total == 0) return OutOfBounds("the model has no parameters");
+  const int64_t parameters = total;
+  if (absl::Status st =
+          CheckTensors(s.state_tensors, "state tensor", limits, &total);
+      !st.ok()) {
+    return st;
+  }
+  const int64_t state = total - parameters;
   if (s.chunk_bytes < 4 || s.chunk_bytes > limits.max_chunk_bytes) {
     return OutOfBounds(absl::StrCat("chunk_bytes ", s.chunk_bytes,
                                     " is outside [4, ", limits.max_chunk_bytes,
@@ -62,14 +85,21 @@ absl::Status ValidateSignature(const ModelSignature& s,
   if (s.num_shards < 1 || s.num_shards > limits.max_shards) {
     return OutOfBounds(absl::StrCat("num_shards ", s.num_shards));
   }
-  // As ChunkPlan cuts them: never more chunks than this.
+  // As ChunkPlan cuts them (parameters and state apart): never more chunks
+  // than this. Each chunk also keeps a few values per worker.
   const int64_t per_chunk = s.chunk_bytes / 4;
-  const int64_t chunks = (total + per_chunk - 1) / per_chunk +
+  const int64_t chunks = (parameters + per_chunk - 1) / per_chunk +
+                         (state + per_chunk - 1) / per_chunk +
                          (s.num_shards > 1 ? s.num_shards : 0);
   if (chunks > limits.max_chunks) {
     return OutOfBounds(absl::StrCat("about ", chunks, " chunks, at most ",
                                     limits.max_chunks,
                                     " (use a larger chunk size)"));
+  }
+  if (chunks * s.num_workers > limits.max_chunk_workers) {
+    return OutOfBounds(absl::StrCat(
+        "about ", chunks, " chunks x ", s.num_workers, " workers, at most ",
+        limits.max_chunk_workers, " (use a larger chunk size)"));
   }
   const OptimizerConfig& o = s.optimizer;
   if (o.name.size() > static_cast<size_t>(limits.max_name_bytes)) {

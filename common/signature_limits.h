@@ -23,7 +23,11 @@ struct SignatureLimits {
   int max_tensors = 1 << 16;
   int max_dims = 8;           // Per tensor.
   int max_name_bytes = 1024;  // Per tensor name and optimizer name.
-  int64_t max_chunks = 1 << 20;
+  // Every chunk costs a barrier and an optimizer (about 1.4 KB) and a few
+  // values per worker: 2^16 chunks (256 GiB of weights in 4 MiB chunks)
+  // and 2^22 chunk x worker pairs bound that to a few hundred MB.
+  int64_t max_chunks = 1 << 16;
+  int64_t max_chunk_workers = 1 << 22;
   int max_workers = 1 << 16;
   int max_shards = 1 << 12;
 };

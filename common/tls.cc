@@ -22,6 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
@@ -206,6 +207,14 @@ bool IsLoopbackAddress(absl::string_view address) {
   }
   for (absl::string_view scheme : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
     if (absl::ConsumePrefix(&address, scheme)) break;
+  }
+  // gRPC's ipv4: and ipv6: targets may list several addresses: each one
+  // must be loopback (a client may connect to any of them).
+  if (address.find(',') != absl::string_view::npos) {
+    for (absl::string_view part : absl::StrSplit(address, ',')) {
+      if (!IsLoopbackAddress(part)) return false;
+    }
+    return true;
   }
   absl::string_view host = address;
   if (absl::StartsWith(host, "[")) {

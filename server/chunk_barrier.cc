@@ -250,6 +250,7 @@ void ChunkBarrier::SumLocked(absl::Span<const absl::string_view> payload,
     // weights kept for an exact pull (sizes checked by the caller).
     DecodePieces(payload, dtype, absl::MakeSpan(accumulator_)).IgnoreError();
     accumulator_holds_previous_ = false;
+    ForgetPreviousLocked();
   } else {
     AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
   }
@@ -281,6 +282,11 @@ void ChunkBarrier::SumHeldLocked() {
     held.reset();
   }
   next_rank_ = 0;
+}
+
+void ChunkBarrier::ForgetPreviousLocked() {
+  previous_.reset();
+  previous_encoded_.reset();
 }
 
 void ChunkBarrier::ForgetHeldLocked() {
@@ -333,6 +339,7 @@ void ChunkBarrier::ApplyAndPublishLocked(float scale, Answers* answers) {
     // weights for an exact pull (in place of the zeroing it replaces).
     std::copy(published_->begin(), published_->end(), accumulator_.begin());
     accumulator_holds_previous_ = true;
+    ForgetPreviousLocked();
   } else {
     std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
   }
@@ -372,12 +379,15 @@ void ChunkBarrier::Pull(int64_t min_version, bool exact, ChunkCallback done) {
     if (closed_) {
       answers.Add(std::move(done), close_status_);
     } else if (exact && accumulator_holds_previous_ &&
-               version_ == min_version + 1) {
-      answers.Add(std::move(done),
-                  ChunkSnapshot{
-                      chunk_.index, min_version,
-                      std::make_shared<const std::vector<float>>(accumulator_),
-                      std::make_shared<EncodedWeights>()});
+               version_ - 1 == min_version) {
+      // One copy for every exact pull until the accumulator is written
+      // (not one per call: a caller could pile them up).
+      if (previous_ == nullptr) {
+        previous_ = std::make_shared<const std::vector<float>>(accumulator_);
+        previous_encoded_ = std::make_shared<EncodedWeights>();
+      }
+      answers.Add(std::move(done), ChunkSnapshot{chunk_.index, min_version,
+                                                 previous_, previous_encoded_});
     } else if (min_version > std::max<int64_t>(version_, 0) + 1) {
       // A pull waits for the next version at most: a far one would park
       // its call (and memory) until the server stops.
@@ -409,6 +419,7 @@ void ChunkBarrier::Close(const absl::Status& status) {
     ssp_waiters_.clear();
     pull_waiters_.clear();
     ForgetHeldLocked();
+    ForgetPreviousLocked();
   }
   answers.Run();
 }

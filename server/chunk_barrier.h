@@ -204,6 +204,8 @@ class ChunkBarrier final {
   // one that did not push, with backup workers), in ascending rank.
   void SumHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the exact pulls' snapshot of the accumulator (it is rewritten).
+  void ForgetPreviousLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the accumulator times `scale` (1 / the pushes summed) as step
   // `version_`, publishes version_ + 1 and answers the pulls it satisfies.
   void ApplyAndPublishLocked(float scale, Answers* answers)
@@ -232,6 +234,10 @@ class ChunkBarrier final {
   // the first push then writes over them instead of adding.
   std::vector<float> accumulator_ ABSL_GUARDED_BY(mu_);
   bool accumulator_holds_previous_ ABSL_GUARDED_BY(mu_) = false;
+  // The snapshot exact pulls share while the accumulator holds the previous
+  // version (made by the first of them); null otherwise.
+  std::shared_ptr<const std::vector<float>> previous_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<EncodedWeights> previous_encoded_ ABSL_GUARDED_BY(mu_);
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);

@@ -18,6 +18,13 @@ absl::Status CheckKey(absl::string_view key) {
   return absl::OkStatus();
 }
 
+absl::Status FullError() {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the coordination store is full (at most ", CoordinationStore::kMaxKeys,
+      " keys and ", CoordinationStore::kMaxTotalBytes,
+      " bytes of keys and values)"));
+}
+
 absl::Status ShutDownError() {
   return absl::UnavailableError("the coordination store is shutting down");
 }
@@ -39,6 +46,10 @@ absl::StatusOr<bool> CoordinationStore::Set(absl::string_view key,
     auto it = values_.find(key);
     if (it != values_.end()) {
       if (!if_absent) {
+        if (bytes_ - it->second.size() + value.size() > kMaxTotalBytes) {
+          return FullError();
+        }
+        bytes_ = bytes_ - it->second.size() + value.size();
         it->second = std::move(value);
       } else if (it->second != value) {
         return absl::AlreadyExistsError(
@@ -46,10 +57,11 @@ absl::StatusOr<bool> CoordinationStore::Set(absl::string_view key,
       }
       return false;  // Only a missing key has waiters.
     }
-    if (values_.size() >= kMaxKeys) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the coordination store is full (", kMaxKeys, " keys)"));
+    if (values_.size() >= kMaxKeys ||
+        bytes_ + key.size() + value.size() > kMaxTotalBytes) {
+      return FullError();
     }
+    bytes_ += key.size() + value.size();
     // The waiters get `value` itself: a later Set may replace the stored
     // copy as soon as the lock is released.
     values_.emplace(std::string(key), value);

@@ -5,8 +5,8 @@
 // NCCL's unique id) under agreed keys and read each other's, waiting until a
 // key appears. The rules:
 // - Keys are non-empty and at most kMaxKeyBytes; values at most
-//   kMaxValueBytes; at most kMaxKeys keys (INVALID_ARGUMENT /
-//   RESOURCE_EXHAUSTED otherwise).
+//   kMaxValueBytes; at most kMaxKeys keys and kMaxTotalBytes of keys and
+//   values in all (INVALID_ARGUMENT / RESOURCE_EXHAUSTED otherwise).
 // - Set replaces the value (last writer wins) unless `if_absent`: then it only
 //   creates, fails with ALREADY_EXISTS when the key holds a different value,
 //   and succeeds unchanged when it holds the same one (retries are harmless).
@@ -45,6 +45,8 @@ class CoordinationStore final {
   static constexpr size_t kMaxKeyBytes = 1024;
   static constexpr size_t kMaxValueBytes = size_t{1} << 20;
   static constexpr size_t kMaxKeys = size_t{1} << 16;
+  // Keys and values together: a rendezvous needs a few KB a worker.
+  static constexpr size_t kMaxTotalBytes = size_t{64} << 20;
 
   using WaiterId = int64_t;
   using ValueCallback = std::function<void(absl::StatusOr<std::string>)>;
@@ -106,6 +108,7 @@ class CoordinationStore final {
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Of the keys and values stored.
   absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   // The waiter ids of each awaited key, in arrival order.
   absl::flat_hash_map<std::string, std::vector<WaiterId>> waiters_by_key_

@@ -88,10 +88,11 @@ ABSL_FLAG(int, max_message_mb, 64,
           "What is received follows --max_chunk_bytes.");
 ABSL_FLAG(int64_t, max_chunk_bytes, lockstep::kDefaultChunkBytes,
           "Largest chunk a worker may register (its --chunk_bytes). "
-          "Requests larger than this plus 64 KiB are refused before they "
-          "are read.");
+          "Requests larger than this plus 64 KiB are refused (gRPC 1.51 "
+          "receives them first; --max_grpc_memory_mb bounds that).");
 ABSL_FLAG(int64_t, max_parameters, int64_t{1} << 30,
-          "Largest model a worker may register, in fp32 parameters.");
+          "Largest model a worker may register, in fp32 parameters and "
+          "batch-norm state values together (at most 2^40).");
 ABSL_FLAG(int, max_grpc_memory_mb, 1024,
           "gRPC's memory quota for buffering requests, in MiB: past it gRPC "
           "cancels calls rather than grow. Must hold every worker's pushes "
@@ -164,8 +165,10 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
     return absl::InvalidArgumentError("--max_chunk_bytes must be in [4, 2^30]");
   }
   options.max_parameters = absl::GetFlag(FLAGS_max_parameters);
-  if (options.max_parameters < 1) {
-    return absl::InvalidArgumentError("--max_parameters must be positive");
+  // At most 2^40 (4 TiB of weights): the limit checks add to it.
+  if (options.max_parameters < 1 ||
+      options.max_parameters > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError("--max_parameters must be in [1, 2^40]");
   }
   options.limits.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);

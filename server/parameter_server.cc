@@ -1,6 +1,9 @@
 #include "server/parameter_server.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +50,17 @@ absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
 }
 
 int64_t NewServerIncarnation() { return absl::ToUnixMicros(absl::Now()); }
+
+// A worker's incarnation is its credential for its rank's pushes: drawn at
+// random (62 bits from the kernel's CSPRNG), not counted up, so that
+// another worker cannot guess it and push or leave in that rank's name.
+// Positive: 0 means "none".
+int64_t RandomIncarnation() {
+  uint64_t bits = 0;
+  while (getrandom(&bits, sizeof(bits), 0) != sizeof(bits)) {
+  }
+  return static_cast<int64_t>(bits >> 2) + 1;
+}
 
 }  // namespace
 
@@ -177,7 +191,11 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
   }
   if (rank == 0) signature_from_rank0_ = true;
   Registration reg;
-  reg.incarnation = next_incarnation_++;
+  do {
+    reg.incarnation = RandomIncarnation();
+  } while (revoked_.contains(reg.incarnation) ||
+           std::find(incarnations_.begin(), incarnations_.end(),
+                     reg.incarnation) != incarnations_.end());
   incarnations_[rank] = reg.incarnation;
   finished_[rank] = false;
   reg.version = VersionLocked();

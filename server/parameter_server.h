@@ -257,7 +257,6 @@ class ParameterServer final {
   std::optional<ChunkPlan> plan_ ABSL_GUARDED_BY(mu_);
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // 0: none.
   std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
-  int64_t next_incarnation_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   // StopNewSteps: registrations are refused, and pushes of this step or
   // later.

@@ -43,7 +43,7 @@ def dfield(field, x):
 
 
 def signature(tensors, optimizer="adam", lr=0.001, chunk_bytes=4096,
-              workers=2, shards=1, mode="sync", total_steps=0):
+              workers=2, shards=1, mode="sync", total_steps=0, state=()):
     out = b""
     for name, shape in tensors:
         spec = lfield(1, name.encode())
@@ -56,6 +56,10 @@ def signature(tensors, optimizer="adam", lr=0.001, chunk_bytes=4096,
     out += vfield(3, chunk_bytes) + vfield(4, workers) + vfield(5, shards)
     out += lfield(6, lfield(1, mode.encode()))
     out += vfield(7, total_steps)
+    for name, shape in state:
+        spec = lfield(1, name.encode())
+        spec += lfield(2, b"".join(varint(d) for d in shape))
+        out += lfield(8, spec)
     return out
 
 
@@ -148,6 +152,12 @@ def main():
         [("w", [1 << 31, 1 << 31])])))
     write("register", "negative", vfield(1, 0) + lfield(2, signature(
         [("w", [-4, 3])])))
+    # Batch-norm state after the parameters, and a state tensor of 2^40
+    # values behind a one-parameter model (it must count against the limit).
+    write("register", "batch_norm_state", vfield(1, 0) + lfield(2, signature(
+        mlp, state=[("bn/moving_mean", [3]), ("bn/moving_variance", [3])])))
+    write("register", "huge_state", vfield(1, 0) + lfield(2, signature(
+        [("w", [1])], state=[("bn", [1 << 40])])))
 
     # Checkpoints of the small model (one chunk of 15 values with Adam's
     # two slots), intact and damaged.

@@ -32,13 +32,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // Past validation nothing may overflow or allocate beyond the limits.
   const int64_t parameters = signature.NumParameters();
-  if (parameters < 1 || parameters > limits.max_parameters) __builtin_trap();
+  const int64_t state = signature.NumStateElements();
+  if (parameters < 1 || state < 0 ||
+      parameters + state > limits.max_parameters) {
+    __builtin_trap();
+  }
   lockstep::ModelSignature reference;
   reference.tensors = {{"dense/kernel", {4, 3}}, {"dense/bias", {3}}};
   (void)lockstep::DescribeDifference(reference, signature);
   (void)lockstep::DescribeDifference(signature, reference);
   absl::StatusOr<lockstep::ChunkPlan> plan = lockstep::ChunkPlan::Create(
-      parameters, signature.chunk_bytes, signature.num_shards);
+      parameters, signature.chunk_bytes, signature.num_shards, state);
   if (!plan.ok() || plan->num_chunks() > limits.max_chunks) __builtin_trap();
 
   lockstep::ParameterServerOptions options;

@@ -69,6 +69,45 @@ TEST(SignatureLimitsTest, RefusesTooManyChunks) {
   EXPECT_THAT(ValidateSignature(s, limits).message(), HasSubstr("chunks"));
 }
 
+// Batch-norm state is allocated like the parameters (a chunk, a barrier),
+// so it counts against the same limits: a one-parameter model with 2^40
+// state values must not get past registration.
+TEST(SignatureLimitsTest, StateTensorsCountAgainstTheLimits) {
+  ModelSignature s = Mlp();
+  s.state_tensors = {{"bn/moving_mean", {128}}, {"bn/moving_variance", {128}}};
+  EXPECT_TRUE(ValidateSignature(s, SignatureLimits()).ok());
+  SignatureLimits limits;
+  limits.max_parameters = 101770 + 255;  // One short of parameters + state.
+  EXPECT_THAT(ValidateSignature(s, limits).message(),
+              HasSubstr("parameters and state values"));
+  s.state_tensors = {{"bn", {int64_t{1} << 40}}};
+  EXPECT_THAT(ValidateSignature(s, SignatureLimits()).message(),
+              HasSubstr("--max_parameters"));
+  s.state_tensors = {{"bn", {-3}}};
+  EXPECT_THAT(ValidateSignature(s, SignatureLimits()).message(),
+              HasSubstr("state tensor 0 has dimension -3"));
+  s.state_tensors = {{std::string(5000, 'x'), {3}}};
+  EXPECT_FALSE(ValidateSignature(s, SignatureLimits()).ok());
+  // State chunks are cut apart from the parameters' and count as chunks.
+  s.state_tensors = {{"bn", {1000}}};
+  s.chunk_bytes = 4;
+  limits = SignatureLimits();
+  limits.max_chunks = 101770 + 999;
+  EXPECT_THAT(ValidateSignature(s, limits).message(), HasSubstr("chunks"));
+}
+
+// Chunks keep a few values per worker: many chunks times many workers is
+// refused even when each alone is within bounds.
+TEST(SignatureLimitsTest, RefusesTooManyChunksTimesWorkers) {
+  ModelSignature s = Mlp();
+  s.chunk_bytes = 16;   // 25443 chunks.
+  s.num_workers = 200;  // 5.1M pairs, past 2^22.
+  EXPECT_THAT(ValidateSignature(s, SignatureLimits()).message(),
+              HasSubstr("chunks x 200 workers"));
+  s.num_workers = 8;
+  EXPECT_TRUE(ValidateSignature(s, SignatureLimits()).ok());
+}
+
 TEST(SignatureLimitsTest, RefusesOtherNonsense) {
   ModelSignature s = Mlp();
   s.tensors.clear();

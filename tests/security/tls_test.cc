@@ -26,13 +26,17 @@ TEST(TlsTest, LoopbackAddresses) {
   for (const char* a :
        {"127.0.0.1:50051", "127.8.9.10:1", "localhost:80", "LOCALHOST:80",
         "[::1]:50051", "::1", "ipv4:127.0.0.1:5", "dns:///localhost:443",
-        "unix:/tmp/sock", "[::ffff:127.0.0.1]:9", "127.0.0.1"}) {
+        "unix:/tmp/sock", "[::ffff:127.0.0.1]:9", "127.0.0.1",
+        "ipv4:127.0.0.1:5,127.0.0.2:5", "ipv6:[::1]:5000,[::1]:5001"}) {
     EXPECT_TRUE(IsLoopbackAddress(a)) << a;
   }
   for (const char* a :
        {"0.0.0.0:50051", "[::]:50051", ":50051", "10.0.0.1:2222",
         "lockstep-ps-0.lockstep-ps:2222", "128.0.0.1:1", "[::2]:1",
-        "dns:///example.com:443", "localhost.evil.com:1", "", "[::1"}) {
+        "dns:///example.com:443", "localhost.evil.com:1", "", "[::1",
+        // A list is loopback only when every address in it is.
+        "ipv6:[::1]:5000,[2001:db8::1]:5000", "ipv4:127.0.0.1:5,10.0.0.1:5",
+        "ipv4:127.0.0.1:5,"}) {
     EXPECT_FALSE(IsLoopbackAddress(a)) << a;
   }
 }

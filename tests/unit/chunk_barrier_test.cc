@@ -1,5 +1,6 @@
 #include "server/chunk_barrier.h"
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -224,6 +225,37 @@ TEST_F(ChunkBarrierTest, APullOfAFarVersionIsRefusedNotParked) {
   Push(*b, 1, 0, {6, 8}, &r1);
   ASSERT_TRUE(next.result.has_value() && next.result->ok());
   EXPECT_EQ(next.version(), 1);
+}
+
+// Exact pulls of the version before share one copy of it (a caller must
+// not make the server copy a chunk per call), which goes once the next
+// step's first push writes the accumulator. A version off the wire as
+// large as int64 allows is refused, not overflowed.
+TEST_F(ChunkBarrierTest, ExactPullsShareOneCopyOfThePreviousVersion) {
+  auto b = Make(SyncPolicy{}, 2);
+  Reply r0, r1;
+  Push(*b, 0, 0, {2, 4}, &r0);
+  Push(*b, 1, 0, {6, 8}, &r1);
+  ASSERT_TRUE(r0.result->ok());
+  Reply first, second;
+  b->Pull(0, /*exact=*/true, first.Callback());
+  b->Pull(0, /*exact=*/true, second.Callback());
+  ASSERT_TRUE(first.result->ok() && second.result->ok());
+  EXPECT_EQ(first.version(), 0);
+  EXPECT_THAT(first.values(), ElementsAre(10.0f, 20.0f));
+  EXPECT_EQ((*first.result)->values, (*second.result)->values);
+  EXPECT_EQ((*first.result)->encoded, (*second.result)->encoded);
+  Reply next0;
+  Push(*b, 0, 1, {2, 4}, &next0);  // Writes the accumulator.
+  Reply late;
+  b->Pull(0, /*exact=*/true, late.Callback());
+  ASSERT_TRUE(late.result->ok());
+  EXPECT_EQ(late.version(), 1) << "version 0 is gone: the latest instead";
+  EXPECT_THAT(first.values(), ElementsAre(10.0f, 20.0f)) << "still held";
+  Reply huge;
+  b->Pull(std::numeric_limits<int64_t>::max(), /*exact=*/true, huge.Callback());
+  ASSERT_TRUE(huge.result.has_value());
+  EXPECT_EQ(huge.result->status().code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST_F(ChunkBarrierTest, CloseAnswersEveryWaiter) {

@@ -211,6 +211,28 @@ TEST(CoordinationStoreTest, RefusesNewKeysWhenFullButStillOverwrites) {
   EXPECT_EQ(store.TryGet("k0").value(), "w");
 }
 
+// 65536 keys of 1 MiB would be 64 GiB: the bytes stored are bounded too,
+// and a value that grows an existing key counts.
+TEST(CoordinationStoreTest, RefusesValuesPastTheTotalBytes) {
+  CoordinationStore store;
+  const std::string mib(CoordinationStore::kMaxValueBytes, 'v');
+  const size_t fit = CoordinationStore::kMaxTotalBytes / (mib.size() + 3);
+  for (size_t i = 0; i < fit; ++i) {
+    ASSERT_TRUE(store.Set(absl::StrCat("k", i % 10, i / 10 % 10), mib).ok())
+        << i;
+  }
+  const absl::Status full = store.Set("new", mib).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.message()), HasSubstr("bytes of keys"));
+  // Shrinking a key frees room for a new one; growing it back counts.
+  ASSERT_TRUE(store.Set("k00", "small").ok());
+  EXPECT_TRUE(store.Set("new", mib).ok());
+  EXPECT_EQ(store.Set("k00", mib).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(store.TryGet("k00").value(), "small");
+  EXPECT_EQ(store.NumKeys(), fit + 1);
+}
+
 TEST(CoordinationStoreTest, AwaitNumWaitersSeesAParkedGet) {
   CoordinationStore store;
   Got got;

@@ -1,5 +1,6 @@
 #include "server/parameter_server.h"
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -159,11 +160,31 @@ TEST_F(ParameterServerTest, BadPushesChangeNothing) {
   EXPECT_THAT(*(*b.result)->values, ElementsAre(0.5f, 1.5f, 2.5f, 3.5f, 4.5f));
 }
 
+// An incarnation is what lets a push count for its rank: another worker
+// must not be able to guess it from its own (it used to be a counter).
+TEST_F(ParameterServerTest, IncarnationsAreNotGuessable) {
+  SetUpJob();
+  std::vector<int64_t> seen = {inc0_, inc1_};
+  for (int i = 0; i < 6; ++i) {
+    auto again = ps_->Register(i % 2, SmallSignature(2));
+    ASSERT_TRUE(again.ok());
+    seen.push_back(again->incarnation);
+  }
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_GT(seen[i], 0);
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_GT(std::abs(seen[i] - seen[j]), 1 << 20)
+          << "incarnations " << seen[j] << " and " << seen[i];
+    }
+  }
+}
+
 TEST_F(ParameterServerTest, ReplacedIncarnationIsRefused) {
   SetUpJob();
   auto again = ps_->Register(1, SmallSignature(2));
   ASSERT_TRUE(again.ok());
-  EXPECT_GT(again->incarnation, inc1_);
+  EXPECT_NE(again->incarnation, inc1_);
+  EXPECT_GT(again->incarnation, 0);
   EXPECT_EQ(again->version, 0);
   Reply r;
   ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(initial_), r.Callback());
