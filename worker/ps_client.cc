@@ -58,7 +58,8 @@ class PsClient::Impl {
       push_target_.stubs.push_back(raw_stubs_.back().get());
     }
     push_target_.wire_dtype = options_.wire_dtype;
-    push_target_.proto_dtype = ProtoDType();
+    push_target_.proto_dtype = ProtoDType(options_.wire_dtype);
+    push_target_.proto_float32 = ProtoDType(WireDType::kFloat32);
     push_target_.timings = &timings_;
     push_target_.decode_ns = &decode_ns_;
     push_target_.encoded = &encoded_;
@@ -173,7 +174,7 @@ class PsClient::Impl {
       call.request.set_exact(exact);
       call.request.set_rank(rank_);
       call.request.set_incarnation(incarnations_[chunk.shard]);
-      call.request.set_dtype(ProtoDType());
+      call.request.set_dtype(ProtoDType(DTypeOf(chunk)));
       stubs_[chunk.shard]->async()->Pull(&call.context, &call.request, &call.response,
                            [&call, &pending](grpc::Status s) {
                              call.status = std::move(s);
@@ -187,7 +188,7 @@ class PsClient::Impl {
       if (!call.status.ok()) {
         return Annotate(call.status, "Pull", chunk.index);
       }
-      RETURN_IF_ERROR(DecodeTensor(call.response.data(), options_.wire_dtype,
+      RETURN_IF_ERROR(DecodeTensor(call.response.data(), DTypeOf(chunk),
                                    weights.subspan(chunk.offset, chunk.size)));
       // Chunks advance independently; a caller wanting one consistent version
       // passes it as min_version, and all chunks then hold at least it.
@@ -281,8 +282,13 @@ class PsClient::Impl {
     return absl::OkStatus();
   }
 
-  v1::DType ProtoDType() const {
-    switch (options_.wire_dtype) {
+  // State chunks travel as fp32 whatever --wire_dtype (see PushTarget).
+  WireDType DTypeOf(const Chunk& chunk) const {
+    return chunk.state ? WireDType::kFloat32 : options_.wire_dtype;
+  }
+
+  static v1::DType ProtoDType(WireDType dtype) {
+    switch (dtype) {
       case WireDType::kFloat32: return v1::DTYPE_FLOAT32;
       case WireDType::kBfloat16: return v1::DTYPE_BFLOAT16;
       case WireDType::kFloat16: return v1::DTYPE_FLOAT16;

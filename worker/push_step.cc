@@ -122,7 +122,8 @@ void PushStep::Prepare(const Chunk& chunk) {
   const absl::Span<const float> values =
       gradient_.subspan(chunk.offset, chunk.size);
   absl::string_view payload;
-  if (target_.wire_dtype == WireDType::kFloat32) {
+  const bool fp32 = chunk.state || target_.wire_dtype == WireDType::kFloat32;
+  if (fp32) {
     payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
                                 values.size() * sizeof(float));
   } else {
@@ -130,9 +131,9 @@ void PushStep::Prepare(const Chunk& chunk) {
     EncodeTensor(values, target_.wire_dtype, &encoded);
     payload = encoded;
   }
-  call->request =
-      MakePushRequest(target_.rank, target_.incarnations[chunk.shard], step_,
-                      chunk.index, target_.proto_dtype, payload);
+  call->request = MakePushRequest(
+      target_.rank, target_.incarnations[chunk.shard], step_, chunk.index,
+      fp32 ? target_.proto_float32 : target_.proto_dtype, payload);
   target_.timings->encode_seconds +=
       absl::ToDoubleSeconds(absl::Now() - encode_start);
   calls_[chunk.index] = std::move(call);
@@ -147,9 +148,11 @@ void PushStep::Start(const Chunk& chunk, bool caller_thread) {
   const absl::Span<float> out = weights_.subspan(chunk.offset, chunk.size);
   const int index = chunk.index;
   const int shard = chunk.shard;
+  const WireDType dtype =
+      chunk.state ? WireDType::kFloat32 : target_.wire_dtype;
   target_.stubs[shard]->UnaryCall(
       &c->context, kPushMethod, grpc::StubOptions(), &c->request, &c->response,
-      [this, c, index, shard, out](grpc::Status s) {
+      [this, c, index, shard, out, dtype](grpc::Status s) {
         c->status = std::move(s);
         if (c->status.ok()) {
           const absl::Time start = absl::Now();
@@ -161,7 +164,7 @@ void PushStep::Start(const Chunk& chunk, bool caller_thread) {
                   reply.version, ", expected at least ", step_ + 1));
             }
             c->version = reply.version;
-            return DecodePieces(reply.data, target_.wire_dtype, out);
+            return DecodePieces(reply.data, dtype, out);
           }();
           target_.decode_ns->fetch_add(
               absl::ToInt64Nanoseconds(absl::Now() - start),
