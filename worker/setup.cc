@@ -128,6 +128,28 @@ absl::Status LoadData(const DataOptions& data, const ModelSpec& spec,
         "the data has ", train->num_classes, " classes but the model has ",
         classes));
   }
+  // The test split is only read at the end: check it now, not after
+  // training.
+  const std::string test_files =
+      absl::StrCat("the test split (",
+                   data.dataset == "cifar10"
+                       ? "test_batch.bin"
+                       : "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte",
+                   " in ", data.data_dir, ")");
+  if (test->num_examples == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(test_files, " has no examples"));
+  }
+  if (test->feature_dim != train->feature_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        test_files, " has ", test->feature_dim,
+        " values per example, the training split ", train->feature_dim));
+  }
+  if (test->num_classes > classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(test_files, " has ", test->num_classes,
+                     " classes but the model has ", classes));
+  }
   return absl::OkStatus();
 }
 

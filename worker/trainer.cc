@@ -339,9 +339,15 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
           ? summary.steps * global_batch / summary.wall_seconds
           : 0;
   if (evaluates && !summary.stopped) {
-    ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
-    summary.test_loss = eval.loss_sum / eval.examples;
-    summary.test_accuracy = static_cast<double>(eval.correct) / eval.examples;
+    absl::StatusOr<BatchStats> eval = EvaluateTest();
+    if (!eval.ok()) {
+      // The job is done either way: leave it (so that the servers can
+      // finish), then report.
+      exchanger_->Leave().IgnoreError();
+      return eval.status();
+    }
+    summary.test_loss = eval->loss_sum / eval->examples;
+    summary.test_accuracy = static_cast<double>(eval->correct) / eval->examples;
   }
   absl::Status left = exchanger_->Leave();
   if (!left.ok() && summary.stopped) {

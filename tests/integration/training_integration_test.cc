@@ -463,5 +463,45 @@ TEST(BadInputTest, TruncatedIdxFileIsNamed) {
   EXPECT_THAT(r.output, HasSubstr("truncated"));
 }
 
+// An IDX file: magic 0x0000 08 (unsigned bytes) + dims, then the bytes.
+void WriteIdx(const std::string& path, const std::vector<uint32_t>& dims) {
+  std::string bytes = {0, 0, 8, static_cast<char>(dims.size())};
+  size_t body = 1;
+  for (uint32_t d : dims) {
+    for (int shift : {24, 16, 8, 0})
+      bytes.push_back(static_cast<char>(d >> shift));
+    body *= d;
+  }
+  for (size_t i = 0; i < body; ++i) bytes.push_back(static_cast<char>(i % 10));
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+}
+
+// The test split is read at the very end: one that cannot be evaluated
+// (other image size, no images) is refused before training, naming it.
+TEST(BadInputTest, TestSplitThatDoesNotFitIsRefusedUpFront) {
+  for (const uint32_t test_images : {0u, 4u}) {
+    SCOPED_TRACE(test_images);
+    const std::string dir = MakeTempDir();
+    WriteIdx(dir + "/train-images-idx3-ubyte", {64, 28, 28});
+    WriteIdx(dir + "/train-labels-idx1-ubyte", {64});
+    const uint32_t side = test_images == 0 ? 28 : 32;
+    WriteIdx(dir + "/t10k-images-idx3-ubyte", {test_images, side, side});
+    WriteIdx(dir + "/t10k-labels-idx1-ubyte", {test_images});
+    RunResult r = RunProcess(
+        {kBin + "/lockstep_worker", "--servers=127.0.0.1:1", "--workers=1",
+         "--rank=0", "--data_dir=" + dir, "--batch_size=8"},
+        {}, absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("the test split (t10k-images-idx3-ubyte"));
+    EXPECT_THAT(r.output,
+                HasSubstr(test_images == 0 ? "has no examples"
+                                           : "has 1024 values per example, the "
+                                             "training split 784"));
+  }
+}
+
 }  // namespace
 }  // namespace lockstep
