@@ -10,8 +10,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -83,6 +81,27 @@ absl::Status FsyncPath(const std::string& path, int flags) {
   const int rc = fsync(fd);
   close(fd);
   return rc == 0 ? absl::OkStatus() : Errno("cannot fsync", path);
+}
+
+// The whole file, read with POSIX calls so that a failure names its errno.
+absl::StatusOr<std::string> ReadAll(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("cannot open", path);
+  std::string bytes;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const absl::Status error = Errno("cannot read", path);
+      close(fd);
+      return error;
+    }
+    if (n == 0) break;
+    bytes.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return bytes;
 }
 
 absl::Status MakeDirs(const std::string& dir) {
@@ -226,6 +245,14 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
   const std::string shard_dir =
       absl::StrCat(dir, "/shard-", shard, "-of-", num_shards);
   RETURN_IF_ERROR(MakeDirs(shard_dir));
+  // Found now, not at the first save: a file in the way, or a folder this
+  // user cannot write.
+  struct stat st;
+  if (stat(shard_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      access(shard_dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint folder ", shard_dir, " is not a writable directory"));
+  }
   return std::unique_ptr<CheckpointStore>(new CheckpointStore(shard_dir, keep));
 }
 
@@ -262,7 +289,11 @@ absl::StatusOr<std::string> CheckpointStore::Save(
     return written;
   }
   if (pause_ > absl::ZeroDuration()) absl::SleepFor(pause_);
-  if (rename(tmp.c_str(), path.c_str()) != 0) return Errno("cannot rename", tmp);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const absl::Status error = Errno("cannot rename", tmp);
+    unlink(tmp.c_str());
+    return error;
+  }
   RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY));
   std::vector<std::string> all = List();
   for (size_t i = 0; i + keep_ < all.size(); ++i) {
@@ -297,12 +328,17 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
   }
   std::vector<std::string> all = List();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    std::ifstream in(*it, std::ios::binary);
-    std::stringstream contents;
-    contents << in.rdbuf();
-    absl::StatusOr<ShardCheckpoint> checkpoint =
-        in ? DecodeCheckpoint(contents.str())
-           : absl::StatusOr<ShardCheckpoint>(Errno("cannot read", *it));
+    // A file that cannot be read (permissions, an I/O error) is not known
+    // to be damaged: stop rather than set it aside and roll back.
+    absl::StatusOr<std::string> contents = ReadAll(*it);
+    if (!contents.ok()) {
+      return absl::Status(
+          contents.status().code(),
+          absl::StrCat(contents.status().message(),
+                       " (not set aside: it may be intact; make it readable "
+                       "or move it away)"));
+    }
+    absl::StatusOr<ShardCheckpoint> checkpoint = DecodeCheckpoint(*contents);
     if (checkpoint.ok()) return std::optional<ShardCheckpoint>(*checkpoint);
     // Set aside, out of the listing: it is kept for a look, never chosen
     // again, and never counted as one of the newest when Save prunes (which

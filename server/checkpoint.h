@@ -5,6 +5,7 @@
 //   "LSCKPT\n\0"                         8 bytes of magic
 //   uint32 format version (1)            little-endian
 //   uint64 header length H               little-endian
+//   uint32 CRC-32 of the H header bytes  little-endian
 //   H bytes: a lockstep.v1.CheckpointHeader (signature, shard, version, and
 //            for every tensor its chunk, name, offset, length and CRC-32)
 //   the tensors' raw little-endian fp32 bytes, at the offsets the header gives
@@ -56,7 +57,8 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes);
 // The checkpoints of one shard in a folder. Thread-compatible.
 class CheckpointStore final {
  public:
-  // Creates `dir` (and its parents) if needed.
+  // Creates `dir` (and its parents) if needed; FAILED_PRECONDITION when the
+  // shard's folder is not a directory this process can write.
   static absl::StatusOr<std::unique_ptr<CheckpointStore>> Create(
       const std::string& dir, int shard, int num_shards, int keep);
 
@@ -65,7 +67,9 @@ class CheckpointStore final {
 
   // The newest checkpoint that reads back intact, or nullopt when there is
   // none. Each corrupt one passed over is described in `*notes` and renamed
-  // to NAME.corrupt, out of the way of later loads and of pruning. Temporary
+  // to NAME.corrupt, out of the way of later loads and of pruning. A file
+  // that cannot be read (permissions, I/O) is an error, left in place: it
+  // may be intact, and falling back would roll training back. Temporary
   // files of writes that did not finish are removed (and noted): call it
   // before this shard's server saves.
   absl::StatusOr<std::optional<ShardCheckpoint>> LoadNewest(

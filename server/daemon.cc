@@ -141,10 +141,19 @@ std::optional<int> Daemon::Tick(absl::Time now) {
              (options_.checkpoint_every > absl::ZeroDuration() &&
               now - last_saved_ >= options_.checkpoint_every));
     }
-    if (due) {
+    if (due && now >= retry_checkpoint_at_) {
       absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
-      if (!saved.ok()) {
-        Log(absl::StrCat("checkpoint failed: ", saved.status().ToString()));
+      if (saved.ok()) {
+        checkpoint_backoff_ = absl::ZeroDuration();
+      } else {
+        // Each try snapshots and encodes the whole shard: not every tick.
+        checkpoint_backoff_ =
+            std::min(absl::Minutes(5),
+                     std::max(absl::Seconds(5), 2 * checkpoint_backoff_));
+        retry_checkpoint_at_ = now + checkpoint_backoff_;
+        Log(absl::StrCat("checkpoint failed: ", saved.status().ToString(),
+                         "; next try in ",
+                         absl::FormatDuration(checkpoint_backoff_)));
       }
     }
   }

@@ -348,6 +348,37 @@ TEST(FaultTest, ServerKilledWhileWritingACheckpointRestoresThePreviousOne) {
   EXPECT_EQ(job.Weights(0), Reference());
 }
 
+// A checkpoint that fails (here its folder was replaced by a file) is tried
+// again after 5 s, doubling, not on every 50 ms tick: each try snapshots and
+// encodes the whole shard. The final one failing is the server's failure.
+TEST(FaultTest, FailingCheckpointsAreRetriedWithBackoff) {
+  Job job(1);
+  job.StartServer({"--checkpoint_every_steps=1"});
+  job.StartWorker(0, Flags({"--max_steps=120", "--straggle=0:20"}));
+  ASSERT_TRUE(job.WaitForCheckpointFile()) << job.ServerOutput();
+  const std::string dir = job.CheckpointDir();
+  ASSERT_EQ(rename(dir.c_str(), (dir + ".moved").c_str()), 0);
+  FILE* in_the_way = std::fopen(dir.c_str(), "w");
+  ASSERT_NE(in_the_way, nullptr);
+  std::fclose(in_the_way);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitServer(), 1) << job.ServerOutput();
+  const std::string log = job.ServerOutput();
+  EXPECT_THAT(log, HasSubstr("checkpoint failed: UNAVAILABLE: cannot create"));
+  EXPECT_THAT(log, HasSubstr("; next try in 5s"));
+  EXPECT_THAT(log, HasSubstr("final checkpoint failed"));
+  int periodic = 0;
+  for (size_t at = 0; (at = log.find("\nlockstep_server: checkpoint failed",
+                                     at)) != std::string::npos;
+       ++at) {
+    ++periodic;
+  }
+  // About 2 s of steps after the failure: the first try and at most one
+  // retry (at 5 s), where every tick used to try (about 40).
+  EXPECT_GE(periodic, 1);
+  EXPECT_LE(periodic, 2) << log;
+}
+
 TEST(FaultTest, CorruptAndTruncatedCheckpointsFallBack) {
   Job job(2);
   job.StartServer({"--checkpoint_every_steps=10", "--checkpoints_to_keep=5"});

@@ -43,6 +43,8 @@ class Job final {
   bool WaitForCheckpointFile() const;
 
   std::vector<std::string> CheckpointFiles() const;
+  // The shard's checkpoint folder.
+  std::string CheckpointDir() const { return dir_ + "/ckpt/shard-0-of-1"; }
   void CorruptByte(const std::string& path) const;
   void Truncate(const std::string& path) const;
 

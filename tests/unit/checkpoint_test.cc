@@ -1,5 +1,6 @@
 #include "server/checkpoint.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -162,6 +163,38 @@ TEST(CheckpointStoreTest, ACorruptNewerFileDoesNotOutliveTheGoodOnes) {
   ASSERT_TRUE(saved.ok());
   EXPECT_THAT((*store)->List(), ElementsAre(*saved));
   EXPECT_EQ(Slurp(path30 + ".corrupt"), bytes);
+}
+
+// A shard folder that is a file is found at start, not at the first save.
+TEST(CheckpointStoreTest, AFolderInTheWayIsRefusedAtCreate) {
+  const std::string dir = TempDir();
+  Spit(dir + "/shard-0-of-1", "not a folder");
+  auto store = CheckpointStore::Create(dir, 0, 1, 3);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(store.status().message()),
+              HasSubstr("is not a writable directory"));
+}
+
+// A checkpoint that cannot be read is not known to be damaged: the load
+// fails and leaves it, rather than set it aside and restore an older one.
+// (A folder under a checkpoint's name: reading it fails even for root.)
+TEST(CheckpointStoreTest, AnUnreadableCheckpointStopsTheLoad) {
+  const std::string dir = TempDir();
+  auto store = CheckpointStore::Create(dir, 0, 1, 3);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Save(Example(10)).ok());
+  const std::string newer = dir + "/shard-0-of-1/ckpt-000000000020.lsc";
+  ASSERT_EQ(mkdir(newer.c_str(), 0755), 0);
+  std::vector<std::string> notes;
+  auto loaded = (*store)->LoadNewest(&notes);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("cannot read " + newer));
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("not set aside"));
+  EXPECT_TRUE(notes.empty());
+  EXPECT_EQ(access(newer.c_str(), F_OK), 0) << "left where it was";
 }
 
 absl::string_view Bytes(const std::vector<float>& v) {
