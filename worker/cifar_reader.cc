@@ -1,5 +1,7 @@
 #include "worker/cifar_reader.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -18,15 +20,32 @@ struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
 
+// As the IDX reader: a file past this (a device, a wrong path) is refused
+// rather than read until memory runs out. A CIFAR-10 file holds 30 MB.
+constexpr size_t kMaxFileBytes = size_t{1} << 31;
+
 absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
   if (file == nullptr) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   }
+  auto too_large = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": larger than ", kMaxFileBytes,
+                     " bytes; a CIFAR-10 batch file holds 10000 records of ",
+                     kCifarRecordBytes));
+  };
+  // A regular file says its size; anything else is read up to the limit.
+  struct stat st;
+  if (fstat(fileno(file.get()), &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
+    return too_large();
+  }
   std::vector<uint8_t> bytes;
   uint8_t buffer[1 << 16];
   size_t got;
   while ((got = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) {
+    if (bytes.size() + got > kMaxFileBytes) return too_large();
     bytes.insert(bytes.end(), buffer, buffer + got);
   }
   if (std::ferror(file.get())) {

@@ -145,6 +145,14 @@ TEST_F(CifarReaderTest, BadFilesAreNamed) {
 
   EXPECT_EQ(LoadCifar10(dir_ + "/nowhere", false).status().code(),
             absl::StatusCode::kNotFound);
+
+  // Past 2 GiB (a sparse file: nothing is written or read) is refused
+  // before reading, not read until memory runs out.
+  const std::string huge_path = Write("huge.bin", {});
+  ASSERT_EQ(truncate(huge_path.c_str(), (int64_t{1} << 31) + 1), 0);
+  auto huge = ReadCifarFile(huge_path);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(huge.status().message(), HasSubstr("larger than 2147483648"));
 }
 
 }  // namespace
