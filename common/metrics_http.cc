@@ -185,23 +185,54 @@ MetricsHttpServer::~MetricsHttpServer() {
 }
 
 void MetricsHttpServer::Serve() {
-  while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+  auto reap = [this](bool all) {
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (all || it->done->load()) {
+        it->thread.join();
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
+  };
+  while (true) {
+    reap(/*all=*/false);
+    // At the cap, only the stop pipe is watched (and finished connections
+    // looked for every 50 ms); the kernel's backlog holds new ones.
+    const bool full = static_cast<int>(connections_.size()) >= kMaxConnections;
+    pollfd fds[2] = {{wake_read_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    const int ready = poll(fds, full ? 1 : 2, full ? 50 : 500);
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    if (fds[0].revents != 0) break;
+    if (full || (fds[1].revents & POLLIN) == 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr,
                            SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;  // The client gave up, or out of descriptors.
-    HandleConnection(fd);
-    close(fd);
+    if (fd < 0) {
+      // Out of descriptors (EMFILE, ENFILE) leaves the connection pending:
+      // poll would report it again at once. Back off rather than spin.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+      continue;
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    connections_.push_back(Connection{std::thread([this, fd, done]() {
+                                        HandleConnection(fd);
+                                        close(fd);
+                                        done->store(true);
+                                      }),
+                                      done});
   }
+  reap(/*all=*/true);
 }
 
 void MetricsHttpServer::HandleConnection(int fd) {
+  // The head comes at once from a scraper; an idle connection does not
+  // hold a slot for long.
+  const absl::Time head_deadline =
+      absl::Now() + std::min(io_timeout_, absl::Seconds(1));
   const absl::Time deadline = absl::Now() + io_timeout_;
   std::string head;
   std::string response;
@@ -213,14 +244,17 @@ void MetricsHttpServer::HandleConnection(int fd) {
                                "request head over 8 KiB");
       break;
     }
-    if (!WaitFor(fd, POLLIN, deadline)) return;  // Too slow: just close.
+    if (!WaitFor(fd, POLLIN, head_deadline)) return;  // Too slow: close.
     const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return;
     head.append(buffer, static_cast<size_t>(n));
   }
   if (response.empty()) {
-    response = HttpResponseFor(head, [this]() { return registry_->Render(); });
+    response = HttpResponseFor(head, [this]() {
+      std::lock_guard<std::mutex> lock(render_mu_);
+      return registry_->Render();
+    });
   }
   if (!SendAll(fd, response, deadline)) return;
   // Half-close and read what the client still sends, briefly, so that

@@ -2,22 +2,25 @@
 //
 // MetricsHttpServer owns a listening socket and one thread. `GET /metrics`
 // (a query string is ignored) is answered with the registry's text
-// exposition; any other path gets 404 and any other method 405. One
-// connection is served at a time and closed after its answer
-// (`Connection: close`); a request head is read for at most `io_timeout` and
-// may be at most 8 KiB (431 otherwise), so a slow or hostile client cannot
-// hold the thread or memory for long. No TLS and no authentication: keep the
-// port on a trusted network (docs/kubernetes.md's NetworkPolicy lets only
-// admin pods reach it).
+// exposition; any other path gets 404 and any other method 405. Up to
+// kMaxConnections connections are served at once, each on its own thread,
+// and closed after its answer (`Connection: close`); a request head must
+// arrive within min(io_timeout, 1 s) and be at most 8 KiB (431 otherwise),
+// so idle or slow clients cannot hold a scrape back for long. No TLS and no
+// authentication: keep the port on a trusted network (docs/kubernetes.md's
+// NetworkPolicy lets only admin pods reach it).
 //
 // Thread-safe; the destructor stops the thread and closes the socket.
 #ifndef LOCKSTEP_COMMON_METRICS_HTTP_H_
 #define LOCKSTEP_COMMON_METRICS_HTTP_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -48,7 +51,14 @@ class MetricsHttpServer final {
   // The bound port.
   int port() const { return port_; }
 
+  static constexpr int kMaxConnections = 8;
+
  private:
+  struct Connection {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+
   MetricsHttpServer(int listen_fd, int wake_read, int wake_write, int port,
                     absl::Duration io_timeout, const MetricsRegistry* registry);
   void Serve();
@@ -60,6 +70,8 @@ class MetricsHttpServer final {
   const int port_;
   const absl::Duration io_timeout_;
   const MetricsRegistry* const registry_;  // Not owned.
+  std::mutex render_mu_;                 // Collectors run one scrape at a time.
+  std::vector<Connection> connections_;  // Serve's thread only.
   std::thread thread_;
 };
 

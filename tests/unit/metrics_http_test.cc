@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -98,6 +100,36 @@ TEST(MetricsHttpServerTest, BoundsRequestsInSizeAndTime) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_THAT(Exchange(port, "GET /metrics HTTP/1.1\r\n\r\n"),
               StartsWith("HTTP/1.1 200"));
+}
+
+// Connections that send nothing do not hold a scrape back: it is answered
+// while they are still open (served one at a time, the scrape would wait
+// out each one's timeout, and find them closed by then).
+TEST(MetricsHttpServerTest, IdleConnectionsDoNotHoldAScrapeBack) {
+  MetricsRegistry registry;
+  registry.GetCounter("up_total", "Up.");
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(MetricsHttpOptions(), &registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(socket(AF_INET, SOCK_STREAM, 0));
+    ASSERT_EQ(
+        connect(idle.back(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+        0);
+  }
+  EXPECT_THAT(Exchange((*server)->port(), "GET /metrics HTTP/1.1\r\n\r\n"),
+              HasSubstr("up_total 0\n"));
+  for (int fd : idle) {
+    char byte;
+    EXPECT_EQ(recv(fd, &byte, 1, MSG_DONTWAIT), -1) << "closed already";
+    EXPECT_EQ(errno, EAGAIN);
+    close(fd);
+  }
 }
 
 TEST(MetricsHttpServerTest, RefusesBadPortsAndBusyOnes) {
