@@ -348,6 +348,60 @@ TEST(FaultTest, ServerKilledWhileWritingACheckpointRestoresThePreviousOne) {
   EXPECT_EQ(job.Weights(0), Reference());
 }
 
+// A checkpoint written for another job layout (here 2 workers) is not
+// restored into this one (3): the server stops with the permanent code and
+// says why, rather than start the job over or mix the two.
+TEST(FaultTest, ACheckpointOfAnotherLayoutStopsTheServer) {
+  Job job(2);
+  job.StartServer({"--checkpoint_every_steps=5"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags());
+  ASSERT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  ASSERT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  ASSERT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  ASSERT_FALSE(job.CheckpointFiles().empty());
+  job.StartServer({"--workers=3"});
+  EXPECT_EQ(job.WaitServer(), 2) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("cannot restore the checkpoint"));
+}
+
+// --checkpoint_every_seconds alone takes checkpoints while the job runs
+// (about 3 s of steps here, a checkpoint a second).
+TEST(FaultTest, CheckpointsByTheClock) {
+  Job job(1);
+  job.StartServer({"--checkpoint_every_seconds=1", "--checkpoints_to_keep=10",
+                   "--exit_when_done=false"});
+  job.StartWorker(0, Flags({"--max_steps=120", "--straggle=0:25"}));
+  ASSERT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  const std::vector<std::string> files = job.CheckpointFiles();
+  EXPECT_GE(files.size(), 2u) << job.ServerOutput();
+  for (const std::string& f : files) {
+    EXPECT_THAT(f, Not(HasSubstr("ckpt-000000000120"))) << "only by the clock";
+  }
+  job.Signal(job.server(), SIGTERM);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+}
+
+// A worker stuck in a step (its server stopped) that gets a stop signal
+// waits for the step; a second one at least 2 s later (someone pressing
+// Ctrl-C again) makes it exit at once.
+TEST(FaultTest, ASecondStopSignalLaterExitsAtOnce) {
+  Job job(1);
+  job.StartServer({});
+  job.StartWorker(0, Flags({"--straggle=0:50", "--step_timeout_s=600"}));
+  ASSERT_TRUE(job.WaitForVersion(3)) << job.ServerOutput();
+  job.Signal(job.server(), SIGSTOP);
+  job.Signal(job.worker(0), SIGTERM);
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "stop signal received"));
+  absl::SleepFor(absl::Milliseconds(2100));  // The rule's 2 s, not a wait.
+  job.Signal(job.worker(0), SIGTERM);
+  EXPECT_EQ(job.WaitWorker(0), 143) << job.WorkerOutput(0);
+  EXPECT_THAT(job.WorkerOutput(0), Not(HasSubstr("Left the job")));
+  job.Signal(job.server(), SIGCONT);
+  job.Signal(job.server(), SIGKILL);
+  job.WaitServer();
+}
+
 // A checkpoint that fails (here its folder was replaced by a file) is tried
 // again after 5 s, doubling, not on every 50 ms tick: each try snapshots and
 // encodes the whole shard. The final one failing is the server's failure.

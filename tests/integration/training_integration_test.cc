@@ -463,6 +463,55 @@ TEST(BadInputTest, TruncatedIdxFileIsNamed) {
   EXPECT_THAT(r.output, HasSubstr("truncated"));
 }
 
+// --eval_every_epoch evaluates after every epoch but the last (the final
+// evaluation covers it), and --augment (random crop and flip of image
+// models) changes what is trained on.
+TEST(TrainingTest, EpochEvaluationAndAugmentation) {
+  const std::string dir = MakeTempDir();
+  auto run = [&](const std::string& name, bool augment) {
+    std::vector<std::string> argv = {kBin + "/lockstep_launch",
+                                     "--workers=1",
+                                     "--summary_json=" + dir + "/" + name,
+                                     "--",
+                                     "--dataset=synthetic",
+                                     "--synthetic_examples=256",
+                                     "--model=cnn",
+                                     "--input_shape=16,16,3",
+                                     "--batch_size=32",
+                                     "--epochs=2",
+                                     "--eval_every_epoch",
+                                     "--progress=none"};
+    if (augment) argv.push_back("--augment");
+    return RunProcess(argv, {}, kDeadline);
+  };
+  const RunResult plain = run("plain", false);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_THAT(plain.output, HasSubstr("Epoch 1/2 - test loss "));
+  EXPECT_THAT(plain.output, Not(HasSubstr("Epoch 2/2 - test loss ")));
+  EXPECT_THAT(plain.output, HasSubstr("Test accuracy "));
+  const RunResult augmented = run("augmented", true);
+  ASSERT_EQ(augmented.exit_code, 0) << augmented.output;
+  const std::string a = ReadFile(dir + "/plain");
+  const std::string b = ReadFile(dir + "/augmented");
+  const size_t at = a.find("\"train_loss\": ");
+  ASSERT_NE(at, std::string::npos) << a;
+  EXPECT_NE(a.substr(at, 40), b.substr(b.find("\"train_loss\": "), 40))
+      << "the same training loss with and without augmentation";
+}
+
+// No server at the address: the worker gives up after --connect_timeout_s
+// with the retryable code, naming what it tried.
+TEST(BadInputTest, NoServerIsRetryableAfterTheConnectTimeout) {
+  const std::string nobody = absl::StrCat("127.0.0.1:", FreePort());
+  RunResult r = RunProcess(
+      {kBin + "/lockstep_worker", "--servers=" + nobody, "--workers=1",
+       "--rank=0", "--dataset=synthetic", "--synthetic_examples=64",
+       "--layers=8,4", "--connect_timeout_s=1"},
+      {}, absl::Seconds(60));
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("registering with shard 0 at " + nobody));
+}
+
 // An IDX file: magic 0x0000 08 (unsigned bytes) + dims, then the bytes.
 void WriteIdx(const std::string& path, const std::vector<uint32_t>& dims) {
   std::string bytes = {0, 0, 8, static_cast<char>(dims.size())};

@@ -18,6 +18,14 @@ ABSL_DECLARE_FLAG(int, workers);
 ABSL_DECLARE_FLAG(int, gpu);
 ABSL_DECLARE_FLAG(std::string, sync);
 ABSL_DECLARE_FLAG(std::string, allreduce);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(double, lr);
+ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(bool, nesterov);
+ABSL_DECLARE_FLAG(double, beta_1);
+ABSL_DECLARE_FLAG(double, beta_2);
+ABSL_DECLARE_FLAG(double, epsilon);
+ABSL_DECLARE_FLAG(double, weight_decay);
 
 namespace lockstep {
 namespace {
@@ -44,6 +52,50 @@ TEST_F(WorkerFlagsTest, ServersRankAndWorkersReachTheTrainerAndClient) {
   EXPECT_EQ(o->trainer.rank, 3);
   EXPECT_EQ(o->trainer.num_workers, 4);
   EXPECT_EQ(o->trainer.sync, SyncMode::kPs);
+}
+
+// Every optimizer flag reaches the signature the servers apply (a dropped
+// one would silently train with the default); unset ones keep Keras's
+// defaults for the chosen optimizer.
+TEST_F(WorkerFlagsTest, OptimizerFlagsReachTheTrainer) {
+  absl::SetFlag(&FLAGS_optimizer, "momentum");
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.optimizer.name, "momentum");
+  EXPECT_EQ(o->trainer.optimizer.learning_rate, 0.01);
+  EXPECT_EQ(o->trainer.optimizer.momentum, 0.9);
+  EXPECT_FALSE(o->trainer.optimizer.nesterov);
+
+  absl::SetFlag(&FLAGS_lr, 0.125);
+  absl::SetFlag(&FLAGS_momentum, 0.75);
+  absl::SetFlag(&FLAGS_nesterov, true);
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.optimizer.learning_rate, 0.125);
+  EXPECT_EQ(o->trainer.optimizer.momentum, 0.75);
+  EXPECT_TRUE(o->trainer.optimizer.nesterov);
+
+  absl::SetFlag(&FLAGS_optimizer, "adamw");
+  absl::SetFlag(&FLAGS_beta_1, 0.5);
+  absl::SetFlag(&FLAGS_beta_2, 0.25);
+  absl::SetFlag(&FLAGS_epsilon, 1e-3);
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.optimizer.name, "adamw");
+  EXPECT_EQ(o->trainer.optimizer.weight_decay, 0.004) << "AdamW's default";
+  absl::SetFlag(&FLAGS_weight_decay, 0.0625);
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.optimizer.learning_rate, 0.125);
+  EXPECT_EQ(o->trainer.optimizer.beta_1, 0.5);
+  EXPECT_EQ(o->trainer.optimizer.beta_2, 0.25);
+  EXPECT_EQ(o->trainer.optimizer.epsilon, 1e-3);
+  EXPECT_EQ(o->trainer.optimizer.weight_decay, 0.0625);
+
+  absl::SetFlag(&FLAGS_optimizer, "rmsprop");
+  EXPECT_THAT(WorkerOptionsFromFlags().status().message(),
+              ::testing::HasSubstr("--optimizer must be sgd, momentum, adam "
+                                   "or adamw, got \"rmsprop\""));
 }
 
 // The launcher gives each worker --gpu=rank % GPUs. With NCCL the
