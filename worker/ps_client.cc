@@ -104,10 +104,21 @@ class PsClient::Impl {
       const RegisterCall& call = calls[shard];
       if (!call.status.ok()) {
         absl::Status s = FromGrpcStatus(call.status);
+        // Waiting for a server that never came says only "Deadline
+        // Exceeded": say what was waited for, and how long.
+        const std::string hint =
+            s.code() == absl::StatusCode::kDeadlineExceeded
+                ? absl::StrCat(
+                      " (no answer within ",
+                      absl::FormatDuration(
+                          std::min(timeout, options_.connect_timeout)),
+                      ": is a lockstep_server listening there? "
+                      "--connect_timeout_s waits longer)")
+                : "";
         return absl::Status(s.code(),
                             absl::StrCat("registering with shard ", shard,
                                          " at ", options_.servers[shard], ": ",
-                                         s.message()));
+                                         s.message(), hint));
       }
       incarnations_.push_back(call.response.incarnation());
       result.must_initialize |= call.response.must_initialize();

@@ -510,6 +510,8 @@ TEST(BadInputTest, NoServerIsRetryableAfterTheConnectTimeout) {
       {}, absl::Seconds(60));
   EXPECT_EQ(r.exit_code, 75) << r.output;
   EXPECT_THAT(r.output, HasSubstr("registering with shard 0 at " + nobody));
+  EXPECT_THAT(r.output, HasSubstr("(no answer within 1s: is a lockstep_server "
+                                  "listening there?"));
 }
 
 // An IDX file: magic 0x0000 08 (unsigned bytes) + dims, then the bytes.
