@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -158,18 +159,21 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return Errno("metrics pipe");
   }
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(
-      *fd, wake[0], wake[1], port, options.io_timeout, registry));
+      *fd, wake[0], wake[1], port, options.io_timeout,
+      std::min(options.io_timeout, options.head_timeout), registry));
 }
 
 MetricsHttpServer::MetricsHttpServer(int listen_fd, int wake_read,
                                      int wake_write, int port,
                                      absl::Duration io_timeout,
+                                     absl::Duration head_timeout,
                                      const MetricsRegistry* registry)
     : listen_fd_(listen_fd),
       wake_read_(wake_read),
       wake_write_(wake_write),
       port_(port),
       io_timeout_(io_timeout),
+      head_timeout_(head_timeout),
       registry_(registry) {
   thread_ = std::thread([this]() { Serve(); });
 }
@@ -218,12 +222,19 @@ void MetricsHttpServer::Serve() {
       continue;
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
-    connections_.push_back(Connection{std::thread([this, fd, done]() {
-                                        HandleConnection(fd);
-                                        close(fd);
-                                        done->store(true);
-                                      }),
-                                      done});
+    try {
+      connections_.push_back(Connection{std::thread([this, fd, done]() {
+                                          HandleConnection(fd);
+                                          close(fd);
+                                          done->store(true);
+                                        }),
+                                        done});
+    } catch (const std::system_error&) {
+      // No thread to be had (a pids limit): drop this scrape, not the
+      // process it reports on.
+      close(fd);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
   }
   reap(/*all=*/true);
 }
@@ -231,8 +242,7 @@ void MetricsHttpServer::Serve() {
 void MetricsHttpServer::HandleConnection(int fd) {
   // The head comes at once from a scraper; an idle connection does not
   // hold a slot for long.
-  const absl::Time head_deadline =
-      absl::Now() + std::min(io_timeout_, absl::Seconds(1));
+  const absl::Time head_deadline = absl::Now() + head_timeout_;
   const absl::Time deadline = absl::Now() + io_timeout_;
   std::string head;
   std::string response;

@@ -1,11 +1,13 @@
 // A minimal HTTP/1.1 endpoint for Prometheus scrapes.
 //
-// MetricsHttpServer owns a listening socket and one thread. `GET /metrics`
+// MetricsHttpServer owns a listening socket, an accepting thread and a
+// thread per connection being served. `GET /metrics`
 // (a query string is ignored) is answered with the registry's text
 // exposition; any other path gets 404 and any other method 405. Up to
 // kMaxConnections connections are served at once, each on its own thread,
 // and closed after its answer (`Connection: close`); a request head must
-// arrive within min(io_timeout, 1 s) and be at most 8 KiB (431 otherwise),
+// arrive within min(io_timeout, head_timeout: 1 s) and be at most 8 KiB
+// (431 otherwise),
 // so idle or slow clients cannot hold a scrape back for long. No TLS and no
 // authentication: keep the port on a trusted network (docs/kubernetes.md's
 // NetworkPolicy lets only admin pods reach it).
@@ -35,6 +37,8 @@ struct MetricsHttpOptions {
   std::string host;
   int port = 0;  // 0: the kernel picks one (see port()).
   absl::Duration io_timeout = absl::Seconds(5);
+  // A request head must arrive within min(io_timeout, head_timeout).
+  absl::Duration head_timeout = absl::Seconds(1);
 };
 
 class MetricsHttpServer final {
@@ -60,7 +64,8 @@ class MetricsHttpServer final {
   };
 
   MetricsHttpServer(int listen_fd, int wake_read, int wake_write, int port,
-                    absl::Duration io_timeout, const MetricsRegistry* registry);
+                    absl::Duration io_timeout, absl::Duration head_timeout,
+                    const MetricsRegistry* registry);
   void Serve();
   void HandleConnection(int fd);
 
@@ -69,6 +74,7 @@ class MetricsHttpServer final {
   const int wake_write_;
   const int port_;
   const absl::Duration io_timeout_;
+  const absl::Duration head_timeout_;
   const MetricsRegistry* const registry_;  // Not owned.
   std::mutex render_mu_;                 // Collectors run one scrape at a time.
   std::vector<Connection> connections_;  // Serve's thread only.

@@ -1,5 +1,6 @@
 #include "common/signature_limits.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -87,7 +88,13 @@ absl::Status ValidateSignature(const ModelSignature& s,
   }
   // As ChunkPlan cuts them (parameters and state apart): never more chunks
   // than this. Each chunk also keeps a few values per worker.
-  const int64_t per_chunk = s.chunk_bytes / 4;
+  int64_t per_chunk = s.chunk_bytes / 4;
+  if (s.num_shards > 1) {
+    // ChunkPlan shrinks chunks so that every shard gets some parameters,
+    // and the state is cut in chunks of that size too.
+    const int64_t per_shard = (parameters + s.num_shards - 1) / s.num_shards;
+    per_chunk = std::max<int64_t>(1, std::min(per_chunk, per_shard));
+  }
   const int64_t chunks = (parameters + per_chunk - 1) / per_chunk +
                          (state + per_chunk - 1) / per_chunk +
                          (s.num_shards > 1 ? s.num_shards : 0);

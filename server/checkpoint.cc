@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/signature_proto.h"
 #include "common/status_macros.h"
 #include "lockstep/v1/lockstep.pb.h"
@@ -25,6 +26,9 @@ namespace {
 constexpr char kMagic[8] = {'L', 'S', 'C', 'K', 'P', 'T', '\n', '\0'};
 constexpr size_t kPreamble = 8 + 4 + 8 + 4;  // magic, format, length, crc.
 constexpr char kSuffix[] = ".lsc";
+// A temporary checkpoint file nobody has written for this long is a
+// leftover of a writer that died.
+constexpr absl::Duration kStaleTmpAge = absl::Minutes(10);
 
 uint32_t Crc32(const void* data, size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -306,14 +310,21 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
     std::vector<std::string>* notes) const {
   // A write that did not finish (the server died before its rename) left its
   // temporary file: never read, and never pruned by Save, it would stay for
-  // good, one model's size per crash.
+  // good, one model's size per crash. Only files untouched for
+  // kStaleTmpAge go: a predecessor still writing its last checkpoint on a
+  // shared volume (a replacement pod started early) keeps its own.
   if (DIR* d = opendir(dir_.c_str())) {
     const std::string tmp_suffix = absl::StrCat(kSuffix, ".tmp");
+    const absl::Time now = absl::Now();
     std::vector<std::string> leftovers;
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, tmp_suffix)) {
-        leftovers.push_back(absl::StrCat(dir_, "/", name));
+      const std::string path = absl::StrCat(dir_, "/", name);
+      struct stat st;
+      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, tmp_suffix) &&
+          stat(path.c_str(), &st) == 0 &&
+          now - absl::TimeFromTimespec(st.st_mtim) >= kStaleTmpAge) {
+        leftovers.push_back(path);
       }
     }
     closedir(d);

@@ -70,8 +70,8 @@ class CheckpointStore final {
   // to NAME.corrupt, out of the way of later loads and of pruning. A file
   // that cannot be read (permissions, I/O) is an error, left in place: it
   // may be intact, and falling back would roll training back. Temporary
-  // files of writes that did not finish are removed (and noted): call it
-  // before this shard's server saves.
+  // files of writes that did not finish, untouched for 10 minutes, are
+  // removed (and noted).
   absl::StatusOr<std::optional<ShardCheckpoint>> LoadNewest(
       std::vector<std::string>* notes) const;
 

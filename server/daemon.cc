@@ -98,6 +98,9 @@ absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint(
   if (!path.ok()) return path.status();
   last_saved_version_ = snapshot->version;
   last_saved_ = absl::Now();
+  // Any save that works (lockstep_ctl's too) ends the retry delay.
+  checkpoint_backoff_ = absl::ZeroDuration();
+  retry_checkpoint_at_ = absl::InfinitePast();
   if (telemetry_ != nullptr) {
     telemetry_->CheckpointSaved(snapshot->version, last_saved_);
   }
@@ -134,26 +137,28 @@ std::optional<int> Daemon::Tick(absl::Time now) {
     bool due = false;
     {
       absl::MutexLock lock(&checkpoint_mu_);
-      due = version > last_saved_version_ &&
+      due = version > last_saved_version_ && now >= retry_checkpoint_at_ &&
             ((options_.checkpoint_every_steps > 0 &&
               version - std::max<int64_t>(last_saved_version_, 0) >=
                   options_.checkpoint_every_steps) ||
              (options_.checkpoint_every > absl::ZeroDuration() &&
               now - last_saved_ >= options_.checkpoint_every));
     }
-    if (due && now >= retry_checkpoint_at_) {
+    if (due) {
       absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
-      if (saved.ok()) {
-        checkpoint_backoff_ = absl::ZeroDuration();
-      } else {
+      if (!saved.ok()) {
         // Each try snapshots and encodes the whole shard: not every tick.
-        checkpoint_backoff_ =
-            std::min(absl::Minutes(5),
-                     std::max(absl::Seconds(5), 2 * checkpoint_backoff_));
-        retry_checkpoint_at_ = now + checkpoint_backoff_;
+        absl::Duration backoff;
+        {
+          absl::MutexLock lock(&checkpoint_mu_);
+          checkpoint_backoff_ =
+              std::min(absl::Minutes(5),
+                       std::max(absl::Seconds(5), 2 * checkpoint_backoff_));
+          retry_checkpoint_at_ = now + checkpoint_backoff_;
+          backoff = checkpoint_backoff_;
+        }
         Log(absl::StrCat("checkpoint failed: ", saved.status().ToString(),
-                         "; next try in ",
-                         absl::FormatDuration(checkpoint_backoff_)));
+                         "; next try in ", absl::FormatDuration(backoff)));
       }
     }
   }

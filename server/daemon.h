@@ -83,10 +83,11 @@ class Daemon final {
   absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
   int64_t last_saved_version_ ABSL_GUARDED_BY(checkpoint_mu_) = -1;
   absl::Time last_saved_ ABSL_GUARDED_BY(checkpoint_mu_) = absl::Now();
-  // Periodic checkpoints after a failed one (Tick's thread only): 5 s,
-  // doubling to 5 min, until one succeeds.
-  absl::Duration checkpoint_backoff_;
-  absl::Time retry_checkpoint_at_ = absl::InfinitePast();
+  // Periodic checkpoints after a failed one: 5 s, doubling to 5 min, until
+  // one (periodic or asked for) succeeds.
+  absl::Duration checkpoint_backoff_ ABSL_GUARDED_BY(checkpoint_mu_);
+  absl::Time retry_checkpoint_at_ ABSL_GUARDED_BY(checkpoint_mu_) =
+      absl::InfinitePast();
 };
 
 }  // namespace lockstep

@@ -1,8 +1,11 @@
 #include "server/parameter_server.h"
 
+#include <fcntl.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <utility>
 
@@ -55,9 +58,22 @@ int64_t NewServerIncarnation() { return absl::ToUnixMicros(absl::Now()); }
 // random (62 bits from the kernel's CSPRNG), not counted up, so that
 // another worker cannot guess it and push or leave in that rank's name.
 // Positive: 0 means "none".
-int64_t RandomIncarnation() {
+absl::StatusOr<int64_t> RandomIncarnation() {
   uint64_t bits = 0;
-  while (getrandom(&bits, sizeof(bits), 0) != sizeof(bits)) {
+  ssize_t got;
+  do {
+    got = getrandom(&bits, sizeof(bits), 0);
+  } while (got < 0 && errno == EINTR);
+  if (got != static_cast<ssize_t>(sizeof(bits))) {
+    // No getrandom (an old kernel, a seccomp profile): the device.
+    const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    got = fd < 0 ? -1 : read(fd, &bits, sizeof(bits));
+    if (fd >= 0) close(fd);
+    if (got != static_cast<ssize_t>(sizeof(bits))) {
+      return absl::InternalError(
+          "no random bytes for an incarnation (getrandom and /dev/urandom "
+          "both failed)");
+    }
   }
   return static_cast<int64_t>(bits >> 2) + 1;
 }
@@ -192,7 +208,7 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
   if (rank == 0) signature_from_rank0_ = true;
   Registration reg;
   do {
-    reg.incarnation = RandomIncarnation();
+    ASSIGN_OR_RETURN(reg.incarnation, RandomIncarnation());
   } while (revoked_.contains(reg.incarnation) ||
            std::find(incarnations_.begin(), incarnations_.end(),
                      reg.incarnation) != incarnations_.end());
@@ -223,10 +239,11 @@ absl::Status ParameterServer::CheckMemberLocked(int rank,
         server_incarnation_, "); it may have restarted"));
   }
   if (incarnations_[rank] != incarnation) {
+    // Not the current incarnation in the message: it is what lets a call
+    // count for the rank.
     return absl::AlreadyExistsError(absl::StrCat(
         "rank ", rank, " incarnation ", incarnation,
-        " was replaced by incarnation ", incarnations_[rank],
-        ": another worker registered as rank ", rank));
+        " was replaced: another worker registered as rank ", rank));
   }
   return absl::OkStatus();
 }

@@ -106,14 +106,17 @@ class PsClient::Impl {
         absl::Status s = FromGrpcStatus(call.status);
         // Waiting for a server that never came says only "Deadline
         // Exceeded": say what was waited for, and how long.
+        const absl::Duration waited =
+            std::min(timeout, options_.connect_timeout);
         const std::string hint =
             s.code() == absl::StatusCode::kDeadlineExceeded
-                ? absl::StrCat(
-                      " (no answer within ",
-                      absl::FormatDuration(
-                          std::min(timeout, options_.connect_timeout)),
-                      ": is a lockstep_server listening there? "
-                      "--connect_timeout_s waits longer)")
+                ? absl::StrCat(" (no answer within ",
+                               absl::FormatDuration(waited),
+                               ": is a lockstep_server listening there?",
+                               waited == options_.connect_timeout
+                                   ? " --connect_timeout_s waits longer"
+                                   : "",
+                               ")")
                 : "";
         return absl::Status(s.code(),
                             absl::StrCat("registering with shard ", shard,

@@ -318,12 +318,23 @@ TEST(FaultTest, ServerKilledWhileWritingACheckpointRestoresThePreviousOne) {
   job.StartWorker(1, Flags({"--straggle=1:50"}));
   ASSERT_TRUE(job.WaitForCheckpointFile()) << job.ServerOutput();
   // Restart with writes that stall before their rename, and kill the server
-  // inside the next write.
+  // inside the next write. A temporary file the first kill may have left
+  // goes first (a start leaves recent ones alone), so that the one waited
+  // for is the second server's own, stalled write.
   job.Signal(job.server(), SIGKILL);
-  job.StartServer({"--checkpoint_every_steps=5",
-                   "--testing_checkpoint_pause_ms=600000"});
-  // Restored: a temporary file the first kill may have left is removed by
-  // then, so the one waited for is this server's own, stalled write.
+  job.WaitServer();
+  std::vector<std::string> stale;
+  if (DIR* d = opendir(job.CheckpointDir().c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (absl::EndsWith(e->d_name, ".tmp")) {
+        stale.push_back(job.CheckpointDir() + "/" + e->d_name);
+      }
+    }
+    closedir(d);
+  }
+  for (const std::string& path : stale) unlink(path.c_str());
+  job.StartServer(
+      {"--checkpoint_every_steps=5", "--testing_checkpoint_pause_ms=600000"});
   ASSERT_TRUE(job.WaitForServerLog("restored version")) << job.ServerOutput();
   ASSERT_TRUE(job.WaitForCheckpointTmp()) << job.ServerOutput();
   // The first server's files (this one completes none): it restored the
@@ -373,11 +384,12 @@ TEST(FaultTest, CheckpointsByTheClock) {
                    "--exit_when_done=false"});
   job.StartWorker(0, Flags({"--max_steps=120", "--straggle=0:25"}));
   ASSERT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
-  const std::vector<std::string> files = job.CheckpointFiles();
-  EXPECT_GE(files.size(), 2u) << job.ServerOutput();
-  for (const std::string& f : files) {
-    EXPECT_THAT(f, Not(HasSubstr("ckpt-000000000120"))) << "only by the clock";
+  // Taken while the job ran: at least two before its end (version 120).
+  int before_the_end = 0;
+  for (const std::string& f : job.CheckpointFiles()) {
+    before_the_end += !absl::StrContains(f, "ckpt-000000000120");
   }
+  EXPECT_GE(before_the_end, 2) << job.ServerOutput();
   job.Signal(job.server(), SIGTERM);
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
 }
@@ -415,7 +427,9 @@ TEST(FaultTest, FailingCheckpointsAreRetriedWithBackoff) {
   FILE* in_the_way = std::fopen(dir.c_str(), "w");
   ASSERT_NE(in_the_way, nullptr);
   std::fclose(in_the_way);
+  const absl::Time broken = absl::Now();
   EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  const absl::Duration failing = absl::Now() - broken;
   EXPECT_EQ(job.WaitServer(), 1) << job.ServerOutput();
   const std::string log = job.ServerOutput();
   EXPECT_THAT(log, HasSubstr("checkpoint failed: UNAVAILABLE: cannot create"));
@@ -427,10 +441,10 @@ TEST(FaultTest, FailingCheckpointsAreRetriedWithBackoff) {
        ++at) {
     ++periodic;
   }
-  // About 2 s of steps after the failure: the first try and at most one
-  // retry (at 5 s), where every tick used to try (about 40).
+  // The first try, then one every 5 s or more (about 2 s of steps here),
+  // where every 50 ms tick used to try (about 40).
   EXPECT_GE(periodic, 1);
-  EXPECT_LE(periodic, 2) << log;
+  EXPECT_LE(periodic, 2 + absl::ToInt64Seconds(failing) / 5) << log;
 }
 
 TEST(FaultTest, CorruptAndTruncatedCheckpointsFallBack) {

@@ -158,6 +158,9 @@ def main():
         mlp, state=[("bn/moving_mean", [3]), ("bn/moving_variance", [3])])))
     write("register", "huge_state", vfield(1, 0) + lfield(2, signature(
         [("w", [1])], state=[("bn", [1 << 40])])))
+    # Two shards shrink chunks to the parameters per shard, state included.
+    write("register", "sharded_state", vfield(1, 0) + lfield(2, signature(
+        [("w", [2])], shards=2, state=[("bn", [1 << 20])])))
 
     # Checkpoints of the small model (one chunk of 15 values with Adam's
     # two slots), intact and damaged.

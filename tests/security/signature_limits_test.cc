@@ -94,6 +94,15 @@ TEST(SignatureLimitsTest, StateTensorsCountAgainstTheLimits) {
   limits = SignatureLimits();
   limits.max_chunks = 101770 + 999;
   EXPECT_THAT(ValidateSignature(s, limits).message(), HasSubstr("chunks"));
+  // With shards, ChunkPlan shrinks chunks to the parameters per shard, and
+  // the state is cut that fine too: two parameters and 10^6 state values
+  // over two shards are a million chunks, not 515.
+  s.tensors = {{"w", {2}}};
+  s.state_tensors = {{"bn", {1000000}}};
+  s.chunk_bytes = 4 << 20;
+  s.num_shards = 2;
+  EXPECT_THAT(ValidateSignature(s, SignatureLimits()).message(),
+              HasSubstr("chunks, at most 65536"));
 }
 
 // Chunks keep a few values per worker: many chunks times many workers is

@@ -1,6 +1,7 @@
 #include "server/checkpoint.h"
 
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -109,10 +110,18 @@ TEST(CheckpointStoreTest, KeepsTheNewestAndFallsBackPastDamage) {
   std::vector<std::string> files = (*store)->List();
   ASSERT_THAT(files, SizeIs(3));
   EXPECT_THAT(files.back(), HasSubstr("ckpt-000000000025.lsc"));
-  // A leftover temporary file (a crash mid-write) is not read, and removed.
+  // A leftover temporary file (a crash mid-write) is not read, and removed
+  // once nobody has written it for 10 minutes; a recent one may be a
+  // predecessor's write still under way, and stays.
   const std::string leftover =
       absl::StrCat(dir, "/a/b/shard-0-of-1/ckpt-000000000030.lsc.tmp");
   Spit(leftover, "partial");
+  const timeval eleven_minutes_ago[2] = {{time(nullptr) - 660, 0},
+                                         {time(nullptr) - 660, 0}};
+  ASSERT_EQ(utimes(leftover.c_str(), eleven_minutes_ago), 0);
+  const std::string recent =
+      absl::StrCat(dir, "/a/b/shard-0-of-1/ckpt-000000000035.lsc.tmp");
+  Spit(recent, "being written");
   const std::string other = absl::StrCat(dir, "/a/b/shard-0-of-1/notes.tmp");
   Spit(other, "not ours");
   auto newest = (*store)->LoadNewest(&notes);
@@ -122,6 +131,7 @@ TEST(CheckpointStoreTest, KeepsTheNewestAndFallsBackPastDamage) {
   EXPECT_THAT(notes[0], HasSubstr("removed " + leftover));
   EXPECT_NE(access(leftover.c_str(), F_OK), 0);
   EXPECT_EQ(Slurp(other), "not ours") << "only checkpoint files are removed";
+  EXPECT_EQ(Slurp(recent), "being written");
   notes.clear();
   // Damage the newest (a flipped bit) and truncate the next: the oldest kept
   // one loads, and both are reported.

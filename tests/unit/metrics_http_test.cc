@@ -108,8 +108,12 @@ TEST(MetricsHttpServerTest, BoundsRequestsInSizeAndTime) {
 TEST(MetricsHttpServerTest, IdleConnectionsDoNotHoldAScrapeBack) {
   MetricsRegistry registry;
   registry.GetCounter("up_total", "Up.");
+  MetricsHttpOptions options;
+  // Longer than this test takes on any box: the idle ones stay open.
+  options.io_timeout = absl::Seconds(30);
+  options.head_timeout = absl::Seconds(30);
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
-      MetricsHttpServer::Start(MetricsHttpOptions(), &registry);
+      MetricsHttpServer::Start(options, &registry);
   ASSERT_TRUE(server.ok()) << server.status();
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -14,6 +15,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A model of two tensors, 3 + 2 = 5 parameters, trained with plain SGD.
 ModelSignature SmallSignature(int workers, int64_t chunk_bytes = 1 << 20) {
@@ -170,6 +172,18 @@ TEST_F(ParameterServerTest, IncarnationsAreNotGuessable) {
     ASSERT_TRUE(again.ok());
     seen.push_back(again->incarnation);
   }
+  // A wrong guess must not be told the right one.
+  const int64_t current1 = seen.back();
+  Reply r;
+  ps_->Pull(1, 12345, 0, 0, false, r.Callback());
+  ASSERT_TRUE(r.result.has_value());
+  EXPECT_EQ(r.result->status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(r.result->status().message()),
+              Not(HasSubstr(absl::StrCat(current1))));
+  const absl::Status left = ps_->Leave(1, 12345);
+  EXPECT_EQ(left.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(left.message()),
+              Not(HasSubstr(absl::StrCat(current1))));
   for (size_t i = 0; i < seen.size(); ++i) {
     EXPECT_GT(seen[i], 0);
     for (size_t j = 0; j < i; ++j) {
