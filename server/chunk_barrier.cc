@@ -304,13 +304,14 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
   // kSsp: the worker may start step + 1 once the slowest has pushed
   // step + 1 - k.
   clock_[rank] = std::max(clock_[rank], step + 1);
-  ssp_waiters_.emplace_back(step + 1 - policy_.staleness, std::move(done));
+  ssp_waiters_.push_back(
+      SspWaiter{step + 1 - policy_.staleness, absl::Now(), std::move(done)});
   const int64_t slowest = MinClockLocked();
   auto ready = std::stable_partition(
       ssp_waiters_.begin(), ssp_waiters_.end(),
-      [slowest](const auto& w) { return w.first > slowest; });
+      [slowest](const SspWaiter& w) { return w.until > slowest; });
   for (auto it = ready; it != ssp_waiters_.end(); ++it) {
-    answers->Add(std::move(it->second), SnapshotLocked());
+    answers->Add(std::move(it->done), SnapshotLocked());
   }
   ssp_waiters_.erase(ready, ssp_waiters_.end());
 }
@@ -413,7 +414,7 @@ void ChunkBarrier::Close(const absl::Status& status) {
     closed_ = true;
     close_status_ = status;
     for (ChunkCallback& cb : push_waiters_) answers.Add(std::move(cb), status);
-    for (auto& [v, cb] : ssp_waiters_) answers.Add(std::move(cb), status);
+    for (SspWaiter& w : ssp_waiters_) answers.Add(std::move(w.done), status);
     for (auto& [v, cb] : pull_waiters_) answers.Add(std::move(cb), status);
     push_waiters_.clear();
     ssp_waiters_.clear();
@@ -426,6 +427,18 @@ void ChunkBarrier::Close(const absl::Status& status) {
 
 std::optional<ChunkBarrier::Gathering> ChunkBarrier::Pending() const {
   absl::MutexLock lock(&mu_);
+  if (policy_.mode == SyncPolicy::Mode::kSsp) {
+    if (ssp_waiters_.empty()) return std::nullopt;
+    Gathering g;
+    g.step = MinClockLocked();  // The slowest ranks' next step.
+    g.since = ssp_waiters_.front().since;
+    for (const SspWaiter& w : ssp_waiters_)
+      g.since = std::min(g.since, w.since);
+    for (int r = 0; r < num_workers_; ++r) {
+      if (clock_[r] == g.step) g.missing.push_back(r);
+    }
+    return g;
+  }
   if (policy_.mode != SyncPolicy::Mode::kSync || num_pushed_ == 0) {
     return std::nullopt;
   }
@@ -442,21 +455,31 @@ bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
   Answers answers;
   {
     absl::MutexLock lock(&mu_);
-    if (policy_.mode != SyncPolicy::Mode::kSync || num_pushed_ == 0 ||
-        version_ != step) {
-      return false;
+    if (policy_.mode == SyncPolicy::Mode::kSsp) {
+      // The held pushes were applied: only their answers are given up.
+      if (ssp_waiters_.empty() || MinClockLocked() != step) return false;
+      for (SspWaiter& w : ssp_waiters_) answers.Add(std::move(w.done), status);
+      ssp_waiters_.clear();
+    } else {
+      if (policy_.mode != SyncPolicy::Mode::kSync || num_pushed_ == 0 ||
+          version_ != step) {
+        return false;
+      }
+      // Nothing summed yet (every push held, in rank order): the
+      // accumulator still holds the previous version's weights, for an
+      // exact pull.
+      if (!accumulator_holds_previous_) {
+        std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
+      }
+      std::fill(pushed_.begin(), pushed_.end(), false);
+      std::fill(arrivals_.begin(), arrivals_.end(), absl::InfinitePast());
+      num_pushed_ = 0;
+      ForgetHeldLocked();
+      for (ChunkCallback& cb : push_waiters_) {
+        answers.Add(std::move(cb), status);
+      }
+      push_waiters_.clear();
     }
-    // Nothing summed yet (every push held, in rank order): the accumulator
-    // still holds the previous version's weights, for an exact pull.
-    if (!accumulator_holds_previous_) {
-      std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
-    }
-    std::fill(pushed_.begin(), pushed_.end(), false);
-    std::fill(arrivals_.begin(), arrivals_.end(), absl::InfinitePast());
-    num_pushed_ = 0;
-    ForgetHeldLocked();
-    for (ChunkCallback& cb : push_waiters_) answers.Add(std::move(cb), status);
-    push_waiters_.clear();
   }
   answers.Run();
   return true;

@@ -153,8 +153,9 @@ class ChunkBarrier final {
   // Answers every waiting call with `status` and refuses new ones.
   void Close(const absl::Status& status);
 
-  // kSync: the step being gathered, since when, and who has not pushed it;
-  // nullopt when no push is waiting.
+  // kSync: the step being gathered, since when, and who has not pushed it.
+  // kSsp: the slowest ranks' next step, since when a push has been held
+  // for it, and those ranks. nullopt when no push is waiting.
   struct Gathering {
     int64_t step = 0;
     absl::Time since;
@@ -164,7 +165,8 @@ class ChunkBarrier final {
 
   // kSync: gives up on `step` if it is still being gathered: its waiting
   // pushes get `status` and their gradients are forgotten (nothing is
-  // applied). Returns whether it did.
+  // applied). kSsp: the pushes held for the slowest (applied already) get
+  // `status`. Returns whether it did.
   bool Expire(int64_t step, const absl::Status& status);
 
   // Latest published version (-1 before initialization). Lock-free.
@@ -268,8 +270,14 @@ class ChunkBarrier final {
       absl::InfinitePast();
   // kSsp: steps each rank has pushed, and pushes held for the slowest.
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<int64_t, ChunkCallback>> ssp_waiters_
-      ABSL_GUARDED_BY(mu_);
+  // kSsp: pushes held for the slowest: answered once the slowest has pushed
+  // `until`; `since` is when the push came.
+  struct SspWaiter {
+    int64_t until;
+    absl::Time since;
+    ChunkCallback done;
+  };
+  std::vector<SspWaiter> ssp_waiters_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<int64_t, ChunkCallback>> pull_waiters_
       ABSL_GUARDED_BY(mu_);
 };

@@ -119,8 +119,16 @@ std::optional<int> Daemon::Tick(absl::Time now) {
                          " for rank(s) ", Ranks(alarm.missing)));
         continue;
       }
+      if (alarm.ssp && !options_.fail_on_worker_loss) {
+        Log(absl::StrCat(
+            "ssp: rank(s) ", Ranks(alarm.missing), " have not pushed step ",
+            alarm.step, " in ", absl::FormatDuration(alarm.waited),
+            "; the others, --staleness steps ahead, wait for them or a "
+            "replacement (--on_worker_loss=fail would end the job)"));
+        continue;
+      }
       Log(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",
-                       Ranks(alarm.missing), "; not applied",
+                       Ranks(alarm.missing), alarm.ssp ? "" : "; not applied",
                        options_.fail_on_worker_loss
                            ? "; failing the job (--on_worker_loss=fail)"
                            : "; waiting for a replacement"));

@@ -183,6 +183,10 @@ class ParameterServer final {
     absl::Duration waited;
     std::vector<int> missing;
     bool expired = false;
+    // kSsp: `step` is the slowest ranks' next step, which the others' held
+    // pushes wait for. Expired without `fail_job`, nothing is given up or
+    // evicted: the others go on waiting for those ranks (or a replacement).
+    bool ssp = false;
   };
 
   // Called periodically by the daemon. Reports each step once at half the
@@ -270,6 +274,7 @@ class ParameterServer final {
   std::vector<std::unique_ptr<ChunkBarrier>> retired_chunks_
       ABSL_GUARDED_BY(mu_);
   int64_t warned_step_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t ssp_stalled_step_ ABSL_GUARDED_BY(mu_) = -1;
 
   // Its own lock: taken once per push, never with mu_.
   mutable absl::Mutex activity_mu_;

@@ -40,10 +40,24 @@ std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
     if (missing[r]) alarm.missing.push_back(r);
   }
   alarm.expired = alarm.waited >= timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    alarm.ssp = signature_.has_value() &&
+                signature_->sync.mode == SyncPolicy::Mode::kSsp;
+  }
   if (!alarm.expired) {
     absl::MutexLock lock(&mu_);
     if (warned_step_ == alarm.step) return alarms;
     warned_step_ = alarm.step;
+    alarms.push_back(alarm);
+    return alarms;
+  }
+  if (alarm.ssp && !fail_job) {
+    // The held pushes were applied; nothing to give up on. The others wait
+    // for the slowest (a replacement resumes the job): said once.
+    absl::MutexLock lock(&mu_);
+    if (ssp_stalled_step_ == alarm.step) return alarms;
+    ssp_stalled_step_ = alarm.step;
     alarms.push_back(alarm);
     return alarms;
   }

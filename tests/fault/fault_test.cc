@@ -132,6 +132,25 @@ TEST(FaultTest, LostWorkerFailsTheJobRetryablyWhenAskedTo) {
   EXPECT_THAT(job.WorkerOutput(0), HasSubstr("the job failed"));
 }
 
+// SSP (staleness 2): rank 1 killed, rank 0 runs two steps ahead and then
+// waits for it. The step timeout notices the stall, and with
+// --on_worker_loss=fail ends the job retryably, as in sync mode.
+TEST(FaultTest, LostSspWorkerIsNoticedAndFailsTheJobWhenAsked) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=3", "--on_worker_loss=fail"});
+  const std::vector<std::string> ssp = {"--sync=ssp", "--staleness=2"};
+  job.StartWorker(0, Flags(ssp));
+  std::vector<std::string> slow = ssp;
+  slow.push_back("--straggle=1:50");
+  job.StartWorker(1, Flags(slow));
+  ASSERT_TRUE(job.WaitForVersion(10)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGKILL);
+  EXPECT_EQ(job.WaitServer(), 75) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("timed out waiting for rank(s) 1"));
+  EXPECT_EQ(job.WaitWorker(0), 75) << job.WorkerOutput(0);
+  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("the job failed"));
+}
+
 // A lost worker that is never replaced: the survivor registers again
 // after every timed-out step, which succeeds, but no step does. It gives
 // up --rejoin_timeout_s after its last step (exit 75), not never.
