@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
+#include "tests/unit/chunk_reply_test_util.h"
 
 namespace lockstep {
 namespace {
@@ -205,11 +206,6 @@ TEST(CheckpointStoreTest, AnUnreadableCheckpointStopsTheLoad) {
               HasSubstr("not set aside"));
   EXPECT_TRUE(notes.empty());
   EXPECT_EQ(access(newer.c_str(), F_OK), 0) << "left where it was";
-}
-
-absl::string_view Bytes(const std::vector<float>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(float));
 }
 
 // Pushes the same gradients from both workers and returns the reply.

@@ -7,26 +7,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/chunk_reply_test_util.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-absl::string_view Bytes(const std::vector<float>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(float));
-}
-
-struct Reply {
-  std::optional<absl::StatusOr<ChunkSnapshot>> result;
-  ChunkCallback Callback() {
-    return [this](absl::StatusOr<ChunkSnapshot> r) { result = std::move(r); };
-  }
-  std::vector<float> values() const { return *(*result)->values; }
-  int64_t version() const { return (*result)->version; }
-};
 
 // A 2-element chunk with plain SGD (lr 0.5), weights {10, 20}.
 class ChunkBarrierTest : public ::testing::Test {

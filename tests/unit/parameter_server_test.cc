@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/chunk_reply_test_util.h"
 
 namespace lockstep {
 namespace {
@@ -27,19 +28,6 @@ ModelSignature SmallSignature(int workers, int64_t chunk_bytes = 1 << 20) {
   s.num_workers = workers;
   return s;
 }
-
-absl::string_view Bytes(const std::vector<float>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(float));
-}
-
-// Records what a callback received.
-struct Reply {
-  std::optional<absl::StatusOr<ChunkSnapshot>> result;
-  ChunkCallback Callback() {
-    return [this](absl::StatusOr<ChunkSnapshot> r) { result = std::move(r); };
-  }
-};
 
 class ParameterServerTest : public ::testing::Test {
  protected:

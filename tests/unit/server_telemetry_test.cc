@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/parameter_server.h"
 #include "tests/integration/prometheus_text.h"
+#include "tests/unit/chunk_reply_test_util.h"
 
 namespace lockstep {
 namespace {
@@ -25,11 +26,6 @@ ModelSignature Signature() {
   s.chunk_bytes = 1 << 20;
   s.num_workers = 2;
   return s;
-}
-
-absl::string_view Bytes(const std::vector<float>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(float));
 }
 
 // A 2-worker job on one in-process shard that reports to a ServerTelemetry

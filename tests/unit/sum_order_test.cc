@@ -11,25 +11,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/chunk_barrier.h"
+#include "tests/unit/chunk_reply_test_util.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::ElementsAre;
-
-absl::string_view Bytes(const std::vector<float>& v) {
-  return absl::string_view(reinterpret_cast<const char*>(v.data()),
-                           v.size() * sizeof(float));
-}
-
-struct Reply {
-  std::optional<absl::StatusOr<ChunkSnapshot>> result;
-  ChunkCallback Callback() {
-    return [this](absl::StatusOr<ChunkSnapshot> r) { result = std::move(r); };
-  }
-  bool ok() const { return result.has_value() && result->ok(); }
-  std::vector<float> values() const { return *(*result)->values; }
-};
 
 // A 2-element chunk with plain SGD (lr 0.5), weights {10, 20}.
 std::unique_ptr<ChunkBarrier> Make(SumOrder order, int workers,
