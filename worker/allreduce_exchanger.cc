@@ -32,6 +32,16 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
                                                  const ComputeFn& compute,
                                                  BatchStats* stats) {
   ASSIGN_OR_RETURN(*stats, compute(nullptr));
+  if (gradient.size() != weights.size() + 1) {
+    return absl::InternalError(
+        absl::StrCat("all-reduce gradient vector has ", gradient.size(),
+                     " values, expected ", weights.size() + 1,
+                     " (the weights and the stop flag)"));
+  }
+  // Read as late as possible: a stop asked for after this goes with the
+  // next step.
+  gradient[weights.size()] =
+      stop_requested_ != nullptr && stop_requested_->load() ? 1.0f : 0.0f;
   RETURN_IF_ERROR(reducer_->AllReduceSum(gradient));
   // The same scaling as a parameter server's: the sum times 1/W, in the
   // optimizer's pass.
@@ -40,9 +50,14 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
   optimizer_->ApplyMean(step, 0, parameters, parameters,
                         gradient.subspan(0, num_parameters_), scale);
   // The state (batch-norm statistics) becomes the workers' mean.
-  for (size_t i = static_cast<size_t>(num_parameters_); i < gradient.size();
+  for (size_t i = static_cast<size_t>(num_parameters_); i < weights.size();
        ++i) {
     weights[i] = gradient[i] * scale;
+  }
+  // Some rank was asked to stop: every rank stops after this same step, so
+  // none waits for the others in a step they will not take.
+  if (gradient[weights.size()] > 0 && stop_agreed_ != nullptr) {
+    stop_agreed_->store(true);
   }
   return step + 1;
 }

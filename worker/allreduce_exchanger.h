@@ -7,6 +7,7 @@
 #ifndef LOCKSTEP_WORKER_ALLREDUCE_EXCHANGER_H_
 #define LOCKSTEP_WORKER_ALLREDUCE_EXCHANGER_H_
 
+#include <atomic>
 #include <memory>
 
 #include "common/optimizer.h"
@@ -19,12 +20,20 @@ namespace lockstep {
 class AllReduceExchanger final : public Exchanger {
  public:
   // `reducer` is owned; `server` (for leaving the job, may be null) is not.
+  // A stop is agreed between the ranks: each step carries whether this rank
+  // was asked to stop (`stop_requested`, a signal handler's flag), summed
+  // with the gradients, and when any was, every rank sets `stop_agreed`
+  // after that same step (the trainer's stop flag). Either may be null.
   AllReduceExchanger(std::unique_ptr<AllReducer> reducer, PsClient* server,
-                     int rank, int num_workers)
+                     int rank, int num_workers,
+                     const std::atomic<bool>* stop_requested = nullptr,
+                     std::atomic<bool>* stop_agreed = nullptr)
       : reducer_(std::move(reducer)),
         server_(server),
         rank_(rank),
-        num_workers_(num_workers) {}
+        num_workers_(num_workers),
+        stop_requested_(stop_requested),
+        stop_agreed_(stop_agreed) {}
 
   absl::StatusOr<int64_t> Join(const ModelSignature& signature,
                                const std::function<std::vector<float>()>& initial,
@@ -36,12 +45,16 @@ class AllReduceExchanger final : public Exchanger {
                                BatchStats* stats) override;
   absl::Status Leave() override;
   bool CanRejoin() const override { return false; }
+  // The stop flag travels after the gradient and state.
+  int GradientTailSlots() const override { return 1; }
 
  private:
   std::unique_ptr<AllReducer> reducer_;
   PsClient* const server_;  // Not owned; may be null.
   const int rank_;
   const int num_workers_;
+  const std::atomic<bool>* const stop_requested_;  // Not owned; may be null.
+  std::atomic<bool>* const stop_agreed_;           // Not owned; may be null.
   std::unique_ptr<Optimizer> optimizer_;
   int64_t num_parameters_ = 0;
 };

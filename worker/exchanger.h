@@ -53,6 +53,10 @@ class Exchanger {
 
   // Whether Join may be called again after a retryable failure.
   virtual bool CanRejoin() const = 0;
+
+  // Floats the exchanger may use after the gradient and the state in the
+  // vector Step gets (which is that much longer than `weights`).
+  virtual int GradientTailSlots() const { return 0; }
 };
 
 }  // namespace lockstep

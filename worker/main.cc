@@ -64,6 +64,8 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
 // on any thread. The flags are the one piece of global state here, as a
 // signal handler needs.
 std::atomic<bool> stop_requested{false};
+// All-reduce: set when any rank was asked to stop (AllReduceExchanger).
+std::atomic<bool> stop_agreed{false};
 std::atomic<int64_t> stop_requested_ns{0};  // CLOCK_MONOTONIC.
 constexpr int64_t kSameStopNs = int64_t{2} * 1000 * 1000 * 1000;
 
@@ -131,9 +133,11 @@ int Run(WorkerMainOptions o) {
     if (!reducer.ok()) {
       return fail(reducer.status(), ExitCodeFor(reducer.status()));
     }
+    // The trainer stops on the ranks' agreed stop, not on its own signal.
+    o.trainer.stop = &stop_agreed;
     exchanger = std::make_unique<AllReduceExchanger>(
         *std::move(reducer), client->get(), o.trainer.rank,
-        o.trainer.num_workers);
+        o.trainer.num_workers, &stop_requested, &stop_agreed);
   } else {
     exchanger = std::make_unique<PsExchanger>(client->get(), o.trainer.rank);
   }

@@ -22,7 +22,7 @@ Trainer::Trainer(const TrainerOptions& options, Model* model,
       train_(train),
       test_(test),
       weights_(model->NumParameters() + model->StateSize()),
-      gradient_(weights_.size()) {}
+      gradient_(weights_.size() + exchanger->GradientTailSlots()) {}
 
 ModelSignature Trainer::Signature() const {
   ModelSignature signature;
@@ -169,8 +169,9 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
                          ready));
     if (model_->StateSize() > 0) {
       // The moving statistics this batch produced go out with the gradient.
-      RETURN_IF_ERROR(model_->State(gradient.subspan(num_parameters_)));
-      if (ready) ready(num_parameters_, gradient.size());
+      RETURN_IF_ERROR(model_->State(gradient.subspan(
+          num_parameters_, weights_.size() - num_parameters_)));
+      if (ready) ready(num_parameters_, weights_.size());
     }
     compute_phase.Stop();
     computed_at = absl::Now();

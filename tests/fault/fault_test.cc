@@ -604,6 +604,37 @@ TEST(FaultTest, TwoStopSignalsAtOnceAreOneStop) {
   EXPECT_EQ(job.WaitServer(), 0) << "its Leave ends the job";
 }
 
+// All-reduce: one rank told to stop. Its peers learn it with that step's
+// sum and every rank stops after the same step, instead of the others
+// waiting in a step it will not take until --step_timeout_s (exit 75).
+TEST(FaultTest, AnAllReduceStopIsAgreedByEveryRank) {
+  Job job(3);
+  job.StartServer({});
+  // 3 x 8 of 640 examples: 26 steps an epoch, 78 in all, 50 ms each.
+  const std::vector<std::string> flags = {
+      "--sync=allreduce", "--step_timeout_s=60", "--straggle=2:50"};
+  std::vector<std::string> rank0 = flags;
+  rank0.push_back("--progress=lines");
+  job.StartWorker(0, Flags(rank0));
+  job.StartWorker(1, Flags(flags));
+  job.StartWorker(2, Flags(flags));
+  // Rank 0's first progress line: a quarter of the first epoch is done.
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "/26 - loss")) << job.WorkerOutput(0);
+  job.Signal(job.worker(1), SIGTERM);
+  std::string left;
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(job.WaitWorker(r), 143) << job.WorkerOutput(r);
+    const std::string out = job.WorkerOutput(r);
+    const size_t at = out.find("Left the job after a stop signal at version ");
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    if (r == 0) left = line;
+    EXPECT_EQ(line, left) << "rank " << r << " stopped after another step";
+  }
+  EXPECT_THAT(left, Not(HasSubstr(" at version 78"))) << "stopped early";
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+}
+
 // The whole job told to stop at once (a launcher's or a pod's SIGTERM):
 // the server drains while the workers are mid-step. Each worker stops
 // (143) instead of registering again with the draining server until it is
