@@ -178,7 +178,9 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
       const bool counted = policy_.mode == SyncPolicy::Mode::kSync &&
                            pushed_[rank];
       if (!counted) {
-        if (observer_ != nullptr) sum_start = absl::Now();
+        // Inside the lock: the sum's own time, not the wait for the lock
+        // behind other pushes' sums and the apply.
+        sum_start = absl::Now();
         if (rank_order_) {
           SumInRankOrderLocked(rank, payload, dtype);
         } else {
@@ -190,7 +192,7 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
         sum_end = absl::Now();
         summed = true;
         counters_->accumulate_ns.fetch_add(
-            absl::ToInt64Nanoseconds(sum_end - arrival),
+            absl::ToInt64Nanoseconds(sum_end - sum_start),
             std::memory_order_relaxed);
       }
       const int64_t before = version_;
@@ -228,8 +230,9 @@ void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
   if (num_pushed_ == 0) first_push_ = arrival;
   const int needed = num_workers_ - policy_.backup_workers;
   if (++num_pushed_ < needed) return;
+  // First push's arrival to the last one's (not to the end of its sum).
   counters_->barrier_wait_ns.fetch_add(
-      absl::ToInt64Nanoseconds(absl::Now() - first_push_),
+      absl::ToInt64Nanoseconds(arrival - first_push_),
       std::memory_order_relaxed);
   if (rank_order_) SumHeldLocked();
   const float scale = 1.0f / static_cast<float>(num_pushed_);

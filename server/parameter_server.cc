@@ -320,7 +320,12 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   absl::Status valid = barrier.status();
   if (valid.ok()) {
     NoteContact(rank, arrival, step);
+    const absl::Time check_start = absl::Now();
     valid = CheckPayload(payload, dtype, (*barrier)->chunk());
+    // Checking is part of accumulating (the barrier adds the sum itself).
+    counters_.accumulate_ns.fetch_add(
+        absl::ToInt64Nanoseconds(absl::Now() - check_start),
+        std::memory_order_relaxed);
   }
   if (!valid.ok()) {
     counters_.CountRefused(valid.code());
