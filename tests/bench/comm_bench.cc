@@ -236,7 +236,8 @@ std::string CommResultJson(const CommResult& r) {
       .Add("ps", o.ps)
       .Add("wire_dtype", WireDTypeName(o.wire_dtype))
       .Add("chunk_bytes", o.chunk_bytes)
-      .Add("push_window", EffectivePushWindow(o))
+      // 0: an all-reduce has no push window.
+      .Add("push_window", o.allreduce.empty() ? EffectivePushWindow(o) : 0)
       .Add("push_window_auto", o.push_window == kAutoPushWindow)
       .Add("iters", o.iters)
       .Add("warmup", o.warmup)
@@ -270,13 +271,18 @@ std::string CommResultJson(const CommResult& r) {
 
 void PrintCommTable(const CommResult& r, std::FILE* out) {
   const CommOptions& o = r.options;
+  // An all-reduce has no push window (and moves fp32).
+  const std::string transport =
+      o.allreduce.empty()
+          ? absl::StrFormat("chunks <= %d bytes, push window %d%s",
+                            o.chunk_bytes, EffectivePushWindow(o),
+                            o.push_window == kAutoPushWindow ? " (auto)" : "")
+          : absl::StrCat("all-reduce ", o.allreduce);
   std::string text = absl::StrFormat(
-      "comm: %d params (%s fp32), %d worker(s), %d server(s), wire %s, "
-      "chunks <= %d bytes, push window %d%s, %d timed steps after %d warmup "
-      "(load average %.2f)\n",
+      "comm: %d params (%s fp32), %d worker(s), %d server(s), wire %s, %s, "
+      "%d timed steps after %d warmup (load average %.2f)\n",
       o.params, Bytes(static_cast<double>(r.model_bytes)), o.workers, o.ps,
-      WireDTypeName(o.wire_dtype), o.chunk_bytes, EffectivePushWindow(o),
-      o.push_window == kAutoPushWindow ? " (auto)" : "", o.iters, o.warmup,
+      WireDTypeName(o.wire_dtype), transport, o.iters, o.warmup,
       r.load_average);
   absl::StrAppendFormat(
       &text,

@@ -137,6 +137,7 @@ absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
       CpuDevice::Create(threads, CpuConv::kAuto);
 
   ConvBenchResult result;
+  result.load_average = LoadAverage();
   result.options = options;
   const std::vector<bool> needs_gradient =
       direct_graph.TensorsNeedingGradients();
@@ -177,10 +178,20 @@ absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
         absl::StrCat("conv: model ", options.model, " has no convolution"));
   }
   for (size_t r = 0; r < result.rows.size(); ++r) {
+    // One untimed pass each first (fresh buffers fault their pages in),
+    // then the rounds alternate which way goes first (AB, BA, ...).
+    RETURN_IF_ERROR(runs[r].first.Time().status());
+    RETURN_IF_ERROR(runs[r].second.Time().status());
     std::vector<double> direct_s, im2col_s;
     for (int rep = 0; rep < options.reps; ++rep) {
-      ASSIGN_OR_RETURN(double d, runs[r].first.Time());
-      ASSIGN_OR_RETURN(double m, runs[r].second.Time());
+      double d = 0, m = 0;
+      if (rep % 2 == 0) {
+        ASSIGN_OR_RETURN(d, runs[r].first.Time());
+        ASSIGN_OR_RETURN(m, runs[r].second.Time());
+      } else {
+        ASSIGN_OR_RETURN(m, runs[r].second.Time());
+        ASSIGN_OR_RETURN(d, runs[r].first.Time());
+      }
       direct_s.push_back(d);
       im2col_s.push_back(m);
     }
@@ -204,7 +215,9 @@ std::string ConvResultJson(const ConvBenchResult& r) {
       .Add("threads", r.options.threads)
       .Add("direct_total_ms", r.direct_total_ms)
       .Add("im2col_total_ms", r.im2col_total_ms)
-      .Add("chosen_total_ms", r.chosen_total_ms);
+      .Add("chosen_total_ms", r.chosen_total_ms)
+      .Add("load_average_at_start", r.load_average)
+      .Add("rows", static_cast<int>(r.rows.size()));
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const ConvBenchRow& row = r.rows[i];
     json.Add(absl::StrCat("row", i, "_geometry"), row.geometry)
@@ -219,9 +232,10 @@ std::string ConvResultJson(const ConvBenchResult& r) {
 void PrintConvTable(const ConvBenchResult& r, std::FILE* out) {
   std::string text = absl::StrFormat(
       "conv: %s, batch %d, %d thread%s; forward + backward of one layer, "
-      "median of %d alternated rounds\n",
+      "median of %d rounds after one untimed, alternating which goes first "
+      "(load average %.2f)\n",
       r.options.model, r.options.batch, r.options.threads,
-      r.options.threads == 1 ? "" : "s", r.options.reps);
+      r.options.threads == 1 ? "" : "s", r.options.reps, r.load_average);
   absl::StrAppendFormat(&text, "%-42s %6s %11s %11s %9s  %s\n", "geometry",
                         "layers", "direct ms", "im2col ms", "speedup",
                         "device uses");

@@ -41,6 +41,7 @@ struct ConvBenchResult {
   double direct_total_ms = 0;  // Direct wherever the kernels can.
   double im2col_total_ms = 0;
   double chosen_total_ms = 0;  // As the device chooses.
+  double load_average = 0;     // 1-minute, at the start.
 };
 
 // FAILED_PRECONDITION where the processor has no AVX-512F; INVALID_ARGUMENT

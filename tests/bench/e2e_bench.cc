@@ -50,6 +50,7 @@ absl::StatusOr<E2eResult> RunE2eBench(const E2eOptions& options) {
   ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("lockstep_bench"));
   E2eResult result;
   result.options = options;
+  result.load_average_before = LoadAverage();
   std::vector<double> rates, accuracies;
   for (int i = 0; i < options.runs; ++i) {
     ASSIGN_OR_RETURN(E2eRun run, RunE2eOnce(options, dir, i));
@@ -59,6 +60,7 @@ absl::StatusOr<E2eResult> RunE2eBench(const E2eOptions& options) {
   }
   result.median_examples_per_sec = Median(rates);
   result.median_test_accuracy = Median(accuracies);
+  result.load_average_after = LoadAverage();
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   return result;
@@ -74,7 +76,9 @@ std::string E2eResultJson(const E2eResult& r) {
                        (r.options.extra_args.empty() ? "" : " ") +
                        absl::StrJoin(r.options.extra_args, " "))
       .Add("median_examples_per_sec", r.median_examples_per_sec)
-      .Add("median_test_accuracy", r.median_test_accuracy);
+      .Add("median_test_accuracy", r.median_test_accuracy)
+      .Add("load_average_before", r.load_average_before)
+      .Add("load_average_after", r.load_average_after);
   for (size_t i = 0; i < r.runs.size(); ++i) {
     json.Add(absl::StrCat("run", i, "_examples_per_sec"),
              r.runs[i].examples_per_sec)
@@ -96,8 +100,11 @@ void PrintE2eTable(const E2eResult& r, std::FILE* out) {
                           r.runs[i].examples_per_sec, r.runs[i].test_accuracy,
                           r.runs[i].launch_seconds);
   }
-  absl::StrAppendFormat(&text, "  median examples/s %.0f, test accuracy %.4f\n",
-                        r.median_examples_per_sec, r.median_test_accuracy);
+  absl::StrAppendFormat(&text,
+                        "  median examples/s %.0f, test accuracy %.4f (load "
+                        "average %.2f before, %.2f after)\n",
+                        r.median_examples_per_sec, r.median_test_accuracy,
+                        r.load_average_before, r.load_average_after);
   std::fputs(text.c_str(), out);
   std::fflush(out);
 }

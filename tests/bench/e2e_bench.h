@@ -39,6 +39,8 @@ struct E2eResult {
   std::vector<E2eRun> runs;
   double median_examples_per_sec = 0;
   double median_test_accuracy = 0;
+  double load_average_before = 0;  // 1-minute, /proc/loadavg.
+  double load_average_after = 0;
 };
 
 // One lockstep_launch run; its output goes to `log_dir`/e2e.<index>.log.

@@ -181,6 +181,12 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
         "--allreduce_backend needs --ps=1 (the server only hosts the "
         "rendezvous)");
   }
+  if (!o.allreduce.empty() && o.wire_dtype != WireDType::kFloat32) {
+    // The all-reduce workers move fp32 whatever the flag: refuse rather
+    // than label an fp32 run bf16.
+    return absl::InvalidArgumentError(
+        "--allreduce_backend moves fp32 gradients: --wire_dtype must be fp32");
+  }
   o.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   RETURN_IF_ERROR(CheckAtLeast("workers", o.workers, 1));
   RETURN_IF_ERROR(CheckAtLeast("ps", o.ps, 1));
@@ -190,6 +196,14 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
   RETURN_IF_ERROR(CheckAtLeast("chunk_bytes", o.chunk_bytes, 4));
   if (o.chunk_bytes > (int64_t{32} << 20)) {
     return absl::InvalidArgumentError("--chunk_bytes must be at most 32 MiB");
+  }
+  if (o.iperf3 && !o.allreduce.empty()) {
+    // The floor is the servers' bytes over loopback; an all-reduce moves
+    // none through its server.
+    std::fprintf(stderr,
+                 "lockstep_bench: no loopback floor for --allreduce_backend; "
+                 "measuring without --iperf3\n");
+    o.iperf3 = false;
   }
   if (o.iperf3 && access(kIperf3, X_OK) != 0) {
     std::fprintf(stderr, "lockstep_bench: no %s; measuring without --iperf3\n",
