@@ -175,8 +175,13 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
           "push for step ", step, " but chunk ", chunk_.index,
           " is at version ", version_, "; expected step ", version_)));
     } else {
-      const bool counted = policy_.mode == SyncPolicy::Mode::kSync &&
-                           pushed_[rank];
+      // Counted already: in sync mode a rank's second push of the step
+      // being gathered; in async and SSP a re-sent push of the rank's last
+      // step (its answer was lost or held past the worker's deadline, and
+      // it registered again), which must not be applied twice.
+      const bool counted = policy_.mode == SyncPolicy::Mode::kSync
+                               ? pushed_[rank]
+                               : step + 1 == clock_[rank];
       if (!counted) {
         // Inside the lock: the sum's own time, not the wait for the lock
         // behind other pushes' sums and the apply.
@@ -200,7 +205,7 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
         if (observer_ != nullptr && !pushed_[rank]) arrivals_[rank] = arrival;
         PushSync(rank, step, arrival, std::move(done), &answers);
       } else {
-        PushAsync(rank, step, std::move(done), &answers);
+        PushAsync(rank, step, counted, std::move(done), &answers);
       }
       if (observer_ != nullptr && version_ != before) {
         if (policy_.mode == SyncPolicy::Mode::kSync) {
@@ -227,12 +232,18 @@ void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
   push_waiters_.push_back(std::move(done));
   if (pushed_[rank]) return;  // Counted already: wait with the rest.
   pushed_[rank] = true;
-  if (num_pushed_ == 0) first_push_ = arrival;
+  if (num_pushed_ == 0) {
+    first_push_ = last_push_ = arrival;
+  } else {
+    // Pushes may take the lock in another order than they arrived.
+    first_push_ = std::min(first_push_, arrival);
+    last_push_ = std::max(last_push_, arrival);
+  }
   const int needed = num_workers_ - policy_.backup_workers;
   if (++num_pushed_ < needed) return;
   // First push's arrival to the last one's (not to the end of its sum).
   counters_->barrier_wait_ns.fetch_add(
-      absl::ToInt64Nanoseconds(arrival - first_push_),
+      absl::ToInt64Nanoseconds(last_push_ - first_push_),
       std::memory_order_relaxed);
   if (rank_order_) SumHeldLocked();
   const float scale = 1.0f / static_cast<float>(num_pushed_);
@@ -297,16 +308,16 @@ void ChunkBarrier::ForgetHeldLocked() {
   next_rank_ = 0;
 }
 
-void ChunkBarrier::PushAsync(int rank, int64_t step, ChunkCallback done,
-                             Answers* answers) {
-  ApplyAndPublishLocked(/*scale=*/1.0f, answers);
+void ChunkBarrier::PushAsync(int rank, int64_t step, bool counted,
+                             ChunkCallback done, Answers* answers) {
+  if (!counted) ApplyAndPublishLocked(/*scale=*/1.0f, answers);
+  clock_[rank] = std::max(clock_[rank], step + 1);
   if (policy_.mode == SyncPolicy::Mode::kAsync) {
     answers->Add(std::move(done), SnapshotLocked());
     return;
   }
   // kSsp: the worker may start step + 1 once the slowest has pushed
   // step + 1 - k.
-  clock_[rank] = std::max(clock_[rank], step + 1);
   ssp_waiters_.push_back(
       SspWaiter{step + 1 - policy_.staleness, absl::Now(), std::move(done)});
   const int64_t slowest = MinClockLocked();

@@ -10,8 +10,9 @@
 //           version. A push arriving after its step closed (a straggler beaten
 //           by the backups) is dropped, counted, and answered with the
 //           current weights so the straggler catches up.
-//   kAsync  every push is applied at once on its own and answered with the
-//           result; the version counts applied gradients.
+//   kAsync  every push is applied at once on its own (a re-sent push of a
+//           rank's last step is answered, not applied again) and answered with
+//           the result; the version counts applied gradients.
 //   kSsp    like kAsync, but the answer to a push for step s is held until
 //           every worker has pushed step s - k (k = staleness): no worker runs
 //           more than k steps ahead of the slowest.
@@ -191,8 +192,9 @@ class ChunkBarrier final {
 
   void PushSync(int rank, int64_t step, absl::Time arrival, ChunkCallback done,
                 Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PushAsync(int rank, int64_t step, ChunkCallback done, Answers* answers)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `counted`: a re-sent push of the rank's last step, not applied again.
+  void PushAsync(int rank, int64_t step, bool counted, ChunkCallback done,
+                 Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a push's payload into the accumulator (writing over it when it
   // holds the previous version's weights).
   void SumLocked(absl::Span<const absl::string_view> payload, WireDType dtype)
@@ -251,7 +253,9 @@ class ChunkBarrier final {
   std::vector<bool> pushed_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pushed_previous_ ABSL_GUARDED_BY(mu_);
   int num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
+  // kSync: the earliest and latest arrival of the step's counted pushes.
   absl::Time first_push_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_push_ ABSL_GUARDED_BY(mu_);
   std::vector<ChunkCallback> push_waiters_ ABSL_GUARDED_BY(mu_);
   // rank_order_: the ranks below next_rank_ are summed; a later rank's push
   // that came early waits in held_ (a copy of its payload), by rank.
@@ -268,7 +272,7 @@ class ChunkBarrier final {
   absl::Time published_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time previous_published_at_ ABSL_GUARDED_BY(mu_) =
       absl::InfinitePast();
-  // kSsp: steps each rank has pushed, and pushes held for the slowest.
+  // kAsync and kSsp: one past the latest step each rank has pushed.
   std::vector<int64_t> clock_ ABSL_GUARDED_BY(mu_);
   // kSsp: pushes held for the slowest: answered once the slowest has pushed
   // `until`; `since` is when the push came.

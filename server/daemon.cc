@@ -124,7 +124,8 @@ std::optional<int> Daemon::Tick(absl::Time now) {
             "ssp: rank(s) ", Ranks(alarm.missing), " have not pushed step ",
             alarm.step, " in ", absl::FormatDuration(alarm.waited),
             "; the others, --staleness steps ahead, wait for them or a "
-            "replacement (--on_worker_loss=fail would end the job)"));
+            "replacement for as long as their own --rejoin_timeout_s allows "
+            "(--on_worker_loss=fail would end the job now)"));
         continue;
       }
       Log(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",

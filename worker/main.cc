@@ -133,8 +133,10 @@ int Run(WorkerMainOptions o) {
     if (!reducer.ok()) {
       return fail(reducer.status(), ExitCodeFor(reducer.status()));
     }
-    // The trainer stops on the ranks' agreed stop, not on its own signal.
+    // The trainer stops on the ranks' agreed stop, not on its own signal
+    // (which still makes a failed step a stop).
     o.trainer.stop = &stop_agreed;
+    o.trainer.stop_signal = &stop_requested;
     exchanger = std::make_unique<AllReduceExchanger>(
         *std::move(reducer), client->get(), o.trainer.rank,
         o.trainer.num_workers, &stop_requested, &stop_agreed);

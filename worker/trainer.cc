@@ -237,6 +237,9 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   absl::Time last_success = absl::Now();
   const absl::Time loop_start = last_success;
   while (step < total_steps) {
+    // Stopped inside the epoch (a failed step after a stop signal), or
+    // asked to stop.
+    if (summary.stopped) break;
     if (options_.stop != nullptr && options_.stop->load()) {
       summary.stopped = true;
       break;
@@ -265,7 +268,8 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       absl::StatusOr<int64_t> exchanged =
           Exchange(step, features, labels, &stats);
       if (!exchanged.ok()) {
-        if (options_.stop != nullptr && options_.stop->load()) {
+        if ((options_.stop != nullptr && options_.stop->load()) ||
+            (options_.stop_signal != nullptr && options_.stop_signal->load())) {
           // A stop signal came during the step (its servers may be draining
           // or gone): stop here rather than register again.
           summary.stopped = true;

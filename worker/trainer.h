@@ -64,6 +64,10 @@ struct TrainerOptions {
   // Set (by a signal handler's thread) to stop after the current step and
   // leave the job. Not owned; may be null.
   const std::atomic<bool>* stop = nullptr;
+  // The signal itself, where `stop` is the ranks' agreement on it
+  // (all-reduce): a step that fails after this rank was told to stop ends
+  // the run as a stop (143), not as the failure. May be null.
+  const std::atomic<bool>* stop_signal = nullptr;
   // Told where each step's time goes (metrics, traces). Not owned; may be
   // null.
   StepObserver* observer = nullptr;

@@ -155,6 +155,32 @@ TEST_F(ChunkBarrierTest, AsyncAppliesEveryPushOnItsOwn) {
   EXPECT_EQ(counters_.chunk_steps.load(), 2);
 }
 
+// A push re-sent after its answer was lost (or held past the worker's
+// deadline, in SSP) comes back for the rank's last step with a new
+// registration: it is answered, and not applied a second time.
+TEST_F(ChunkBarrierTest, AsyncAndSspApplyAReSentPushOnce) {
+  for (const SyncPolicy::Mode mode :
+       {SyncPolicy::Mode::kAsync, SyncPolicy::Mode::kSsp}) {
+    SCOPED_TRACE(SyncModeName(mode));
+    SyncPolicy policy;
+    policy.mode = mode;
+    policy.staleness = 1;
+    auto b = Make(policy, 2);
+    Reply first, again, next;
+    Push(*b, 0, 0, {2, 4}, &first);
+    ASSERT_TRUE(first.result.has_value() && first.result->ok());
+    EXPECT_THAT(first.values(), ElementsAre(9.0f, 18.0f));
+    Push(*b, 0, 0, {2, 4}, &again);
+    ASSERT_TRUE(again.result.has_value() && again.result->ok());
+    EXPECT_EQ(again.version(), 1) << "applied twice";
+    EXPECT_THAT(again.values(), ElementsAre(9.0f, 18.0f));
+    Push(*b, 1, 0, {2, 4}, &next);  // Another rank's step 0 counts.
+    ASSERT_TRUE(next.result.has_value() && next.result->ok());
+    EXPECT_EQ(next.version(), 2);
+    EXPECT_THAT(next.values(), ElementsAre(8.0f, 16.0f));
+  }
+}
+
 TEST_F(ChunkBarrierTest, SspHoldsTheFastestWithinStaleness) {
   SyncPolicy policy;
   policy.mode = SyncPolicy::Mode::kSsp;
