@@ -607,11 +607,11 @@ TEST(FaultTest, TwoStopSignalsAtOnceAreOneStop) {
 // All-reduce: one rank told to stop. Its peers learn it with that step's
 // sum and every rank stops after the same step, instead of the others
 // waiting in a step it will not take until --step_timeout_s (exit 75).
-TEST(FaultTest, AnAllReduceStopIsAgreedByEveryRank) {
-  Job job(3);
+// Starts `job`'s server and three all-reduce ranks (3 x 8 of 640 examples:
+// 26 steps an epoch, --max_steps=40 of them, 50 ms each) and returns once
+// rank 0's first progress line (a quarter of the first epoch) is out.
+void StartAllReduceJobAndWait(Job& job) {
   job.StartServer({});
-  // 3 x 8 of 640 examples: 26 steps an epoch; --max_steps=40 of them, 50 ms
-  // each.
   const std::vector<std::string> flags = {
       "--sync=allreduce", "--step_timeout_s=60", "--straggle=2:50"};
   std::vector<std::string> rank0 = flags;
@@ -619,8 +619,13 @@ TEST(FaultTest, AnAllReduceStopIsAgreedByEveryRank) {
   job.StartWorker(0, Flags(rank0));
   job.StartWorker(1, Flags(flags));
   job.StartWorker(2, Flags(flags));
-  // Rank 0's first progress line: a quarter of the first epoch is done.
   ASSERT_TRUE(job.WaitForWorkerLog(0, "/26 - loss")) << job.WorkerOutput(0);
+}
+
+TEST(FaultTest, AnAllReduceStopIsAgreedByEveryRank) {
+  Job job(3);
+  StartAllReduceJobAndWait(job);
+  if (::testing::Test::HasFatalFailure()) return;
   job.Signal(job.worker(1), SIGTERM);
   constexpr char kLeft[] = "Left the job after a stop signal at version ";
   int64_t version = -1;
@@ -642,15 +647,8 @@ TEST(FaultTest, AnAllReduceStopIsAgreedByEveryRank) {
 // the failure.
 TEST(FaultTest, ASignalledAllReduceRankWhosePeerDiedStops) {
   Job job(3);
-  job.StartServer({});
-  const std::vector<std::string> flags = {"--sync=allreduce",
-                                          "--straggle=2:50"};
-  std::vector<std::string> rank0 = flags;
-  rank0.push_back("--progress=lines");
-  job.StartWorker(0, Flags(rank0));
-  job.StartWorker(1, Flags(flags));
-  job.StartWorker(2, Flags(flags));
-  ASSERT_TRUE(job.WaitForWorkerLog(0, "/26 - loss")) << job.WorkerOutput(0);
+  StartAllReduceJobAndWait(job);
+  if (::testing::Test::HasFatalFailure()) return;
   job.Signal(job.worker(0), SIGTERM);
   job.Signal(job.worker(1), SIGTERM);
   job.Signal(job.worker(2), SIGKILL);
