@@ -7,31 +7,11 @@
 #include "common/signature_limits.h"
 #include "common/signature_proto.h"
 #include "common/wire_codec.h"
+#include "common/wire_dtype_proto.h"
 #include "common/wire_format.h"
 
 namespace lockstep {
 namespace {
-
-absl::StatusOr<WireDType> FromProtoDType(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_UNSPECIFIED:
-    case v1::DTYPE_FLOAT32: return WireDType::kFloat32;
-    case v1::DTYPE_BFLOAT16: return WireDType::kBfloat16;
-    case v1::DTYPE_FLOAT16: return WireDType::kFloat16;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
-  }
-}
-
-v1::DType ToProtoDType(WireDType dtype) {
-  switch (dtype) {
-    case WireDType::kFloat32: return v1::DTYPE_FLOAT32;
-    case WireDType::kBfloat16: return v1::DTYPE_BFLOAT16;
-    case WireDType::kFloat16: return v1::DTYPE_FLOAT16;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
 
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                                      const absl::Status& status) {

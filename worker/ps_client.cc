@@ -17,8 +17,9 @@
 #include "common/tls.h"
 #include "common/tls_flags.h"
 #include "common/wire_codec.h"
-#include "worker/push_step.h"
+#include "common/wire_dtype_proto.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
+#include "worker/push_step.h"
 
 namespace lockstep {
 namespace {
@@ -58,8 +59,6 @@ class PsClient::Impl {
       push_target_.stubs.push_back(raw_stubs_.back().get());
     }
     push_target_.wire_dtype = options_.wire_dtype;
-    push_target_.proto_dtype = ProtoDType(options_.wire_dtype);
-    push_target_.proto_float32 = ProtoDType(WireDType::kFloat32);
     push_target_.timings = &timings_;
     push_target_.decode_ns = &decode_ns_;
     push_target_.encoded = &encoded_;
@@ -188,7 +187,7 @@ class PsClient::Impl {
       call.request.set_exact(exact);
       call.request.set_rank(rank_);
       call.request.set_incarnation(incarnations_[chunk.shard]);
-      call.request.set_dtype(ProtoDType(DTypeOf(chunk)));
+      call.request.set_dtype(ToProtoDType(DTypeOf(chunk)));
       stubs_[chunk.shard]->async()->Pull(&call.context, &call.request, &call.response,
                            [&call, &pending](grpc::Status s) {
                              call.status = std::move(s);
@@ -296,18 +295,8 @@ class PsClient::Impl {
     return absl::OkStatus();
   }
 
-  // State chunks travel as fp32 whatever --wire_dtype (see PushTarget).
   WireDType DTypeOf(const Chunk& chunk) const {
-    return chunk.state ? WireDType::kFloat32 : options_.wire_dtype;
-  }
-
-  static v1::DType ProtoDType(WireDType dtype) {
-    switch (dtype) {
-      case WireDType::kFloat32: return v1::DTYPE_FLOAT32;
-      case WireDType::kBfloat16: return v1::DTYPE_BFLOAT16;
-      case WireDType::kFloat16: return v1::DTYPE_FLOAT16;
-    }
-    return v1::DTYPE_FLOAT32;
+    return ChunkWireDType(chunk, options_.wire_dtype);
   }
 
   const PsClientOptions options_;

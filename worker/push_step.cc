@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "common/wire_dtype_proto.h"
 #include "common/wire_format.h"
 
 namespace lockstep {
@@ -122,18 +123,18 @@ void PushStep::Prepare(const Chunk& chunk) {
   const absl::Span<const float> values =
       gradient_.subspan(chunk.offset, chunk.size);
   absl::string_view payload;
-  const bool fp32 = chunk.state || target_.wire_dtype == WireDType::kFloat32;
-  if (fp32) {
+  const WireDType dtype = ChunkWireDType(chunk, target_.wire_dtype);
+  if (dtype == WireDType::kFloat32) {
     payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
                                 values.size() * sizeof(float));
   } else {
     std::string& encoded = (*target_.encoded)[chunk.index];
-    EncodeTensor(values, target_.wire_dtype, &encoded);
+    EncodeTensor(values, dtype, &encoded);
     payload = encoded;
   }
-  call->request = MakePushRequest(
-      target_.rank, target_.incarnations[chunk.shard], step_, chunk.index,
-      fp32 ? target_.proto_float32 : target_.proto_dtype, payload);
+  call->request =
+      MakePushRequest(target_.rank, target_.incarnations[chunk.shard], step_,
+                      chunk.index, ToProtoDType(dtype), payload);
   target_.timings->encode_seconds +=
       absl::ToDoubleSeconds(absl::Now() - encode_start);
   calls_[chunk.index] = std::move(call);
@@ -148,8 +149,7 @@ void PushStep::Start(const Chunk& chunk, bool caller_thread) {
   const absl::Span<float> out = weights_.subspan(chunk.offset, chunk.size);
   const int index = chunk.index;
   const int shard = chunk.shard;
-  const WireDType dtype =
-      chunk.state ? WireDType::kFloat32 : target_.wire_dtype;
+  const WireDType dtype = ChunkWireDType(chunk, target_.wire_dtype);
   target_.stubs[shard]->UnaryCall(
       &c->context, kPushMethod, grpc::StubOptions(), &c->request, &c->response,
       [this, c, index, shard, out, dtype](grpc::Status s) {

@@ -45,13 +45,8 @@ struct PushTarget {
   std::vector<grpc::GenericStub*> stubs;  // By shard.
   int rank = -1;
   std::vector<int64_t> incarnations;  // By shard.
-  // Parameters travel as wire_dtype; state chunks (batch-norm moving
-  // statistics) always as fp32 (proto_float32): rounded to bf16 every step,
-  // a moving average with momentum 0.99 stops moving once its steps are
-  // below half a bf16 step.
+  // Parameters travel as wire_dtype, state chunks as fp32 (ChunkWireDType).
   WireDType wire_dtype = WireDType::kFloat32;
-  int32_t proto_dtype = 0;  // lockstep.v1.DType of wire_dtype.
-  int32_t proto_float32 = 0;  // lockstep.v1.DType of fp32.
   int window = 0;           // Pushes out per shard; 0: no limit.
   // kSync: a push of step s is answered with version s + 1 or later (the
   // step's result). Async and SSP steps are the worker's own count, and a
