@@ -207,6 +207,10 @@ class ChunkBarrier final {
   // SumOrder::kRank, at a step's close: sums what is still held (ranks after
   // one that did not push, with backup workers), in ascending rank.
   void SumHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sums one held push and releases its copy.
+  struct HeldPush;
+  void SumHeldPushLocked(std::optional<HeldPush>& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the exact pulls' snapshot of the accumulator (it is rewritten).
   void ForgetPreviousLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,0 +1,47 @@
+// What the fault tests share: the workers' flags of a run long enough to
+// interrupt, and the fault-free result to compare with.
+#ifndef LOCKSTEP_TESTS_FAULT_FAULT_FLAGS_H_
+#define LOCKSTEP_TESTS_FAULT_FAULT_FLAGS_H_
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/fault/job.h"
+
+namespace lockstep {
+
+// A run long enough to interrupt: 40 steps, rank 1 a little slow so that a
+// signal lands mid-job.
+inline const std::vector<std::string> kWorkerFlags = {
+    "--dataset=synthetic",  "--synthetic_examples=640",
+    "--layers=23,17,5",     "--optimizer=adam",
+    "--batch_size=8",       "--max_steps=40",
+    "--epochs=3",           "--seed=11",
+    "--chunk_bytes=700",    "--progress=none",
+    "--rejoin_timeout_s=60"};
+
+inline std::vector<std::string> Flags(std::vector<std::string> extra = {}) {
+  std::vector<std::string> flags = kWorkerFlags;
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+// The fault-free result of two workers with Flags(), computed once.
+inline const std::vector<float>& Reference() {
+  static const std::vector<float>* reference = [] {
+    Job job(2);
+    job.StartServer({});
+    job.StartWorker(0, Flags());
+    job.StartWorker(1, Flags());
+    EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+    EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+    EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+    return new std::vector<float>(job.Weights(0));
+  }();
+  return *reference;
+}
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_TESTS_FAULT_FAULT_FLAGS_H_
