@@ -260,12 +260,13 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
   return std::unique_ptr<CheckpointStore>(new CheckpointStore(shard_dir, keep));
 }
 
-std::vector<std::string> CheckpointStore::List() const {
+std::vector<std::string> CheckpointStore::Files(
+    absl::string_view suffix) const {
   std::vector<std::string> names;
   if (DIR* d = opendir(dir_.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, kSuffix)) {
+      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, suffix)) {
         names.push_back(name);
       }
     }
@@ -275,6 +276,10 @@ std::vector<std::string> CheckpointStore::List() const {
   std::sort(names.begin(), names.end());
   for (std::string& name : names) name = absl::StrCat(dir_, "/", name);
   return names;
+}
+
+std::vector<std::string> CheckpointStore::List() const {
+  return Files(kSuffix);
 }
 
 absl::StatusOr<std::string> CheckpointStore::Save(
@@ -313,28 +318,15 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
   // good, one model's size per crash. Only files untouched for
   // kStaleTmpAge go: a predecessor still writing its last checkpoint on a
   // shared volume (a replacement pod started early) keeps its own.
-  if (DIR* d = opendir(dir_.c_str())) {
-    const std::string tmp_suffix = absl::StrCat(kSuffix, ".tmp");
-    const absl::Time now = absl::Now();
-    std::vector<std::string> leftovers;
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      const std::string path = absl::StrCat(dir_, "/", name);
-      struct stat st;
-      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, tmp_suffix) &&
-          stat(path.c_str(), &st) == 0 &&
-          now - absl::TimeFromTimespec(st.st_mtim) >= kStaleTmpAge) {
-        leftovers.push_back(path);
-      }
-    }
-    closedir(d);
-    for (const std::string& path : leftovers) {
-      if (unlink(path.c_str()) == 0) {
-        notes->push_back(
-            absl::StrCat("removed ", path,
-                         ", left by a checkpoint write that did not "
-                         "finish"));
-      }
+  const absl::Time now = absl::Now();
+  for (const std::string& path : Files(absl::StrCat(kSuffix, ".tmp"))) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 &&
+        now - absl::TimeFromTimespec(st.st_mtim) >= kStaleTmpAge &&
+        unlink(path.c_str()) == 0) {
+      notes->push_back(
+          absl::StrCat("removed ", path,
+                       ", left by a checkpoint write that did not finish"));
     }
   }
   std::vector<std::string> all = List();

@@ -83,6 +83,9 @@ class CheckpointStore final {
   void set_pause_before_rename(absl::Duration pause) { pause_ = pause; }
 
  private:
+  // The shard folder's ckpt-* files ending in `suffix`, oldest first.
+  std::vector<std::string> Files(absl::string_view suffix) const;
+
   CheckpointStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
 
   const std::string dir_;
