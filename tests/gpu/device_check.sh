@@ -23,8 +23,10 @@
 # DIR go to it), and then ResNet-50 (batch 128 per worker, synthetic 32x32
 # images) through a real server with 1 and 4 workers on GPU 0, whose whole
 # synchronous step compares with the local step the benchmark measured, and
-# a small CNN through NCCL all-reduce (one worker). It exits non-zero if
-# anything fails.
+# a small CNN through NCCL all-reduce (one worker). With
+# LOCKSTEP_SANITIZE_SECONDS=N set, it then runs the CUDA tests under
+# compute-sanitizer's memcheck (out-of-bounds and misaligned accesses,
+# leaks), N seconds for all of them. It exits non-zero if anything fails.
 set -euo pipefail
 
 readonly kMaxBundleBytes=$((40 * 1024 * 1024))
@@ -38,7 +40,7 @@ readonly kBinaries=("${kTests[@]}" "${kTools[@]}")
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
 usage() {
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -85,7 +87,7 @@ bundle() {
   } >"$dir/MANIFEST.txt"
   # OpenBLAS alone is 35 MiB; compressed, the libraries take about a third.
   tar -C "$dir" -cf - lib | xz -6 -T0 >"$dir/lib.tar.xz"
-  rm -rf "$dir/lib"
+  rm -rf "${dir:?}/lib"
   local bytes
   bytes=$(du -sb "$dir" | cut -f1)
   echo "== bundle $dir: $(grep -c '  lib/' "$dir/MANIFEST.txt") libraries," \
@@ -130,7 +132,7 @@ resnet_job() {
   local batch=128 steps=20 warmup=2
   local name="${workers}_${wire}"
   echo "-- resnet50, $workers worker(s) on GPU 0, batch $batch each, $wire on the wire"
-  if ! timeout 600 "$dir/bin/lockstep_launch" --workers="$workers" --gpus=1 \
+  if ! timeout 240 "$dir/bin/lockstep_launch" --workers="$workers" --gpus=1 \
     --model=resnet50 --dataset=synthetic \
     --synthetic_examples=$((batch * workers * (steps + warmup))) \
     --batch_size="$batch" --epochs=1 --optimizer=sgd --device=cuda \
@@ -171,7 +173,7 @@ EOF
 nccl_job() {
   local dir="$1" tmp="$2"
   echo "-- cnn, 1 worker on GPU 0, NCCL all-reduce, 20 steps"
-  if ! timeout 300 "$dir/bin/lockstep_launch" --workers=1 --gpus=1 \
+  if ! timeout 120 "$dir/bin/lockstep_launch" --workers=1 --gpus=1 \
     --model=cnn --dataset=synthetic --synthetic_examples=640 \
     --batch_size=32 --epochs=1 --device=cuda --sync=allreduce \
     --allreduce=nccl --progress=none --summary_json="$tmp/nccl.json" \
@@ -184,6 +186,50 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 print(f"   {s['steps']} steps, {s['examples_per_sec']:.0f} images/s")
 EOF
+}
+
+# The CUDA tests again under compute-sanitizer's memcheck, $2 seconds for
+# all of them (memcheck slows kernels tenfold or more, so the models test
+# keeps to its small models). A memcheck error fails the check; running
+# out of time is reported, not failed.
+sanitize() {
+  local dir="$1" seconds="$2"
+  local tool candidate
+  tool="$(command -v compute-sanitizer || true)"
+  for candidate in /usr/local/cuda/bin/compute-sanitizer \
+    /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    if [[ -z "$tool" && -x "$candidate" ]]; then tool="$candidate"; fi
+  done
+  if [[ -z "$tool" ]]; then
+    echo "(compute-sanitizer not found: not run)"
+    return 0
+  fi
+  local deadline=$((SECONDS + seconds)) left rc failed=0 run
+  local runs=("cuda_device_test" "device_copies_test"
+    "cuda_models_test --gtest_filter=-*resnet50*" "conv2d_test"
+    "pooling_layers_test" "batch_normalization_test" "basic_layers_test"
+    "image_op_elements_test" "graph_model_test")
+  for run in "${runs[@]}"; do
+    left=$((deadline - SECONDS))
+    if ((left <= 0)); then
+      echo "(memcheck: out of time before $run)"
+      break
+    fi
+    echo "-- memcheck $run"
+    rc=0
+    # shellcheck disable=SC2086  # $run is a binary and its arguments.
+    timeout "$left" "$tool" --tool memcheck --leak-check full \
+      --error-exitcode 99 --print-limit 20 "$dir/bin/"$run --gtest_brief=1 \
+      >"$tmp/memcheck.log" 2>&1 || rc=$?
+    { grep -v '^FAILED_PRECONDITION' "$tmp/memcheck.log" || true; } | tail -n 40
+    if ((rc == 124)); then
+      echo "(memcheck: $run ran out of time)"
+    elif ((rc != 0)); then
+      echo "FAILED: memcheck $run (exit $rc)"
+      failed=1
+    fi
+  done
+  return "$failed"
 }
 
 run() {
@@ -253,6 +299,12 @@ run() {
         failed=1
       fi
     done
+  fi
+  if [[ -n "${LOCKSTEP_SANITIZE_SECONDS:-}" ]]; then
+    echo "== compute-sanitizer memcheck, ${LOCKSTEP_SANITIZE_SECONDS} s in all"
+    if ! sanitize "$dir" "$LOCKSTEP_SANITIZE_SECONDS"; then
+      failed=1
+    fi
   fi
   if ((failed)); then
     echo "== device check: FAILED"
