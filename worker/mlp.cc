@@ -76,8 +76,7 @@ absl::Status Mlp::AllocateBuffers() {
       *std::max_element(layer_sizes_.begin() + 1, layer_sizes_.end());
   ASSIGN_OR_RETURN(delta_a_, device_->Allocate(batch * widest * sizeof(float)));
   ASSIGN_OR_RETURN(delta_b_, device_->Allocate(batch * widest * sizeof(float)));
-  ASSIGN_OR_RETURN(host_weights_,
-                   device_->AllocateHost(params * sizeof(float)));
+  uploader_ = std::make_unique<HostUploader>(device_, params);
   ASSIGN_OR_RETURN(host_gradient_,
                    GradientHandOff::AllocateStaging(device_, params));
   ASSIGN_OR_RETURN(
@@ -122,9 +121,7 @@ absl::Status Mlp::SetWeights(absl::Span<const float> weights) {
         absl::StrFormat("Mlp::SetWeights: got %d values, the model has %d",
                         weights.size(), num_parameters_));
   }
-  const size_t bytes = weights.size() * sizeof(float);
-  if (bytes > 0) std::memcpy(host_weights_->data(), weights.data(), bytes);
-  return device_->CopyToDevice(host_weights_->data(), weights_->data(), bytes);
+  return uploader_->Upload(weights, weights_->data());
 }
 
 absl::Status Mlp::State(absl::Span<float> state) {

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/model_signature.h"
 #include "worker/device.h"
+#include "worker/host_uploader.h"
 #include "worker/model.h"
 
 namespace lockstep {
@@ -44,6 +45,9 @@ class Mlp final : public Model {
   // Uploads the flat weights (NumParameters() values) through the pinned
   // staging buffer.
   absl::Status SetWeights(absl::Span<const float> weights) override;
+  absl::StatusOr<absl::Span<float>> HostWeightBuffer() override {
+    return uploader_->Lend();
+  }
 
   // Forward and backward on one batch: `features` is rows x layer_sizes[0]
   // (row-major), `labels` has rows entries, 1 <= rows <= max_batch. Writes
@@ -107,8 +111,8 @@ class Mlp final : public Model {
   // gradient with respect to the current layer's output and its input.
   std::unique_ptr<DeviceBuffer> delta_a_;
   std::unique_ptr<DeviceBuffer> delta_b_;
+  std::unique_ptr<HostUploader> uploader_;  // Weights.
   // Host staging (Device::AllocateHost), same sizes as their device twins.
-  std::unique_ptr<DeviceBuffer> host_weights_;
   std::unique_ptr<DeviceBuffer> host_gradient_;  // Null on the CPU device.
   std::unique_ptr<DeviceBuffer> host_features_;  // max_batch x inputs.
   std::unique_ptr<DeviceBuffer> host_labels_;

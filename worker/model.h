@@ -55,6 +55,15 @@ class Model {
   // Uploads NumParameters() weights.
   virtual absl::Status SetWeights(absl::Span<const float> weights) = 0;
 
+  // A host buffer of NumParameters() + StateSize() floats, owned by the
+  // model, which it never writes: SetWeights and SetState upload spans of it
+  // without first copying them to page-locked memory (worker/
+  // host_uploader.h). Empty where that saves nothing (the CPU device), and
+  // for models without one.
+  virtual absl::StatusOr<absl::Span<float>> HostWeightBuffer() {
+    return absl::Span<float>();
+  }
+
   // Forward and backward (training mode) on 1 to max_batch() rows: writes
   // the gradient of the mean loss over the rows into `gradient` (flat,
   // NumParameters() values, host memory) and updates the state. When

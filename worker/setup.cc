@@ -189,7 +189,7 @@ absl::StatusOr<int> StraggleFor(const std::string& spec, int rank) {
 }
 
 absl::Status DumpWeights(const std::string& path,
-                         const std::vector<float>& weights) {
+                         absl::Span<const float> weights) {
   return WriteFileAtomically(
       path, absl::string_view(reinterpret_cast<const char*>(weights.data()),
                               weights.size() * sizeof(float)));

@@ -43,7 +43,7 @@ absl::StatusOr<int> StraggleFor(const std::string& spec, int rank);
 
 // Writes the weights as raw little-endian float32 (--dump_weights).
 absl::Status DumpWeights(const std::string& path,
-                         const std::vector<float>& weights);
+                         absl::Span<const float> weights);
 
 // The image size of an image model's input.
 ImageSize ImageSizeOf(const ModelSpec& spec);

@@ -21,8 +21,10 @@ Trainer::Trainer(const TrainerOptions& options, Model* model,
       num_parameters_(model->NumParameters()),
       train_(train),
       test_(test),
-      weights_(model->NumParameters() + model->StateSize()),
-      gradient_(weights_.size() + exchanger->GradientTailSlots()) {}
+      own_weights_(model->NumParameters() + model->StateSize()),
+      gradient_(own_weights_.size() + exchanger->GradientTailSlots()) {
+  weights_ = absl::MakeSpan(own_weights_);
+}
 
 ModelSignature Trainer::Signature() const {
   ModelSignature signature;
@@ -60,8 +62,7 @@ absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
   };
   // Joining pulls the first weights: timed like every step's pull.
   PhaseTimer pull(options_.observer, StepObserver::Phase::kPull, 0);
-  return exchanger_->Join(Signature(), initial, absl::MakeSpan(weights_),
-                          timeout);
+  return exchanger_->Join(Signature(), initial, weights_, timeout);
 }
 
 absl::Status Trainer::LoadModel() {
@@ -177,8 +178,8 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
     computed_at = absl::Now();
     return batch;
   };
-  absl::StatusOr<int64_t> version = exchanger_->Step(
-      step, gradient, absl::MakeSpan(weights_), compute, stats);
+  absl::StatusOr<int64_t> version =
+      exchanger_->Step(step, gradient, weights_, compute, stats);
   if (observer != nullptr && version.ok()) {
     const absl::Time now = absl::Now();
     observer->OnPhase(Phase::kWait, step, computed_at, now);
@@ -203,6 +204,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     total_steps = std::min(total_steps, options_.max_steps);
   }
   total_steps_ = total_steps;
+  ASSIGN_OR_RETURN(const absl::Span<float> lent, model_->HostWeightBuffer());
+  if (lent.size() == own_weights_.size() && lent.data() != weights_.data()) {
+    std::copy(own_weights_.begin(), own_weights_.end(), lent.begin());
+    weights_ = lent;
+    own_weights_ = std::vector<float>();
+  }
   ASSIGN_OR_RETURN(int64_t version, JoinJob());
   const bool synchronous =
       options_.sync == SyncMode::kPs || options_.sync == SyncMode::kAllReduce;

@@ -101,7 +101,7 @@ class Trainer final {
   absl::StatusOr<TrainSummary> Run();
 
   // The weights after Run (version final_version): parameters, then state.
-  const std::vector<float>& weights() const { return weights_; }
+  absl::Span<const float> weights() const { return weights_; }
 
  private:
   absl::StatusOr<int64_t> JoinJob(
@@ -132,7 +132,11 @@ class Trainer final {
   const int64_t num_parameters_;
   const Dataset* const train_;  // Not owned.
   const Dataset* const test_;   // Not owned; may be null.
-  std::vector<float> weights_;
+  // Parameters, then state: in the model's HostWeightBuffer() where it has
+  // one (its upload then skips a copy), else in own_weights_. The exchanger
+  // writes the weights it receives straight here.
+  absl::Span<float> weights_;
+  std::vector<float> own_weights_;
   std::vector<float> gradient_;
   int64_t total_steps_ = 0;  // Set by Run before joining.
   static constexpr absl::Duration kFirstRejoinBackoff = absl::Milliseconds(100);

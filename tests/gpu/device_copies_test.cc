@@ -1,7 +1,9 @@
 // Copies from a device to the host on both devices ("cpu", "cuda"; the
 // CUDA runs skip themselves without a GPU): asynchronous copies, the copy
-// marks that wait for some of them, and GradientHandOff, which hands a
-// model's gradient to its pushes piece by piece during backprop.
+// marks that wait for some of them, GradientHandOff, which hands a
+// model's gradient to its pushes piece by piece during backprop, and
+// HostUploader, which uploads a model's weights.
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -9,11 +11,13 @@
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "worker/gradient_hand_off.h"
+#include "worker/host_uploader.h"
 
 namespace lockstep {
 namespace {
 
 using cuda_test::DeviceTest;
+using cuda_test::Download;
 using cuda_test::RandomFloats;
 using cuda_test::Upload;
 
@@ -122,6 +126,46 @@ TEST_P(DeviceTest, GradientHandOffHandsPiecesOverInOrder) {
   ASSERT_TRUE(at_once.Copy(0, 500).ok());
   ASSERT_TRUE(at_once.Finish().ok());
   EXPECT_EQ(whole, values);
+}
+
+// Values kept in the lent buffer and values anywhere else reach the device
+// alike; the uploader never writes the lent buffer, and refuses more than
+// its size. The CPU device lends nothing: its upload is one copy anyway.
+TEST_P(DeviceTest, HostUploaderUploadsFromTheLentBufferAndFromAnywhere) {
+  constexpr size_t kFloats = 1000;
+  HostUploader uploader(device_.get(), kFloats);
+  absl::StatusOr<absl::Span<float>> lent = uploader.Lend();
+  ASSERT_TRUE(lent.ok()) << lent.status();
+  auto target = device_->Allocate(kFloats * sizeof(float));
+  ASSERT_TRUE(target.ok()) << target.status();
+
+  const std::vector<float> elsewhere = RandomFloats(kFloats, 3);
+  if (GetParam() == "cpu") {
+    EXPECT_TRUE(lent->empty());
+  } else {
+    ASSERT_EQ(lent->size(), kFloats);
+    absl::StatusOr<absl::Span<float>> again = uploader.Lend();
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->data(), lent->data());
+    const std::vector<float> kept = RandomFloats(kFloats, 4);
+    std::copy(kept.begin(), kept.end(), lent->begin());
+    ASSERT_TRUE(uploader.Upload(*lent, (*target)->data()).ok());
+    EXPECT_EQ(Download<float>(*device_, **target), kept);
+    // A part of the lent buffer is read in place too.
+    ASSERT_TRUE(uploader.Upload(lent->subspan(10, 20), (*target)->data()).ok());
+    std::vector<float> want = kept;
+    std::copy(kept.begin() + 10, kept.begin() + 30, want.begin());
+    EXPECT_EQ(Download<float>(*device_, **target), want);
+    // Staging another span leaves the lent buffer as its owner left it.
+    ASSERT_TRUE(uploader.Upload(elsewhere, (*target)->data()).ok());
+    EXPECT_EQ(std::vector<float>(lent->begin(), lent->end()), kept);
+  }
+  ASSERT_TRUE(uploader.Upload(elsewhere, (*target)->data()).ok());
+  EXPECT_EQ(Download<float>(*device_, **target), elsewhere);
+  const std::vector<float> too_many(kFloats + 1, 1.0f);
+  EXPECT_EQ(uploader.Upload(too_many, (*target)->data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(uploader.Upload({}, (*target)->data()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(BothDevices, DeviceTest,

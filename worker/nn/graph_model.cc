@@ -131,7 +131,8 @@ absl::Status GraphModel::AllocateBuffers() {
       ASSIGN_OR_RETURN(buffer, Allocate(scratch * f));
     }
   }
-  ASSIGN_OR_RETURN(host_weights_, device_->AllocateHost(num_parameters_ * f));
+  uploader_ = std::make_unique<HostUploader>(
+      device_, static_cast<size_t>(num_parameters_ + num_states_));
   ASSIGN_OR_RETURN(host_gradient_,
                    GradientHandOff::AllocateStaging(device_, num_parameters_));
   ASSIGN_OR_RETURN(host_state_, device_->AllocateHost(num_states_ * f));
@@ -174,9 +175,7 @@ absl::Status GraphModel::SetWeights(absl::Span<const float> weights) {
         "GraphModel::SetWeights: got %d values, the model has %d",
         weights.size(), num_parameters_));
   }
-  const size_t bytes = weights.size() * sizeof(float);
-  if (bytes > 0) std::memcpy(host_weights_->data(), weights.data(), bytes);
-  return device_->CopyToDevice(host_weights_->data(), weights_->data(), bytes);
+  return uploader_->Upload(weights, weights_->data());
 }
 
 absl::Status GraphModel::State(absl::Span<float> state) {
@@ -199,9 +198,7 @@ absl::Status GraphModel::SetState(absl::Span<const float> state) {
         absl::StrFormat("GraphModel::SetState: got %d values, the state has %d",
                         state.size(), num_states_));
   }
-  const size_t bytes = state.size() * sizeof(float);
-  if (bytes > 0) std::memcpy(host_state_->data(), state.data(), bytes);
-  return device_->CopyToDevice(host_state_->data(), state_->data(), bytes);
+  return uploader_->Upload(state, state_->data());
 }
 
 absl::Status GraphModel::Forward(absl::Span<const float> features,

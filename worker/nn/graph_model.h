@@ -30,6 +30,7 @@
 #include "absl/types/span.h"
 #include "common/model_signature.h"
 #include "worker/device.h"
+#include "worker/host_uploader.h"
 #include "worker/model.h"
 #include "worker/nn/graph.h"
 
@@ -49,6 +50,9 @@ class GraphModel final : public Model {
   int max_batch() const override { return max_batch_; }
   std::vector<float> InitialWeights(uint64_t seed) const override;
   absl::Status SetWeights(absl::Span<const float> weights) override;
+  absl::StatusOr<absl::Span<float>> HostWeightBuffer() override {
+    return uploader_->Lend();
+  }
   absl::StatusOr<BatchStats> ComputeGradients(
       absl::Span<const float> features, absl::Span<const int32_t> labels,
       absl::Span<float> gradient,
@@ -107,9 +111,9 @@ class GraphModel final : public Model {
   // consumers.
   std::unique_ptr<DeviceBuffer> scratch_[2];
 
-  std::unique_ptr<DeviceBuffer> host_weights_;
+  std::unique_ptr<HostUploader> uploader_;       // Weights and state.
   std::unique_ptr<DeviceBuffer> host_gradient_;  // Null on the CPU device.
-  std::unique_ptr<DeviceBuffer> host_state_;
+  std::unique_ptr<DeviceBuffer> host_state_;     // State() downloads here.
   std::unique_ptr<DeviceBuffer> host_features_;
   std::unique_ptr<DeviceBuffer> host_labels_;
 };
