@@ -8,6 +8,8 @@
 #     tests/gpu/device_check.sh --bundle DIR
 #   then, on the GPU machine, from the repository root (DIR copied along):
 #     tests/gpu/device_check.sh --run DIR
+#   or, to time other settings of the ResNet-50 job alone:
+#     tests/gpu/device_check.sh --jobs DIR "4 bf16 --ps=4" "1 fp32" ...
 #
 # --bundle builds the tests below, lockstep_gpu_bench and the server, worker
 # and launcher with -DLOCKSTEP_CUDA=ON (in $LOCKSTEP_GPU_BUILD_DIR, default
@@ -41,7 +43,7 @@ readonly kBinaries=("${kTests[@]}" "${kTools[@]}")
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
 usage() {
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -257,11 +259,10 @@ sanitize() {
   return "$failed"
 }
 
-run() {
-  local dir
+# Unpacks the bundle's libraries and puts them and the machine's CUDA
+# libraries on LD_LIBRARY_PATH; sets the globals dir (the bundle) and tmp.
+prepare() {
   dir="$(cd "$1" && pwd)"
-  shift
-  # Global, for the EXIT trap.
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   xz -dc "$dir/lib.tar.xz" | tar -C "$tmp" -xf -
@@ -278,6 +279,11 @@ run() {
     echo "error: libraries above are missing; LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
     exit 1
   fi
+}
+
+run() {
+  prepare "$1"
+  shift
   echo "== nvidia-smi"
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi || echo "(nvidia-smi failed)"
@@ -343,8 +349,27 @@ run() {
   echo "== device check: passed"
 }
 
+# Only the ResNet-50 jobs named, each "WORKERS WIRE_DTYPE [FLAGS...]" (the
+# flags go to lockstep_launch and on to the workers), to try settings.
+run_jobs() {
+  prepare "$1"
+  shift
+  local job n=0 workers wire flags failed=0
+  for job in "$@"; do
+    read -r workers wire flags <<<"$job"
+    n=$((n + 1))
+    # shellcheck disable=SC2086  # $flags holds whole flags, no globs.
+    if ! resnet_job "$dir" "$n" "$tmp" "$workers" "$wire" $flags; then
+      echo "FAILED: resnet50 with $workers worker(s), $wire $flags"
+      failed=1
+    fi
+  done
+  return "$failed"
+}
+
 case "${1:-}" in
   --bundle) [[ $# -eq 2 ]] || usage; bundle "$2" ;;
   --run) [[ $# -ge 2 ]] || usage; run "${@:2}" ;;
+  --jobs) [[ $# -ge 3 ]] || usage; run_jobs "${@:2}" ;;
   *) usage ;;
 esac
