@@ -62,6 +62,10 @@ class PsClient::Impl {
     push_target_.timings = &timings_;
     push_target_.decode_ns = &decode_ns_;
     push_target_.encoded = &encoded_;
+    if (options_.push_thread) {
+      pusher_ = std::make_unique<PushThread>();
+      push_target_.pusher = pusher_.get();
+    }
   }
 
   absl::StatusOr<RegisterResult> Register(int rank,
@@ -310,8 +314,10 @@ class PsClient::Impl {
   StepTimings timings_;
   std::atomic<int64_t> decode_ns_{0};
   // What a step pushes with (filled at construction and Register), the
-  // encoded payloads it sends, by chunk, and the step in flight, destroyed
-  // first: an abandoned step waits for its pushes.
+  // thread it pushes from (options_.push_thread), the encoded payloads it
+  // sends, by chunk, and the step in flight, destroyed first: an abandoned
+  // step waits for its pushes.
+  std::unique_ptr<PushThread> pusher_;
   ps_client_internal::PushTarget push_target_;
   std::vector<std::string> encoded_;
   std::unique_ptr<ps_client_internal::PushStep> step_;

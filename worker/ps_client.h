@@ -67,6 +67,12 @@ struct PsClientOptions {
   // so the window bounds what the server holds (workers x window chunks)
   // and lets early chunks' replies travel while later chunks are sent.
   int max_pushes_in_flight = kAutoPushWindow;
+  // Encode gradient chunks and start their pushes on a thread of the
+  // client's own (worker/push_thread.h), in the order they became ready,
+  // rather than on the thread that calls GradientReady: that thread then
+  // never waits for them. Pays where it queues a GPU's kernels; on the CPU
+  // device the pushes only take cores from backprop's threads.
+  bool push_thread = false;
   // TLS, client certificate and bearer token (common/tls.h). nullopt: from
   // the --tls_* / --token_file flags (common/tls_flags.h).
   std::optional<TlsOptions> tls;
@@ -77,10 +83,12 @@ struct PsClientOptions {
 // window as the difference of two readings. For benchmarks.
 struct StepTimings {
   int64_t steps = 0;            // Steps that FinishStep completed.
-  // Encoding gradient chunks and framing the requests (caller's thread).
+  // Encoding gradient chunks and framing the requests (caller's thread, or
+  // the push thread).
   double encode_seconds = 0;
-  // Starting the push RPCs on the caller's thread (pushes the window held
-  // back start on gRPC's threads, inside the wait, and are not counted).
+  // Starting the push RPCs on the caller's thread or the push thread
+  // (pushes the window held back start on gRPC's threads, inside the wait,
+  // and are not counted).
   double send_seconds = 0;
   // FinishStep blocked until the last reply arrived: the server's barrier,
   // summing and optimizer, the transfers, and the decoding of replies that

@@ -38,6 +38,9 @@ PushStep::PushStep(const PushTarget& target, int64_t step,
 
 PushStep::~PushStep() {
   if (finished_) return;
+  // What was handed to the pusher goes as it would have on the caller's
+  // thread: started, or queued behind its shard's window (dropped below).
+  if (target_.pusher != nullptr) target_.pusher->WaitIdle();
   int dropped = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -72,8 +75,13 @@ void PushStep::GradientReady(int64_t begin, int64_t end) {
     int64_t& missing = missing_[i];
     if (missing <= 0) continue;
     missing -= overlap;
-    if (missing <= 0) Ready(chunk.index);
+    if (missing <= 0) Dispatch(chunk.index);
   }
+}
+
+void PushStep::Dispatch(int index) {
+  if (target_.pusher == nullptr) return Ready(index);
+  target_.pusher->Submit([this, index] { Ready(index); });
 }
 
 absl::StatusOr<int64_t> PushStep::Finish() {
@@ -86,11 +94,14 @@ absl::StatusOr<int64_t> PushStep::Finish() {
     for (int i = plan.num_chunks() - 1; i >= 0; --i) {
       if (plan.chunks()[i].state == state && missing_[i] > 0) {
         missing_[i] = 0;
-        Ready(i);
+        Dispatch(i);
       }
     }
   }
   const absl::Time wait_start = absl::Now();
+  // Start() touches the step after its RPC is out, whose reply may be the
+  // last: the pusher must be done with the step before pending_ may end it.
+  if (target_.pusher != nullptr) target_.pusher->WaitIdle();
   pending_.Wait();
   target_.timings->wait_seconds +=
       absl::ToDoubleSeconds(absl::Now() - wait_start);

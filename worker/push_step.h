@@ -5,9 +5,10 @@
 // A push travels as raw bytes (common/wire_format.h): fp32 gradients are
 // sent from the caller's buffer, replies decoded from gRPC's slices. At most
 // `window` pushes are out to each shard at once. A chunk is encoded and
-// framed when it becomes ready (on the caller's thread); if its shard's
-// window is full it waits in the shard's queue, in the order chunks became
-// ready, and each reply (on gRPC's thread) starts the next. Every worker
+// framed when it becomes ready (on the caller's thread, or in order on the
+// target's PushThread where it has one); if its shard's window is full it
+// waits in the shard's queue, in the order chunks became ready, and each
+// reply (on gRPC's thread) starts the next. Every worker
 // readies its chunks in the same order (see Finish), so every barrier the
 // windows wait on is one that every worker pushes to. A failed push stops
 // its shard only: the other shards still get every chunk, which the other
@@ -35,6 +36,7 @@
 #include "common/chunk_plan.h"
 #include "common/wire_codec.h"
 #include "worker/ps_client.h"
+#include "worker/push_thread.h"
 
 namespace lockstep {
 namespace ps_client_internal {
@@ -57,6 +59,9 @@ struct PushTarget {
   // the step destroyed) before the next step encodes. Fresh buffers cost a
   // page fault per 4 KiB and a zero fill every step.
   std::vector<std::string>* encoded = nullptr;
+  // Where ready chunks are encoded and their pushes started, in order; null:
+  // on the thread that readies them (GradientReady, Finish).
+  PushThread* pusher = nullptr;
   // Client-side time (PushStep adds encode, send and wait; not steps) and,
   // from gRPC's threads, decoding.
   StepTimings* timings = nullptr;
@@ -101,13 +106,16 @@ class PushStep final {
     bool started = false;  // False: never sent (its shard failed first).
   };
 
-  // Chunk `index` is ready: frames its push, then starts it if its shard's
-  // window has room, else queues it; drops it when its shard has failed.
+  // Chunk `index` is ready: Ready(index) here, or on the pusher.
+  void Dispatch(int index);
+  // Frames chunk `index`'s push, then starts it if its shard's window has
+  // room, else queues it; drops it when its shard has failed or the step
+  // was abandoned.
   void Ready(int index);
-  // Encodes and frames the push of `chunk` (the caller's thread).
+  // Encodes and frames the push of `chunk` (the thread of Ready).
   void Prepare(const Chunk& chunk);
   // Starts the prepared push of `chunk` (any thread: a reply's callback
-  // starts the next push of its shard).
+  // starts the next push of its shard; caller_thread: Ready's).
   void Start(const Chunk& chunk, bool caller_thread);
   // The push of chunk `index` to `shard` was answered (on gRPC's thread,
   // before its pending count is released, so the step stays alive).

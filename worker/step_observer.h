@@ -6,7 +6,9 @@
 //            (and, when joining, the Pull RPCs that fetch them);
 //   compute  forward and backward pass; the pushes below run inside it, as
 //            backprop finishes each layer;
-//   push     encoding and sending the gradient chunks that became ready;
+//   push     encoding and sending the gradient chunks that became ready
+//            (with --push_thread, only handing them to the push thread,
+//            worker/push_thread.h);
 //   wait     FinishStep: sending what is left and waiting for the replies
 //            (the server's barrier, its optimizer, the transfers).
 // The observer is called on the training thread; implementations must be

@@ -104,6 +104,11 @@ ABSL_FLAG(std::string, push_window, "auto",
           "that chunk); 0: every chunk as soon as it is ready; auto: as many "
           "as keep all workers' pushes at a shard within 32 MiB, 1 to 4 "
           "(4 MiB chunks: 2 workers 4, 4 workers 2, 8 or more 1).");
+ABSL_FLAG(std::string, push_thread, "auto",
+          "Where gradient chunks are encoded and their pushes started: on "
+          "(a thread of their own, so that the training thread only queues "
+          "the backward pass), off (the training thread, as each layer's "
+          "gradient is ready), or auto (on with a GPU, off on the CPU).");
 ABSL_FLAG(bool, eval_every_epoch, false,
           "Rank 0 evaluates on the test set after every epoch.");
 ABSL_FLAG(std::string, summary_json, "",
@@ -318,6 +323,13 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
         absl::StrCat("--push_window: ", window.status().message()));
   }
   o.client.max_pushes_in_flight = *window;
+  const std::string push_thread = absl::GetFlag(FLAGS_push_thread);
+  if (push_thread == "on" || push_thread == "off") {
+    o.push_thread = push_thread == "on";
+  } else if (push_thread != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--push_thread must be on, off or auto, got \"", push_thread, "\""));
+  }
   o.sync = absl::GetFlag(FLAGS_sync);
   o.layers = absl::GetFlag(FLAGS_layers);
   return o;

@@ -4,6 +4,7 @@
 #ifndef LOCKSTEP_WORKER_WORKER_FLAGS_H_
 #define LOCKSTEP_WORKER_WORKER_FLAGS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -31,6 +32,9 @@ struct WorkerMainOptions {
   std::string step_log;
   std::string sync;    // --sync, for the log line and the summary.
   std::string layers;  // --layers, for the log line.
+  // --push_thread: on, off, or nullopt (auto: on where the device's
+  // buffers are not host memory, i.e. on a GPU).
+  std::optional<bool> push_thread;
 };
 
 // The options the flags (already parsed by ParseFlags, common/flags.h) and

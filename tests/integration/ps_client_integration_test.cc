@@ -57,16 +57,18 @@ ModelSignature OneTensor(int shards, int workers) {
   return signature;
 }
 
+// Wire dtype, shards, and whether pushes start on the client's push thread.
 class PsClientWireTest
-    : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+    : public ::testing::TestWithParam<std::tuple<std::string, int, bool>> {};
 
 TEST_P(PsClientWireTest, EveryStepSendsItsOwnGradient) {
-  const auto& [dtype_name, shards] = GetParam();
+  const auto& [dtype_name, shards, push_thread] = GetParam();
   const WireDType dtype = *ParseWireDType(dtype_name);
   const std::string dir = MakeTempDir();
   std::vector<Server> servers;
   PsClientOptions options;
   options.wire_dtype = dtype;
+  options.push_thread = push_thread;
   // One push at a time to a single shard; the automatic window with two.
   options.max_pushes_in_flight = shards == 1 ? 1 : kAutoPushWindow;
   for (int shard = 0; shard < shards; ++shard) {
@@ -159,14 +161,19 @@ TEST(PsClientWireTest, StateTravelsAsFp32UnderBf16) {
   EXPECT_EQ(server.process.Wait(kDeadline), 0) << server.process.Output();
 }
 
+// The exchanger's steps cut short, with pushes started on the training
+// thread and on the client's push thread (the parameter).
+class PsExchangerTest : public ::testing::TestWithParam<bool> {};
+
 // A step whose gradient computation fails pushes only what it handed over:
 // the rest of the buffer is not this step's gradient (the last step's here)
 // and must not be applied.
-TEST(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
+TEST_P(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
   const std::string dir = MakeTempDir();
   Server server = StartServer(/*workers=*/1, dir);
   PsClientOptions options;
   options.servers = {server.address};
+  options.push_thread = GetParam();
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
   const ModelSignature signature = OneTensor(/*shards=*/1, /*workers=*/1);
@@ -211,11 +218,12 @@ TEST(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
 // version 0 and pulls exactly version 0 (the closed chunk's weights from
 // before the step, not after it), so the step it computes again is the one
 // that was lost, and the step ends as if nothing had happened.
-TEST(PsExchangerTest, AReplacementRecomputesAHalfClosedStepFromItsWeights) {
+TEST_P(PsExchangerTest, AReplacementRecomputesAHalfClosedStepFromItsWeights) {
   const std::string dir = MakeTempDir();
   Server server = StartServer(/*workers=*/2, dir);
   PsClientOptions options;
   options.servers = {server.address};
+  options.push_thread = GetParam();
   const ModelSignature signature = OneTensor(/*shards=*/1, /*workers=*/2);
   const std::vector<float> initial = RandomValues(1);
   auto initial_fn = [&] { return initial; };
@@ -268,14 +276,18 @@ TEST(PsExchangerTest, AReplacementRecomputesAHalfClosedStepFromItsWeights) {
   server.process.Kill();
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, PsClientWireTest,
-                         ::testing::Combine(::testing::Values("fp32", "bf16",
-                                                              "fp16"),
-                                            ::testing::Values(1, 2)),
+INSTANTIATE_TEST_SUITE_P(
+    DTypes, PsClientWireTest,
+    ::testing::Combine(::testing::Values("fp32", "bf16", "fp16"),
+                       ::testing::Values(1, 2), ::testing::Bool()),
+    [](const auto& info) {
+      return absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param),
+                          "shards",
+                          std::get<2>(info.param) ? "_push_thread" : "");
+    });
+INSTANTIATE_TEST_SUITE_P(PushThread, PsExchangerTest, ::testing::Bool(),
                          [](const auto& info) {
-                           return absl::StrCat(std::get<0>(info.param), "_",
-                                               std::get<1>(info.param),
-                                               "shards");
+                           return info.param ? "on" : "off";
                          });
 
 }  // namespace
