@@ -312,7 +312,6 @@ run() {
     failed=1
   fi
   echo "== ResNet-50 through a real server (compare the local step above)"
-  local workers
   if ! nvidia-smi -L >/dev/null 2>&1; then
     echo "(no GPU here: the ResNet-50 jobs need one; not run)"
   else
@@ -324,17 +323,10 @@ run() {
     # bytes each way); 4 workers and 4 server shards (each shard a quarter
     # of the bytes); 4 workers with gloo all-reduce instead of the server.
     # Together: how much of the step the exchange is, and whose it is.
-    local job n=0 flags
-    for job in "1 fp32" "4 fp32" "4 bf16" "4 fp32 --ps=4" \
-      "4 fp32 --sync=allreduce --allreduce=gloo"; do
-      read -r workers wire flags <<<"$job"
-      n=$((n + 1))
-      # shellcheck disable=SC2086  # $flags holds whole flags, no globs.
-      if ! resnet_job "$dir" "$n" "$tmp" "$workers" "$wire" $flags; then
-        echo "FAILED: resnet50 with $workers worker(s), $wire $flags"
-        failed=1
-      fi
-    done
+    if ! resnet_jobs "1 fp32" "4 fp32" "4 bf16" "4 fp32 --ps=4" \
+      "4 fp32 --sync=allreduce --allreduce=gloo"; then
+      failed=1
+    fi
   fi
   if [[ -n "${LOCKSTEP_SANITIZE_SECONDS:-}" ]]; then
     echo "== compute-sanitizer memcheck, ${LOCKSTEP_SANITIZE_SECONDS} s in all"
@@ -354,6 +346,12 @@ run() {
 run_jobs() {
   prepare "$1"
   shift
+  resnet_jobs "$@"
+}
+
+# The ResNet-50 jobs named as run_jobs takes them, one after another;
+# non-zero if any failed.
+resnet_jobs() {
   local job n=0 workers wire flags failed=0
   for job in "$@"; do
     read -r workers wire flags <<<"$job"
