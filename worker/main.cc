@@ -123,7 +123,9 @@ int Run(WorkerMainOptions o) {
   absl::StatusOr<std::unique_ptr<Model>> model =
       CreateModel(o.model, o.trainer.batch_size, device->get());
   if (!model.ok()) return fail(model.status(), kExitPermanent);
+  // All-reduce steps push nothing: no thread for them.
   o.client.push_thread =
+      o.trainer.sync != SyncMode::kAllReduce &&
       o.push_thread.value_or(!(*device)->BuffersAreHostMemory());
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(o.client);
   if (!client.ok()) return fail(client.status(), kExitPermanent);

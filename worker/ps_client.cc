@@ -309,8 +309,9 @@ class PsClient::Impl {
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
-  // Client-side time for benchmarks: the training thread writes timings_;
-  // decoding, on gRPC's threads, adds to decode_ns_.
+  // Client-side time for benchmarks: the training thread (and the push
+  // thread, which every step waits for before it ends) write timings_, so
+  // read it between steps; decoding, on gRPC's threads, adds to decode_ns_.
   StepTimings timings_;
   std::atomic<int64_t> decode_ns_{0};
   // What a step pushes with (filled at construction and Register), the

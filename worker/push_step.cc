@@ -98,10 +98,11 @@ absl::StatusOr<int64_t> PushStep::Finish() {
       }
     }
   }
-  const absl::Time wait_start = absl::Now();
   // Start() touches the step after its RPC is out, whose reply may be the
   // last: the pusher must be done with the step before pending_ may end it.
+  // Its encoding and sending are counted as such, not as waiting.
   if (target_.pusher != nullptr) target_.pusher->WaitIdle();
+  const absl::Time wait_start = absl::Now();
   pending_.Wait();
   target_.timings->wait_seconds +=
       absl::ToDoubleSeconds(absl::Now() - wait_start);

@@ -3,7 +3,7 @@
 // training thread only hands it over. On a GPU the training thread queues
 // the backward pass's kernels; each millisecond it spends encoding or
 // starting a push is one more the GPU may idle (measured on an H200 with
-// ResNet-50: 4 to 38 ms of a step, see docs/benchmarks.md). One thread, not
+// ResNet-50: 4 to 35 ms of a step, see docs/benchmarks.md). One thread, not
 // a pool: the pushes must start in the order backprop readied their chunks,
 // the same on every worker, or the push windows can wait on each other
 // (worker/push_step.h).

@@ -205,7 +205,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   }
   total_steps_ = total_steps;
   ASSIGN_OR_RETURN(const absl::Span<float> lent, model_->HostWeightBuffer());
-  if (lent.size() == own_weights_.size() && lent.data() != weights_.data()) {
+  if (!lent.empty() && lent.size() != weights_.size()) {
+    return absl::InternalError(
+        absl::StrCat("the model's host weight buffer holds ", lent.size(),
+                     " floats, its weights and state ", weights_.size()));
+  }
+  if (!lent.empty() && lent.data() != weights_.data()) {
     std::copy(own_weights_.begin(), own_weights_.end(), lent.begin());
     weights_ = lent;
     own_weights_ = std::vector<float>();

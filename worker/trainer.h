@@ -101,6 +101,8 @@ class Trainer final {
   absl::StatusOr<TrainSummary> Run();
 
   // The weights after Run (version final_version): parameters, then state.
+  // Read them after Run and while the model lives: Run moves them into the
+  // model's HostWeightBuffer() where it has one.
   absl::Span<const float> weights() const { return weights_; }
 
  private:

@@ -125,8 +125,9 @@ EOF
   fi
 }
 
-# ResNet-50 through lockstep_launch: 1 server and $2 workers on GPU 0, batch
-# 128 each, 2 warm-up steps (lazy module loading, cuBLAS handles, optimizer
+# ResNet-50 through lockstep_launch: $4 workers on GPU 0 ($5 on the wire,
+# launcher and worker flags after it: 1 server unless they say otherwise),
+# batch 128 each, named $2 in $3; 2 warm-up steps (lazy module loading, cuBLAS handles, optimizer
 # slots) then 20 timed ones. SGD, as lockstep_gpu_bench's local step, so
 # that the two differ by the exchange (and the server's apply) only. Prints
 # the median synchronous step from rank 0's --step_log, after the warm-ups.
@@ -153,8 +154,9 @@ batch, workers, wire, warmup = (int(sys.argv[2]), int(sys.argv[3]),
 extra = sys.argv[7]
 # Rank 0's phases (worker/step_observer.h), summed per step: pull, compute
 # (forward and backward; the pushes run inside it), push (encoding and
-# sending chunks as backprop finishes layers) and wait (the rest of the
-# exchange: the last chunks, the barrier, the server's apply, the replies).
+# sending chunks as backprop finishes layers; with the push thread, only
+# handing them to it) and wait (the rest of the exchange: the last chunks,
+# the barrier, the server's apply, the replies).
 per_step = collections.defaultdict(lambda: collections.defaultdict(float))
 trace = json.load(open(sys.argv[6]))
 for event in trace["traceEvents"] if isinstance(trace, dict) else trace:
@@ -216,6 +218,10 @@ EOF
 # out of time is reported, not failed.
 sanitize() {
   local dir="$1" seconds="$2"
+  if [[ ! "$seconds" =~ ^[0-9]+$ ]]; then
+    echo "FAILED: LOCKSTEP_SANITIZE_SECONDS must be a number of seconds, got \"$seconds\""
+    return 1
+  fi
   local tool candidate
   tool="$(command -v compute-sanitizer || true)"
   for candidate in /usr/local/cuda/bin/compute-sanitizer \
@@ -245,7 +251,7 @@ sanitize() {
     fi
     echo "-- memcheck $run"
     rc=0
-    timeout "$left" "$tool" --tool memcheck --leak-check full \
+    timeout -k 10 "$left" "$tool" --tool memcheck --leak-check full \
       --error-exitcode 99 --print-limit 20 "$dir/bin/$bin" --gtest_brief=1 \
       ${filter:+"--gtest_filter=$filter"} >"$tmp/memcheck.log" 2>&1 || rc=$?
     { grep -v '^FAILED_PRECONDITION' "$tmp/memcheck.log" || true; } | tail -n 40
@@ -352,13 +358,13 @@ run_jobs() {
 # The ResNet-50 jobs named as run_jobs takes them, one after another;
 # non-zero if any failed.
 resnet_jobs() {
-  local job n=0 workers wire flags failed=0
+  local job n=0 workers wire rest flags failed=0
   for job in "$@"; do
-    read -r workers wire flags <<<"$job"
+    read -r workers wire rest <<<"$job"
+    read -ra flags <<<"$rest"
     n=$((n + 1))
-    # shellcheck disable=SC2086  # $flags holds whole flags, no globs.
-    if ! resnet_job "$dir" "$n" "$tmp" "$workers" "$wire" $flags; then
-      echo "FAILED: resnet50 with $workers worker(s), $wire $flags"
+    if ! resnet_job "$dir" "$n" "$tmp" "$workers" "$wire" "${flags[@]}"; then
+      echo "FAILED: resnet50 with $workers worker(s), $wire $rest"
       failed=1
     fi
   done

@@ -229,6 +229,11 @@ INSTANTIATE_TEST_SUITE_P(
                {},
                "--push_window: push window must be auto or a count >= 0, "
                "got \"-1\""},
+        BadRun{"push_thread",
+               {kWorker, "--servers=127.0.0.1:1", "--workers=1", "--rank=0",
+                "--push_thread=yes"},
+               {},
+               "--push_thread must be on, off or auto, got \"yes\""},
         BadRun{"model",
                {kWorker, "--servers=127.0.0.1:1", "--workers=1", "--rank=0",
                 "--model=resnet77"},
@@ -248,7 +253,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
   const std::vector<std::vector<std::string>> cases = {
       {kWorker, "--servers", "--model", "--cpu_conv", "--sync", "--push_window",
-       "--step_timeout_s", "--tls_ca", "--token_file"},
+       "--push_thread", "--step_timeout_s", "--tls_ca", "--token_file"},
       {kServer, "--listen", "--workers", "--checkpoint_dir", "--step_timeout_s",
        "--on_worker_loss", "--sum_order", "--tls_cert", "--token_file"},
       {kCtl, "--watch", "--interval", "--timeout", "--tls_ca", "--token_file"},
