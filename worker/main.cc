@@ -204,7 +204,10 @@ int Run(WorkerMainOptions o) {
     }
   }
   if (!o.dump_weights.empty()) {
-    if (absl::Status s = DumpWeights(o.dump_weights, trainer.weights());
+    std::vector<TensorInfo> tensors = (*model)->Tensors();
+    for (TensorInfo& t : (*model)->StateTensors()) tensors.push_back(t);
+    if (absl::Status s =
+            DumpWeights(o.dump_weights, tensors, trainer.weights());
         !s.ok()) {
       return fail(s, kExitFailure);
     }

@@ -55,20 +55,23 @@ absl::StatusOr<int64_t> PsExchanger::Step(int64_t step,
                                           absl::Span<float> weights,
                                           const ComputeFn& compute,
                                           BatchStats* stats) {
-  RETURN_IF_ERROR(client_->BeginStep(step, gradient, weights));
-  absl::StatusOr<BatchStats> computed =
-      compute([this](int64_t begin, int64_t end) {
-        client_->GradientReady(begin, end);
-      });
+  RETURN_IF_ERROR(BeginStep(step, gradient, weights));
+  absl::StatusOr<BatchStats> computed = compute(
+      [this](int64_t begin, int64_t end) { GradientReady(begin, end); });
   if (!computed.ok()) {
     // What was not handed over is not this step's gradient (the last
     // step's, or half written): it must not be pushed. No push outlives
     // the step either way.
-    client_->AbandonStep();
+    AbandonStep();
     return computed.status();
   }
-  absl::StatusOr<int64_t> version = client_->FinishStep();
+  absl::StatusOr<int64_t> version = FinishStep();
   *stats = *computed;
+  return version;
+}
+
+absl::StatusOr<int64_t> PsExchanger::FinishStep() {
+  absl::StatusOr<int64_t> version = client_->FinishStep();
   if (version.ok()) seen_version_ = std::max(seen_version_, *version);
   return version;
 }

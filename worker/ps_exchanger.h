@@ -26,6 +26,20 @@ class PsExchanger final : public Exchanger {
   absl::Status Leave() override { return client_->Leave(); }
   bool CanRejoin() const override { return true; }
 
+  // Step in pieces, for a caller whose backward pass runs outside (the
+  // Python package, worker/python): BeginStep, GradientReady as ranges
+  // become final, then FinishStep, or AbandonStep when the computation
+  // failed. Step is these with `compute` in between.
+  absl::Status BeginStep(int64_t step, absl::Span<const float> gradient,
+                         absl::Span<float> weights) {
+    return client_->BeginStep(step, gradient, weights);
+  }
+  void GradientReady(int64_t begin, int64_t end) {
+    client_->GradientReady(begin, end);
+  }
+  void AbandonStep() { client_->AbandonStep(); }
+  absl::StatusOr<int64_t> FinishStep();
+
  private:
   PsClient* const client_;  // Not owned.
   const int rank_;

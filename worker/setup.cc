@@ -2,10 +2,12 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/json_writer.h"
+#include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/cifar_reader.h"
 
@@ -189,7 +191,11 @@ absl::StatusOr<int> StraggleFor(const std::string& spec, int rank) {
 }
 
 absl::Status DumpWeights(const std::string& path,
+                         const std::vector<TensorInfo>& tensors,
                          absl::Span<const float> weights) {
+  if (absl::EndsWith(path, ".safetensors")) {
+    return WriteSafetensors(path, tensors, weights);
+  }
   return WriteFileAtomically(
       path, absl::string_view(reinterpret_cast<const char*>(weights.data()),
                               weights.size() * sizeof(float)));

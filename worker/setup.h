@@ -41,8 +41,11 @@ absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text);
 // This rank's delay in milliseconds from --straggle=RANK:MS[,RANK:MS...].
 absl::StatusOr<int> StraggleFor(const std::string& spec, int rank);
 
-// Writes the weights as raw little-endian float32 (--dump_weights).
+// Writes the weights (--dump_weights): as a safetensors file keyed by the
+// names of `tensors` (the model's parameters, then its state) when `path`
+// ends in ".safetensors", else as raw little-endian float32.
 absl::Status DumpWeights(const std::string& path,
+                         const std::vector<TensorInfo>& tensors,
                          absl::Span<const float> weights);
 
 // The image size of an image model's input.

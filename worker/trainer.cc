@@ -22,7 +22,9 @@ Trainer::Trainer(const TrainerOptions& options, Model* model,
       train_(train),
       test_(test),
       own_weights_(model->NumParameters() + model->StateSize()),
-      gradient_(own_weights_.size() + exchanger->GradientTailSlots()) {
+      gradient_(own_weights_.size() + exchanger->GradientTailSlots()),
+      rejoiner_(absl::StrCat("lockstep_worker ", options.rank), options.seed,
+                options.rank, options.rejoin_timeout, "--rejoin_timeout_s") {
   weights_ = absl::MakeSpan(own_weights_);
 }
 
@@ -103,42 +105,6 @@ absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
       return step + 1;  // Each worker walks its own steps.
   }
   return step + 1;
-}
-
-absl::StatusOr<int64_t> Trainer::Rejoin(const absl::Status& cause,
-                                        absl::Time deadline) {
-  std::fprintf(stderr, "lockstep_worker %d: %s; registering again\n",
-               options_.rank, cause.ToString().c_str());
-  Random jitter(Random::Derive(
-      Random::Derive(options_.seed, 1000 + options_.rank), rejoins_));
-  ++rejoins_;
-  // Registered again without a step since: the step fails right after the
-  // registration works (a draining server, say), so back off before the
-  // next registration too.
-  if (rejoined_without_a_step_) {
-    absl::SleepFor(rejoin_backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
-    rejoin_backoff_ = std::min(rejoin_backoff_ * 2, kMostRejoinBackoff);
-  }
-  while (true) {
-    absl::StatusOr<int64_t> version =
-        JoinJob(std::max(deadline - absl::Now(), absl::Milliseconds(100)));
-    if (version.ok()) {
-      rejoined_without_a_step_ = true;
-      return version;
-    }
-    if (!IsRetryable(version.status())) return version;
-    if (absl::Now() + rejoin_backoff_ >= deadline) {
-      return absl::Status(
-          version.status().code(),
-          absl::StrCat("gave up registering again after ",
-                       absl::FormatDuration(options_.rejoin_timeout), ": ",
-                       version.status().message()));
-    }
-    // Jitter (half to all of the backoff): the workers of a restarted server
-    // do not all come back in the same instant.
-    absl::SleepFor(rejoin_backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
-    rejoin_backoff_ = std::min(rejoin_backoff_ * 2, kMostRejoinBackoff);
-  }
 }
 
 absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
@@ -246,8 +212,8 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   // Synchronous steps follow the server's version; in the asynchronous
   // modes each worker walks its own steps from 0.
   int64_t step = synchronous ? version : 0;
-  absl::Time last_success = absl::Now();
-  const absl::Time loop_start = last_success;
+  rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
+  const absl::Time loop_start = absl::Now();
   while (step < total_steps) {
     // Stopped inside the epoch (a failed step after a stop signal), or
     // asked to stop.
@@ -296,27 +262,20 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
         // Registering may succeed again and again while no step does (a
         // lost peer never replaced): the deadline counts from the last step
         // that succeeded.
-        const absl::Time deadline = last_success + options_.rejoin_timeout;
-        if (absl::Now() >= deadline) {
-          return absl::Status(
-              exchanged.status().code(),
-              absl::StrCat("no step succeeded in ",
-                           absl::FormatDuration(options_.rejoin_timeout),
-                           " (--rejoin_timeout_s); giving up: ",
-                           exchanged.status().message()));
-        }
-        ASSIGN_OR_RETURN(const int64_t version,
-                         Rejoin(exchanged.status(), deadline));
+        RETURN_IF_ERROR(rejoiner_.CheckDeadline(exchanged.status()));
+        ASSIGN_OR_RETURN(
+            const int64_t version,
+            rejoiner_.Rejoin(exchanged.status(), [this](absl::Duration timeout) {
+              return JoinJob(timeout);
+            }));
         ++summary.rejoins;
         if (options_.sync == SyncMode::kPs) step = version;
         break;  // Re-enter the epoch loop at the version's epoch.
       }
-      last_success = absl::Now();
-      rejoin_backoff_ = kFirstRejoinBackoff;
-      rejoined_without_a_step_ = false;
+      rejoiner_.StepSucceeded();
       const int64_t version = *exchanged;
       if (options_.on_step && stats.examples > 0) {
-        options_.on_step(step, absl::ToDoubleSeconds(last_success - loop_start),
+        options_.on_step(step, absl::ToDoubleSeconds(absl::Now() - loop_start),
                          stats.loss_sum / stats.examples);
       }
       ASSIGN_OR_RETURN(step, NextStep(step, version));

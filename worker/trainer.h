@@ -26,6 +26,7 @@
 #include "worker/image_data.h"
 #include "worker/model.h"
 #include "worker/progress.h"
+#include "worker/rejoiner.h"
 #include "worker/step_observer.h"
 
 namespace lockstep {
@@ -108,11 +109,6 @@ class Trainer final {
  private:
   absl::StatusOr<int64_t> JoinJob(
       absl::Duration timeout = absl::InfiniteDuration());
-  // JoinJob, retried with exponential backoff and jitter while the failure
-  // is retryable and `deadline` has not passed. The backoff carries over
-  // from one rejoin to the next until a step succeeds.
-  absl::StatusOr<int64_t> Rejoin(const absl::Status& cause,
-                                 absl::Time deadline);
   // One step's exchange: compute the gradient (handing each layer to the
   // exchanger as it is ready) and receive the next weights. Returns the
   // version received.
@@ -141,13 +137,8 @@ class Trainer final {
   std::vector<float> own_weights_;
   std::vector<float> gradient_;
   int64_t total_steps_ = 0;  // Set by Run before joining.
-  static constexpr absl::Duration kFirstRejoinBackoff = absl::Milliseconds(100);
-  static constexpr absl::Duration kMostRejoinBackoff = absl::Seconds(5);
-  absl::Duration rejoin_backoff_ = kFirstRejoinBackoff;
-  // A rejoin has registered and no step has succeeded since: the next one
-  // backs off first.
-  bool rejoined_without_a_step_ = false;
-  int64_t rejoins_ = 0;  // For the jitter's seed.
+  // Registers again after retryable failures (backoff, deadline).
+  Rejoiner rejoiner_;
 };
 
 }  // namespace lockstep

@@ -117,7 +117,9 @@ ABSL_FLAG(std::string, step_log, "",
           "Rank 0 writes one CSV line per step here: step,seconds,loss "
           "(seconds since training began; the step's mean batch loss).");
 ABSL_FLAG(std::string, dump_weights, "",
-          "Write the final weights here as raw little-endian float32.");
+          "Write the final weights (parameters, then batch-norm state) here: "
+          "a safetensors file keyed by tensor name when the path ends in "
+          ".safetensors, else raw little-endian float32.");
 ABSL_FLAG(int, connect_timeout_s, 60, "Seconds to wait for the server.");
 ABSL_FLAG(int, rejoin_timeout_s, 300,
           "After the server restarts, gives up on a step or evicts this "

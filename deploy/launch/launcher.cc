@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/json_writer.h"
 
 namespace lockstep {
 namespace {
@@ -200,6 +201,7 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
 
 std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
                                     const std::string& servers) {
+  if (!options.command.empty()) return options.command;
   const char* progress =
       rank != 0 ? "none" : (options.progress_bar ? "bar" : "lines");
   std::vector<std::string> argv = {
@@ -219,6 +221,57 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
   argv.insert(argv.end(), options.worker_args.begin(),
               options.worker_args.end());
   return argv;
+}
+
+std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
+                                   const std::vector<std::string>& servers,
+                                   const std::string& python_dir,
+                                   const char* inherited_pythonpath) {
+  const char* progress =
+      rank != 0 ? "none" : (options.progress_bar ? "bar" : "lines");
+  std::vector<std::string> quoted_servers, quoted_workers;
+  for (const std::string& s : servers) quoted_servers.push_back(JsonQuote(s));
+  // Workers listen on nothing in PS mode: TF_CONFIG names each task only
+  // so that TensorFlow-style code finds the worker count and its index.
+  for (int r = 0; r < options.workers; ++r) {
+    quoted_workers.push_back(JsonQuote(absl::StrCat("worker", r, ":0")));
+  }
+  std::vector<std::string> env = {
+      absl::StrCat("LOCKSTEP_RANK=", rank),
+      absl::StrCat("LOCKSTEP_WORKERS=", options.workers),
+      absl::StrCat("LOCKSTEP_SERVERS=", absl::StrJoin(servers, ",")),
+      absl::StrCat("TF_CONFIG={\"cluster\": {\"ps\": [",
+                   absl::StrJoin(quoted_servers, ", "), "], \"worker\": [",
+                   absl::StrJoin(quoted_workers, ", "),
+                   "]}, \"task\": {\"type\": \"worker\", \"index\": ", rank,
+                   "}}"),
+      absl::StrCat("LOCKSTEP_PROGRESS=", progress),
+      "PYTHONUNBUFFERED=1",
+  };
+  if (options.gpus > 0) {
+    env.push_back(absl::StrCat("LOCKSTEP_GPU=", rank % options.gpus));
+  }
+  if (rank == 0 && !options.summary_json.empty()) {
+    env.push_back(absl::StrCat("LOCKSTEP_SUMMARY_JSON=", options.summary_json));
+  }
+  if (!options.tls_dir.empty()) {
+    env.push_back(absl::StrCat("LOCKSTEP_TLS_CA=", options.tls_dir, "/ca.pem"));
+    env.push_back(
+        absl::StrCat("LOCKSTEP_TLS_CERT=", options.tls_dir, "/worker.pem"));
+    env.push_back(
+        absl::StrCat("LOCKSTEP_TLS_KEY=", options.tls_dir, "/worker.key"));
+  }
+  if (!options.token_file.empty()) {
+    env.push_back(absl::StrCat("LOCKSTEP_TOKEN_FILE=", options.token_file));
+  }
+  if (!python_dir.empty()) {
+    env.push_back(absl::StrCat(
+        "PYTHONPATH=", python_dir,
+        inherited_pythonpath != nullptr && *inherited_pythonpath != '\0'
+            ? absl::StrCat(":", inherited_pythonpath)
+            : std::string()));
+  }
+  return env;
 }
 
 int CountVisibleGpus() {
@@ -377,12 +430,25 @@ int Launch(const LaunchOptions& options,
                            addresses.back()));
   }
   const std::string server_list = absl::StrJoin(addresses, ",");
+  // The Python package beside the binaries (build/python), for commands.
+  std::string python_dir;
+  if (!options.command.empty()) {
+    const std::string dir = absl::StrCat(options.bin_dir, "/../python");
+    if (access(absl::StrCat(dir, "/lockstep/__init__.py").c_str(), R_OK) == 0) {
+      char resolved[PATH_MAX];
+      python_dir = realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
+    }
+  }
 
   std::vector<pid_t> workers;
   for (int rank = 0; rank < options.workers; ++rank) {
     const std::string name = absl::StrCat("worker", rank);
-    absl::StatusOr<pid_t> pid =
-        group.Start(name, WorkerArgv(options, rank, server_list));
+    absl::StatusOr<pid_t> pid = group.Start(
+        name, WorkerArgv(options, rank, server_list),
+        options.command.empty()
+            ? std::vector<std::string>()
+            : WorkerEnv(options, rank, addresses, python_dir,
+                        std::getenv("PYTHONPATH")));
     if (!pid.ok()) {
       group.Log(pid.status().message());
       return Abort(group, RunResult(), options.grace_period);

@@ -25,6 +25,10 @@ struct LaunchOptions {
   // several may share one); 0: none, the workers choose their device.
   int gpus = 0;
   std::vector<std::string> worker_args;  // Passed through, after ours.
+  // Run this program (a path, or a name looked up in PATH) with its
+  // arguments as every worker instead of lockstep_worker, the job in its
+  // environment (WorkerEnv). Empty: lockstep_worker.
+  std::vector<std::string> command;
   // Mutual TLS with the files deploy/tls/make_certs.sh writes in this folder
   // (ca.pem, server.pem/.key, worker.pem/.key; the admin identity is
   // "lockstep-admin"). Empty: plaintext on loopback.
@@ -51,6 +55,20 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
 // so that a flag the user repeats wins (absl keeps the last value).
 std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
                                     const std::string& servers);
+
+// What worker `rank` finds in its environment, for a command that is not
+// lockstep_worker ("NAME=VALUE" entries): LOCKSTEP_RANK, LOCKSTEP_WORKERS,
+// LOCKSTEP_SERVERS and TF_CONFIG (the same cluster in TensorFlow's form,
+// "ps" and "worker" lists and this task), LOCKSTEP_PROGRESS (bar, lines or
+// none), LOCKSTEP_GPU when GPUs are assigned, LOCKSTEP_SUMMARY_JSON for
+// rank 0, the TLS files and token as LOCKSTEP_TLS_CA/_CERT/_KEY and
+// LOCKSTEP_TOKEN_FILE, PYTHONUNBUFFERED=1 (so output arrives as it is
+// printed), and, when `python_dir` (the Python package beside the
+// binaries) is not empty, PYTHONPATH: it, then `inherited_pythonpath`.
+std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
+                                   const std::vector<std::string>& servers,
+                                   const std::string& python_dir,
+                                   const char* inherited_pythonpath);
 
 // GPUs the workers can use: the lines of `nvidia-smi -L` (0 when it is
 // absent or fails), cut to VisibleGpus' count when CUDA_VISIBLE_DEVICES is

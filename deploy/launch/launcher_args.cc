@@ -27,13 +27,15 @@ absl::StatusOr<SplitArgs> SplitLauncherArgs(absl::Span<const std::string> argv,
   split.launcher.push_back(argv[0]);
   for (size_t i = 1; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
-    if (arg == "--") {
-      split.passthrough.insert(split.passthrough.end(), argv.begin() + i + 1,
-                               argv.end());
-      break;
-    }
     absl::string_view name;
     bool has_value = false;
+    if (arg == "--") {
+      const bool command = i + 1 < argv.size() &&
+                           !ParseFlagSyntax(argv[i + 1], &name, &has_value);
+      std::vector<std::string>& to = command ? split.command : split.passthrough;
+      to.insert(to.end(), argv.begin() + i + 1, argv.end());
+      break;
+    }
     if (!ParseFlagSyntax(arg, &name, &has_value)) {
       split.passthrough.push_back(arg);
       continue;

@@ -26,8 +26,11 @@ using FlagKindLookup = std::function<FlagKind(absl::string_view name)>;
 struct SplitArgs {
   // argv[0] followed by the launcher's flags, ready for absl::ParseCommandLine.
   std::vector<std::string> launcher;
-  // Everything else, in the order given.
+  // Everything else before the command, in the order given.
   std::vector<std::string> passthrough;
+  // A program to run as every worker instead of lockstep_worker, with its
+  // arguments: everything after a "--" that a non-flag follows.
+  std::vector<std::string> command;
 };
 
 // Splits a full argv (argv[0] first). absl 20220623 has no way to parse only
@@ -38,7 +41,9 @@ struct SplitArgs {
 // `name`; `--noname` only for a kBool flag. Everything else passes through:
 // unknown flags, positional arguments, and every argument after a bare "--"
 // (the "--" itself is dropped), which is how a worker flag that shares a
-// launcher flag's name reaches the workers.
+// launcher flag's name reaches the workers. When the argument right after
+// the "--" is not a flag, the rest is a command to run as every worker
+// (`-- python3 train.py ARGS`) and goes to `command`, untouched.
 //
 // A launcher flag that takes a value must be written `--name=value`: the
 // separate-value form `--name value` is rejected with INVALID_ARGUMENT,

@@ -63,6 +63,7 @@ namespace {
 constexpr char kUsage[] = R"(runs a Lockstep job on this machine.
 
 Usage: lockstep_launch [launcher flags] [worker flags] [-- worker flags]
+       lockstep_launch [launcher flags] -- COMMAND [ARGS...]
 
 Starts --ps parameter-server shards, waits until each listens, then starts
 --workers workers, and prints everyone's output with each line tagged
@@ -75,6 +76,13 @@ value given here wins. Launcher flags must be written --name=value (booleans
 --name or --noname); everything after a bare "--" goes to the workers, which
 is how to pass a worker flag that shares a launcher flag's name.
 
+With a COMMAND after "--" (a program that is not a flag, e.g. python3
+train.py), each worker runs it instead of lockstep_worker, with the job in
+its environment: LOCKSTEP_RANK, LOCKSTEP_WORKERS, LOCKSTEP_SERVERS,
+TF_CONFIG, LOCKSTEP_PROGRESS, the TLS files and token (LOCKSTEP_TLS_CA,
+LOCKSTEP_TLS_CERT, LOCKSTEP_TLS_KEY, LOCKSTEP_TOKEN_FILE), and the Python
+package beside the binaries on PYTHONPATH (docs/python.md).
+
 When any process exits non-zero or is killed, the launcher stops the others
 (SIGTERM, then SIGKILL after --grace_period) and exits non-zero. Ctrl-C,
 SIGTERM or SIGHUP stop everything the same way.
@@ -84,7 +92,8 @@ a process exited with code N > 0; 1 when one was killed by a signal, a
 server failed to start, or the launcher hit another error; 128+N when the
 launcher got signal N.
 
-Example: lockstep_launch --workers=4 --ps=2 --summary_json=run.json)";
+Examples: lockstep_launch --workers=4 --ps=2 --summary_json=run.json
+          lockstep_launch --workers=2 -- python3 train.py --epochs=5)";
 
 lockstep::FlagKind LookupFlag(absl::string_view name) {
   // absl 20220623 parses its usage flags by name (DeduceUsageFlags) rather
@@ -130,6 +139,15 @@ int main(int argc, char** argv) {
   options.gpus = absl::GetFlag(FLAGS_gpus);
   if (options.gpus < 0) options.gpus = lockstep::CountVisibleGpus();
   options.worker_args = std::move(split->passthrough);
+  options.command = std::move(split->command);
+  if (!options.command.empty() && !options.worker_args.empty()) {
+    fprintf(stderr,
+            "lockstep_launch: %s is a lockstep_worker flag, but the workers "
+            "run %s: give the command its arguments after it\n",
+            options.worker_args.front().c_str(),
+            options.command.front().c_str());
+    return lockstep::kExitPermanent;
+  }
   if (options.bin_dir.empty()) {
     absl::StatusOr<std::string> dir = lockstep::ExecutableDir();
     if (!dir.ok()) {

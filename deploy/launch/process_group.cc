@@ -6,16 +6,20 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 #include <cmath>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "deploy/launch/line_prefixer.h"
 
 namespace lockstep {
@@ -70,6 +74,42 @@ int PollTimeoutMs(absl::Time until, bool need_tick) {
       std::min(std::ceil(absl::ToDoubleMilliseconds(wait)), 1e9));
 }
 
+// `program` itself when it names a path (holds a '/'), else the first
+// executable file of that name in PATH's folders; empty when there is none.
+std::string ResolveProgram(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate =
+        absl::StrCat(dir.empty() ? "." : dir, "/", program);
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+// This process's environment with `overrides` ("NAME=VALUE") set on top.
+std::vector<std::string> MergeEnvironment(
+    const std::vector<std::string>& overrides) {
+  auto name_of = [](absl::string_view entry) {
+    return entry.substr(0, entry.find('='));
+  };
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    const bool replaced =
+        std::any_of(overrides.begin(), overrides.end(),
+                    [&](const std::string& o) { return name_of(o) == name_of(entry); });
+    if (!replaced) out.emplace_back(entry);
+  }
+  out.insert(out.end(), overrides.begin(), overrides.end());
+  return out;
+}
+
 }  // namespace
 
 struct ProcessGroup::Child {
@@ -117,15 +157,27 @@ ProcessGroup::~ProcessGroup() {
 }
 
 absl::StatusOr<pid_t> ProcessGroup::Start(
-    absl::string_view name, const std::vector<std::string>& argv) {
+    absl::string_view name, const std::vector<std::string>& argv,
+    const std::vector<std::string>& env) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   // Everything the child needs is allocated before fork(): after it, only
   // async-signal-safe calls.
+  const std::string path = ResolveProgram(argv[0]);
+  if (path.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot execute ", argv[0], " for ", name, ": not found in PATH"));
+  }
   std::vector<char*> c_argv;
   for (const std::string& arg : argv) {
     c_argv.push_back(const_cast<char*>(arg.c_str()));
   }
   c_argv.push_back(nullptr);
+  const std::vector<std::string> environment = MergeEnvironment(env);
+  std::vector<char*> c_env;
+  for (const std::string& entry : environment) {
+    c_env.push_back(const_cast<char*>(entry.c_str()));
+  }
+  c_env.push_back(nullptr);
 
   int out[2];
   if (pipe2(out, O_CLOEXEC) != 0) return ErrnoError("pipe2", errno);
@@ -158,7 +210,7 @@ absl::StatusOr<pid_t> ProcessGroup::Start(
     sigprocmask(SIG_SETMASK, &none, nullptr);
     dup2(out[1], STDOUT_FILENO);
     dup2(out[1], STDERR_FILENO);
-    execv(c_argv[0], c_argv.data());
+    execve(path.c_str(), c_argv.data(), c_env.data());
     const int err = errno;
     ssize_t ignored = write(exec_err[1], &err, sizeof(err));
     (void)ignored;

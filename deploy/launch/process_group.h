@@ -80,11 +80,14 @@ class ProcessGroup final {
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
-  // Starts argv[0] (a path; not searched in PATH) with arguments argv[1..].
-  // Returns its pid, or an error if it cannot be executed (the child reports
-  // the exec error back, so a missing binary fails here, not later).
+  // Starts argv[0] with arguments argv[1..]: a path, or a bare name looked
+  // up in PATH as a shell does. `env` ("NAME=VALUE" entries) is set on top
+  // of the launcher's own environment. Returns its pid, or an error if it
+  // cannot be executed (the child reports the exec error back, so a missing
+  // binary fails here, not later).
   absl::StatusOr<pid_t> Start(absl::string_view name,
-                              const std::vector<std::string>& argv);
+                              const std::vector<std::string>& argv,
+                              const std::vector<std::string>& env = {});
 
   // Pumps output and reaps children until `done()` is true or one of the
   // other reasons in RunResult occurs. A child exiting 0 is not a stop reason

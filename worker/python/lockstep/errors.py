@@ -1,0 +1,69 @@
+"""The exception every Lockstep call raises, and the exit codes it maps to.
+
+A failed call into the C++ client arrives as LockstepError carrying the
+gRPC status code and the server's message. Its exit_code follows
+docs/faults.md: 75 (retryable) for a lost server or peer or a timeout, 2
+(permanent) for a refused model, bad settings or data, 1 otherwise.
+"""
+
+import os
+import sys
+import traceback
+
+EXIT_FAILURE = 1
+EXIT_PERMANENT = 2
+EXIT_RETRYABLE = 75
+EXIT_TERMINATED = 143
+
+
+class LockstepError(RuntimeError):
+    """A Lockstep operation failed.
+
+    Attributes:
+      code: the status code as a number (gRPC's numbering).
+      code_name: its name, e.g. "FAILED_PRECONDITION".
+      message: what the server or client said.
+      retryable: whether registering again may help.
+      exit_code: the process exit code docs/faults.md gives this failure.
+    """
+
+    def __init__(self, code, code_name, message, retryable=False,
+                 exit_code=EXIT_FAILURE):
+        super().__init__(f"{code_name}: {message}")
+        self.code = code
+        self.code_name = code_name
+        self.message = message
+        self.retryable = retryable
+        self.exit_code = exit_code
+
+
+def _excepthook(kind, value, tb):
+    """Prints the traceback as Python does, then exits with Lockstep's code."""
+    traceback.print_exception(kind, value, tb)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(value.exit_code)
+
+
+_previous_hook = None
+
+
+def install_exit_codes():
+    """Makes an uncaught LockstepError end the process with its exit_code.
+
+    Other exceptions keep Python's own behaviour (exit code 1). Called when a
+    job is joined, so a script launched by lockstep_launch or Kubernetes
+    tells a retryable failure from a permanent one without code of its own.
+    """
+    global _previous_hook
+    if _previous_hook is not None:
+        return
+    _previous_hook = sys.excepthook
+
+    def hook(kind, value, tb):
+        if isinstance(value, LockstepError):
+            _excepthook(kind, value, tb)
+        else:
+            _previous_hook(kind, value, tb)
+
+    sys.excepthook = hook

@@ -1,0 +1,273 @@
+"""One worker's part in a Lockstep job, independent of any framework.
+
+A Job holds the model's flat float32 vectors as numpy arrays -- weights
+(parameters, then state such as batch-norm statistics) and gradient, laid
+out as the model signature lists the tensors -- and a connection to the
+parameter servers through lockstep._native, the C++ worker's own client.
+The framework adapters (lockstep.torch, lockstep.keras) make the model's
+tensors views of these arrays where they can, so received weights land in
+the model without a copy and gradients leave without one.
+
+One step: begin(), ready(begin, end) as ranges of the gradient become
+final (pushes leave at once), finish() waits for the next version. A
+retryable failure (a restarted server, an eviction) registers again and
+carries on from the servers' version, as lockstep_worker does.
+
+Externally synchronized: one training thread.
+"""
+
+import atexit
+import sys
+
+import numpy as np
+
+from lockstep import _native
+from lockstep.cluster import Cluster
+from lockstep.errors import LockstepError, EXIT_PERMANENT, install_exit_codes
+
+SYNC_MODES = ("sync", "async", "ssp")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+_current = None  # The Job this process joined last (for lockstep.shard).
+
+
+def current_job():
+    """The Job this process joined last, or None."""
+    return _current
+
+
+def _bad(message):
+    return LockstepError(3, "INVALID_ARGUMENT", message, False, EXIT_PERMANENT)
+
+
+class Tensor:
+    """Where one named tensor lies in the flat vectors."""
+    __slots__ = ("name", "shape", "offset", "size")
+
+    def __init__(self, name, shape, offset):
+        self.name = name
+        self.shape = tuple(int(d) for d in shape)
+        self.offset = offset
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def end(self):
+        return self.offset + self.size
+
+
+class Job:
+    """A worker's membership of a job: layout, flat buffers, the client.
+
+    Args:
+      tensors: [(name, shape)] of the trainable parameters, in the order the
+        flat vectors hold them.
+      state_tensors: [(name, shape)] of the model state averaged over the
+        workers instead of optimized (batch-norm moving mean and variance).
+      optimizer: sgd, momentum, adam or adamw, run on the servers; its
+        settings default to Keras's (lockstep_worker's) for that optimizer.
+      sync: sync (the default), async or ssp; backup_workers (sync) and
+        staleness (ssp) as lockstep_worker's flags.
+      total_steps: the job's length in global steps, checked against every
+        other worker's at registration (0: not checked).
+      cluster: a Cluster; default Cluster.from_env().
+    """
+
+    def __init__(self, tensors, state_tensors=(), *, optimizer="adam",
+                 learning_rate=None, momentum=None, nesterov=None, beta_1=None,
+                 beta_2=None, epsilon=None, weight_decay=None, sync="sync",
+                 backup_workers=0, staleness=0,
+                 chunk_bytes=DEFAULT_CHUNK_BYTES, total_steps=0, cluster=None,
+                 push_window=-1, push_thread=False, connect_timeout_s=60.0,
+                 step_timeout_s=300.0, rejoin_timeout_s=300.0):
+        if optimizer not in OPTIMIZERS:
+            raise _bad(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
+                       f"got {optimizer!r}")
+        if sync not in SYNC_MODES:
+            raise _bad(f"sync must be one of {', '.join(SYNC_MODES)}, "
+                       f"got {sync!r}")
+        self.cluster = cluster if cluster is not None else Cluster.from_env()
+        self.tensors, offset = [], 0
+        for name, shape in tensors:
+            self.tensors.append(Tensor(name, shape, offset))
+            offset = self.tensors[-1].end
+        self.num_parameters = offset
+        self.state_tensors = []
+        for name, shape in state_tensors:
+            self.state_tensors.append(Tensor(name, shape, offset))
+            offset = self.state_tensors[-1].end
+        if offset == 0:
+            raise _bad("the model has no parameters to train")
+        self.weights = np.zeros(offset, dtype=np.float32)
+        self.gradient = np.zeros(offset, dtype=np.float32)
+        settings = _native.optimizer_defaults(optimizer)
+        for key, value in (("learning_rate", learning_rate),
+                           ("momentum", momentum), ("nesterov", nesterov),
+                           ("beta_1", beta_1), ("beta_2", beta_2),
+                           ("epsilon", epsilon),
+                           ("weight_decay", weight_decay)):
+            if value is not None:
+                settings[key] = value
+        self.optimizer = optimizer
+        self.settings = settings
+        self.sync = sync
+        self.backup_workers = backup_workers
+        self.staleness = staleness
+        self.chunk_bytes = chunk_bytes
+        self.total_steps = total_steps
+        self.connect_timeout_s = connect_timeout_s
+        c = self.cluster
+        self._client = _native.Client(
+            c.servers, c.rank, wire_dtype=c.wire_dtype,
+            push_window=push_window, push_thread=push_thread,
+            connect_timeout_s=connect_timeout_s,
+            step_timeout_s=step_timeout_s, rejoin_timeout_s=rejoin_timeout_s,
+            seed=c.seed, tls_ca=c.tls_ca, tls_cert=c.tls_cert,
+            tls_key=c.tls_key, tls_server_name=c.tls_server_name,
+            token_file=c.token_file)
+        self.version = -1   # The weights' version once joined.
+        self.steps = 0      # Steps this worker took part in.
+        self.joined = False
+        self._left = False
+        self._step = None   # The step under way, or None.
+
+    @property
+    def rank(self):
+        return self.cluster.rank
+
+    @property
+    def num_workers(self):
+        return self.cluster.num_workers
+
+    @property
+    def synchronous(self):
+        return self.sync == "sync"
+
+    @property
+    def rejoins(self):
+        return self._client.rejoins
+
+    @property
+    def next_step(self):
+        """The global step this worker computes next.
+
+        Synchronous: the weights' version, so that after a rejoin the data
+        order follows the servers. Async and SSP: this worker's own count.
+        """
+        return self.version if self.synchronous else self.steps
+
+    def signature(self):
+        return [(t.name, list(t.shape)) for t in self.tensors], \
+               [(t.name, list(t.shape)) for t in self.state_tensors]
+
+    def join(self, timeout_s=None):
+        """Registers and fills `weights` with the version to start from.
+
+        Rank 0's `weights` as they are now become version 0 when the job has
+        none; every other rank receives them. A model that differs from
+        rank 0's is refused (FAILED_PRECONDITION naming the tensor).
+        """
+        global _current
+        install_exit_codes()
+        tensors, state = self.signature()
+        s = self.settings
+        self.version = self._client.join(
+            tensors, state, self.optimizer, s["learning_rate"], s["momentum"],
+            bool(s["nesterov"]), s["beta_1"], s["beta_2"], s["epsilon"],
+            s["weight_decay"], self.chunk_bytes, self.num_workers,
+            len(self.cluster.servers), self.sync, self.backup_workers,
+            self.staleness, self.total_steps, self.weights,
+            timeout_s if timeout_s is not None else self.connect_timeout_s)
+        if self.synchronous and self.total_steps and \
+                self.version > self.total_steps:
+            raise LockstepError(
+                9, "FAILED_PRECONDITION",
+                f"the server is at version {self.version}, past this job's "
+                f"{self.total_steps} steps", False, EXIT_PERMANENT)
+        self.joined = True
+        self._left = False
+        if _current is None:
+            atexit.register(_leave_at_exit)
+        _current = self
+        return self.version
+
+    def begin(self):
+        """Starts the step next_step; gradient ranges may then be readied."""
+        if not self.joined:
+            raise _bad("join the job before the first step")
+        if self._step is not None:
+            return
+        self._step = self.next_step
+        self._client.begin_step(self._step, self.gradient, self.weights)
+
+    @property
+    def in_step(self):
+        return self._step is not None
+
+    def ready(self, begin, end):
+        """gradient[begin:end] is final for this step: pushes what it completes."""
+        if self._step is None:
+            self.begin()
+        self._client.gradient_ready(begin, end)
+
+    def finish(self):
+        """Pushes the rest, waits for the next version; returns it.
+
+        After a retryable failure the worker registers again (for at most
+        rejoin_timeout_s since the last step that succeeded) and `weights`
+        holds the version to go on from; the step's gradient is dropped.
+        """
+        if self._step is None:
+            self.begin()
+        step, self._step = self._step, None
+        version, rejoined = self._client.finish_step()
+        if rejoined:
+            self.version = version
+            return version
+        if self.synchronous and self.backup_workers == 0 and \
+                version != step + 1:
+            raise LockstepError(13, "INTERNAL",
+                                f"step {step} was answered with version "
+                                f"{version}", False, 1)
+        self.version = max(version, step + 1) if self.synchronous else version
+        self.steps += 1
+        return self.version
+
+    def abandon(self):
+        """Ends a step whose gradient is not to be pushed (a failed backward)."""
+        if self._step is not None:
+            self._step = None
+            self._client.abandon_step()
+
+    def leave(self):
+        """Says this worker is done; the servers finish when all have left."""
+        if not self.joined or self._left:
+            return
+        self.abandon()
+        self._left = True
+        self._client.leave()
+
+    def timings(self):
+        """Client-side seconds spent encoding, sending, waiting, decoding."""
+        return self._client.timings()
+
+    def save_safetensors(self, path, names=None):
+        """Writes the weights (parameters, then state) as a safetensors file.
+
+        `names` maps a tensor name of the signature to the one to write.
+        """
+        names = names or {}
+        tensors = [(names.get(t.name, t.name), list(t.shape))
+                   for t in self.tensors + self.state_tensors]
+        _native.write_safetensors(str(path), tensors, self.weights)
+
+
+def _leave_at_exit():
+    job = _current
+    if job is None or not job.joined or job._left:
+        return
+    try:
+        job.leave()
+    except LockstepError as e:  # The servers may be gone already.
+        print(f"lockstep worker {job.rank}: could not leave the job: {e}",
+              file=sys.stderr)

@@ -1,0 +1,257 @@
+"""Synchronous data-parallel PyTorch through Lockstep's parameter servers.
+
+    import lockstep.torch as ls
+    opt = ls.SyncOptimizer(model, optimizer="adam", lr=1e-3)
+    for x, y in ls.shard((features, labels), batch_size=64):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()   # pushes leave as it runs
+        opt.step()                                # waits for version v + 1
+
+The servers keep the master weights and run the optimizer; this process
+computes gradients. The model's parameters and float buffers (batch-norm
+running statistics) become views of the job's flat weights array, and their
+.grad views of its gradient array, so replies land in the model and
+gradients leave without a copy. Each parameter's gradient is pushed as soon
+as autograd has accumulated it (a hook on its AccumulateGrad node, as
+Horovod does), the last layers first. Rank 0's initial weights become
+version 0; every worker starts from them.
+
+Parameters must be float32. Parameters on a GPU are staged through host
+memory: each gradient is copied to the host when it is ready, and the new
+weights back to the device after step().
+"""
+
+import torch
+
+from lockstep import data as _data
+from lockstep import _native
+from lockstep.cluster import Cluster
+from lockstep.errors import LockstepError, EXIT_PERMANENT
+from lockstep.job import Job, current_job
+
+__all__ = ["SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
+           "Cluster", "LockstepError", "current_job"]
+
+
+def _bad(message):
+    return LockstepError(3, "INVALID_ARGUMENT", message, False, EXIT_PERMANENT)
+
+
+def _trainable(model):
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def _state(model):
+    """Float buffers (running mean and variance): averaged, not optimized."""
+    return [(n, b) for n, b in model.named_buffers()
+            if b is not None and b.is_floating_point()]
+
+
+def _set_buffer(model, name, value):
+    module = model
+    *path, leaf = name.split(".")
+    for part in path:
+        module = getattr(module, part)
+    module._buffers[leaf] = value
+
+
+class SyncOptimizer:
+    """Joins the job and replaces the optimizer: zero_grad(), step().
+
+    Args:
+      model: a torch.nn.Module whose trainable parameters are float32.
+      optimizer: sgd, momentum, adam or adamw, run on the servers with
+        Keras's defaults for what is not given (Adam's epsilon is 1e-7,
+        not PyTorch's 1e-8).
+      lr, momentum, nesterov, betas, eps, weight_decay: its settings.
+      sync, backup_workers, staleness: the synchronization (sync default).
+      total_steps: the job's length, checked against every worker's (0:
+        unchecked); `ls.shard(..., epochs=E).total_steps` gives it.
+      cluster: a lockstep.Cluster (default: from the environment that
+        lockstep_launch or the Kubernetes manifests set).
+      Other keyword arguments go to lockstep.job.Job.
+    """
+
+    def __init__(self, model, optimizer="adam", lr=None, momentum=None,
+                 nesterov=None, betas=None, eps=None, weight_decay=None,
+                 sync="sync", backup_workers=0, staleness=0, total_steps=0,
+                 cluster=None, **job_options):
+        self.model = model
+        params = _trainable(model)
+        if not params:
+            raise _bad("the model has no trainable parameters")
+        for name, p in params:
+            if p.dtype != torch.float32:
+                raise _bad(f"parameter {name} is {p.dtype}; Lockstep trains "
+                           "float32 parameters")
+        buffers = _state(model)
+        for name, b in buffers:
+            if b.dtype != torch.float32:
+                raise _bad(f"buffer {name} is {b.dtype}; Lockstep averages "
+                           "float32 state")
+        beta_1, beta_2 = betas if betas is not None else (None, None)
+        self.job = Job([(n, p.shape) for n, p in params],
+                       [(n, b.shape) for n, b in buffers],
+                       optimizer=optimizer, learning_rate=lr,
+                       momentum=momentum, nesterov=nesterov, beta_1=beta_1,
+                       beta_2=beta_2, epsilon=eps, weight_decay=weight_decay,
+                       sync=sync, backup_workers=backup_workers,
+                       staleness=staleness, total_steps=total_steps,
+                       cluster=cluster, **job_options)
+        job = self.job
+        self._weights = torch.from_numpy(job.weights)
+        self._gradient = torch.from_numpy(job.gradient)
+        self._params = [p for _, p in params]
+        self._staged = []  # (tensor, host view) for parameters off the CPU.
+        self._viewed = set()  # Parameters that are views of the job's arrays.
+        with torch.no_grad():
+            for index, (t, (name, p)) in enumerate(zip(job.tensors, params)):
+                host = self._weights[t.offset:t.end].view(t.shape)
+                host.copy_(p.detach())
+                if p.device.type == "cpu" and p.is_contiguous():
+                    p.data = host
+                    p.grad = self._gradient[t.offset:t.end].view(t.shape)
+                    self._viewed.add(index)
+                else:
+                    self._staged.append((p, host))
+            for t, (name, b) in zip(job.state_tensors, buffers):
+                host = self._weights[t.offset:t.end].view(t.shape)
+                host.copy_(b.detach())
+                if b.device.type == "cpu":
+                    _set_buffer(model, name, host)
+                else:
+                    self._staged.append((b, host))
+        self._hooks = []
+        for index, p in enumerate(self._params):
+            self._hooks.append(self._hook(index, p))
+        job.join()
+        self._load_staged()
+
+    def _hook(self, index, p):
+        ready = lambda *_: self._ready(index)
+        if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch >= 2.1
+            return p.register_post_accumulate_grad_hook(lambda _: ready())
+        # Older: the parameter's AccumulateGrad node, kept alive here.
+        node = p.expand_as(p).grad_fn.next_functions[0][0]
+        node.register_hook(ready)
+        return node
+
+    def _ready(self, index):
+        job = self.job
+        t = job.tensors[index]
+        p = self._params[index]
+        slot = self._gradient[t.offset:t.end].view(t.shape)
+        if p.grad is None:
+            slot.zero_()
+        elif p.grad.data_ptr() != slot.data_ptr():
+            # A fresh .grad (zero_grad(set_to_none=True)) or a GPU one.
+            slot.copy_(p.grad.detach())
+            if index in self._viewed:
+                p.grad = slot
+        job.ready(t.offset, t.end)
+
+    def _load_staged(self):
+        with torch.no_grad():
+            for tensor, host in self._staged:
+                tensor.copy_(host)
+
+    @property
+    def rank(self):
+        return self.job.rank
+
+    @property
+    def num_workers(self):
+        return self.job.num_workers
+
+    @property
+    def version(self):
+        return self.job.version
+
+    def zero_grad(self, set_to_none=False):
+        """Zeroes the gradients in place (they stay views of the job's)."""
+        del set_to_none  # The views are what the pushes read.
+        self.job.abandon()  # A step begun but not taken is not pushed.
+        self._gradient.zero_()
+        for p in self._params:
+            if p.grad is not None and p.grad.device.type != "cpu":
+                p.grad.zero_()
+
+    def step(self, closure=None):
+        """Pushes what backward has not, waits for the next version, loads it.
+
+        Returns the closure's loss when one is given, like torch.optim.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        job = self.job
+        if job.state_tensors:
+            # This worker's updated running statistics go out with the
+            # gradient; the workers' mean comes back.
+            begin = job.num_parameters
+            job.gradient[begin:] = job.weights[begin:]
+            job.ready(begin, job.weights.size)
+        job.finish()
+        self._load_staged()
+        return loss
+
+    def leave(self):
+        """Leaves the job (also done at exit)."""
+        self.job.leave()
+
+    def save_safetensors(self, path):
+        save_safetensors(self.model, path)
+
+
+def _take_torch(data, indices):
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        x, y = data
+        index = torch.from_numpy(indices)
+        x = x.index_select(0, index) if torch.is_tensor(x) else \
+            torch.from_numpy(_data.take_numpy((x, y), indices)[0])
+        y = y.index_select(0, index) if torch.is_tensor(y) else \
+            torch.from_numpy(_data.take_numpy((data[0], y), indices)[1])
+        return x, y
+    from torch.utils.data import default_collate
+    return default_collate([data[int(i)] for i in indices])
+
+
+def shard(data, batch_size=None, epochs=None, **kwargs):
+    """This worker's batches as tensors; see lockstep.data.Shard."""
+    kwargs.setdefault("take", _take_torch)
+    return _data.Shard(data, batch_size=batch_size, epochs=epochs, **kwargs)
+
+
+def save_safetensors(model, path):
+    """Writes the model's parameters and float buffers, keyed by name."""
+    tensors = _trainable(model) + _state(model)
+    flat = torch.cat([t.detach().to("cpu", torch.float32).reshape(-1)
+                      for _, t in tensors])
+    _native.write_safetensors(str(path), [(n, list(t.shape))
+                                          for n, t in tensors], flat.numpy())
+
+
+def load_safetensors(model, path):
+    """Loads a safetensors file into the model's tensors of the same names.
+
+    Raises LockstepError naming a tensor the file lacks or holds with
+    another shape; the file's other tensors are ignored.
+    """
+    tensors = dict(_trainable(model) + _state(model))
+    found = {name: (shape, values)
+             for name, shape, values in _native.read_safetensors(str(path))}
+    for name, t in tensors.items():
+        if name not in found:
+            raise LockstepError(9, "FAILED_PRECONDITION",
+                                f"{path} has no tensor {name!r}", False,
+                                EXIT_PERMANENT)
+        shape, values = found[name]
+        if tuple(shape) != tuple(t.shape):
+            raise LockstepError(9, "FAILED_PRECONDITION",
+                                f"tensor {name!r} is {tuple(shape)} in {path}, "
+                                f"{tuple(t.shape)} in the model", False,
+                                EXIT_PERMANENT)
+    with torch.no_grad():
+        for name, t in tensors.items():
+            t.copy_(torch.from_numpy(found[name][1]).view(t.shape))
