@@ -6,6 +6,21 @@ servers through lockstep._native, the C++ worker's own client. See
 docs/python.md.
 """
 
+import os as _os
+import sys as _sys
+
+# The C++ module links Debian's gRPC, Protobuf and Abseil. TensorFlow loads
+# its own copies of those libraries with RTLD_GLOBAL, and a module loaded
+# after it would bind to them (and crash): DEEPBIND makes ours resolve
+# against its own dependencies first, whichever was imported first.
+_flags = _sys.getdlopenflags()
+_sys.setdlopenflags(_os.RTLD_NOW | _os.RTLD_LOCAL |
+                    getattr(_os, "RTLD_DEEPBIND", 0))
+try:
+    from lockstep import _native
+finally:
+    _sys.setdlopenflags(_flags)
+
 from lockstep.cluster import Cluster
 from lockstep.data import Shard, shard
 from lockstep.errors import LockstepError

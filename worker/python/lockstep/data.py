@@ -37,10 +37,14 @@ class Shard:
       job: the lockstep Job (default: the one this process joined).
       take: gathers a batch, take(data, indices) -> (features, labels);
         the framework adapters pass their own so batches are their tensors.
+      ahead: yield the steps of the epoch in order without waiting for
+        the job to take each (for pipelines that prefetch, like tf.data);
+        the job's step is read once, when an iteration starts, and a job
+        not yet joined is waited for (up to wait_s seconds).
     """
 
     def __init__(self, data, batch_size=None, epochs=None, job=None,
-                 seed=None, take=None):
+                 seed=None, take=None, ahead=False, wait_s=300.0):
         if hasattr(data, "dataset") and hasattr(data, "batch_size"):
             batch_size = batch_size or data.batch_size
             data = data.dataset
@@ -62,12 +66,14 @@ class Shard:
         self._job = job
         self._seed = seed
         self._take = take or take_numpy
+        self._ahead = ahead
+        self._wait_s = wait_s if ahead else 0
         self._sampler = None
 
     def _bind(self):
         if self._job is None:
             from lockstep.job import current_job
-            self._job = current_job()
+            self._job = current_job(self._wait_s)
         if self._job is None or not self._job.joined:
             raise _bad("shard: create the SyncOptimizer (which joins the "
                        "job) before iterating over the data")
@@ -107,6 +113,10 @@ class Shard:
     def __iter__(self):
         job = self._bind()
         end = self._end(job.next_step)
+        if self._ahead:
+            for step in range(job.next_step, end):
+                yield self._take(self.data, self._sampler.batch_indices(step))
+            return
         progress = None
         while True:
             step = job.next_step

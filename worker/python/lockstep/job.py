@@ -18,6 +18,7 @@ Externally synchronized: one training thread.
 
 import atexit
 import sys
+import threading
 
 import numpy as np
 
@@ -30,11 +31,19 @@ OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 DEFAULT_CHUNK_BYTES = 4 << 20
 
 _current = None  # The Job this process joined last (for lockstep.shard).
+_joined = threading.Condition()
 
 
-def current_job():
-    """The Job this process joined last, or None."""
-    return _current
+def current_job(wait_s=0):
+    """The Job this process joined last, or None.
+
+    wait_s > 0 waits that long for one to join (a data pipeline's thread
+    that starts before the framework has built its optimizer).
+    """
+    with _joined:
+        _joined.wait_for(lambda: _current is not None and _current.joined,
+                         timeout=wait_s)
+        return _current
 
 
 def _bad(message):
@@ -186,9 +195,11 @@ class Job:
                 f"{self.total_steps} steps", False, EXIT_PERMANENT)
         self.joined = True
         self._left = False
-        if _current is None:
-            atexit.register(_leave_at_exit)
-        _current = self
+        with _joined:
+            if _current is None:
+                atexit.register(_leave_at_exit)
+            _current = self
+            _joined.notify_all()
         return self.version
 
     def begin(self):

@@ -1,0 +1,212 @@
+"""Keras 3 (TensorFlow backend) through Lockstep's parameter servers.
+
+The tutorial's code, changed in three lines:
+
+    import lockstep.keras
+    model.compile(optimizer=lockstep.keras.SyncOptimizer("adam"),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(lockstep.keras.shard((x_train, y_train), batch_size=64),
+              epochs=5)
+
+SyncOptimizer is a Keras optimizer whose update exchanges through Lockstep:
+Keras computes the gradients as usual, the optimizer pushes them all (one
+call into the C++ client from a tf.py_function) and assigns the version the
+servers answer with, which ran the optimizer. It joins the job when Keras
+builds it -- while the train function is traced, before its first step
+runs -- so rank 0's initial weights become version 0 and every worker's
+first forward pass already uses them. A train-step override would have to
+replace Model.train_step for every model class; an optimizer is what
+Keras's own API hands over, works with fit, evaluate and custom loops
+(optimizer.apply), and keeps the three-line change.
+
+Limits: the gradients leave when Keras has computed all of them (no overlap
+with backprop inside a compiled step); non-trainable state such as
+batch-norm statistics stays local to each worker; XLA compilation is
+turned off for the train step (py_function cannot be compiled).
+"""
+
+import warnings
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+from lockstep import _native
+from lockstep import data as _data
+from lockstep.job import Job, current_job
+from lockstep.cluster import Cluster
+from lockstep.errors import LockstepError
+
+__all__ = ["SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
+           "Cluster", "LockstepError", "current_job"]
+
+
+def _names(variables):
+    """Unique tensor names: each variable's path ("dense/kernel")."""
+    names, seen = [], set()
+    for i, v in enumerate(variables):
+        name = getattr(v, "path", None) or getattr(v, "name", None) or f"v{i}"
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+class SyncOptimizer(keras.optimizers.Optimizer):
+    """A Keras optimizer whose step runs on Lockstep's servers.
+
+    Args:
+      optimizer: sgd, momentum, adam or adamw, with Keras's defaults for
+        what is not given.
+      learning_rate, momentum, nesterov, beta_1, beta_2, epsilon,
+        weight_decay: its settings.
+      sync, backup_workers, staleness, total_steps, cluster: as for
+        lockstep.job.Job; other keyword arguments go to it too.
+    """
+
+    def __init__(self, optimizer="adam", learning_rate=None, momentum=None,
+                 nesterov=None, beta_1=None, beta_2=None, epsilon=None,
+                 weight_decay=None, sync="sync", backup_workers=0, staleness=0,
+                 total_steps=0, cluster=None, name="lockstep_sync",
+                 **job_options):
+        if learning_rate is None:
+            learning_rate = _native.optimizer_defaults(optimizer)["learning_rate"]
+        super().__init__(learning_rate=learning_rate, name=name)
+        self._lockstep = dict(
+            optimizer=optimizer, learning_rate=learning_rate,
+            momentum=momentum, nesterov=nesterov, beta_1=beta_1,
+            beta_2=beta_2, epsilon=epsilon, weight_decay=weight_decay,
+            sync=sync, backup_workers=backup_workers, staleness=staleness,
+            total_steps=total_steps, cluster=cluster, **job_options)
+        self.job = None
+
+    def build(self, variables):
+        super().build(variables)
+        variables = list(variables)
+        for v in variables:
+            if keras.backend.standardize_dtype(v.dtype) != "float32":
+                raise LockstepError(3, "INVALID_ARGUMENT",
+                                    f"variable {v.path} is {v.dtype}; Lockstep "
+                                    "trains float32 variables", False, 2)
+        # Eagerly, also when Keras builds us while tracing the train step.
+        with tf.init_scope():
+            job = Job(list(zip(_names(variables),
+                               [tuple(v.shape) for v in variables])),
+                      **self._lockstep)
+            for t, v in zip(job.tensors, variables):
+                job.weights[t.offset:t.end] = np.asarray(v.numpy()).reshape(-1)
+            job.join()
+            for t, v in zip(job.tensors, variables):
+                v.assign(job.weights[t.offset:t.end].reshape(t.shape))
+            self.job = job
+            self._layout = [(t.offset, t.end, t.shape) for t in job.tensors]
+
+    def _exchange(self, flat):
+        job = self.job
+        np.copyto(job.gradient[:job.num_parameters], flat.numpy())
+        job.ready(0, job.num_parameters)
+        job.finish()
+        return job.weights
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        # Every variable travels, in build order; one Keras filtered out for
+        # want of a gradient pushes zeros, as lockstep_worker's would.
+        given = {self._var_key(v): g for g, v in zip(grads, trainable_variables)}
+        parts = []
+        for v in self._trainable_variables:
+            g = given.get(self._var_key(v))
+            if g is None:
+                g = tf.zeros(v.shape, tf.float32)
+            parts.append(tf.reshape(tf.cast(g, tf.float32), [-1]))
+        flat = tf.concat(parts, axis=0)
+        new = tf.py_function(self._exchange, [flat], Tout=tf.float32)
+        new = tf.ensure_shape(new, [self.job.weights.size])
+        for (begin, end, shape), v in zip(self._layout,
+                                          self._trainable_variables):
+            v.assign(tf.reshape(new[begin:end], shape))
+
+    def update_step(self, gradient, variable, learning_rate):
+        raise NotImplementedError("SyncOptimizer updates on the servers")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({k: v for k, v in self._lockstep.items()
+                       if k != "cluster"})
+        return config
+
+    def save_safetensors(self, path):
+        """The job's weights as a safetensors file keyed by variable path."""
+        self.job.save_safetensors(path)
+
+
+def _compile_without_xla(model_class):
+    """Keras's "auto" picks XLA on a GPU, which cannot run a py_function."""
+    original = model_class.compile
+
+    def compile(self, *args, **kwargs):
+        optimizer = kwargs.get("optimizer", args[0] if args else None)
+        if isinstance(optimizer, SyncOptimizer):
+            kwargs["jit_compile"] = False
+        return original(self, *args, **kwargs)
+
+    compile.__doc__ = original.__doc__
+    model_class.compile = compile
+
+
+_compile_without_xla(keras.Model)
+
+
+def shard(data, batch_size, epochs=None, **kwargs):
+    """This worker's batches as a tf.data.Dataset, one epoch per iteration.
+
+    data: (features, labels) numpy arrays. Each time Keras iterates the
+    dataset (each epoch of fit) it yields the rest of the epoch the job is
+    in, in lockstep_worker's order (lockstep.data.Shard).
+    """
+    x, y = (np.asarray(a) for a in data)
+    s = _data.Shard((x, y), batch_size=batch_size, epochs=epochs, ahead=True,
+                    **kwargs)
+    spec = (tf.TensorSpec((batch_size,) + x.shape[1:], tf.as_dtype(x.dtype)),
+            tf.TensorSpec((batch_size,) + y.shape[1:], tf.as_dtype(y.dtype)))
+    dataset = tf.data.Dataset.from_generator(lambda: iter(s),
+                                             output_signature=spec)
+    # Keras sizes its progress bar and epochs by the cardinality. It is
+    # floor(N / (W*B)) when an iteration starts at an epoch's first step,
+    # as it does unless the worker restarted in the middle of one (see
+    # docs/python.md, Limits).
+    cluster = kwargs.get("job").cluster if kwargs.get("job") else \
+        Cluster.from_env()
+    steps = len(y) // (cluster.num_workers * batch_size)
+    return dataset.apply(tf.data.experimental.assert_cardinality(steps))
+
+
+# fit(shuffle=True), its default, does not apply to a dataset; ours is
+# already in Lockstep's order.
+warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed")
+
+
+def save_safetensors(model, path):
+    """Writes the model's weights keyed by variable path."""
+    variables = list(model.weights)
+    flat = np.concatenate([np.asarray(v.numpy(), np.float32).reshape(-1)
+                           for v in variables]) if variables else \
+        np.zeros(0, np.float32)
+    _native.write_safetensors(
+        str(path), list(zip(_names(variables),
+                            [list(v.shape) for v in variables])), flat)
+
+
+def load_safetensors(model, path):
+    """Loads a safetensors file into the model's variables of the same paths."""
+    variables = list(model.weights)
+    found = {name: (shape, values)
+             for name, shape, values in _native.read_safetensors(str(path))}
+    names = _names(variables)
+    for name, v in zip(names, variables):
+        if name not in found or tuple(found[name][0]) != tuple(v.shape):
+            raise LockstepError(9, "FAILED_PRECONDITION",
+                                f"{path} has no tensor {name!r} of shape "
+                                f"{tuple(v.shape)}", False, 2)
+    for name, v in zip(names, variables):
+        v.assign(found[name][1].reshape(v.shape))
