@@ -16,6 +16,7 @@
 #include "common/flags.h"
 #include "common/json_writer.h"
 #include "common/malloc_tuning.h"
+#include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/allreduce/all_reducer.h"
 #include "worker/allreduce_exchanger.h"
@@ -53,6 +54,14 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("backup_workers", o.trainer.backup_workers)
       .Add("servers", static_cast<int>(o.client.servers.size()));
   return WriteFileAtomically(path, json.ToString());
+}
+
+// The model's tensors in the order of its flat weights: parameters, then
+// state.
+std::vector<TensorInfo> AllTensors(const Model& model) {
+  std::vector<TensorInfo> tensors = model.Tensors();
+  for (TensorInfo& t : model.StateTensors()) tensors.push_back(std::move(t));
+  return tensors;
 }
 
 // The first SIGINT or SIGTERM asks the trainer to leave after the current
@@ -123,6 +132,15 @@ int Run(WorkerMainOptions o) {
   absl::StatusOr<std::unique_ptr<Model>> model =
       CreateModel(o.model, o.trainer.batch_size, device->get());
   if (!model.ok()) return fail(model.status(), kExitPermanent);
+  if (!o.init_weights.empty()) {
+    absl::StatusOr<std::vector<NamedTensor>> file =
+        ReadSafetensors(o.init_weights);
+    if (!file.ok()) return fail(file.status(), kExitPermanent);
+    absl::StatusOr<std::vector<float>> initial =
+        FlattenByName(AllTensors(**model), *file);
+    if (!initial.ok()) return fail(initial.status(), kExitPermanent);
+    o.trainer.initial_weights = *std::move(initial);
+  }
   // All-reduce steps push nothing: no thread for them.
   o.client.push_thread =
       o.trainer.sync != SyncMode::kAllReduce &&
@@ -204,10 +222,8 @@ int Run(WorkerMainOptions o) {
     }
   }
   if (!o.dump_weights.empty()) {
-    std::vector<TensorInfo> tensors = (*model)->Tensors();
-    for (TensorInfo& t : (*model)->StateTensors()) tensors.push_back(t);
     if (absl::Status s =
-            DumpWeights(o.dump_weights, tensors, trainer.weights());
+            DumpWeights(o.dump_weights, AllTensors(**model), trainer.weights());
         !s.ok()) {
       return fail(s, kExitFailure);
     }

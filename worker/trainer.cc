@@ -57,6 +57,7 @@ ModelSignature Trainer::Signature() const {
 // Joins the job and obtains the weights to start from; returns their version.
 absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
   auto initial = [this]() {
+    if (!options_.initial_weights.empty()) return options_.initial_weights;
     std::vector<float> w = model_->InitialWeights(options_.seed);
     const std::vector<float> state = model_->InitialState();
     w.insert(w.end(), state.begin(), state.end());
@@ -170,6 +171,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     total_steps = std::min(total_steps, options_.max_steps);
   }
   total_steps_ = total_steps;
+  if (!options_.initial_weights.empty() &&
+      options_.initial_weights.size() != weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the initial weights hold ", options_.initial_weights.size(),
+        " values, the model ", weights_.size()));
+  }
   ASSIGN_OR_RETURN(const absl::Span<float> lent, model_->HostWeightBuffer());
   if (!lent.empty() && lent.size() != weights_.size()) {
     return absl::InternalError(

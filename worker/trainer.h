@@ -48,6 +48,9 @@ struct TrainerOptions {
   int64_t max_steps = 0;  // > 0: stop after this many global steps.
   uint64_t seed = 42;
   OptimizerConfig optimizer;
+  // Version 0 when this worker defines it (parameters, then state), in
+  // place of the model's seeded initializer; empty: the initializer.
+  std::vector<float> initial_weights;
   int64_t chunk_bytes = kDefaultChunkBytes;
   ProgressMode progress = ProgressMode::kLines;
   bool eval_every_epoch = false;

@@ -120,6 +120,10 @@ ABSL_FLAG(std::string, dump_weights, "",
           "Write the final weights (parameters, then batch-norm state) here: "
           "a safetensors file keyed by tensor name when the path ends in "
           ".safetensors, else raw little-endian float32.");
+ABSL_FLAG(std::string, init_weights, "",
+          "A safetensors file (tensors named as --dump_weights writes them) "
+          "that rank 0 starts the job from instead of the seeded "
+          "initializer. Ignored when the servers already hold weights.");
 ABSL_FLAG(int, connect_timeout_s, 60, "Seconds to wait for the server.");
 ABSL_FLAG(int, rejoin_timeout_s, 300,
           "After the server restarts, gives up on a step or evicts this "
@@ -255,6 +259,7 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
     }
   }
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
+  o.init_weights = absl::GetFlag(FLAGS_init_weights);
   o.step_log = absl::GetFlag(FLAGS_step_log);
   for (const auto& [name, value] :
        {std::pair<const char*, int>{"connect_timeout_s",

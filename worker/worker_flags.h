@@ -28,6 +28,7 @@ struct WorkerMainOptions {
   DataOptions data;
   std::string summary_json;
   std::string dump_weights;
+  std::string init_weights;  // A safetensors file for version 0.
   WorkerTelemetryOptions telemetry;
   std::string step_log;
   std::string sync;    // --sync, for the log line and the summary.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Lockstep needs to build, test and train,
-# and any named as arguments (a benchmark's python3-torch), but only when
+# and any named as arguments (python3-torch, for the Python package's tests
+# and the benchmarks), but only when
 # something is missing, so a second run costs a dpkg query.
 #
 # usage: deploy/local/install_deps.sh [EXTRA_PACKAGE...]
@@ -12,6 +13,7 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libopenblas-dev zlib1g-dev libgloo-dev
   dataset-fashion-mnist
   python3-venv python3-yaml iproute2 python3-matplotlib
+  python3-dev pybind11-dev python3-numpy
   openssl
 )
 packages+=("$@")

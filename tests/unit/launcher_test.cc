@@ -259,6 +259,31 @@ TEST(ProcessGroupTest, StartReportsExecFailure) {
   EXPECT_EQ(group.num_running(), 0);
 }
 
+TEST(ProcessGroupTest, FindsABareNameInPathAndSetsTheEnvironment) {
+  Sink sink;
+  {
+    ProcessGroup group(To(sink));
+    // "sh" from PATH; LOCKSTEP_X set on top of the inherited environment,
+    // whose HOME stays.
+    ASSERT_TRUE(group
+                    .Start("env", {"sh", "-c", "echo \"$LOCKSTEP_X ${HOME:+home}\""},
+                           {"LOCKSTEP_X=set"})
+                    .ok());
+    const RunResult result = group.Run([&] { return group.num_running() == 0; },
+                                       Within(absl::Seconds(5)));
+    EXPECT_EQ(result.reason, Reason::kDone);
+  }
+  EXPECT_EQ(sink.Read(), "[env] set home\n");
+}
+
+TEST(ProcessGroupTest, ABareNameNotInPathFailsAtStart) {
+  Sink sink;
+  ProcessGroup group(To(sink));
+  absl::StatusOr<pid_t> pid = group.Start("ghost", {"no-such-program-here"});
+  ASSERT_FALSE(pid.ok());
+  EXPECT_THAT(pid.status().message(), HasSubstr("not found in PATH"));
+}
+
 TEST(ProcessGroupTest, InterruptFdStopsRun) {
   Sink sink;
   int fds[2];
@@ -320,6 +345,18 @@ TEST(SplitLauncherArgsTest, EverythingAfterDoubleDashPassesThrough) {
   EXPECT_THAT(split->passthrough, ElementsAre("--workers=9", "--", "x"));
 }
 
+TEST(SplitLauncherArgsTest, AProgramAfterTheDoubleDashIsACommand) {
+  absl::StatusOr<SplitArgs> split = SplitLauncherArgs(
+      {"launch", "--ps=1", "--lr=0.1", "--", "python3", "train.py",
+       "--workers=9", "--"},
+      TestFlags);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_THAT(split->launcher, ElementsAre("launch", "--ps=1"));
+  EXPECT_THAT(split->passthrough, ElementsAre("--lr=0.1"));
+  EXPECT_THAT(split->command,
+              ElementsAre("python3", "train.py", "--workers=9", "--"));
+}
+
 TEST(SplitLauncherArgsTest, RejectsSeparateValueForLauncherFlag) {
   absl::StatusOr<SplitArgs> split =
       SplitLauncherArgs({"launch", "--workers", "4"}, TestFlags);
@@ -365,6 +402,42 @@ TEST(LauncherTest, CommandLines) {
   options.sum_order = "random";
   EXPECT_THAT(ValidateLaunchOptions(options).message(),
               HasSubstr("--sum_order must be arrival or rank"));
+}
+
+TEST(LauncherTest, ACommandGetsTheJobInItsEnvironment) {
+  LaunchOptions options;
+  options.workers = 2;
+  options.bin_dir = "/b";
+  options.command = {"python3", "train.py"};
+  options.summary_json = "/s.json";
+  options.tls_dir = "/tls";
+  options.token_file = "/token";
+  options.gpus = 2;
+  EXPECT_THAT(WorkerArgv(options, 1, "h:1"), ElementsAre("python3", "train.py"));
+  EXPECT_THAT(
+      WorkerEnv(options, 0, {"h:1", "h:2"}, "/py", "/old"),
+      ElementsAre(
+          "LOCKSTEP_RANK=0", "LOCKSTEP_WORKERS=2", "LOCKSTEP_SERVERS=h:1,h:2",
+          "TF_CONFIG={\"cluster\": {\"ps\": [\"h:1\", \"h:2\"], "
+          "\"worker\": [\"worker0:0\", \"worker1:0\"]}, \"task\": "
+          "{\"type\": \"worker\", \"index\": 0}}",
+          "LOCKSTEP_PROGRESS=lines", "PYTHONUNBUFFERED=1", "LOCKSTEP_GPU=0",
+          "LOCKSTEP_SUMMARY_JSON=/s.json", "LOCKSTEP_TLS_CA=/tls/ca.pem",
+          "LOCKSTEP_TLS_CERT=/tls/worker.pem",
+          "LOCKSTEP_TLS_KEY=/tls/worker.key", "LOCKSTEP_TOKEN_FILE=/token",
+          "PYTHONPATH=/py:/old"));
+  // Rank 1: quiet, no summary, the second GPU; no package: PYTHONPATH kept.
+  options.tls_dir.clear();
+  options.token_file.clear();
+  EXPECT_THAT(
+      WorkerEnv(options, 1, {"h:1"}, "", nullptr),
+      ElementsAre("LOCKSTEP_RANK=1", "LOCKSTEP_WORKERS=2",
+                  "LOCKSTEP_SERVERS=h:1",
+                  "TF_CONFIG={\"cluster\": {\"ps\": [\"h:1\"], "
+                  "\"worker\": [\"worker0:0\", \"worker1:0\"]}, "
+                  "\"task\": {\"type\": \"worker\", \"index\": 1}}",
+                  "LOCKSTEP_PROGRESS=none", "PYTHONUNBUFFERED=1",
+                  "LOCKSTEP_GPU=1"));
 }
 
 TEST(LauncherTest, PlacesWorkersOnGpusRoundRobin) {

@@ -186,27 +186,46 @@ def shard(data, batch_size, epochs=None, **kwargs):
 warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed")
 
 
+def _model_names(model):
+    """The model's variable paths without the model's own name in front
+    ("dense/kernel"), so a file does not depend on what Keras named the
+    model instance."""
+    prefix = model.name + "/"
+    return [n[len(prefix):] if n.startswith(prefix) else n
+            for n in _names(model.weights)]
+
+
 def save_safetensors(model, path):
-    """Writes the model's weights keyed by variable path."""
+    """Writes the model's weights keyed by variable path ("dense/kernel")."""
     variables = list(model.weights)
     flat = np.concatenate([np.asarray(v.numpy(), np.float32).reshape(-1)
                            for v in variables]) if variables else \
         np.zeros(0, np.float32)
     _native.write_safetensors(
-        str(path), list(zip(_names(variables),
+        str(path), list(zip(_model_names(model),
                             [list(v.shape) for v in variables])), flat)
 
 
 def load_safetensors(model, path):
-    """Loads a safetensors file into the model's variables of the same paths."""
+    """Loads a safetensors file into the model's variables of the same paths.
+
+    Keras numbers layers per process ("dense", then "dense_1"): a model
+    built in a fresh process (or after keras.utils.clear_session()) gets
+    the names the file was written with. LockstepError names a variable the
+    file lacks or holds with another shape.
+    """
     variables = list(model.weights)
-    found = {name: (shape, values)
+    found = {name: (tuple(shape), values)
              for name, shape, values in _native.read_safetensors(str(path))}
-    names = _names(variables)
+    names = _model_names(model)
     for name, v in zip(names, variables):
-        if name not in found or tuple(found[name][0]) != tuple(v.shape):
+        if name not in found:
             raise LockstepError(9, "FAILED_PRECONDITION",
-                                f"{path} has no tensor {name!r} of shape "
-                                f"{tuple(v.shape)}", False, 2)
+                                f"{path} has no tensor {name!r}", False, 2)
+        if found[name][0] != tuple(v.shape):
+            raise LockstepError(9, "FAILED_PRECONDITION",
+                                f"tensor {name!r} is {found[name][0]} in "
+                                f"{path}, {tuple(v.shape)} in the model",
+                                False, 2)
     for name, v in zip(names, variables):
-        v.assign(found[name][1].reshape(v.shape))
+        v.assign(found[name][1].reshape(found[name][0]))

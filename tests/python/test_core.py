@@ -1,0 +1,191 @@
+"""The framework-free parts of the package: cluster, data order, errors."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import harness  # Puts the built package on sys.path.
+
+import numpy as np
+
+from lockstep import Cluster, LockstepError, Shard, _native
+
+
+class FakeJob:
+    """What Shard reads of a job: rank, workers, seed and the next step."""
+
+    def __init__(self, rank, workers, seed=42):
+        self.cluster = Cluster(servers=["x:1"], rank=rank, num_workers=workers,
+                               seed=seed)
+        self.rank, self.num_workers = rank, workers
+        self.joined = True
+        self.next_step = 0
+        self.steps = 0
+        self.rejoins = 0
+
+    def take_step(self):
+        self.next_step += 1
+        self.steps += 1
+
+
+class ClusterTest(unittest.TestCase):
+
+    def test_lockstep_variables(self):
+        c = Cluster.from_env({"LOCKSTEP_SERVERS": "a:1, b:2",
+                              "LOCKSTEP_RANK": "1", "LOCKSTEP_WORKERS": "3",
+                              "LOCKSTEP_TLS_CA": "/ca.pem",
+                              "LOCKSTEP_WIRE_DTYPE": "bf16",
+                              "LOCKSTEP_SEED": "7"})
+        self.assertEqual((c.servers, c.rank, c.num_workers),
+                         (["a:1", "b:2"], 1, 3))
+        self.assertEqual((c.tls_ca, c.wire_dtype, c.seed),
+                         ("/ca.pem", "bf16", 7))
+
+    def test_tf_config_fills_what_is_unset(self):
+        tf = {"cluster": {"ps": ["p0:2222", "p1:2222"], "chief": ["c:1"],
+                          "worker": ["w0:1", "w1:1"]},
+              "task": {"type": "worker", "index": 1}}
+        c = Cluster.from_env({"TF_CONFIG": json.dumps(tf)})
+        # The chief is rank 0 and the workers follow it.
+        self.assertEqual((c.servers, c.rank, c.num_workers),
+                         (["p0:2222", "p1:2222"], 2, 3))
+        c = Cluster.from_env({"TF_CONFIG": json.dumps(tf),
+                              "LOCKSTEP_RANK": "0"})
+        self.assertEqual(c.rank, 0)
+
+    def test_what_is_missing_or_wrong_is_said(self):
+        with self.assertRaises(LockstepError) as e:
+            Cluster.from_env({})
+        self.assertEqual(e.exception.exit_code, 2)
+        self.assertIn("LOCKSTEP_SERVERS", str(e.exception))
+        with self.assertRaises(LockstepError) as e:
+            Cluster.from_env({"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "2",
+                              "LOCKSTEP_WORKERS": "2"})
+        self.assertIn("rank 2 is not in [0, 2)", str(e.exception))
+        with self.assertRaises(LockstepError) as e:
+            Cluster.from_env({"LOCKSTEP_SERVERS": "a:1",
+                              "LOCKSTEP_RANK": "one", "LOCKSTEP_WORKERS": "2"})
+        self.assertIn("LOCKSTEP_RANK='one'", str(e.exception))
+        with self.assertRaises(LockstepError) as e:
+            Cluster.from_env({"TF_CONFIG": "{"})
+        self.assertIn("TF_CONFIG", str(e.exception))
+
+
+class ShardTest(unittest.TestCase):
+
+    def batches(self, rank, workers, batch, steps, n=1000):
+        x = np.arange(n, dtype=np.float32).reshape(n, 1)
+        y = np.arange(n)
+        job = FakeJob(rank, workers)
+        out = []
+        for xb, yb in Shard((x, y), batch_size=batch, epochs=3, job=job):
+            np.testing.assert_array_equal(xb[:, 0], yb)
+            out.append(yb.copy())
+            job.take_step()
+            if len(out) == steps:
+                break
+        return out
+
+    def test_w_workers_see_what_one_worker_with_w_times_the_batch_sees(self):
+        one = self.batches(0, 1, 40, 30)
+        for workers in (2, 4):
+            parts = [self.batches(r, workers, 40 // workers, 30)
+                     for r in range(workers)]
+            for step in range(30):
+                joined = np.concatenate([parts[r][step]
+                                         for r in range(workers)])
+                np.testing.assert_array_equal(joined, one[step])
+
+    def test_an_epoch_covers_distinct_examples_and_orders_change(self):
+        steps = 1000 // 64  # 15 full steps an epoch; 40 examples dropped.
+        epochs = self.batches(0, 1, 64, 2 * steps)
+        first = np.concatenate(epochs[:steps])
+        self.assertEqual(len(np.unique(first)), steps * 64)
+        second = np.concatenate(epochs[steps:])
+        self.assertFalse(np.array_equal(first, second))
+
+    def test_the_order_is_lockstep_workers(self):
+        sampler = _native.ShardedSampler(1000, 2, 1, 8, 42)
+        x = np.zeros((1000, 1), np.float32)
+        job = FakeJob(1, 2)
+        xb, yb = next(iter(Shard((x, np.arange(1000)), batch_size=8, job=job)))
+        np.testing.assert_array_equal(yb, sampler.batch_indices(0))
+        self.assertEqual(sampler.steps_per_epoch(), 62)
+
+    def test_a_step_not_taken_is_an_error_not_a_loop(self):
+        job = FakeJob(0, 1)
+        it = iter(Shard((np.zeros((100, 1)), np.zeros(100)), batch_size=10,
+                        job=job))
+        next(it)
+        with self.assertRaises(LockstepError) as e:
+            next(it)
+        self.assertIn("step() once per batch", str(e.exception))
+
+    def test_without_epochs_one_iteration_is_the_rest_of_the_epoch(self):
+        job = FakeJob(0, 1)
+        job.next_step = 7
+        s = Shard((np.zeros((100, 1)), np.zeros(100)), batch_size=10, job=job)
+        self.assertEqual(len(s), 3)  # Steps 7, 8 and 9 of epoch 0.
+        count = 0
+        for _ in s:
+            job.take_step()
+            count += 1
+        self.assertEqual(count, 3)
+
+    def test_bad_data_is_refused(self):
+        with self.assertRaises(LockstepError):
+            Shard((np.zeros((10, 1)), np.zeros(9)), batch_size=2)
+        with self.assertRaises(LockstepError):
+            Shard((np.zeros((10, 1)), np.zeros(10)))  # No batch size.
+
+
+class ErrorTest(unittest.TestCase):
+
+    def test_an_unreachable_server_is_retryable_with_exit_code_75(self):
+        client = _native.Client(["127.0.0.1:9"], 0, connect_timeout_s=0.5)
+        with self.assertRaises(LockstepError) as e:
+            client.join([("w", [2])], [], "sgd", 0.1, 0, False, 0.9, 0.999,
+                        1e-7, 0, 4 << 20, 1, 1, "sync", 0, 0, 0,
+                        np.zeros(2, np.float32), 0.5)
+        self.assertTrue(e.exception.retryable)
+        self.assertEqual(e.exception.exit_code, 75)
+        self.assertIn(e.exception.code_name, ("DEADLINE_EXCEEDED",
+                                              "UNAVAILABLE"))
+
+    def test_an_uncaught_error_ends_the_script_with_its_exit_code(self):
+        script = ("import lockstep.errors as e; e.install_exit_codes(); "
+                  "raise e.LockstepError(14, 'UNAVAILABLE', 'gone', True, 75)")
+        run = subprocess.run([sys.executable, "-c", script],
+                             capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ,
+                                      PYTHONPATH=harness.PYTHON_DIR))
+        self.assertEqual(run.returncode, 75)
+        self.assertIn("UNAVAILABLE: gone", run.stderr)
+
+    def test_buffers_must_be_float32_and_contiguous(self):
+        with self.assertRaises(TypeError):
+            _native.write_safetensors("/dev/null", [("a", [2])],
+                                      np.zeros(2, np.float64))
+        with self.assertRaises(ValueError):
+            _native.write_safetensors("/dev/null", [("a", [2])],
+                                      np.zeros(4, np.float32)[::2])
+
+    def test_safetensors_round_trip_and_refusals(self):
+        path = os.path.join(tempfile.mkdtemp(), "a.safetensors")
+        values = np.arange(7, dtype=np.float32) - 3.5
+        _native.write_safetensors(path, [("a/b", [2, 2]), ("c", [3])], values)
+        (n1, s1, v1), (n2, s2, v2) = _native.read_safetensors(path)
+        self.assertEqual((n1, s1, n2, s2), ("a/b", [2, 2], "c", [3]))
+        np.testing.assert_array_equal(np.concatenate([v1, v2]), values)
+        with open(path, "ab") as f:
+            f.write(b"junk")  # Bytes after the tensors: not a whole file.
+        with self.assertRaises(LockstepError) as e:
+            _native.read_safetensors(path)
+        self.assertEqual(e.exception.code_name, "DATA_LOSS")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

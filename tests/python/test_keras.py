@@ -1,0 +1,113 @@
+"""lockstep.keras through real servers: the tutorial, equivalence and the
+safetensors round trip."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import harness
+
+import numpy as np
+
+PYTHON = sys.executable
+EXAMPLE = os.path.join(harness.HERE, "..", "..", "worker", "python",
+                       "examples", "keras_mlp.py")
+
+
+class TutorialTest(unittest.TestCase):
+
+    def test_the_tutorial_reaches_85_percent_with_two_workers(self):
+        out = os.path.join(tempfile.mkdtemp(), "tutorial.safetensors")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+        run = subprocess.run(
+            [harness.binary("lockstep_launch"), "--workers=2", "--ps=1", "--",
+             PYTHON, EXAMPLE, "--epochs=5", f"--save={out}"],
+            capture_output=True, text=True, timeout=600, env=env)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        lines = [l for l in run.stdout.splitlines()
+                 if l.startswith("[worker0] Test accuracy")]
+        self.assertEqual(len(lines), 1, run.stdout)
+        accuracy = float(lines[0].split()[3])
+        print(f"tutorial test accuracy {accuracy}", file=sys.stderr)
+        self.assertGreaterEqual(accuracy, 0.85)
+        self.assertIn("[worker0] Epoch 5/5", run.stdout)
+        self.assertIn("final version 2340", run.stdout)  # 5 x 60000/128
+        # Its weights load with the safetensors package, bit for bit.
+        from safetensors.numpy import load_file
+        weights = load_file(out)
+        self.assertEqual(sorted(weights),
+                         ["dense/bias", "dense/kernel", "dense_1/bias",
+                          "dense_1/kernel"])
+        self.assertEqual(weights["dense/kernel"].shape, (784, 128))
+
+
+class EquivalenceTest(unittest.TestCase):
+
+    def run_weights(self, workers, batch):
+        out = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        results, log = harness.run_job(
+            PYTHON, "keras_train.py",
+            lambda r: [f"--batch={batch}", "--steps=20"] +
+            ([f"--out={out}"] if r == 0 else []), workers, timeout_s=300)
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+            self.assertIn("done version 20", output)
+        return harness.read_weights(out)
+
+    def test_two_workers_match_one_with_twice_the_batch(self):
+        one = self.run_weights(1, 32)
+        two = self.run_weights(2, 16)
+        self.assertEqual(sorted(one), sorted(two))
+        for name in one:
+            self.assertLessEqual(
+                harness.max_relative_difference(two[name][1], one[name][1]),
+                1e-5, name)
+
+
+class SafetensorsTest(unittest.TestCase):
+
+    def test_round_trip_through_the_safetensors_package(self):
+        import keras
+        import lockstep.keras
+        from safetensors.numpy import load_file, save_file
+
+        def make():
+            return keras.Sequential([keras.Input((5,)),
+                                     keras.layers.Dense(3),
+                                     keras.layers.BatchNormalization()])
+
+        model = make()
+        path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+        lockstep.keras.save_safetensors(model, path)
+        loaded = load_file(path)
+        self.assertEqual(len(loaded), len(model.weights))
+        prefix = model.name + "/"
+        for v in model.weights:
+            name = v.path[len(prefix):]
+            np.testing.assert_array_equal(loaded[name], v.numpy(), name)
+        # The package writes, we read: into the same model built afresh, as
+        # in a new process.
+        keras.utils.clear_session()
+        other = make()
+        self.assertEqual([v.path for v in other.weights],
+                         [v.path for v in model.weights])
+        changed = {k: a + 1 for k, a in loaded.items()}
+        path2 = os.path.join(tempfile.mkdtemp(), "n.safetensors")
+        save_file(changed, path2)
+        lockstep.keras.load_safetensors(other, path2)
+        for v, mine in zip(other.weights, model.weights):
+            np.testing.assert_array_equal(v.numpy(), mine.numpy() + 1, v.path)
+        # A model of other shapes is refused, naming the variable.
+        keras.utils.clear_session()
+        wrong = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3),
+                                  keras.layers.BatchNormalization()])
+        with self.assertRaises(lockstep.keras.LockstepError) as e:
+            lockstep.keras.load_safetensors(wrong, path2)
+        self.assertIn("dense/kernel", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
