@@ -7,6 +7,7 @@ inputs, batch B, one thread, Adam; prints median images/s of training steps
 
 usage: torch_resnet.py MODEL BATCH STEPS   (MODEL: resnet20 | resnet50)
 """
+import os
 import statistics
 import sys
 import time
@@ -15,33 +16,10 @@ import torch
 from torch import nn
 
 
-class Basic(nn.Module):
-    """ResNet v1 basic block: conv-BN-ReLU-conv-BN + shortcut, ReLU."""
-
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1)
-        self.b1 = nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01)
-        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1)
-        self.b2 = nn.BatchNorm2d(cout, eps=1e-3, momentum=0.01)
-        self.short = (nn.Conv2d(cin, cout, 1, stride)
-                      if stride != 1 or cin != cout else nn.Identity())
-
-    def forward(self, x):
-        y = torch.relu(self.b1(self.c1(x)))
-        return torch.relu(self.b2(self.c2(y)) + self.short(x))
-
-
-def resnet20(classes):
-    layers = [nn.Conv2d(3, 16, 3, 1, 1), nn.BatchNorm2d(16, eps=1e-3), nn.ReLU()]
-    cin = 16
-    for stage, width in enumerate((16, 32, 64)):
-        for block in range(3):
-            stride = 2 if stage > 0 and block == 0 else 1
-            layers.append(Basic(cin, width, stride))
-            cin = width
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes)]
-    return nn.Sequential(*layers)
+# ResNet-20 is the Python package's example model, so the two cannot drift.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "worker", "python", "examples"))
+from torch_resnet20 import resnet20  # noqa: E402
 
 
 class Bottleneck(nn.Module):

@@ -269,5 +269,35 @@ class SafetensorsTest(unittest.TestCase):
         self.assertIn("0.bias", str(e.exception))
 
 
+class ExamplesTest(unittest.TestCase):
+    """The examples run through lockstep_launch, as docs/python.md shows."""
+
+    EXAMPLES = os.path.join(harness.HERE, "..", "..", "worker", "python",
+                            "examples")
+
+    def launch(self, script, *args):
+        run = subprocess.run(
+            [harness.binary("lockstep_launch"), "--workers=2", "--",
+             PYTHON, os.path.join(self.EXAMPLES, script), *args],
+            capture_output=True, text=True, timeout=400)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        return run.stdout
+
+    def test_the_mlp_learns_fashion_mnist_in_an_epoch(self):
+        out = self.launch("torch_mlp.py", "--epochs=1")
+        self.assertIn("[worker0] Epoch 1/1", out)
+        lines = [l for l in out.splitlines()
+                 if l.startswith("[worker0] Test accuracy")]
+        self.assertEqual(len(lines), 1, out)
+        self.assertGreaterEqual(float(lines[0].split()[3]), 0.8)
+        self.assertIn("final version 468", out)
+
+    def test_resnet20_trains_with_its_batch_norm_state(self):
+        out = self.launch("torch_resnet20.py", "--synthetic=512",
+                          "--batch_size=16", "--max_steps=4")
+        self.assertIn("[worker0] Test accuracy", out)
+        self.assertIn("final version 4", out)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -27,6 +27,7 @@
 #include "common/safetensors.h"
 #include "common/tf_config.h"
 #include "common/wire_codec.h"
+#include "worker/cifar_reader.h"
 #include "worker/dataset.h"
 #include "worker/ps_client.h"
 #include "worker/ps_exchanger.h"
@@ -461,22 +462,38 @@ PYBIND11_MODULE(_native, m) {
     return out;
   }, py::arg("path"));
 
-  m.def("load_idx", [](const std::string& dir, bool train) {
-    lockstep::Dataset data;
-    {
-      py::gil_scoped_release release;
-      data = lockstep::ValueOrThrow(lockstep::LoadIdxDataset(dir, train));
-    }
-    py::array_t<float> features({static_cast<py::ssize_t>(data.num_examples),
-                                 static_cast<py::ssize_t>(data.feature_dim)});
+  // A data set as numpy arrays: features shaped `shape` after the count.
+  auto to_arrays = [](const lockstep::Dataset& data,
+                      std::vector<py::ssize_t> shape) {
+    shape.insert(shape.begin(), static_cast<py::ssize_t>(data.num_examples));
+    py::array_t<float> features(shape);
     std::copy(data.features.begin(), data.features.end(),
               features.mutable_data());
     py::array_t<int32_t> labels(static_cast<py::ssize_t>(data.num_examples));
     std::copy(data.labels.begin(), data.labels.end(), labels.mutable_data());
     return py::make_tuple(features, labels);
+  };
+  m.def("load_idx", [to_arrays](const std::string& dir, bool train) {
+    lockstep::Dataset data;
+    {
+      py::gil_scoped_release release;
+      data = lockstep::ValueOrThrow(lockstep::LoadIdxDataset(dir, train));
+    }
+    return to_arrays(data, {data.feature_dim});
   }, py::arg("dir"), py::arg("train"),
   "The IDX (MNIST-format) split in dir as lockstep_worker reads it: "
   "features scaled to [0, 1], shape (N, 784), and int32 labels.");
+  m.def("load_cifar10", [to_arrays](const std::string& dir, bool train) {
+    lockstep::Dataset data;
+    {
+      py::gil_scoped_release release;
+      data = lockstep::ValueOrThrow(lockstep::LoadCifar10(dir, train));
+    }
+    return to_arrays(data, {lockstep::kCifarHeight, lockstep::kCifarWidth,
+                            lockstep::kCifarChannels});
+  }, py::arg("dir"), py::arg("train"),
+  "CIFAR-10's binary files in dir as lockstep_worker reads them: images "
+  "(N, 32, 32, 3), normalized per channel, and int32 labels.");
 
   m.attr("EXIT_PERMANENT") = lockstep::kExitPermanent;
   m.attr("EXIT_RETRYABLE") = lockstep::kExitRetryable;
