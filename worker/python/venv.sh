@@ -10,7 +10,9 @@
 # keras: TensorFlow (tensorflow-cpu, Keras 3) and safetensors from PyPI in
 #        an environment of their own: TensorFlow needs a newer numpy than the
 #        one Debian's torch is built against. numpy stays below 2 for the
-#        pybind11 of Debian 12.
+#        pybind11 of Debian 12. tf-keras (Keras 2) is there for the
+#        benchmark's MultiWorkerMirroredStrategy peer, which Keras 3's fit
+#        does not run (keras-team/keras#20585).
 # The versions are pinned; a stamp file says what built DIR, and anything
 # else (or a half-made DIR) is made again. Without PyPI it fails, saying so.
 set -euo pipefail
@@ -18,7 +20,8 @@ kind="${1:-}"
 dir="${2:-}"
 case "$kind" in
   torch) requirements=(safetensors==0.8.0); site=(--system-site-packages) ;;
-  keras) requirements=(tensorflow-cpu==2.21.0 numpy==1.26.4 safetensors==0.8.0)
+  keras) requirements=(tensorflow-cpu==2.21.0 numpy==1.26.4 safetensors==0.8.0
+                       tf-keras==2.21.0)
          site=() ;;
   -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0 torch|keras DIR" >&2; exit 2 ;;
@@ -31,7 +34,7 @@ stamp_want="$kind ${requirements[*]} $("$python" -c 'import sys; print(sys.versi
 stamp="$dir/.lockstep-stamp"
 check=(-c 'import safetensors')
 [[ "$kind" == torch ]] && check=(-c 'import safetensors, torch, numpy')
-[[ "$kind" == keras ]] && check=(-c 'import safetensors, numpy, tensorflow, keras')
+[[ "$kind" == keras ]] && check=(-c 'import safetensors, numpy, tensorflow, keras, tf_keras')
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$stamp_want" ]] ||
    ! "$dir/bin/python" "${check[@]}" >/dev/null 2>&1; then
   echo "Creating $dir with ${requirements[*]} (once; reruns reuse it)" >&2
