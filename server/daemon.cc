@@ -3,8 +3,10 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,7 @@
 #include "common/authorizer.h"
 #include "common/grpc_limits.h"
 #include "common/json_writer.h"
+#include "common/safetensors.h"
 #include "common/signature_limits.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
@@ -85,6 +88,28 @@ absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 Daemon::~Daemon() = default;
+
+absl::Status Daemon::WriteFinalWeights() {
+  absl::StatusOr<ShardCheckpoint> snapshot =
+      core_->Snapshot(kDrainCheckpointWait);
+  if (!snapshot.ok()) return snapshot.status();
+  // One shard owns every chunk: in chunk order they are the flat vector.
+  std::sort(snapshot->chunks.begin(), snapshot->chunks.end(),
+            [](const ChunkState& a, const ChunkState& b) {
+              return a.chunk < b.chunk;
+            });
+  std::vector<float> flat;
+  for (const ChunkState& chunk : snapshot->chunks) {
+    flat.insert(flat.end(), chunk.weights.begin(), chunk.weights.end());
+  }
+  std::vector<TensorInfo> tensors = snapshot->signature.tensors;
+  tensors.insert(tensors.end(), snapshot->signature.state_tensors.begin(),
+                 snapshot->signature.state_tensors.end());
+  RETURN_IF_ERROR(WriteSafetensors(options_.final_weights, tensors, flat));
+  Log(absl::StrCat("weights of version ", snapshot->version, " in ",
+                   options_.final_weights));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint(
     absl::Duration wait) {
@@ -183,6 +208,12 @@ std::optional<int> Daemon::Tick(absl::Time now) {
       absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
       if (!saved.ok()) {
         Log(absl::StrCat("final checkpoint failed: ", saved.status().ToString()));
+        return kExitFailure;
+      }
+    }
+    if (!options_.final_weights.empty()) {
+      if (absl::Status s = WriteFinalWeights(); !s.ok()) {
+        Log(absl::StrCat("writing the final weights failed: ", s.ToString()));
         return kExitFailure;
       }
     }

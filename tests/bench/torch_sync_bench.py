@@ -85,6 +85,14 @@ def main():
     if rank == 0:
         print(f"examples_per_sec={steps * batch * workers / seconds:.1f}",
               flush=True)
+        if mode == "lockstep":
+            # Where the client's time went, per step (all steps, warm-up too).
+            t = opt.job.timings()
+            per = {k: 1e3 * v / max(1, t["steps"]) for k, v in t.items()
+                   if k.endswith("_seconds")}
+            print("client_ms_per_step " + " ".join(
+                f"{k[:-8]}={v:.3f}" for k, v in per.items()) +
+                f" step={1e3 * seconds / steps:.3f}", flush=True)
     if mode == "ddp":
         torch.distributed.destroy_process_group()
 

@@ -258,6 +258,35 @@ class SafetensorsTest(unittest.TestCase):
             if a.is_floating_point():
                 self.assertTrue(torch.equal(a, b), name)
 
+    def test_the_server_writes_the_same_model_at_the_end(self):
+        tmp = tempfile.mkdtemp()
+        worker = os.path.join(tmp, "worker.safetensors")
+        server = os.path.join(tmp, "server.safetensors")
+        results, log = harness.run_job(
+            PYTHON, "torch_train.py",
+            lambda r: train_args(worker if r == 0 else None, steps=6,
+                                 model="bn"), 2,
+            server_flags=[f"--final_weights={server}"])
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+        self.assertIn("weights of version 6 in", log)
+        mine, theirs = harness.read_weights(worker), harness.read_weights(server)
+        self.assertEqual(sorted(mine), sorted(theirs))
+        self.assertIn("1.running_var", theirs)
+        for name in mine:
+            self.assertEqual(mine[name][0], theirs[name][0], name)
+            np.testing.assert_array_equal(mine[name][1], theirs[name][1], name)
+
+    def test_final_weights_with_several_shards_is_refused(self):
+        run = subprocess.run(
+            [harness.binary("lockstep_server"), "--listen=127.0.0.1:0",
+             "--workers=1", "--num_shards=2", "--shard=0",
+             "--final_weights=/tmp/x"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("--final_weights needs the whole model on one shard",
+                      run.stderr)
+
     def test_a_missing_tensor_is_named(self):
         import lockstep.torch as ls
         from safetensors.torch import save_file
