@@ -67,6 +67,25 @@ class EquivalenceTest(unittest.TestCase):
                 1e-5, name)
 
 
+    def test_batch_norm_statistics_end_the_same_on_every_worker(self):
+        out = os.path.join(tempfile.mkdtemp(), "w{rank}.safetensors")
+        results, _ = harness.run_job(
+            PYTHON, "keras_train.py",
+            lambda r: ["--batch=16", "--steps=10", "--model=bn",
+                       f"--out={out}"], 2, timeout_s=300)
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+        w0 = harness.read_weights(out.format(rank=0))
+        w1 = harness.read_weights(out.format(rank=1))
+        self.assertEqual(sorted(w0), sorted(w1))
+        mean = "batch_normalization/moving_mean"
+        self.assertIn(mean, w0)
+        for name in w0:
+            np.testing.assert_array_equal(w0[name][1], w1[name][1], name)
+        # The statistics moved from their initial zeros.
+        self.assertGreater(np.abs(w0[mean][1]).max(), 1e-3)
+
+
 class SafetensorsTest(unittest.TestCase):
 
     def test_round_trip_through_the_safetensors_package(self):

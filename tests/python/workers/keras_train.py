@@ -13,7 +13,9 @@ p.add_argument("--optimizer", default="sgd")
 p.add_argument("--lr", type=float, default=0.1)
 p.add_argument("--batch", type=int, default=16)
 p.add_argument("--steps", type=int, default=20)
-p.add_argument("--out", default="")
+p.add_argument("--out", default="",
+               help="safetensors file; {rank} in it writes one per rank")
+p.add_argument("--model", default="mlp", choices=["mlp", "bn"])
 args = p.parse_args()
 
 rank = int(os.environ["LOCKSTEP_RANK"])
@@ -21,14 +23,15 @@ keras.utils.set_random_seed(1000 + rank)  # Only rank 0's weights may count.
 rng = np.random.default_rng(7)
 x = rng.standard_normal((640, 20)).astype(np.float32)
 y = rng.integers(0, 4, 640).astype(np.int32)
-model = keras.Sequential([keras.Input((20,)),
-                          keras.layers.Dense(16, activation="relu"),
-                          keras.layers.Dense(4)])
+layers = [keras.layers.Dense(16, activation="relu")]
+if args.model == "bn":
+    layers.append(keras.layers.BatchNormalization())
+model = keras.Sequential([keras.Input((20,)), *layers, keras.layers.Dense(4)])
 model.compile(optimizer=lockstep.keras.SyncOptimizer(args.optimizer,
                                                      learning_rate=args.lr),
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 model.fit(lockstep.keras.shard((x, y), batch_size=args.batch), epochs=1,
           steps_per_epoch=args.steps, verbose=0)
 print(f"done version {model.optimizer.job.version}", flush=True)
-if rank == 0 and args.out:
-    lockstep.keras.save_safetensors(model, args.out)
+if args.out and (rank == 0 or "{rank}" in args.out):
+    lockstep.keras.save_safetensors(model, args.out.format(rank=rank))

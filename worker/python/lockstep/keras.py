@@ -19,13 +19,17 @@ replace Model.train_step for every model class; an optimizer is what
 Keras's own API hands over, works with fit, evaluate and custom loops
 (optimizer.apply), and keeps the three-line change.
 
+Non-trainable float variables (batch-norm moving mean and variance) travel
+as state, as lockstep_worker's do: each worker pushes what its forward pass
+made of them and every worker gets the workers' mean back.
+
 Limits: the gradients leave when Keras has computed all of them (no overlap
-with backprop inside a compiled step); non-trainable state such as
-batch-norm statistics stays local to each worker; XLA compilation is
-turned off for the train step (py_function cannot be compiled).
+with backprop inside a compiled step); XLA compilation is turned off for
+the train step (py_function cannot be compiled).
 """
 
 import warnings
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -84,7 +88,8 @@ class SyncOptimizer(keras.optimizers.Optimizer):
     def build(self, variables):
         super().build(variables)
         variables = list(variables)
-        for v in variables:
+        state = self._state_variables()
+        for v in variables + state:
             if keras.backend.standardize_dtype(v.dtype) != "float32":
                 raise LockstepError(3, "INVALID_ARGUMENT",
                                     f"variable {v.path} is {v.dtype}; Lockstep "
@@ -93,19 +98,33 @@ class SyncOptimizer(keras.optimizers.Optimizer):
         with tf.init_scope():
             job = Job(list(zip(_names(variables),
                                [tuple(v.shape) for v in variables])),
+                      list(zip(_names(state), [tuple(v.shape) for v in state])),
                       **self._lockstep)
-            for t, v in zip(job.tensors, variables):
+            everything = list(zip(job.tensors + job.state_tensors,
+                                  variables + state))
+            for t, v in everything:
                 job.weights[t.offset:t.end] = np.asarray(v.numpy()).reshape(-1)
             job.join()
-            for t, v in zip(job.tensors, variables):
+            for t, v in everything:
                 v.assign(job.weights[t.offset:t.end].reshape(t.shape))
             self.job = job
-            self._layout = [(t.offset, t.end, t.shape) for t in job.tensors]
+            self._layout = [(t.offset, t.end, t.shape) for t, _ in everything]
+            self._state = state
+
+    def _state_variables(self):
+        """The compiled model's float non-trainable variables, if known."""
+        ref = self.__dict__.get("_lockstep_model")
+        model = ref() if ref is not None else None
+        if model is None:
+            return []
+        return [v for v in model.non_trainable_variables
+                if keras.backend.standardize_dtype(v.dtype) == "float32"]
 
     def _exchange(self, flat):
+        """Gradients, then this worker's state, in; the next version out."""
         job = self.job
-        np.copyto(job.gradient[:job.num_parameters], flat.numpy())
-        job.ready(0, job.num_parameters)
+        np.copyto(job.gradient, flat.numpy())
+        job.ready(0, job.weights.size)
         job.finish()
         return job.weights
 
@@ -119,11 +138,13 @@ class SyncOptimizer(keras.optimizers.Optimizer):
             if g is None:
                 g = tf.zeros(v.shape, tf.float32)
             parts.append(tf.reshape(tf.cast(g, tf.float32), [-1]))
+        for v in self._state:
+            parts.append(tf.reshape(v.value, [-1]))
         flat = tf.concat(parts, axis=0)
         new = tf.py_function(self._exchange, [flat], Tout=tf.float32)
         new = tf.ensure_shape(new, [self.job.weights.size])
-        for (begin, end, shape), v in zip(self._layout,
-                                          self._trainable_variables):
+        for (begin, end, shape), v in zip(
+                self._layout, list(self._trainable_variables) + self._state):
             v.assign(tf.reshape(new[begin:end], shape))
 
     def update_step(self, gradient, variable, learning_rate):
@@ -140,21 +161,25 @@ class SyncOptimizer(keras.optimizers.Optimizer):
         self.job.save_safetensors(path)
 
 
-def _compile_without_xla(model_class):
-    """Keras's "auto" picks XLA on a GPU, which cannot run a py_function."""
+def _compile_hook(model_class):
+    """Model.compile, told about a SyncOptimizer: it learns its model (for
+    the state variables), and the train step runs without XLA, which
+    Keras's "auto" picks on a GPU and which cannot run a py_function."""
     original = model_class.compile
 
     def compile(self, *args, **kwargs):
         optimizer = kwargs.get("optimizer", args[0] if args else None)
         if isinstance(optimizer, SyncOptimizer):
             kwargs["jit_compile"] = False
+            # Past Keras's attribute tracking: a reference, not a child.
+            optimizer.__dict__["_lockstep_model"] = weakref.ref(self)
         return original(self, *args, **kwargs)
 
     compile.__doc__ = original.__doc__
     model_class.compile = compile
 
 
-_compile_without_xla(keras.Model)
+_compile_hook(keras.Model)
 
 
 def shard(data, batch_size, epochs=None, **kwargs):
