@@ -298,6 +298,52 @@ class SafetensorsTest(unittest.TestCase):
         self.assertIn("0.bias", str(e.exception))
 
 
+class JobFeaturesTest(unittest.TestCase):
+    """What lockstep_worker has works for Python workers unchanged."""
+
+    def launch(self, launcher_flags, env=None, steps=8):
+        out = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        run = subprocess.run(
+            [harness.binary("lockstep_launch"), "--workers=2",
+             *launcher_flags, "--", PYTHON,
+             os.path.join(harness.WORKERS, "torch_train.py"),
+             f"--steps={steps}", f"--out={out}"],
+            capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, **(env or {})))
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn(f"[worker1] done version {steps}", run.stdout)
+        return run.stdout, harness.read_weights(out)
+
+    def test_mutual_tls_and_a_token_over_two_shards(self):
+        tls = tempfile.mkdtemp()
+        subprocess.run(["bash", os.path.join(harness.HERE, "..", "..", "deploy",
+                                             "tls", "make_certs.sh"), tls],
+                       check=True, capture_output=True, timeout=120)
+        token = os.path.join(tls, "token")
+        with open(token, "w") as f:
+            f.write("s3cret-token-for-the-test\n")
+        os.chmod(token, 0o600)
+        out, weights = self.launch(["--ps=2", "--tls", f"--tls_dir={tls}",
+                                    f"--token_file={token}"])
+        self.assertIn("(mutual TLS, bearer token)", out)
+        self.assertIn("[ps1]", out)
+        plain, plain_weights = self.launch(["--ps=2"])
+        # The same job in plaintext ends with the same weights.
+        for name in weights:
+            np.testing.assert_array_equal(weights[name][1],
+                                          plain_weights[name][1], name)
+
+    def test_bf16_on_the_wire_trains_close_to_fp32(self):
+        _, fp32 = self.launch([], steps=20)
+        _, bf16 = self.launch([], env={"LOCKSTEP_WIRE_DTYPE": "bf16"},
+                              steps=20)
+        differ = max(harness.max_relative_difference(bf16[n][1], fp32[n][1])
+                     for n in fp32)
+        # bf16 keeps 8 bits of mantissa: close, and not the same bits.
+        self.assertGreater(differ, 0)
+        self.assertLess(differ, 0.05)
+
+
 class ExamplesTest(unittest.TestCase):
     """The examples run through lockstep_launch, as docs/python.md shows."""
 
