@@ -229,6 +229,34 @@ class FaultTest(unittest.TestCase):
             server.stop()
 
 
+class SignalTest(unittest.TestCase):
+
+    def test_ctrl_c_ends_a_worker_waiting_in_a_step_at_once(self):
+        server = harness.Server(2)  # Rank 1 never comes.
+        try:
+            worker = harness.start_worker(PYTHON, "torch_train.py",
+                                          train_args(steps=5),
+                                          [server.address], 0, 2)
+            self.assertIn("joined at version 0", worker.stdout.readline())
+            # Its main thread asleep for a while: waiting in step 0.
+            stat = f"/proc/{worker.pid}/task/{worker.pid}/stat"
+            deadline, asleep = time.monotonic() + 20, 0
+            while asleep < 5 and time.monotonic() < deadline:
+                with open(stat) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                asleep = asleep + 1 if state == "S" else 0
+                time.sleep(0.05)
+            self.assertEqual(asleep, 5, "the worker never waited")
+            sent = time.monotonic()
+            worker.send_signal(signal.SIGINT)
+            worker.wait(10)
+            self.assertLess(time.monotonic() - sent, 2.0)
+            self.assertEqual(worker.returncode, -signal.SIGINT)
+            worker.stdout.close()
+        finally:
+            server.stop()
+
+
 class SafetensorsTest(unittest.TestCase):
 
     def test_the_safetensors_package_reads_our_file_bit_for_bit(self):

@@ -71,6 +71,7 @@ if args.init_from_lockstep:
 
 opt = ls.SyncOptimizer(model, optimizer=args.optimizer, lr=args.lr,
                        sync=args.sync)
+print(f"joined at version {opt.version}", flush=True)
 loss = None
 for xb, yb in ls.shard((x, y), batch_size=args.batch, epochs=100):
     step = opt.version

@@ -17,6 +17,8 @@ Externally synchronized: one training thread.
 """
 
 import atexit
+import contextlib
+import signal
 import sys
 import threading
 
@@ -48,6 +50,26 @@ def current_job(wait_s=0):
 
 def _bad(message):
     return LockstepError(3, "INVALID_ARGUMENT", message, False, EXIT_PERMANENT)
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """Lets Ctrl-C end the process while the C++ client waits.
+
+    Python turns SIGINT into KeyboardInterrupt only between bytecodes, so a
+    worker blocked in a step (up to step_timeout_s) would ignore it. While
+    the client waits, SIGINT has its default action instead, as it has for
+    lockstep_worker; a handler the script installed itself is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Tensor:
@@ -180,13 +202,15 @@ class Job:
         install_exit_codes()
         tensors, state = self.signature()
         s = self.settings
-        self.version = self._client.join(
-            tensors, state, self.optimizer, s["learning_rate"], s["momentum"],
-            bool(s["nesterov"]), s["beta_1"], s["beta_2"], s["epsilon"],
-            s["weight_decay"], self.chunk_bytes, self.num_workers,
-            len(self.cluster.servers), self.sync, self.backup_workers,
-            self.staleness, self.total_steps, self.weights,
-            timeout_s if timeout_s is not None else self.connect_timeout_s)
+        with _interruptible():
+            self.version = self._client.join(
+                tensors, state, self.optimizer, s["learning_rate"],
+                s["momentum"], bool(s["nesterov"]), s["beta_1"], s["beta_2"],
+                s["epsilon"], s["weight_decay"], self.chunk_bytes,
+                self.num_workers, len(self.cluster.servers), self.sync,
+                self.backup_workers, self.staleness, self.total_steps,
+                self.weights,
+                timeout_s if timeout_s is not None else self.connect_timeout_s)
         if self.synchronous and self.total_steps and \
                 self.version > self.total_steps:
             raise LockstepError(
@@ -231,7 +255,8 @@ class Job:
         if self._step is None:
             self.begin()
         step, self._step = self._step, None
-        version, rejoined = self._client.finish_step()
+        with _interruptible():
+            version, rejoined = self._client.finish_step()
         if rejoined:
             self.version = version
             return version
@@ -256,7 +281,8 @@ class Job:
             return
         self.abandon()
         self._left = True
-        self._client.leave()
+        with _interruptible():
+            self._client.leave()
 
     def timings(self):
         """Client-side seconds spent encoding, sending, waiting, decoding."""
