@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -89,7 +90,7 @@ absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 Daemon::~Daemon() = default;
 
-absl::Status Daemon::WriteFinalWeights() {
+absl::StatusOr<int64_t> Daemon::WriteWeightsFile() {
   absl::StatusOr<ShardCheckpoint> snapshot =
       core_->Snapshot(kDrainCheckpointWait);
   if (!snapshot.ok()) return snapshot.status();
@@ -105,10 +106,10 @@ absl::Status Daemon::WriteFinalWeights() {
   std::vector<TensorInfo> tensors = snapshot->signature.tensors;
   tensors.insert(tensors.end(), snapshot->signature.state_tensors.begin(),
                  snapshot->signature.state_tensors.end());
-  RETURN_IF_ERROR(WriteSafetensors(options_.final_weights, tensors, flat));
+  RETURN_IF_ERROR(WriteSafetensors(options_.weights_file, tensors, flat));
   Log(absl::StrCat("weights of version ", snapshot->version, " in ",
-                   options_.final_weights));
-  return absl::OkStatus();
+                   options_.weights_file));
+  return snapshot->version;
 }
 
 absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint(
@@ -211,9 +212,10 @@ std::optional<int> Daemon::Tick(absl::Time now) {
         return kExitFailure;
       }
     }
-    if (!options_.final_weights.empty()) {
-      if (absl::Status s = WriteFinalWeights(); !s.ok()) {
-        Log(absl::StrCat("writing the final weights failed: ", s.ToString()));
+    if (!options_.weights_file.empty()) {
+      if (absl::StatusOr<int64_t> v = WriteWeightsFile(); !v.ok()) {
+        Log(absl::StrCat("writing the weights file failed: ",
+                         v.status().ToString()));
         return kExitFailure;
       }
     }
@@ -295,10 +297,25 @@ int Daemon::Run() {
     checkpoints_->set_pause_before_rename(options_.checkpoint_pause_for_tests);
   }
 
+  // What lockstep_ctl checkpoint asks for: a checkpoint (with
+  // --checkpoint_dir) and the weights file (with --weights_file).
+  ParameterServerService::SaveCheckpointFn save_on_request;
+  if (checkpoints_ != nullptr || !options_.weights_file.empty()) {
+    save_on_request = [this]() -> absl::StatusOr<ParameterServerService::Saved> {
+      ParameterServerService::Saved saved;
+      if (checkpoints_ != nullptr) {
+        ASSIGN_OR_RETURN(std::tie(saved.checkpoint, saved.version),
+                         SaveCheckpoint());
+      }
+      if (!options_.weights_file.empty()) {
+        ASSIGN_OR_RETURN(saved.version, WriteWeightsFile());
+        saved.weights_file = options_.weights_file;
+      }
+      return saved;
+    };
+  }
   ParameterServerService service(
-      core_.get(), checkpoints_ == nullptr
-                       ? ParameterServerService::SaveCheckpointFn()
-                       : [this]() { return SaveCheckpoint(); },
+      core_.get(), std::move(save_on_request),
       security->authorizer.get(), SignatureLimitsOf(options_));
   service.HoldRegistration();  // Until the checkpoint is restored (below).
   grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1, for probes.

@@ -42,9 +42,9 @@ struct DaemonOptions {
   ServerLimits limits;  // Streams, keepalive, connection idle and age.
   TlsOptions tls;       // Credentials and who may call what.
   std::string checkpoint_dir;  // Empty: no checkpoints.
-  // The model as a safetensors file when every worker has left (one shard
-  // only); empty: none.
-  std::string final_weights;
+  // The model as a safetensors file when every worker has left and on
+  // request (one shard only); empty: none.
+  std::string weights_file;
   int64_t checkpoint_every_steps = 0;
   absl::Duration checkpoint_every = absl::ZeroDuration();
   int checkpoints_to_keep = 3;
@@ -68,8 +68,9 @@ class Daemon final {
   void Stop() { stop_.Notify(); }
 
  private:
-  // Writes the model's weights to options_.final_weights.
-  absl::Status WriteFinalWeights();
+  // Writes the model's weights to options_.weights_file; returns their
+  // version.
+  absl::StatusOr<int64_t> WriteWeightsFile();
   // Writes a checkpoint now; returns its path and version.
   // Waits up to `wait` for the chunks to line up at one version.
   absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(

@@ -256,15 +256,16 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
   if (!save_checkpoint_) {
     return FinishWith(context, absl::FailedPreconditionError(
                                    "this server was started without "
-                                   "--checkpoint_dir"));
+                                   "--checkpoint_dir or --weights_file"));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Writing takes disk time: off gRPC's threads.
   std::thread([this, reactor, response]() {
-    absl::StatusOr<std::pair<std::string, int64_t>> saved = save_checkpoint_();
+    absl::StatusOr<Saved> saved = save_checkpoint_();
     if (saved.ok()) {
-      response->set_path(saved->first);
-      response->set_version(saved->second);
+      response->set_path(saved->checkpoint);
+      response->set_weights_file(saved->weights_file);
+      response->set_version(saved->version);
     }
     reactor->Finish(ToGrpcStatus(saved.status()));
   }).detach();

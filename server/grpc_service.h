@@ -38,9 +38,14 @@ using ParameterServerServiceBase = v1::ParameterServer::WithCallbackMethod_Regis
 
 class ParameterServerService final : public ParameterServerServiceBase {
  public:
-  // Writes a checkpoint now; returns its path and version.
-  using SaveCheckpointFn =
-      std::function<absl::StatusOr<std::pair<std::string, int64_t>>()>;
+  // What SaveCheckpoint wrote: a checkpoint, the weights file, or both.
+  struct Saved {
+    std::string checkpoint;    // Empty: none.
+    std::string weights_file;  // Empty: none.
+    int64_t version = 0;
+  };
+  // Writes them now.
+  using SaveCheckpointFn = std::function<absl::StatusOr<Saved>()>;
 
   // `core` is not owned and must outlive the service. Without
   // `save_checkpoint`, SaveCheckpoint answers FAILED_PRECONDITION.

@@ -48,11 +48,12 @@ ABSL_FLAG(bool, exit_when_done, true,
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Folder for this shard's checkpoints (a sub-folder per shard). On "
           "start the newest intact one is restored. Empty: no checkpoints.");
-ABSL_FLAG(std::string, final_weights, "",
-          "When every worker has left, write the trained model here as a "
-          "safetensors file keyed by tensor name (parameters, then batch-norm "
-          "state). One shard only: with several, each holds part of the "
-          "model, and a worker writes it (lockstep_worker --dump_weights).");
+ABSL_FLAG(std::string, weights_file, "",
+          "Write the model here as a safetensors file keyed by tensor name "
+          "(parameters, then batch-norm state) when every worker has left, "
+          "and on request (lockstep_ctl checkpoint). One shard only: with "
+          "several, each holds part of the model, and a worker writes it "
+          "(lockstep_worker --dump_weights).");
 ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
           "Write a checkpoint every N versions (0: not by steps).");
 ABSL_FLAG(int, checkpoint_every_seconds, 0,
@@ -196,10 +197,10 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   options.limits.max_connection_age = absl::Seconds(age);
   ASSIGN_OR_RETURN(options.tls, lockstep::TlsOptionsFromFlags());
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  options.final_weights = absl::GetFlag(FLAGS_final_weights);
-  if (!options.final_weights.empty() && options.num_shards > 1) {
+  options.weights_file = absl::GetFlag(FLAGS_weights_file);
+  if (!options.weights_file.empty() && options.num_shards > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--final_weights needs the whole model on one shard, and this job "
+        "--weights_file needs the whole model on one shard, and this job "
         "has ", options.num_shards,
         "; write it from a worker instead (lockstep_worker "
         "--dump_weights=PATH.safetensors, or the Python package's "

@@ -50,7 +50,8 @@ constexpr char kUsage[] =
     "Usage:\n"
     "  lockstep_ctl status ADDRESS[,ADDRESS...] [--watch] [--interval=1s] "
     "[--count=N]\n"
-    "  lockstep_ctl checkpoint ADDRESS[,ADDRESS...]\n"
+    "  lockstep_ctl checkpoint ADDRESS[,ADDRESS...]   (a checkpoint, and the "
+    "model as safetensors where a server has --weights_file)\n"
     "  lockstep_ctl merge-traces OUT IN...\n"
     "ADDRESS: every server shard of the job (host:port), in shard order. "
     "TLS and token flags (--tls_ca, --token_file, ...) as for the other "
@@ -152,17 +153,25 @@ int Checkpoint(const std::string& addresses) {
   if (timeout <= absl::ZeroDuration()) timeout = absl::Minutes(10);
   int exit_code = kExitOk;
   for (const auto& shard : *shards) {
-    absl::StatusOr<std::pair<std::string, int64_t>> saved =
-        shard->SaveCheckpoint(timeout);
+    absl::StatusOr<ShardClient::Saved> saved = shard->SaveCheckpoint(timeout);
     if (!saved.ok()) {
       std::fprintf(stderr, "lockstep_ctl: %s\n",
                    std::string(saved.status().message()).c_str());
       exit_code = kExitFailure;
       continue;
     }
-    std::printf("%s: checkpoint of version %lld in %s\n",
-                shard->address().c_str(),
-                static_cast<long long>(saved->second), saved->first.c_str());
+    if (!saved->checkpoint.empty()) {
+      std::printf("%s: checkpoint of version %lld in %s\n",
+                  shard->address().c_str(),
+                  static_cast<long long>(saved->version),
+                  saved->checkpoint.c_str());
+    }
+    if (!saved->weights_file.empty()) {
+      std::printf("%s: weights of version %lld in %s\n",
+                  shard->address().c_str(),
+                  static_cast<long long>(saved->version),
+                  saved->weights_file.c_str());
+    }
   }
   return exit_code;
 }

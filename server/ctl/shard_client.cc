@@ -108,7 +108,7 @@ absl::StatusOr<HealthStatus> ShardClient::Health(absl::Duration timeout) {
   return health;
 }
 
-absl::StatusOr<std::pair<std::string, int64_t>> ShardClient::SaveCheckpoint(
+absl::StatusOr<ShardClient::Saved> ShardClient::SaveCheckpoint(
     absl::Duration timeout) {
   std::unique_ptr<v1::ParameterServer::Stub> stub =
       v1::ParameterServer::NewStub(channel_);
@@ -119,7 +119,7 @@ absl::StatusOr<std::pair<std::string, int64_t>> ShardClient::SaveCheckpoint(
   const grpc::Status status =
       stub->SaveCheckpoint(&context, request, &response);
   if (!status.ok()) return Describe(status, address_, "SaveCheckpoint");
-  return std::make_pair(response.path(), response.version());
+  return Saved{response.path(), response.weights_file(), response.version()};
 }
 
 }  // namespace lockstep

@@ -62,9 +62,14 @@ class ShardClient final {
   absl::StatusOr<ShardStatus> GetStatus(absl::Duration timeout);
   // grpc.health.v1 Check for the server as a whole.
   absl::StatusOr<HealthStatus> Health(absl::Duration timeout);
-  // Writes a checkpoint now; its path and version.
-  absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(
-      absl::Duration timeout);
+  // What a server wrote on request.
+  struct Saved {
+    std::string checkpoint;    // Empty: it has no --checkpoint_dir.
+    std::string weights_file;  // Empty: it has no --weights_file.
+    int64_t version = 0;
+  };
+  // Writes a checkpoint and the weights file now, as configured.
+  absl::StatusOr<Saved> SaveCheckpoint(absl::Duration timeout);
 
   const std::string& address() const { return address_; }
 

@@ -294,7 +294,7 @@ class SafetensorsTest(unittest.TestCase):
             PYTHON, "torch_train.py",
             lambda r: train_args(worker if r == 0 else None, steps=6,
                                  model="bn"), 2,
-            server_flags=[f"--final_weights={server}"])
+            server_flags=[f"--weights_file={server}"])
         for code, output in results:
             self.assertEqual(code, 0, output)
         self.assertIn("weights of version 6 in", log)
@@ -305,14 +305,37 @@ class SafetensorsTest(unittest.TestCase):
             self.assertEqual(mine[name][0], theirs[name][0], name)
             np.testing.assert_array_equal(mine[name][1], theirs[name][1], name)
 
-    def test_final_weights_with_several_shards_is_refused(self):
+    def test_lockstep_ctl_has_the_weights_written_on_request(self):
+        tmp = tempfile.mkdtemp()
+        path = os.path.join(tmp, "now.safetensors")
+        server = harness.Server(1, ["--exit_when_done=false",
+                                    f"--weights_file={path}"])
+        try:
+            (code, output), = harness.finish([harness.start_worker(
+                PYTHON, "torch_train.py", train_args(steps=5),
+                [server.address], 0, 1)], 120)
+            self.assertEqual(code, 0, output)
+            self.assertFalse(os.path.exists(path))  # The server still runs.
+            run = subprocess.run([harness.binary("lockstep_ctl"), "checkpoint",
+                                  server.address], capture_output=True,
+                                 text=True, timeout=60)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            self.assertEqual(run.stdout.strip(),
+                             f"{server.address}: weights of version 5 in {path}")
+            weights = harness.read_weights(path)
+            self.assertEqual(sorted(weights),
+                             ["0.bias", "0.weight", "2.bias", "2.weight"])
+        finally:
+            server.stop()
+
+    def test_weights_file_with_several_shards_is_refused(self):
         run = subprocess.run(
             [harness.binary("lockstep_server"), "--listen=127.0.0.1:0",
              "--workers=1", "--num_shards=2", "--shard=0",
-             "--final_weights=/tmp/x"],
+             "--weights_file=/tmp/x"],
             capture_output=True, text=True, timeout=60)
         self.assertEqual(run.returncode, 2)
-        self.assertIn("--final_weights needs the whole model on one shard",
+        self.assertIn("--weights_file needs the whole model on one shard",
                       run.stderr)
 
     def test_a_missing_tensor_is_named(self):
