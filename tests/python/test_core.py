@@ -165,6 +165,22 @@ class ErrorTest(unittest.TestCase):
         self.assertEqual(run.returncode, 75)
         self.assertIn("UNAVAILABLE: gone", run.stderr)
 
+    def test_the_launcher_refuses_worker_flags_with_a_command(self):
+        run = subprocess.run([harness.binary("lockstep_launch"), "--lr=0.1",
+                              "--", "python3", "train.py"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("--lr=0.1 is a lockstep_worker flag, but the workers "
+                      "run python3", run.stderr)
+
+    def test_the_launcher_names_a_command_it_cannot_find(self):
+        run = subprocess.run([harness.binary("lockstep_launch"), "--workers=1",
+                              "--", "no-such-program-anywhere"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("no-such-program-anywhere", run.stdout + run.stderr)
+        self.assertIn("not found in PATH", run.stdout + run.stderr)
+
     def test_buffers_must_be_float32_and_contiguous(self):
         with self.assertRaises(TypeError):
             _native.write_safetensors("/dev/null", [("a", [2])],
