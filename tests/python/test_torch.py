@@ -395,6 +395,34 @@ class JobFeaturesTest(unittest.TestCase):
         self.assertLess(differ, 0.05)
 
 
+class SyncModesTest(unittest.TestCase):
+    """Async and SSP jobs of Python workers run to their end."""
+
+    def check(self, mode, versions):
+        out = os.path.join(tempfile.mkdtemp(), "w.safetensors")
+        results, log = harness.run_job(
+            PYTHON, "torch_train.py",
+            lambda r: train_args(out if r == 0 else None, steps=10, sync=mode),
+            2)
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+        # Each worker stops once the version it sees reaches 10.
+        final = int(log.split("final version ")[1].split()[0])
+        self.assertIn(final, versions)
+        if mode == "async":  # Every push is a version of its own.
+            pushes = sum(o.count("loss") for _, o in results)
+            self.assertEqual(pushes, final)
+        weights = np.concatenate([v for _, v in
+                                  harness.read_weights(out).values()])
+        self.assertTrue(np.isfinite(weights).all())
+
+    def test_async(self):
+        self.check("async", range(10, 12))
+
+    def test_ssp(self):
+        self.check("ssp", range(10, 12))
+
+
 class ExamplesTest(unittest.TestCase):
     """The examples run through lockstep_launch, as docs/python.md shows."""
 

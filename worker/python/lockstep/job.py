@@ -98,7 +98,7 @@ class Job:
       optimizer: sgd, momentum, adam or adamw, run on the servers; its
         settings default to Keras's (lockstep_worker's) for that optimizer.
       sync: sync (the default), async or ssp; backup_workers (sync) and
-        staleness (ssp) as lockstep_worker's flags.
+        staleness (ssp; default 1) as lockstep_worker's flags.
       total_steps: the job's length in global steps, checked against every
         other worker's at registration (0: not checked).
       cluster: a Cluster; default Cluster.from_env().
@@ -107,7 +107,7 @@ class Job:
     def __init__(self, tensors, state_tensors=(), *, optimizer="adam",
                  learning_rate=None, momentum=None, nesterov=None, beta_1=None,
                  beta_2=None, epsilon=None, weight_decay=None, sync="sync",
-                 backup_workers=0, staleness=0,
+                 backup_workers=0, staleness=None,
                  chunk_bytes=DEFAULT_CHUNK_BYTES, total_steps=0, cluster=None,
                  push_window=-1, push_thread=False, connect_timeout_s=60.0,
                  step_timeout_s=300.0, rejoin_timeout_s=300.0):
@@ -143,7 +143,9 @@ class Job:
         self.settings = settings
         self.sync = sync
         self.backup_workers = backup_workers
-        self.staleness = staleness
+        # As lockstep_worker's --staleness: 1 unless given (SSP only).
+        self.staleness = (staleness if staleness is not None else 1) \
+            if sync == "ssp" else 0
         self.chunk_bytes = chunk_bytes
         self.total_steps = total_steps
         self.connect_timeout_s = connect_timeout_s

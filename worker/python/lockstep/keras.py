@@ -71,7 +71,7 @@ class SyncOptimizer(keras.optimizers.Optimizer):
 
     def __init__(self, optimizer="adam", learning_rate=None, momentum=None,
                  nesterov=None, beta_1=None, beta_2=None, epsilon=None,
-                 weight_decay=None, sync="sync", backup_workers=0, staleness=0,
+                 weight_decay=None, sync="sync", backup_workers=0, staleness=None,
                  total_steps=0, cluster=None, name="lockstep_sync",
                  **job_options):
         if learning_rate is None:

@@ -74,7 +74,7 @@ class SyncOptimizer:
 
     def __init__(self, model, optimizer="adam", lr=None, momentum=None,
                  nesterov=None, betas=None, eps=None, weight_decay=None,
-                 sync="sync", backup_workers=0, staleness=0, total_steps=0,
+                 sync="sync", backup_workers=0, staleness=None, total_steps=0,
                  cluster=None, **job_options):
         self.model = model
         params = _trainable(model)
