@@ -169,8 +169,11 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
     ASSIGN_OR_RETURN(Entry entry, ParseEntry(name, value));
     entries.push_back(std::move(entry));
   }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  // By range: an empty tensor at the offset where the next one starts
+  // comes first.
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::make_pair(a.begin, a.end) < std::make_pair(b.begin, b.end);
+  });
   const int64_t data_bytes = static_cast<int64_t>(bytes.size() - 8 - n);
   int64_t expect = 0;
   for (const Entry& e : entries) {

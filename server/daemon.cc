@@ -91,6 +91,7 @@ Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 Daemon::~Daemon() = default;
 
 absl::StatusOr<int64_t> Daemon::WriteWeightsFile() {
+  absl::MutexLock lock(&weights_mu_);
   absl::StatusOr<ShardCheckpoint> snapshot =
       core_->Snapshot(kDrainCheckpointWait);
   if (!snapshot.ok()) return snapshot.status();

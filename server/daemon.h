@@ -70,7 +70,7 @@ class Daemon final {
  private:
   // Writes the model's weights to options_.weights_file; returns their
   // version.
-  absl::StatusOr<int64_t> WriteWeightsFile();
+  absl::StatusOr<int64_t> WriteWeightsFile() ABSL_LOCKS_EXCLUDED(weights_mu_);
   // Writes a checkpoint now; returns its path and version.
   // Waits up to `wait` for the chunks to line up at one version.
   absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(
@@ -86,6 +86,8 @@ class Daemon final {
   // After core_: destroyed first, so no scrape reads a destroyed core.
   std::unique_ptr<ServerTelemetry> telemetry_;
   std::unique_ptr<CheckpointStore> checkpoints_;
+  // One weights-file write at a time (job end, lockstep_ctl requests).
+  absl::Mutex weights_mu_;
   absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
   int64_t last_saved_version_ ABSL_GUARDED_BY(checkpoint_mu_) = -1;
   absl::Time last_saved_ ABSL_GUARDED_BY(checkpoint_mu_) = absl::Now();

@@ -31,6 +31,26 @@ def binary(name):
     return path
 
 
+def free_port():
+    """A loopback port nothing listens on now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_until(proc, text, timeout_s=60):
+    """Lines of proc's output up to the one holding `text` (or its end)."""
+    deadline = time.monotonic() + timeout_s
+    seen = ""
+    while text not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    return seen
+
+
 def worker_env(servers, rank, workers, extra=None):
     env = dict(os.environ)
     env.update(LOCKSTEP_SERVERS=",".join(servers), LOCKSTEP_RANK=str(rank),
@@ -46,13 +66,13 @@ def worker_env(servers, rank, workers, extra=None):
 class Server:
     """One lockstep_server shard on a free loopback port."""
 
-    def __init__(self, workers, flags=(), timeout_s=30):
+    def __init__(self, workers, flags=(), timeout_s=30, port=0):
         self.dir = tempfile.mkdtemp(prefix="lockstep_pytest_")
         port_file = os.path.join(self.dir, "port")
         self.log_path = os.path.join(self.dir, "server.log")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [binary("lockstep_server"), "--listen=127.0.0.1:0",
+            [binary("lockstep_server"), f"--listen=127.0.0.1:{port}",
              f"--port_file={port_file}", f"--workers={workers}",
              "--exit_when_done", *flags],
             stdout=self._log, stderr=subprocess.STDOUT)

@@ -135,6 +135,16 @@ class ShardTest(unittest.TestCase):
             count += 1
         self.assertEqual(count, 3)
 
+    def test_steps_are_known_before_the_job_is_joined(self):
+        import unittest.mock
+        env = {"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "0",
+               "LOCKSTEP_WORKERS": "2"}
+        with unittest.mock.patch.dict(os.environ, env):
+            s = Shard((np.zeros((1000, 1)), np.zeros(1000)), batch_size=64,
+                      epochs=3)
+            self.assertEqual(s.steps_per_epoch, 7)  # 1000 // (2 * 64)
+            self.assertEqual(s.total_steps, 21)
+
     def test_bad_data_is_refused(self):
         with self.assertRaises(LockstepError):
             Shard((np.zeros((10, 1)), np.zeros(9)), batch_size=2)

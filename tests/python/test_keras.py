@@ -86,6 +86,55 @@ class EquivalenceTest(unittest.TestCase):
         self.assertGreater(np.abs(w0[mean][1]).max(), 1e-3)
 
 
+class FailureTest(unittest.TestCase):
+
+    def test_a_refused_update_ends_fit_with_the_permanent_exit_code(self):
+        server = harness.Server(1)
+        try:
+            (code, output), = harness.finish([harness.start_worker(
+                PYTHON, "keras_train.py", ["--nan", "--steps=5"],
+                [server.address], 0, 1)], 240)
+            # TensorFlow wraps it; the exit code is still Lockstep's.
+            self.assertEqual(code, 2, output)
+            self.assertIn("caused by lockstep.LockstepError: "
+                          "INVALID_ARGUMENT", output)
+        finally:
+            server.stop()
+
+    def test_ctrl_c_ends_fit_while_a_step_waits(self):
+        import signal
+        import time
+        server = harness.Server(2)  # Rank 1 never comes.
+        try:
+            worker = harness.start_worker(PYTHON, "keras_train.py",
+                                          ["--steps=5"], [server.address], 0, 2)
+            # Waiting once the server holds its first push: the step cannot
+            # close without rank 1.
+            def pushes():
+                ctl = subprocess.run([harness.binary("lockstep_ctl"), "status",
+                                      server.address], capture_output=True,
+                                     text=True, timeout=60)
+                for line in ctl.stdout.splitlines():
+                    fields = line.split()
+                    if len(fields) > 4 and fields[1] == server.address:
+                        return int(fields[4])
+                return 0
+            deadline = time.monotonic() + 120
+            while pushes() == 0 and time.monotonic() < deadline and \
+                    worker.poll() is None:
+                time.sleep(0.2)
+            self.assertGreater(pushes(), 0)
+            self.assertIsNone(worker.poll())
+            sent = time.monotonic()
+            worker.send_signal(signal.SIGINT)
+            worker.wait(20)
+            self.assertLess(time.monotonic() - sent, 2.0)
+            self.assertEqual(worker.returncode, -signal.SIGINT)
+            worker.stdout.close()
+        finally:
+            server.stop()
+
+
 class SafetensorsTest(unittest.TestCase):
 
     def test_round_trip_through_the_safetensors_package(self):

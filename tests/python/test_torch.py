@@ -163,6 +163,24 @@ class RefusalTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_a_second_backward_in_one_step_raises(self):
+        import lockstep.torch as ls
+        server = harness.Server(1)
+        try:
+            code = ("import torch, lockstep.torch as ls\n"
+                    "m = torch.nn.Linear(3, 2)\n"
+                    "opt = ls.SyncOptimizer(m, optimizer='sgd', lr=0.1)\n"
+                    "x = torch.ones(4, 3)\n"
+                    "m(x).sum().backward()\n"
+                    "m(x).sum().backward()\n")
+            run = subprocess.run(
+                [PYTHON, "-c", code], capture_output=True, text=True,
+                timeout=60, env=harness.worker_env([server.address], 0, 1))
+            self.assertEqual(run.returncode, 2, run.stderr)
+            self.assertIn("handed over twice in step 0", run.stderr)
+        finally:
+            server.stop()
+
     def test_a_nan_gradient_raises_and_changes_nothing(self):
         out = os.path.join(tempfile.mkdtemp(), "w.safetensors")
         server = harness.Server(1)
@@ -227,6 +245,39 @@ class FaultTest(unittest.TestCase):
                                 harness.read_weights(out).values()])).all())
         finally:
             server.stop()
+
+
+class ServerRestartTest(unittest.TestCase):
+
+    def test_workers_rejoin_a_server_restarted_from_its_checkpoint(self):
+        port = harness.free_port()
+        checkpoints = tempfile.mkdtemp()
+        flags = [f"--checkpoint_dir={checkpoints}", "--checkpoint_every_steps=1"]
+        server = harness.Server(2, flags, port=port)
+        again = None
+        try:
+            args = train_args(steps=30, step_sleep_ms=30)
+            workers = [harness.start_worker(PYTHON, "torch_train.py", args,
+                                            [server.address], r, 2)
+                       for r in range(2)]
+            seen = harness.read_until(workers[0], "step 8 loss")
+            self.assertIn("step 8 loss", seen)
+            server.proc.kill()
+            server.proc.wait(30)
+            again = harness.Server(2, flags, port=port)
+            results = harness.finish(workers, 180)
+            for code, output in results:
+                self.assertEqual(code, 0, output)
+                self.assertIn("done version 30", output)
+                self.assertIn("registering again", output)
+                rejoins = int(output.split("rejoins ")[-1].split()[0])
+                self.assertGreaterEqual(rejoins, 1, output)
+            self.assertEqual(again.wait(30), 0, again.log())
+            self.assertIn("restored", again.log().lower())
+        finally:
+            server.stop()
+            if again is not None:
+                again.stop()
 
 
 class SignalTest(unittest.TestCase):

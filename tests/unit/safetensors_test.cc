@@ -71,6 +71,19 @@ TEST(SafetensorsTest, ReadsTensorsInDataOrderWhateverTheHeaderOrder) {
   EXPECT_EQ((*back)[1].values, std::vector<float>{2});
 }
 
+TEST(SafetensorsTest, AnEmptyTensorMayShareItsOffsetWithTheNext) {
+  // Listed after the tensor that starts where it does.
+  const std::string bytes = File(
+      "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+      "\"empty\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}",
+      Floats({7}));
+  absl::StatusOr<std::vector<NamedTensor>> back = DecodeSafetensors(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].info.name, "empty");
+  EXPECT_EQ((*back)[1].values, std::vector<float>{7});
+}
+
 TEST(SafetensorsTest, RefusesWhatIsNotAWholeFloat32File) {
   const std::string ok_tensor =
       "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}";

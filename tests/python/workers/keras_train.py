@@ -16,6 +16,7 @@ p.add_argument("--steps", type=int, default=20)
 p.add_argument("--out", default="",
                help="safetensors file; {rank} in it writes one per rank")
 p.add_argument("--model", default="mlp", choices=["mlp", "bn"])
+p.add_argument("--nan", action="store_true", help="features all NaN")
 args = p.parse_args()
 
 rank = int(os.environ["LOCKSTEP_RANK"])
@@ -23,6 +24,8 @@ keras.utils.set_random_seed(1000 + rank)  # Only rank 0's weights may count.
 rng = np.random.default_rng(7)
 x = rng.standard_normal((640, 20)).astype(np.float32)
 y = rng.integers(0, 4, 640).astype(np.int32)
+if args.nan:
+    x[:] = np.nan
 layers = [keras.layers.Dense(16, activation="relu")]
 if args.model == "bn":
     layers.append(keras.layers.BatchNormalization())

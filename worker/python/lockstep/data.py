@@ -87,8 +87,16 @@ class Shard:
 
     @property
     def steps_per_epoch(self):
-        self._bind()
-        return self._sampler.steps_per_epoch()
+        """floor(N / (W * B)); known before the job is joined."""
+        if self._job is None:
+            from lockstep.job import current_job
+            self._job = current_job()
+        if self._job is not None:
+            workers = self._job.num_workers
+        else:
+            from lockstep.cluster import Cluster
+            workers = Cluster.from_env().num_workers
+        return self._num_examples // (workers * self.batch_size)
 
     @property
     def total_steps(self):

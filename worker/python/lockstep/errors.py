@@ -46,6 +46,19 @@ def _excepthook(kind, value, tb):
 
 
 _previous_hook = None
+_raised = None  # The last LockstepError a framework may have wrapped.
+
+
+def remember(error):
+    """Notes `error` on its way out through a framework that wraps it.
+
+    TensorFlow turns an exception raised inside tf.py_function into an
+    UnknownError of its own; the exit code of the error that caused it is
+    kept here for the exit hook.
+    """
+    global _raised
+    _raised = error
+    return error
 
 
 def install_exit_codes():
@@ -63,6 +76,14 @@ def install_exit_codes():
     def hook(kind, value, tb):
         if isinstance(value, LockstepError):
             _excepthook(kind, value, tb)
+        elif _raised is not None:
+            # Another error, wrapping (or following) a LockstepError.
+            traceback.print_exception(kind, value, tb)
+            print(f"caused by lockstep.LockstepError: {_raised}",
+                  file=sys.stderr)
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(_raised.exit_code)
         else:
             _previous_hook(kind, value, tb)
 

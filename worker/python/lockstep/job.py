@@ -163,6 +163,7 @@ class Job:
         self.joined = False
         self._left = False
         self._step = None   # The step under way, or None.
+        self._readied = set()  # Ranges handed over in that step (begin).
 
     @property
     def rank(self):
@@ -234,17 +235,29 @@ class Job:
             raise _bad("join the job before the first step")
         if self._step is not None:
             return
-        self._step = self.next_step
-        self._client.begin_step(self._step, self.gradient, self.weights)
+        step = self.next_step
+        self._client.begin_step(step, self.gradient, self.weights)
+        self._step = step
+        self._readied.clear()
 
     @property
     def in_step(self):
         return self._step is not None
 
     def ready(self, begin, end):
-        """gradient[begin:end] is final for this step: pushes what it completes."""
+        """gradient[begin:end] is final for this step: pushes what it completes.
+
+        Each range once a step: a second backward pass before the step ends
+        would hand it over again (and overwrite a gradient being sent).
+        """
         if self._step is None:
             self.begin()
+        if begin in self._readied:
+            raise _bad(f"the gradient at [{begin}, {end}) was handed over "
+                       f"twice in step {self._step}: Lockstep pushes during "
+                       "backward, so a step takes one backward pass (no "
+                       "gradient accumulation across passes)")
+        self._readied.add(begin)
         self._client.gradient_ready(begin, end)
 
     def finish(self):
@@ -272,10 +285,18 @@ class Job:
         return self.version
 
     def abandon(self):
-        """Ends a step whose gradient is not to be pushed (a failed backward)."""
+        """Ends a step whose gradient is not to be pushed (a failed backward).
+
+        Replies to what was already pushed may have written parts of the
+        next version into `weights`: they are read again at the version the
+        job is at, so every tensor is of one version.
+        """
         if self._step is not None:
             self._step = None
             self._client.abandon_step()
+            with _interruptible():
+                self._client.pull(max(self.version, 0), self.weights,
+                                  self.synchronous)
 
     def leave(self):
         """Says this worker is done; the servers finish when all have left."""

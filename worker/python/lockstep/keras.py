@@ -37,7 +37,8 @@ import keras
 
 from lockstep import _native
 from lockstep import data as _data
-from lockstep.job import Job, current_job
+from lockstep import errors as _errors
+from lockstep.job import Job, _interruptible, current_job
 from lockstep.cluster import Cluster
 from lockstep.errors import LockstepError
 
@@ -96,9 +97,11 @@ class SyncOptimizer(keras.optimizers.Optimizer):
                                     "trains float32 variables", False, 2)
         # Eagerly, also when Keras builds us while tracing the train step.
         with tf.init_scope():
-            job = Job(list(zip(_names(variables),
+            model = self._model()
+            job = Job(list(zip(_relative(model, _names(variables)),
                                [tuple(v.shape) for v in variables])),
-                      list(zip(_names(state), [tuple(v.shape) for v in state])),
+                      list(zip(_relative(model, _names(state)),
+                               [tuple(v.shape) for v in state])),
                       **self._lockstep)
             everything = list(zip(job.tensors + job.state_tensors,
                                   variables + state))
@@ -111,10 +114,14 @@ class SyncOptimizer(keras.optimizers.Optimizer):
             self._layout = [(t.offset, t.end, t.shape) for t, _ in everything]
             self._state = state
 
+    def _model(self):
+        """The model compile() gave this optimizer to, or None."""
+        ref = self.__dict__.get("_lockstep_model")
+        return ref() if ref is not None else None
+
     def _state_variables(self):
         """The compiled model's float non-trainable variables, if known."""
-        ref = self.__dict__.get("_lockstep_model")
-        model = ref() if ref is not None else None
+        model = self._model()
         if model is None:
             return []
         return [v for v in model.non_trainable_variables
@@ -124,8 +131,12 @@ class SyncOptimizer(keras.optimizers.Optimizer):
         """Gradients, then this worker's state, in; the next version out."""
         job = self.job
         np.copyto(job.gradient, flat.numpy())
-        job.ready(0, job.weights.size)
-        job.finish()
+        try:
+            job.ready(0, job.weights.size)
+            job.finish()
+        except LockstepError as e:
+            # TensorFlow re-raises it as an UnknownError: keep its exit code.
+            raise _errors.remember(e)
         return job.weights
 
     def _backend_apply_gradients(self, grads, trainable_variables):
@@ -163,9 +174,13 @@ class SyncOptimizer(keras.optimizers.Optimizer):
 
 def _compile_hook(model_class):
     """Model.compile, told about a SyncOptimizer: it learns its model (for
-    the state variables), and the train step runs without XLA, which
-    Keras's "auto" picks on a GPU and which cannot run a py_function."""
+    the state variables and names), and the train step runs without XLA,
+    which Keras's "auto" picks on a GPU and which cannot run a py_function.
+    Model.fit with one: Ctrl-C ends the process at once, as it ends
+    lockstep_worker, rather than waiting for a step the servers hold (the
+    wait runs on a TensorFlow thread, where Python cannot interrupt it)."""
     original = model_class.compile
+    original_fit = model_class.fit
 
     def compile(self, *args, **kwargs):
         optimizer = kwargs.get("optimizer", args[0] if args else None)
@@ -175,8 +190,16 @@ def _compile_hook(model_class):
             optimizer.__dict__["_lockstep_model"] = weakref.ref(self)
         return original(self, *args, **kwargs)
 
+    def fit(self, *args, **kwargs):
+        if not isinstance(getattr(self, "optimizer", None), SyncOptimizer):
+            return original_fit(self, *args, **kwargs)
+        with _interruptible():
+            return original_fit(self, *args, **kwargs)
+
     compile.__doc__ = original.__doc__
+    fit.__doc__ = original_fit.__doc__
     model_class.compile = compile
+    model_class.fit = fit
 
 
 _compile_hook(keras.Model)
@@ -211,13 +234,18 @@ def shard(data, batch_size, epochs=None, **kwargs):
 warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed")
 
 
-def _model_names(model):
-    """The model's variable paths without the model's own name in front
-    ("dense/kernel"), so a file does not depend on what Keras named the
-    model instance."""
+def _relative(model, names):
+    """Variable paths without the model's own name in front ("dense/kernel"),
+    so a job's signature and its files do not depend on what Keras named
+    the model instance."""
+    if model is None:
+        return names
     prefix = model.name + "/"
-    return [n[len(prefix):] if n.startswith(prefix) else n
-            for n in _names(model.weights)]
+    return [n[len(prefix):] if n.startswith(prefix) else n for n in names]
+
+
+def _model_names(model):
+    return _relative(model, _names(model.weights))
 
 
 def save_safetensors(model, path):

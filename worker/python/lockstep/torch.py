@@ -103,6 +103,7 @@ class SyncOptimizer:
         self._gradient = torch.from_numpy(job.gradient)
         self._params = [p for _, p in params]
         self._staged = []  # (tensor, host view) for parameters off the CPU.
+        self._staged_state = []  # The same for buffers off the CPU.
         self._viewed = set()  # Parameters that are views of the job's arrays.
         with torch.no_grad():
             for index, (t, (name, p)) in enumerate(zip(job.tensors, params)):
@@ -121,6 +122,7 @@ class SyncOptimizer:
                     _set_buffer(model, name, host)
                 else:
                     self._staged.append((b, host))
+                    self._staged_state.append((b, host))
         self._hooks = []
         for index, p in enumerate(self._params):
             self._hooks.append(self._hook(index, p))
@@ -189,6 +191,9 @@ class SyncOptimizer:
         if job.state_tensors:
             # This worker's updated running statistics go out with the
             # gradient; the workers' mean comes back.
+            with torch.no_grad():
+                for tensor, host in self._staged_state:
+                    host.copy_(tensor)
             begin = job.num_parameters
             job.gradient[begin:] = job.weights[begin:]
             job.ready(begin, job.weights.size)

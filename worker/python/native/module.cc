@@ -182,9 +182,10 @@ class Client final {
       py::gil_scoped_release release;
       version = JoinOnce(signature, w.span, Seconds(timeout_s));
     }
+    const int64_t joined = ValueOrThrow(std::move(version));
     signature_ = std::move(signature);
     rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
-    return ValueOrThrow(std::move(version));
+    return joined;
   }
 
   void BeginStep(int64_t step, const py::buffer& gradient,
@@ -220,8 +221,9 @@ class Client final {
         // As lockstep_worker does: register again and go on from the
         // version the servers have; the data order follows the version.
         const absl::Status cause = version.status();
-        version = rejoiner_.CheckDeadline(cause);
-        if (version.ok()) {
+        if (absl::Status late = rejoiner_.CheckDeadline(cause); !late.ok()) {
+          version = late;
+        } else {
           const absl::Span<float> weights = weights_.span;
           version = rejoiner_.Rejoin(cause, [&](absl::Duration timeout) {
             return JoinOnce(signature_, weights, timeout);
