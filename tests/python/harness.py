@@ -51,6 +51,17 @@ def read_until(proc, text, timeout_s=60):
     return seen
 
 
+def interrupt(proc, within_s=2.0):
+    """Sends SIGINT; returns (seconds until proc ended, its return code)."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(max(10, 5 * within_s))
+    elapsed = time.monotonic() - sent
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return elapsed, proc.returncode
+
+
 def worker_env(servers, rank, workers, extra=None):
     env = dict(os.environ)
     env.update(LOCKSTEP_SERVERS=",".join(servers), LOCKSTEP_RANK=str(rank),

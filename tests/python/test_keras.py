@@ -125,12 +125,9 @@ class FailureTest(unittest.TestCase):
                 time.sleep(0.2)
             self.assertGreater(pushes(), 0)
             self.assertIsNone(worker.poll())
-            sent = time.monotonic()
-            worker.send_signal(signal.SIGINT)
-            worker.wait(20)
-            self.assertLess(time.monotonic() - sent, 2.0)
-            self.assertEqual(worker.returncode, -signal.SIGINT)
-            worker.stdout.close()
+            elapsed, code = harness.interrupt(worker)
+            self.assertLess(elapsed, 2.0)
+            self.assertEqual(code, -signal.SIGINT)
         finally:
             server.stop()
 

@@ -298,12 +298,9 @@ class SignalTest(unittest.TestCase):
                 asleep = asleep + 1 if state == "S" else 0
                 time.sleep(0.05)
             self.assertEqual(asleep, 5, "the worker never waited")
-            sent = time.monotonic()
-            worker.send_signal(signal.SIGINT)
-            worker.wait(10)
-            self.assertLess(time.monotonic() - sent, 2.0)
-            self.assertEqual(worker.returncode, -signal.SIGINT)
-            worker.stdout.close()
+            elapsed, code = harness.interrupt(worker)
+            self.assertLess(elapsed, 2.0)
+            self.assertEqual(code, -signal.SIGINT)
         finally:
             server.stop()
 
