@@ -1,0 +1,48 @@
+#include "worker/python/native/conversions.h"
+
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+
+namespace py = pybind11;
+
+std::string CodeName(absl::StatusCode code) {
+  std::string name = absl::StatusCodeToString(code);
+  for (char& c : name) {
+    c = c == ' ' ? '_'
+                 : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return name;
+}
+
+FloatBuffer RequestFloats(const py::buffer& buffer, bool writable,
+                          const char* what) {
+  FloatBuffer out;
+  out.info = std::make_unique<py::buffer_info>(buffer.request(writable));
+  const py::buffer_info& info = *out.info;
+  if (info.itemsize != 4 || (info.format != "f" && info.format != "<f" &&
+                             info.format != "=f")) {
+    throw py::type_error(absl::StrCat(
+        what, ": needs float32 values, got format '", info.format, "'"));
+  }
+  int64_t expect = info.itemsize;
+  for (int64_t d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != expect) {
+      throw py::value_error(absl::StrCat(what, ": needs a C-contiguous array"));
+    }
+    expect *= info.shape[d];
+  }
+  out.span = absl::MakeSpan(static_cast<float*>(info.ptr),
+                            static_cast<size_t>(info.size));
+  return out;
+}
+
+std::vector<TensorInfo> Tensors(const NamedShapes& list) {
+  std::vector<TensorInfo> out;
+  for (const auto& [name, shape] : list) out.push_back({name, shape});
+  return out;
+}
+
+}  // namespace lockstep
