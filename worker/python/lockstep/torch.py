@@ -21,6 +21,7 @@ memory: each gradient is copied to the host when it is ready, and the new
 weights back to the device after step().
 """
 
+import numpy as np
 import torch
 
 from lockstep import data as _data
@@ -211,13 +212,14 @@ class SyncOptimizer:
 
 def _take_torch(data, indices):
     if isinstance(data, (tuple, list)) and len(data) == 2:
-        x, y = data
         index = torch.from_numpy(indices)
-        x = x.index_select(0, index) if torch.is_tensor(x) else \
-            torch.from_numpy(_data.take_numpy((x, y), indices)[0])
-        y = y.index_select(0, index) if torch.is_tensor(y) else \
-            torch.from_numpy(_data.take_numpy((data[0], y), indices)[1])
-        return x, y
+
+        def take(a):  # Each array gathered once, as a tensor.
+            if torch.is_tensor(a):
+                return a.index_select(0, index)
+            return torch.from_numpy(np.asarray(a)[indices])
+
+        return take(data[0]), take(data[1])
     from torch.utils.data import default_collate
     return default_collate([data[int(i)] for i in indices])
 
