@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/kernels.h"
 #include "common/model_signature.h"
 #include "common/status_macros.h"
 
@@ -77,101 +77,6 @@ void CheckRangeOrDie(int64_t offset, size_t size, int64_t num_parameters) {
   std::abort();
 }
 
-// The update loops: branch-free over plain arrays so that GCC vectorizes
-// them. __restrict on parameters (GCC ignores it on locals) spares the
-// run-time alias checks. Each loop's formula is Keras's, as in optimizer.h.
-//
-// Every loop reads weight i from `from` (or from `w` itself when kInPlace,
-// and `from` is then unused) and writes it to `w`; gradient i is
-// `scale * sum[i]`. Keras (2.11+) gives every optimizer decoupled weight
-// decay, applied before the update, in the order w * weight_decay * lr; it
-// is a template switch rather than a multiply by zero because inf * 0 would
-// turn an infinite weight into NaN.
-
-template <bool kInPlace, bool kDecay>
-inline float LoadWeight(const float* __restrict from, const float* w, size_t i,
-                        float weight_decay, float lr) {
-  float wi = kInPlace ? w[i] : from[i];
-  if constexpr (kDecay) wi -= wi * weight_decay * lr;
-  return wi;
-}
-
-template <bool kInPlace, bool kDecay>
-void SgdLoop(size_t n, float lr, float weight_decay, float scale,
-             const float* __restrict sum, const float* __restrict from,
-             float* __restrict w) {
-  for (size_t i = 0; i < n; ++i) {
-    const float wi = LoadWeight<kInPlace, kDecay>(from, w, i, weight_decay, lr);
-    w[i] = wi - lr * (scale * sum[i]);
-  }
-}
-
-template <bool kInPlace, bool kDecay, bool kNesterov>
-void MomentumLoop(size_t n, float lr, float weight_decay, float momentum,
-                  float scale, const float* __restrict sum,
-                  float* __restrict velocity, const float* __restrict from,
-                  float* __restrict w) {
-  for (size_t i = 0; i < n; ++i) {
-    const float wi = LoadWeight<kInPlace, kDecay>(from, w, i, weight_decay, lr);
-    const float gi = scale * sum[i];
-    const float vi = momentum * velocity[i] - lr * gi;
-    velocity[i] = vi;
-    if constexpr (kNesterov) {
-      w[i] = wi + (momentum * vi - lr * gi);
-    } else {
-      w[i] = wi + vi;
-    }
-  }
-}
-
-// Adam's per-call constants, all fp32 as the loop uses them.
-struct AdamFactors {
-  float beta_1;
-  float beta_2;
-  float one_minus_beta_1;
-  float one_minus_beta_2;
-  float alpha;  // lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), from double.
-  float epsilon;
-  float weight_decay;  // 0 for plain Adam.
-  float lr;
-};
-
-// std::sqrt keeps this loop scalar unless the file is built with
-// -fno-math-errno: GCC then guards each sqrt with an errno branch, even
-// though v is never negative.
-template <bool kInPlace, bool kDecay>
-void AdamLoop(size_t n, const AdamFactors& f, float scale,
-              const float* __restrict sum, float* __restrict m,
-              float* __restrict v, const float* __restrict from,
-              float* __restrict w) {
-  const float b1 = f.beta_1, b2 = f.beta_2;
-  const float c1 = f.one_minus_beta_1, c2 = f.one_minus_beta_2;
-  const float alpha = f.alpha, eps = f.epsilon;
-  const float wd = f.weight_decay, lr = f.lr;
-  for (size_t i = 0; i < n; ++i) {
-    const float wi = LoadWeight<kInPlace, kDecay>(from, w, i, wd, lr);
-    const float gi = scale * sum[i];
-    const float mi = b1 * m[i] + c1 * gi;
-    const float vi = b2 * v[i] + c2 * (gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = wi - alpha * mi / (std::sqrt(vi) + eps);
-  }
-}
-
-// Calls `loop` with std::bool_constant arguments for in-place and decay,
-// so that each combination is its own branch-free instantiation.
-template <typename Loop>
-void Dispatch(bool in_place, bool decay, Loop loop) {
-  using T = std::true_type;
-  using F = std::false_type;
-  if (in_place) {
-    decay ? loop(T{}, T{}) : loop(T{}, F{});
-  } else {
-    decay ? loop(F{}, T{}) : loop(F{}, F{});
-  }
-}
-
 // The source pointer for the loops: null in place (the loops then read `to`).
 const float* Source(absl::Span<const float> from, absl::Span<float> to) {
   return from.data() == to.data() ? nullptr : from.data();
@@ -199,22 +104,15 @@ class Sgd final : public Optimizer {
     const float* source = Source(from, to);
     const float lr = learning_rate_, wd = weight_decay_;
     // Decay is skipped at zero so that infinite weights stay infinite.
-    Dispatch(source == nullptr, wd != 0, [&](auto in_place, auto decay) {
-      constexpr bool kInPlace = decltype(in_place)::value;
-      constexpr bool kDecay = decltype(decay)::value;
-      if (velocity_.empty()) {
-        SgdLoop<kInPlace, kDecay>(n, lr, wd, scale, sum.data(), source,
-                                  to.data());
-      } else if (config_.nesterov) {
-        MomentumLoop<kInPlace, kDecay, true>(
-            n, lr, wd, momentum_, scale, sum.data(), velocity_.data() + offset,
-            source, to.data());
-      } else {
-        MomentumLoop<kInPlace, kDecay, false>(
-            n, lr, wd, momentum_, scale, sum.data(), velocity_.data() + offset,
-            source, to.data());
-      }
-    });
+    const bool in_place = source == nullptr, decay = wd != 0;
+    const kernels::Table& k = kernels::Active();
+    if (velocity_.empty()) {
+      k.sgd[in_place][decay](n, lr, wd, scale, sum.data(), source, to.data());
+    } else {
+      k.momentum[in_place][decay][config_.nesterov](
+          n, lr, wd, momentum_, scale, sum.data(), velocity_.data() + offset,
+          source, to.data());
+    }
   }
 
   const OptimizerConfig& config() const override { return config_; }
@@ -262,17 +160,14 @@ class Adam final : public Optimizer {
     const double alpha = config_.learning_rate *
                          std::sqrt(1 - std::pow(config_.beta_2, t)) /
                          (1 - std::pow(config_.beta_1, t));
-    AdamFactors factors = factors_;
+    kernels::AdamFactors factors = factors_;
     factors.alpha = static_cast<float>(alpha);
     const size_t n = to.size();
     const float* source = Source(from, to);
     float* m = m_.data() + offset;
     float* v = v_.data() + offset;
-    Dispatch(source == nullptr, factors.weight_decay != 0,
-             [&](auto in_place, auto decay) {
-               AdamLoop<decltype(in_place)::value, decltype(decay)::value>(
-                   n, factors, scale, sum.data(), m, v, source, to.data());
-             });
+    kernels::Active().adam[source == nullptr][factors.weight_decay != 0](
+        n, factors, scale, sum.data(), m, v, source, to.data());
   }
 
   const OptimizerConfig& config() const override { return config_; }
@@ -284,7 +179,8 @@ class Adam final : public Optimizer {
  private:
   const OptimizerConfig config_;
   const int64_t num_parameters_;
-  const AdamFactors factors_;  // All but alpha, which depends on the step.
+  // All but alpha, which depends on the step.
+  const kernels::AdamFactors factors_;
   std::vector<float> m_;
   std::vector<float> v_;
 };

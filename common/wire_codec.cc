@@ -1,6 +1,8 @@
 #include "common/wire_codec.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -9,6 +11,7 @@
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/kernels.h"
 
 namespace lockstep {
 
@@ -52,13 +55,6 @@ uint16_t FloatToBfloat16(float f) {
   return static_cast<uint16_t>(nan ? 0x7fc0u : rounded >> 16);
 }
 
-float Bfloat16ToFloat(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 uint32_t AsBits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, sizeof(u));
@@ -98,29 +94,7 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(out | (sign >> 16));
 }
 
-float HalfToFloat(uint16_t h) {
-  constexpr uint32_t kShiftedExponent = 0x7c00u << 13;
-  uint32_t u = (h & 0x7fffu) << 13;
-  const uint32_t exponent = u & kShiftedExponent;
-  u += (127u - 15u) << 23;  // Rebias.
-  if (exponent == kShiftedExponent) {
-    u += (128u - 16u) << 23;  // Inf or NaN.
-  } else if (exponent == 0) {
-    u += 1u << 23;  // Subnormal: renormalize through the FPU.
-    u = AsBits(FromBits(u) - FromBits(113u << 23));
-  }
-  return FromBits(u | (static_cast<uint32_t>(h & 0x8000u) << 16));
-}
-
-template <typename Widen>
-void Accumulate16(absl::string_view bytes, absl::Span<float> sum, Widen widen) {
-  const char* p = bytes.data();
-  for (size_t i = 0; i < sum.size(); ++i) {
-    uint16_t h;
-    std::memcpy(&h, p + 2 * i, sizeof(h));
-    sum[i] += widen(h);
-  }
-}
+int KernelIndex(WireDType dtype) { return static_cast<int>(dtype); }
 
 }  // namespace
 
@@ -175,32 +149,15 @@ absl::Status DecodeTensor(absl::string_view bytes, WireDType dtype,
                      WireDTypeName(dtype), " values)"));
   }
   // Assigned, not added to zero: 0 + (-0) would lose the sign.
-  const char* p = bytes.data();
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint16_t h;
-    std::memcpy(&h, p + 2 * i, sizeof(h));
-    out[i] = dtype == WireDType::kBfloat16 ? Bfloat16ToFloat(h) : HalfToFloat(h);
-  }
+  kernels::Active().decode[KernelIndex(dtype)](bytes.data(), out.size(),
+                                               out.data());
   return absl::OkStatus();
 }
 
 void AccumulateTensor(absl::string_view bytes, WireDType dtype,
                       absl::Span<float> sum) {
-  switch (dtype) {
-    case WireDType::kFloat32: {
-      const char* p = bytes.data();
-      for (size_t i = 0; i < sum.size(); ++i) {
-        float v;
-        std::memcpy(&v, p + i * sizeof(float), sizeof(float));
-        sum[i] += v;
-      }
-      return;
-    }
-    case WireDType::kBfloat16:
-      return Accumulate16(bytes, sum, Bfloat16ToFloat);
-    case WireDType::kFloat16:
-      return Accumulate16(bytes, sum, HalfToFloat);
-  }
+  kernels::Active().accumulate[KernelIndex(dtype)](bytes.data(), sum.size(),
+                                                   sum.data());
 }
 
 absl::Status CheckFiniteEncoded(absl::string_view bytes, WireDType dtype) {
@@ -209,19 +166,12 @@ absl::Status CheckFiniteEncoded(absl::string_view bytes, WireDType dtype) {
 
 namespace {
 
-// Index of the first NaN or Inf in a contiguous encoded run. A branch-free
-// pass over the exponent bits that the compiler vectorizes comes first; the
-// search runs only when something is wrong. Reads go through memcpy, so
-// unaligned payloads are fine.
+// Index of the first NaN or Inf in a contiguous encoded run. The
+// vectorized pass of common/kernels.h comes first; the search runs only
+// when something is wrong. Reads go through memcpy, so unaligned payloads
+// are fine.
 template <typename Bits>
 std::optional<size_t> FindNonFiniteIn(const char* p, size_t n, Bits exponent) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    Bits bits;
-    std::memcpy(&bits, p + sizeof(Bits) * i, sizeof(Bits));
-    bad |= static_cast<uint32_t>((bits & exponent) == exponent);
-  }
-  if (bad == 0) return std::nullopt;
   for (size_t i = 0; i < n; ++i) {
     Bits bits;
     std::memcpy(&bits, p + sizeof(Bits) * i, sizeof(Bits));
@@ -231,24 +181,28 @@ std::optional<size_t> FindNonFiniteIn(const char* p, size_t n, Bits exponent) {
 }
 
 std::optional<size_t> FindNonFinite(absl::string_view bytes, WireDType dtype) {
+  const size_t n = bytes.size() / BytesPerElement(dtype);
+  if (!kernels::Active().any_nonfinite[KernelIndex(dtype)](bytes.data(), n)) {
+    return std::nullopt;
+  }
   switch (dtype) {
     case WireDType::kFloat32:
-      return FindNonFiniteIn<uint32_t>(bytes.data(), bytes.size() / 4,
-                                       0x7f800000u);
+      return FindNonFiniteIn<uint32_t>(bytes.data(), n, 0x7f800000u);
     case WireDType::kBfloat16:
-      return FindNonFiniteIn<uint16_t>(bytes.data(), bytes.size() / 2, 0x7f80);
+      return FindNonFiniteIn<uint16_t>(bytes.data(), n, 0x7f80);
     case WireDType::kFloat16:
-      return FindNonFiniteIn<uint16_t>(bytes.data(), bytes.size() / 2, 0x7c00);
+      return FindNonFiniteIn<uint16_t>(bytes.data(), n, 0x7c00);
   }
   return std::nullopt;
 }
 
-// Calls fn(run, first_element) for runs of whole elements in order: runs
-// inside a piece are passed in place; an element split across pieces is
-// assembled in a small buffer first.
+// Calls fn(run, first_element, carried) for runs of whole elements in
+// order: runs inside a piece are passed in place; an element split across
+// pieces is assembled in a small buffer first (`carried`: the run points
+// there, and only until fn returns).
 template <typename Fn>
-void ForEachRun(absl::Span<const absl::string_view> pieces, size_t width,
-                Fn fn) {
+void ForEachRunOrCarried(absl::Span<const absl::string_view> pieces,
+                         size_t width, Fn fn) {
   char carry[4];
   size_t carried = 0;
   size_t element = 0;
@@ -259,18 +213,27 @@ void ForEachRun(absl::Span<const absl::string_view> pieces, size_t width,
       carried += take;
       piece.remove_prefix(take);
       if (carried < width) continue;
-      fn(absl::string_view(carry, width), element++);
+      fn(absl::string_view(carry, width), element++, true);
       carried = 0;
     }
     const size_t whole = piece.size() / width * width;
     if (whole > 0) {
-      fn(piece.substr(0, whole), element);
+      fn(piece.substr(0, whole), element, false);
       element += whole / width;
     }
     carried = piece.size() - whole;
     // memcpy from null (an empty piece's data) is undefined even for 0.
     if (carried > 0) std::memcpy(carry, piece.data() + whole, carried);
   }
+}
+
+// The same for callers that read each run at once: fn(run, first_element).
+template <typename Fn>
+void ForEachRun(absl::Span<const absl::string_view> pieces, size_t width,
+                Fn fn) {
+  ForEachRunOrCarried(
+      pieces, width,
+      [&](absl::string_view run, size_t first, bool) { fn(run, first); });
 }
 
 }  // namespace
@@ -317,6 +280,128 @@ void AccumulatePieces(absl::Span<const absl::string_view> pieces,
   const size_t width = BytesPerElement(dtype);
   ForEachRun(pieces, width, [&](absl::string_view run, size_t first) {
     AccumulateTensor(run, dtype, sum.subspan(first, run.size() / width));
+  });
+}
+
+namespace {
+
+// A payload's whole elements in place, for splitting by element: an
+// element split across pieces is assembled in `carried`, whose capacity
+// (one per piece) keeps the pointers into it valid.
+struct Run {
+  const char* data;
+  size_t elements;
+  size_t first;  // Index of its first element in the payload.
+};
+using Carried = std::vector<std::array<char, 4>>;
+
+std::vector<Run> Runs(absl::Span<const absl::string_view> pieces, size_t width,
+                      Carried* carried) {
+  std::vector<Run> runs;
+  carried->reserve(pieces.size());
+  ForEachRunOrCarried(
+      pieces, width, [&](absl::string_view run, size_t first, bool is_carried) {
+        const char* data = run.data();
+        if (is_carried) {
+          carried->emplace_back();
+          std::memcpy(carried->back().data(), data, width);
+          data = carried->back().data();
+        }
+        runs.push_back({data, run.size() / width, first});
+      });
+  return runs;
+}
+
+// Calls fn(data, n, first) for the parts of `runs` in elements [begin, end).
+template <typename Fn>
+void ForEachInRange(const std::vector<Run>& runs, size_t width, size_t begin,
+                    size_t end, Fn fn) {
+  auto it = std::upper_bound(
+      runs.begin(), runs.end(), begin,
+      [](size_t element, const Run& run) { return element < run.first; });
+  if (it != runs.begin()) --it;
+  for (; it != runs.end() && it->first < end; ++it) {
+    const size_t from = std::max(begin, it->first);
+    const size_t to = std::min(end, it->first + it->elements);
+    if (from >= to) continue;
+    fn(it->data + (from - it->first) * width, to - from, from);
+  }
+}
+
+bool Parallel(WorkPool* pool, int64_t grain, size_t elements) {
+  return pool != nullptr && pool->threads() > 1 && grain > 0 &&
+         static_cast<int64_t>(elements) > grain;
+}
+
+}  // namespace
+
+absl::Status AccumulateCheckedPieces(absl::Span<const absl::string_view> pieces,
+                                     WireDType dtype, absl::Span<float> sum,
+                                     bool overwrite, WorkPool* pool,
+                                     int64_t grain) {
+  const kernels::Table& k = kernels::Active();
+  const int index = KernelIndex(dtype);
+  const size_t width = BytesPerElement(dtype);
+  bool bad = false;
+  if (Parallel(pool, grain, sum.size())) {
+    Carried carried;
+    const std::vector<Run> runs = Runs(pieces, width, &carried);
+    std::atomic<bool> any{false};
+    pool->ParallelFor(static_cast<int64_t>(sum.size()), grain,
+                      [&](int64_t begin, int64_t end) {
+                        ForEachInRange(runs, width, begin, end,
+                                       [&](const char* p, size_t n, size_t) {
+                                         if (k.any_nonfinite[index](p, n)) {
+                                           any = true;
+                                         }
+                                       });
+                      });
+    bad = any.load();
+    if (!bad) {
+      const auto op = overwrite ? k.decode[index] : k.accumulate[index];
+      pool->ParallelFor(static_cast<int64_t>(sum.size()), grain,
+                        [&](int64_t begin, int64_t end) {
+                          ForEachInRange(
+                              runs, width, begin, end,
+                              [&](const char* p, size_t n, size_t first) {
+                                op(p, n, sum.data() + first);
+                              });
+                        });
+      return absl::OkStatus();
+    }
+  } else {
+    ForEachRun(pieces, width, [&](absl::string_view run, size_t) {
+      bad = bad || k.any_nonfinite[index](run.data(), run.size() / width);
+    });
+  }
+  // Names the first bad element (a second, slow pass, on bad input only).
+  if (bad) return CheckFinitePieces(pieces, dtype);
+  AccumulateUncheckedPieces(pieces, dtype, sum, overwrite);
+  return absl::OkStatus();
+}
+
+void AccumulateUncheckedPieces(absl::Span<const absl::string_view> pieces,
+                               WireDType dtype, absl::Span<float> sum,
+                               bool overwrite, WorkPool* pool, int64_t grain) {
+  const kernels::Table& k = kernels::Active();
+  const int index = KernelIndex(dtype);
+  const size_t width = BytesPerElement(dtype);
+  const auto op = overwrite ? k.decode[index] : k.accumulate[index];
+  if (Parallel(pool, grain, sum.size())) {
+    Carried carried;
+    const std::vector<Run> runs = Runs(pieces, width, &carried);
+    pool->ParallelFor(static_cast<int64_t>(sum.size()), grain,
+                      [&](int64_t begin, int64_t end) {
+                        ForEachInRange(
+                            runs, width, begin, end,
+                            [&](const char* p, size_t n, size_t first) {
+                              op(p, n, sum.data() + first);
+                            });
+                      });
+    return;
+  }
+  ForEachRun(pieces, width, [&](absl::string_view run, size_t first) {
+    op(run.data(), run.size() / width, sum.data() + first);
   });
 }
 

@@ -7,12 +7,14 @@
 #define LOCKSTEP_COMMON_WIRE_CODEC_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/work_pool.h"
 
 namespace lockstep {
 
@@ -46,6 +48,25 @@ absl::Status CheckFinitePieces(absl::Span<const absl::string_view> pieces,
                                WireDType dtype);
 void AccumulatePieces(absl::Span<const absl::string_view> pieces,
                       WireDType dtype, absl::Span<float> sum);
+// The server's one visit to a push: checks every element is finite, then
+// adds the payload into `sum` -- or, with `overwrite`, writes it there (the
+// first push of a step, onto an accumulator that holds something else).
+// The check runs over the whole payload before anything is written, so a
+// refused push (INVALID_ARGUMENT naming the element) leaves `sum` as it
+// was; the two reads are back to back, the second from cache when the
+// payload fits in it (chunks of auto size do: common/chunk_plan.h). The
+// caller has checked the size.
+// With a `pool`, both passes are split over its threads in blocks of
+// `grain` elements (the same bits: each element is summed on its own).
+absl::Status AccumulateCheckedPieces(absl::Span<const absl::string_view> pieces,
+                                     WireDType dtype, absl::Span<float> sum,
+                                     bool overwrite, WorkPool* pool = nullptr,
+                                     int64_t grain = 0);
+// The same without the check, for a payload checked before.
+void AccumulateUncheckedPieces(absl::Span<const absl::string_view> pieces,
+                               WireDType dtype, absl::Span<float> sum,
+                               bool overwrite, WorkPool* pool = nullptr,
+                               int64_t grain = 0);
 // INVALID_ARGUMENT unless the pieces hold exactly out.size() elements.
 absl::Status DecodePieces(absl::Span<const absl::string_view> pieces,
                           WireDType dtype, absl::Span<float> out);

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/kernels.h"
+#include "common/status_macros.h"
 
 namespace lockstep {
 
@@ -27,14 +29,15 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
                            int num_workers,
                            std::unique_ptr<Optimizer> optimizer,
                            BarrierCounters* counters, BarrierObserver* observer,
-                           SumOrder sum_order)
+                           SumOrder sum_order, WorkPool* pool)
     : chunk_(chunk),
       policy_(policy),
       num_workers_(num_workers),
       rank_order_(sum_order == SumOrder::kRank &&
                   policy.mode == SyncPolicy::Mode::kSync && num_workers > 2),
       counters_(counters),
-      observer_(observer) {
+      observer_(observer),
+      pool_(pool) {
   absl::MutexLock lock(&mu_);
   optimizer_ = std::move(optimizer);
   accumulator_.assign(chunk.size, 0.0f);
@@ -82,11 +85,7 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
                         absl::Span<const absl::string_view> payload,
                         absl::Time arrival, ChunkCallback done) {
   Answers answers;
-  // For the observer, reported once the lock is released.
-  bool summed = false;
-  absl::Time sum_start, sum_end;
-  std::optional<BarrierObserver::Applied> applied;
-  std::vector<absl::Time> arrivals;
+  PushReport report;  // For the observer, once the lock is released.
   {
     absl::MutexLock lock(&mu_);
     auto refuse = [&](absl::Status status) {
@@ -121,56 +120,71 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
           "push for step ", step, " but chunk ", chunk_.index,
           " is at version ", version_, "; expected step ", version_)));
     } else {
-      // Counted already: in sync mode a rank's second push of the step
-      // being gathered; in async and SSP a re-sent push of the rank's last
-      // step (its answer was lost or held past the worker's deadline, and
-      // it registered again), which must not be applied twice.
-      const bool counted = policy_.mode == SyncPolicy::Mode::kSync
-                               ? pushed_[rank]
-                               : step + 1 == clock_[rank];
-      if (!counted) {
-        // Inside the lock: the sum's own time, not the wait for the lock
-        // behind other pushes' sums and the apply.
-        sum_start = absl::Now();
-        if (rank_order_) {
-          SumInRankOrderLocked(rank, payload, dtype);
-        } else {
-          SumLocked(payload, dtype);
-        }
-        counters_->pushes_accepted.fetch_add(1, std::memory_order_relaxed);
-        counters_->bytes_received.fetch_add(PiecesSize(payload),
-                                            std::memory_order_relaxed);
-        sum_end = absl::Now();
-        summed = true;
-        counters_->accumulate_ns.fetch_add(
-            absl::ToInt64Nanoseconds(sum_end - sum_start),
-            std::memory_order_relaxed);
-      }
-      const int64_t before = version_;
-      if (policy_.mode == SyncPolicy::Mode::kSync) {
-        if (observer_ != nullptr && !pushed_[rank]) arrivals_[rank] = arrival;
-        PushSync(rank, step, arrival, std::move(done), &answers);
-      } else {
-        PushAsync(rank, step, counted, std::move(done), &answers);
-      }
-      if (observer_ != nullptr && version_ != before) {
-        if (policy_.mode == SyncPolicy::Mode::kSync) {
-          arrivals.swap(arrivals_);
-          arrivals_.assign(num_workers_, absl::InfinitePast());
-        }
-        applied = BarrierObserver::Applied{chunk_.index,         before,
-                                           apply_start_,         published_at_,
-                                           previous_published_at_, arrivals};
-      }
+      AcceptLocked(rank, step, dtype, payload, arrival, std::move(done),
+                   &answers, &report);
     }
   }
   if (observer_ != nullptr) {
-    if (summed) {
-      observer_->OnAccumulate(chunk_.index, step, rank, sum_start, sum_end);
+    if (report.summed) {
+      observer_->OnAccumulate(chunk_.index, step, rank, report.sum_start,
+                              report.sum_end);
     }
-    if (applied.has_value()) observer_->OnApply(*applied);
+    if (report.applied.has_value()) observer_->OnApply(*report.applied);
   }
   answers.Run();
+}
+
+void ChunkBarrier::AcceptLocked(int rank, int64_t step, WireDType dtype,
+                                absl::Span<const absl::string_view> payload,
+                                absl::Time arrival, ChunkCallback done,
+                                Answers* answers, PushReport* report) {
+  // Counted already: in sync mode a rank's second push of the step being
+  // gathered; in async and SSP a re-sent push of the rank's last step (its
+  // answer was lost or held past the worker's deadline, and it registered
+  // again), which must not be applied twice.
+  const bool counted = policy_.mode == SyncPolicy::Mode::kSync
+                           ? pushed_[rank]
+                           : step + 1 == clock_[rank];
+  if (!counted) {
+    // Inside the lock: the check's and the sum's own time, not the wait for
+    // the lock behind other pushes' sums and the apply.
+    const absl::Time start = absl::Now();
+    const absl::Status summed =
+        rank_order_ ? SumInRankOrderLocked(rank, payload, dtype)
+                    : SumLocked(payload, dtype, /*checked=*/false);
+    const absl::Time end = absl::Now();
+    counters_->accumulate_ns.fetch_add(absl::ToInt64Nanoseconds(end - start),
+                                       std::memory_order_relaxed);
+    if (!summed.ok()) {
+      counters_->CountRefused(absl::StatusCode::kInvalidArgument);
+      answers->Add(std::move(done),
+                   absl::InvalidArgumentError(absl::StrCat(
+                       "chunk ", chunk_.index, ": ", summed.message())));
+      return;
+    }
+    counters_->pushes_accepted.fetch_add(1, std::memory_order_relaxed);
+    counters_->bytes_received.fetch_add(PiecesSize(payload),
+                                        std::memory_order_relaxed);
+    report->summed = true;
+    report->sum_start = start;
+    report->sum_end = end;
+  }
+  const int64_t before = version_;
+  if (policy_.mode == SyncPolicy::Mode::kSync) {
+    if (observer_ != nullptr && !pushed_[rank]) arrivals_[rank] = arrival;
+    PushSync(rank, step, arrival, std::move(done), answers);
+  } else {
+    PushAsync(rank, step, counted, std::move(done), answers);
+  }
+  if (observer_ != nullptr && version_ != before) {
+    if (policy_.mode == SyncPolicy::Mode::kSync) {
+      report->arrivals.swap(arrivals_);
+      arrivals_.assign(num_workers_, absl::InfinitePast());
+    }
+    report->applied = BarrierObserver::Applied{
+        chunk_.index,           before,          apply_start_, published_at_,
+        previous_published_at_, report->arrivals};
+  }
 }
 
 void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
@@ -203,33 +217,43 @@ void ChunkBarrier::PushSync(int rank, int64_t step, absl::Time arrival,
   push_waiters_.clear();
 }
 
-void ChunkBarrier::SumLocked(absl::Span<const absl::string_view> payload,
-                             WireDType dtype) {
-  if (accumulator_holds_previous_) {
-    // The first push of a step: written over the previous version's
-    // weights kept for an exact pull (sizes checked by the caller).
-    DecodePieces(payload, dtype, absl::MakeSpan(accumulator_)).IgnoreError();
+absl::Status ChunkBarrier::SumLocked(
+    absl::Span<const absl::string_view> payload, WireDType dtype,
+    bool checked) {
+  // The first push of a step writes over the previous version's weights
+  // kept for an exact pull (sizes checked by the caller).
+  const bool overwrite = accumulator_holds_previous_;
+  absl::Span<float> sum = absl::MakeSpan(accumulator_);
+  if (checked) {
+    AccumulateUncheckedPieces(payload, dtype, sum, overwrite, pool_,
+                              kParallelGrain);
+  } else {
+    RETURN_IF_ERROR(AccumulateCheckedPieces(payload, dtype, sum, overwrite,
+                                            pool_, kParallelGrain));
+  }
+  if (overwrite) {
     accumulator_holds_previous_ = false;
     ForgetPreviousLocked();
-  } else {
-    AccumulatePieces(payload, dtype, absl::MakeSpan(accumulator_));
   }
+  return absl::OkStatus();
 }
 
-void ChunkBarrier::SumInRankOrderLocked(
+absl::Status ChunkBarrier::SumInRankOrderLocked(
     int rank, absl::Span<const absl::string_view> payload, WireDType dtype) {
   if (rank != next_rank_) {
     // A lower rank is still to come: keep a copy, since the caller releases
-    // the payload once this returns.
+    // the payload once this returns; checked now, summed later.
+    RETURN_IF_ERROR(CheckFinitePieces(payload, dtype));
     held_[rank] = HeldPush{dtype, absl::StrJoin(payload, "")};
-    return;
+    return absl::OkStatus();
   }
-  SumLocked(payload, dtype);
+  RETURN_IF_ERROR(SumLocked(payload, dtype, /*checked=*/false));
   ++next_rank_;
   while (next_rank_ < num_workers_ && held_[next_rank_].has_value()) {
     SumHeldPushLocked(held_[next_rank_]);
     ++next_rank_;
   }
+  return absl::OkStatus();
 }
 
 void ChunkBarrier::SumHeldLocked() {
@@ -241,7 +265,8 @@ void ChunkBarrier::SumHeldLocked() {
 
 void ChunkBarrier::SumHeldPushLocked(std::optional<HeldPush>& held) {
   const absl::string_view bytes = held->bytes;
-  SumLocked(absl::MakeConstSpan(&bytes, 1), held->dtype);
+  SumLocked(absl::MakeConstSpan(&bytes, 1), held->dtype, /*checked=*/true)
+      .IgnoreError();  // Checked when it was held.
   held.reset();
 }
 
@@ -284,26 +309,43 @@ void ChunkBarrier::ApplyAndPublishLocked(float scale, Answers* answers) {
   // a new buffer and published in turn, so a chunk holds one copy of its
   // weights (plus, briefly, the ones replies still send).
   auto next = std::make_shared<std::vector<float>>(chunk_.size);
-  if (chunk_.state) {
-    // Model state (batch-norm moving statistics): the mean of what the
-    // workers pushed becomes the new value.
-    for (size_t i = 0; i < accumulator_.size(); ++i) {
-      (*next)[i] = accumulator_[i] * scale;
+  const bool sync = policy_.mode == SyncPolicy::Mode::kSync;
+  const kernels::Table& k = kernels::Active();
+  const float* from = published_->data();
+  float* to = next->data();
+  float* sum = accumulator_.data();
+  // Block by block, each on whichever thread of the pool takes it: every
+  // element is computed on its own, so the bits are those of one pass.
+  auto apply = [&](int64_t begin, int64_t end) {
+    const int64_t n = end - begin;
+    if (chunk_.state) {
+      // Model state (batch-norm moving statistics): the mean of what the
+      // workers pushed becomes the new value.
+      k.scale(n, scale, sum + begin, to + begin);
+    } else {
+      // The mean, the copy of the weights and the update in one pass: the
+      // bits of scaling the sum, copying and applying.
+      optimizer_->ApplyMean(version_, begin,
+                            absl::MakeConstSpan(from + begin, n),
+                            absl::MakeSpan(to + begin, n),
+                            absl::MakeConstSpan(sum + begin, n), scale);
     }
+    if (sync) {
+      // Idle until the next step's first push: it keeps this version's
+      // weights for an exact pull (in place of the zeroing it replaces).
+      std::copy(from + begin, from + end, sum + begin);
+    } else {
+      std::fill(sum + begin, sum + end, 0.0f);
+    }
+  };
+  if (pool_ != nullptr) {
+    pool_->ParallelFor(chunk_.size, kParallelGrain, apply);
   } else {
-    // The mean, the copy of the weights and the update in one pass: the
-    // bits of scaling the sum, copying and applying.
-    optimizer_->ApplyMean(version_, 0, *published_, absl::MakeSpan(*next),
-                          accumulator_, scale);
+    apply(0, chunk_.size);
   }
-  if (policy_.mode == SyncPolicy::Mode::kSync) {
-    // Idle until the next step's first push: it keeps this version's
-    // weights for an exact pull (in place of the zeroing it replaces).
-    std::copy(published_->begin(), published_->end(), accumulator_.begin());
+  if (sync) {
     accumulator_holds_previous_ = true;
     ForgetPreviousLocked();
-  } else {
-    std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
   }
   ++version_;
   PublishLocked(std::move(next));

@@ -45,6 +45,7 @@
 #include "common/model_signature.h"
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
+#include "common/work_pool.h"
 #include "server/barrier_observer.h"
 #include "server/checkpoint.h"
 
@@ -116,20 +117,29 @@ struct BarrierCounters {
 
 class ChunkBarrier final {
  public:
-  // `counters` and `observer` (may be null) are not owned and outlive the
-  // barrier.
+  // `counters`, `observer` and `pool` (both may be null) are not owned and
+  // outlive the barrier. With a pool, a push's check and sum and the
+  // optimizer's step are split over its threads in blocks of
+  // kParallelGrain elements (element-wise: the same bits either way).
   ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy, int num_workers,
                std::unique_ptr<Optimizer> optimizer, BarrierCounters* counters,
                BarrierObserver* observer = nullptr,
-               SumOrder sum_order = SumOrder::kArrival);
+               SumOrder sum_order = SumOrder::kArrival,
+               WorkPool* pool = nullptr);
+
+  // 64 Ki elements: a block is 256 KiB of fp32, enough to pay for a
+  // thread's wake-up many times over.
+  static constexpr int64_t kParallelGrain = int64_t{1} << 16;
 
   // Stores version 0 (fp32 values; size checked by the caller) and answers
   // waiting pulls. FAILED_PRECONDITION when already initialized, unless with
   // the same bytes at version 0 (a re-sent initialization: OK, no change).
   absl::Status Initialize(absl::string_view fp32_bytes);
 
-  // A validated gradient (size and finiteness checked by the caller) from
-  // `rank` for `step`; `done` gets the answer (see the class comment).
+  // A gradient from `rank` for `step` (its size checked by the caller);
+  // `done` gets the answer (see the class comment). A push to be summed is
+  // checked for NaN and Inf as it is summed (INVALID_ARGUMENT, nothing
+  // changed).
   void Push(int rank, int64_t step, WireDType dtype,
             absl::Span<const absl::string_view> payload, absl::Time arrival,
             ChunkCallback done);
@@ -190,20 +200,39 @@ class ChunkBarrier final {
     }
   };
 
+  // What a push did, for the observer.
+  struct PushReport {
+    bool summed = false;
+    absl::Time sum_start, sum_end;
+    std::optional<BarrierObserver::Applied> applied;
+    std::vector<absl::Time> arrivals;  // What applied->arrivals spans.
+  };
+  // A push for the step being gathered (sync) or any step (async, SSP):
+  // checks and sums it unless it was counted already, then waits or
+  // applies as the mode says.
+  void AcceptLocked(int rank, int64_t step, WireDType dtype,
+                    absl::Span<const absl::string_view> payload,
+                    absl::Time arrival, ChunkCallback done, Answers* answers,
+                    PushReport* report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushSync(int rank, int64_t step, absl::Time arrival, ChunkCallback done,
                 Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `counted`: a re-sent push of the rank's last step, not applied again.
   void PushAsync(int rank, int64_t step, bool counted, ChunkCallback done,
                  Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds a push's payload into the accumulator (writing over it when it
-  // holds the previous version's weights).
-  void SumLocked(absl::Span<const absl::string_view> payload, WireDType dtype)
+  // Checks a push's payload (unless `checked`: it was, when it was held)
+  // and adds it into the accumulator (writing over it when it holds the
+  // previous version's weights); INVALID_ARGUMENT for a NaN or Inf, with
+  // the accumulator unchanged.
+  absl::Status SumLocked(absl::Span<const absl::string_view> payload,
+                         WireDType dtype, bool checked)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SumOrder::kRank: sums or holds the new push of `rank`, then sums the held
-  // pushes that now follow the summed ranks without a gap.
-  void SumInRankOrderLocked(int rank,
-                            absl::Span<const absl::string_view> payload,
-                            WireDType dtype) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SumOrder::kRank: checks, then sums or holds the new push of `rank`,
+  // then sums the held pushes that now follow the summed ranks without a
+  // gap.
+  absl::Status SumInRankOrderLocked(int rank,
+                                    absl::Span<const absl::string_view> payload,
+                                    WireDType dtype)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SumOrder::kRank, at a step's close: sums what is still held (ranks after
   // one that did not push, with backup workers), in ascending rank.
   void SumHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -233,6 +262,7 @@ class ChunkBarrier final {
   const bool rank_order_;
   BarrierCounters* const counters_;  // Not owned.
   BarrierObserver* const observer_;  // Not owned; may be null.
+  WorkPool* const pool_;             // Not owned; may be null.
   std::atomic<int64_t> published_version_{-1};
 
   mutable absl::Mutex mu_;

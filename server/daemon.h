@@ -21,6 +21,7 @@
 #include "common/exit_codes.h"
 #include "common/grpc_limits.h"
 #include "common/tls_options.h"
+#include "common/work_pool.h"
 #include "server/checkpoint.h"
 #include "server/parameter_server.h"
 #include "server/server_telemetry.h"
@@ -56,6 +57,8 @@ struct DaemonOptions {
   absl::Duration step_timeout = absl::ZeroDuration();  // Zero: none.
   bool fail_on_worker_loss = false;  // Else wait for a replacement.
   SumOrder sum_order = SumOrder::kArrival;
+  // Threads that split a chunk's sums and optimizer step (--server_threads).
+  int server_threads = 1;
 };
 
 class Daemon final {
@@ -82,6 +85,7 @@ class Daemon final {
 
   const DaemonOptions options_;
   absl::Notification stop_;
+  std::unique_ptr<WorkPool> pool_;  // Outlives core_.
   std::unique_ptr<ParameterServer> core_;
   // After core_: destroyed first, so no scrape reads a destroyed core.
   std::unique_ptr<ServerTelemetry> telemetry_;

@@ -24,6 +24,7 @@
 #include "common/tf_config.h"
 #include "common/tls.h"
 #include "common/tls_flags.h"
+#include "common/work_pool.h"
 #include "server/daemon.h"
 
 ABSL_FLAG(std::string, listen, "",
@@ -91,6 +92,10 @@ ABSL_FLAG(std::string, sum_order, "arrival",
           "that runs with three or more workers give the same bits every "
           "time, a run recovered from a fault included; holds up to W - 1 "
           "copies of a chunk's payload that arrived early).");
+ABSL_FLAG(int, server_threads, 0,
+          "Threads that split each chunk's sums and optimizer step, so that "
+          "one shard can use every core it may run on (the same bits with "
+          "any count). 0: the cores this process may use.");
 ABSL_FLAG(int, max_message_mb, 64,
           "Largest gRPC reply sent, in MiB (replies carry at most a chunk). "
           "What is received follows --max_chunk_bytes.");
@@ -254,6 +259,12 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
         "--sum_order must be arrival or rank, got \"", order, "\""));
   }
   options.sum_order = order == "rank" ? SumOrder::kRank : SumOrder::kArrival;
+  const int threads = absl::GetFlag(FLAGS_server_threads);
+  if (threads < 0 || threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--server_threads must be in [0, 1024], got ", threads));
+  }
+  options.server_threads = threads == 0 ? WorkPool::AvailableCores() : threads;
   return options;
 }
 

@@ -27,11 +27,6 @@ absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
         "chunk ", chunk.index, " payload has ", bytes, " bytes, expected ",
         expected, " (", chunk.size, " ", WireDTypeName(dtype), " values)"));
   }
-  absl::Status finite = CheckFinitePieces(payload, dtype);
-  if (!finite.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", chunk.index, ": ", finite.message()));
-  }
   return absl::OkStatus();
 }
 
@@ -128,7 +123,7 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
                      Optimizer::Create(signature.optimizer, chunk.size));
     chunks.push_back(std::make_unique<ChunkBarrier>(
         chunk, signature.sync, options_.num_workers, std::move(optimizer),
-        &counters_, options_.observer, options_.sum_order));
+        &counters_, options_.observer, options_.sum_order, options_.pool));
   }
   // Barriers of an earlier, provisional configuration stay alive: a caller
   // may still hold a pointer to one (they are closed).
@@ -305,6 +300,11 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
   NoteContact(rank, absl::Now());
   RETURN_IF_ERROR(
       CheckPayload({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
+  if (absl::Status finite = CheckFiniteEncoded(fp32_bytes, WireDType::kFloat32);
+      !finite.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", barrier->chunk().index, ": ", finite.message()));
+  }
   RETURN_IF_ERROR(barrier->Initialize(fp32_bytes));
   absl::MutexLock lock(&mu_);
   return VersionLocked();
@@ -320,12 +320,8 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   absl::Status valid = barrier.status();
   if (valid.ok()) {
     NoteContact(rank, arrival, step);
-    const absl::Time check_start = absl::Now();
+    // The size; the barrier checks the values as it sums them.
     valid = CheckPayload(payload, dtype, (*barrier)->chunk());
-    // Checking is part of accumulating (the barrier adds the sum itself).
-    counters_.accumulate_ns.fetch_add(
-        absl::ToInt64Nanoseconds(absl::Now() - check_start),
-        std::memory_order_relaxed);
   }
   if (!valid.ok()) {
     counters_.CountRefused(valid.code());

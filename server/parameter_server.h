@@ -47,6 +47,7 @@
 #include "common/model_signature.h"
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
+#include "common/work_pool.h"
 #include "server/barrier_observer.h"
 #include "server/chunk_barrier.h"
 
@@ -58,6 +59,9 @@ struct ParameterServerOptions {
   int num_shards = 1;   // Chunks are spread over shards by ChunkPlan.
   BarrierObserver* observer = nullptr;  // Not owned; may be null.
   SumOrder sum_order = SumOrder::kArrival;  // Synchronous steps' sums.
+  // Splits each chunk's sums and optimizer step (--server_threads); not
+  // owned, outlives the server; null: each on the calling thread.
+  WorkPool* pool = nullptr;
 };
 
 struct Registration {
