@@ -2,9 +2,41 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
+
+int64_t AutoChunkBytes(int64_t num_elements, int num_shards) {
+  const int64_t per_shard = std::max<int64_t>(num_elements, 0) *
+                            static_cast<int64_t>(sizeof(float)) /
+                            std::max(num_shards, 1);
+  if (per_shard <= (int64_t{1} << 20)) return kDefaultChunkBytes;
+  int64_t bytes = kMinAutoChunkBytes;
+  while (bytes * 2 <= per_shard / 32 && bytes * 2 <= kDefaultChunkBytes) {
+    bytes *= 2;
+  }
+  return bytes;
+}
+
+int64_t ResolveChunkBytes(int64_t chunk_bytes, int64_t num_elements,
+                          int num_shards) {
+  return chunk_bytes == kAutoChunkBytes
+             ? AutoChunkBytes(num_elements, num_shards)
+             : chunk_bytes;
+}
+
+absl::StatusOr<int64_t> ParseChunkBytes(absl::string_view text,
+                                        int64_t max_bytes) {
+  if (text == "auto") return kAutoChunkBytes;
+  int64_t bytes = 0;
+  if (!absl::SimpleAtoi(text, &bytes) || bytes < 4 || bytes > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk bytes must be auto or a count in [4, ", max_bytes,
+                     "], got \"", text, "\""));
+  }
+  return bytes;
+}
 
 absl::StatusOr<ChunkPlan> ChunkPlan::Create(int64_t num_elements,
                                             int64_t chunk_bytes,

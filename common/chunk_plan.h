@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/model_signature.h"
 
 namespace lockstep {
 
@@ -28,6 +30,30 @@ struct Chunk {
   // average rather than optimize.
   bool state = false;
 };
+
+// The chunk size `--chunk_bytes=auto` picks for `num_elements` fp32 values
+// over `num_shards` shards, so that a shard's two link directions work at
+// once: a shard answers a chunk only once every worker's copy of it has
+// arrived, so the last chunk's replies (and the first chunk's arrival) are
+// time the link in the other direction waits, n x chunk / B at the end of
+// each step. About 32 chunks per shard keep that near 3% of the step
+// (docs/study.md measures 4 MiB to 128 KiB): the largest power of two
+// <= per-shard bytes / 32, at least kMinAutoChunkBytes (smaller chunks cost
+// more in per-RPC work than they save) and at most kDefaultChunkBytes.
+// A model of at most 1 MiB per shard keeps one chunk per shard: its step is
+// latency, not bandwidth.
+inline constexpr int64_t kMinAutoChunkBytes = int64_t{256} << 10;
+int64_t AutoChunkBytes(int64_t num_elements, int num_shards);
+
+// `chunk_bytes` as a flag or option gives it: kAutoChunkBytes means
+// AutoChunkBytes, anything else is taken as it is.
+inline constexpr int64_t kAutoChunkBytes = 0;
+int64_t ResolveChunkBytes(int64_t chunk_bytes, int64_t num_elements,
+                          int num_shards);
+
+// "auto" or a byte count in [4, max_bytes]; INVALID_ARGUMENT otherwise.
+absl::StatusOr<int64_t> ParseChunkBytes(absl::string_view text,
+                                        int64_t max_bytes);
 
 class ChunkPlan final {
  public:

@@ -69,8 +69,15 @@ class PsClient::Impl {
   }
 
   absl::StatusOr<RegisterResult> Register(int rank,
-                                          const ModelSignature& signature,
+                                          const ModelSignature& requested,
                                           absl::Duration timeout) {
+    // The job's chunk size, the same in every worker: each resolves `auto`
+    // from the same model and shard count.
+    ModelSignature signature = requested;
+    signature.chunk_bytes = ResolveChunkBytes(
+        requested.chunk_bytes,
+        requested.NumParameters() + requested.NumStateElements(),
+        requested.num_shards);
     if (signature.num_shards != static_cast<int>(stubs_.size())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the signature says ", signature.num_shards, " shard(s) but ",

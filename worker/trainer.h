@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/chunk_plan.h"
 #include "common/model_signature.h"
 #include "worker/dataset.h"
 #include "worker/exchanger.h"
@@ -51,7 +52,7 @@ struct TrainerOptions {
   // Version 0 when this worker defines it (parameters, then state), in
   // place of the model's seeded initializer; empty: the initializer.
   std::vector<float> initial_weights;
-  int64_t chunk_bytes = kDefaultChunkBytes;
+  int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
   ProgressMode progress = ProgressMode::kLines;
   bool eval_every_epoch = false;
   SyncMode sync = SyncMode::kPs;

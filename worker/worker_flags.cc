@@ -68,8 +68,10 @@ ABSL_FLAG(int, cpu_threads, 1,
 ABSL_FLAG(std::string, cpu_conv, "auto",
           "CPU convolutions: auto (AVX-512 kernels where they are faster) | "
           "direct (those kernels everywhere) | im2col (im2col + OpenBLAS).");
-ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
-          "Largest tensor chunk on the wire, in bytes (at most 32 MiB).");
+ABSL_FLAG(std::string, chunk_bytes, "auto",
+          "Largest tensor chunk on the wire: auto (about 32 chunks per "
+          "server shard, 256 KiB to 4 MiB; one chunk per shard for a model "
+          "of at most 1 MiB per shard) or bytes, at most 32 MiB.");
 ABSL_FLAG(std::string, progress, "auto", "auto | bar | lines | none.");
 ABSL_FLAG(std::string, sync, "ps",
           "How gradients are combined: ps (synchronous parameter server), "
@@ -208,7 +210,13 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   o.trainer.epochs = absl::GetFlag(FLAGS_epochs);
   o.trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
   o.trainer.seed = absl::GetFlag(FLAGS_seed);
-  o.trainer.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  absl::StatusOr<int64_t> chunk_bytes =
+      ParseChunkBytes(absl::GetFlag(FLAGS_chunk_bytes), int64_t{32} << 20);
+  if (!chunk_bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_bytes: ", chunk_bytes.status().message()));
+  }
+  o.trainer.chunk_bytes = *chunk_bytes;
   o.trainer.eval_every_epoch = absl::GetFlag(FLAGS_eval_every_epoch);
   ASSIGN_OR_RETURN(o.trainer.progress,
                    ParseProgressMode(absl::GetFlag(FLAGS_progress)));
@@ -217,9 +225,6 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   }
   if (o.trainer.epochs < 1) {
     return absl::InvalidArgumentError("--epochs must be at least 1");
-  }
-  if (o.trainer.chunk_bytes < 4 || o.trainer.chunk_bytes > (32 << 20)) {
-    return absl::InvalidArgumentError("--chunk_bytes must be in [4, 32 MiB]");
   }
   o.data.dataset = absl::GetFlag(FLAGS_dataset);
   o.data.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -322,8 +327,12 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   }
   ASSIGN_OR_RETURN(o.client.wire_dtype,
                    ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
+  // auto picks at most kDefaultChunkBytes.
   o.client.max_message_bytes =
-      static_cast<int>(o.trainer.chunk_bytes) + (1 << 20);
+      static_cast<int>(o.trainer.chunk_bytes == kAutoChunkBytes
+                           ? kDefaultChunkBytes
+                           : o.trainer.chunk_bytes) +
+      (1 << 20);
   absl::StatusOr<int> window = ParsePushWindow(absl::GetFlag(FLAGS_push_window));
   if (!window.ok()) {
     return absl::InvalidArgumentError(

@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/chunk_plan.h"
 #include "common/tls_options.h"
 
 namespace lockstep {
@@ -66,8 +67,10 @@ struct AllReduceOptions {
   absl::Duration op_timeout = absl::Seconds(60);
   // Largest piece of the vector sent at once, in bytes (at least 4): the
   // ring's chunk, gloo's segment. Smaller pieces pipeline better, larger ones
-  // cost fewer messages.
-  int64_t chunk_bytes = int64_t{4} << 20;
+  // cost fewer messages. kAutoChunkBytes: grpc-ring takes AutoChunkBytes of
+  // each call's vector over its ranks (about 32 chunks per ring segment,
+  // common/chunk_plan.h), gloo 4 MiB.
+  int64_t chunk_bytes = kAutoChunkBytes;
   // grpc-ring: chunks each rank may have in flight to its neighbour, 1..64.
   int max_in_flight = 4;
   // nccl: the CUDA device ordinal this rank uses.

@@ -37,9 +37,10 @@ absl::Status ValidateOptions(const AllReduceOptions& o) {
       o.op_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
-  if (o.chunk_bytes < 4 || o.chunk_bytes > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk_bytes must be in [4, 2^30], got ", o.chunk_bytes));
+  if (o.chunk_bytes != kAutoChunkBytes &&
+      (o.chunk_bytes < 4 || o.chunk_bytes > (int64_t{1} << 30))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_bytes must be auto (0) or in [4, 2^30], got ", o.chunk_bytes));
   }
   if (o.max_in_flight < 1 || o.max_in_flight > 64) {
     return absl::InvalidArgumentError(absl::StrCat(

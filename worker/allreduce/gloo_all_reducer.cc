@@ -111,7 +111,9 @@ absl::Status GlooAllReducer::AllReduceSum(absl::Span<float> data) {
         opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
         opts.setOutput(data.data(), data.size());  // In place.
         opts.setReduceFunction(&SumFloats);
-        opts.setMaxSegmentSize(static_cast<size_t>(options_.chunk_bytes));
+        opts.setMaxSegmentSize(static_cast<size_t>(
+            options_.chunk_bytes == kAutoChunkBytes ? kDefaultChunkBytes
+                                                    : options_.chunk_bytes));
         opts.setTimeout(ToMilliseconds(options_.op_timeout));
         gloo::allreduce(opts);
       });

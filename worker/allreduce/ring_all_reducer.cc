@@ -109,7 +109,9 @@ absl::StatusOr<std::unique_ptr<AllReducer>> RingAllReducer::Create(
 RingAllReducer::RingAllReducer(const AllReduceOptions& options,
                                std::unique_ptr<Authorizer> authorizer)
     : options_(options),
-      chunk_elements_(static_cast<size_t>(options.chunk_bytes) / sizeof(float)),
+      max_chunk_bytes_(options.chunk_bytes == kAutoChunkBytes
+                           ? kDefaultChunkBytes
+                           : options.chunk_bytes),
       left_rank_((options.rank + options.size - 1) % options.size),
       right_rank_((options.rank + 1) % options.size),
       session_(NewSession()),
@@ -130,7 +132,7 @@ RingAllReducer::~RingAllReducer() {
 
 absl::Status RingAllReducer::Start() {
   const int64_t max_message =
-      std::min<int64_t>(options_.chunk_bytes + kMessageOverheadBytes, INT_MAX);
+      std::min<int64_t>(max_chunk_bytes_ + kMessageOverheadBytes, INT_MAX);
   const TlsOptions tls = options_.tls.value_or(TlsOptions());
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    MakeServerCredentials(tls, HostPort(options_.host, 0)));
@@ -202,9 +204,15 @@ absl::Status RingAllReducer::Start() {
 
 absl::Status RingAllReducer::AllReduceSum(absl::Span<float> data) {
   if (options_.size == 1) return absl::OkStatus();
-  if (data.size() / chunk_elements_ >= static_cast<size_t>(INT32_MAX)) {
+  // Every rank computes the same chunk from the same vector size.
+  const size_t chunk_elements =
+      static_cast<size_t>(ResolveChunkBytes(options_.chunk_bytes,
+                                            static_cast<int64_t>(data.size()),
+                                            options_.size)) /
+      sizeof(float);
+  if (data.size() / chunk_elements >= static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        data.size(), " floats make too many chunks of ", chunk_elements_));
+        data.size(), " floats make too many chunks of ", chunk_elements));
   }
   std::vector<Call*> to_start;
   std::vector<Held> earlier;
@@ -217,7 +225,7 @@ absl::Status RingAllReducer::AllReduceSum(absl::Span<float> data) {
     }
     op = std::make_unique<Op>(
         next_op_++, data,
-        RingPlan(options_.size, options_.rank, data.size(), chunk_elements_),
+        RingPlan(options_.size, options_.rank, data.size(), chunk_elements),
         absl::Now() + options_.op_timeout);
     if (op->receives_left == 0 && op->sends_left == 0) {
       return absl::OkStatus();  // Nothing to exchange (an empty vector).

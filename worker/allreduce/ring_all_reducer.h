@@ -96,7 +96,8 @@ class RingAllReducer final : public AllReducer, private RingChunkSink {
   bool OpQuiet() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AllReduceOptions options_;
-  const size_t chunk_elements_;
+  // The largest chunk a call may use (its message-size limit).
+  const int64_t max_chunk_bytes_;
   const int left_rank_;
   const int right_rank_;
   const uint64_t session_;

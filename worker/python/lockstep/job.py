@@ -30,7 +30,8 @@ from lockstep.errors import LockstepError, EXIT_PERMANENT, install_exit_codes
 
 SYNC_MODES = ("sync", "async", "ssp")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-DEFAULT_CHUNK_BYTES = 4 << 20
+# 0: auto, as lockstep_worker --chunk_bytes=auto (common/chunk_plan.h).
+DEFAULT_CHUNK_BYTES = 0
 
 _current = None  # The Job this process joined last (for lockstep.shard).
 _joined = threading.Condition()

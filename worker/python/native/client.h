@@ -50,7 +50,7 @@ struct JoinRequest {
   NamedShapes tensors;
   NamedShapes state_tensors;
   OptimizerConfig optimizer;
-  int64_t chunk_bytes = kDefaultChunkBytes;
+  int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
   int num_workers = 1;
   int num_shards = 1;
   std::string sync = "sync";  // sync, async or ssp.
