@@ -121,6 +121,29 @@ bool IsListeningOnLoopback(int port) {
   return false;
 }
 
+CpuTimes ReadCpuTimes() {
+  CpuTimes t;
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return t;
+  long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
+            softirq = 0, steal = 0;
+  const int got =
+      std::fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &user,
+                  &nice, &system, &idle, &iowait, &irq, &softirq, &steal);
+  std::fclose(f);
+  if (got < 4) return t;
+  t.busy = user + nice + system + irq + softirq + steal;
+  t.total = t.busy + idle + iowait;
+  return t;
+}
+
+double CpuBusyFraction(const CpuTimes& before, const CpuTimes& after) {
+  const int64_t total = after.total - before.total;
+  if (total <= 0) return -1;
+  return static_cast<double>(after.busy - before.busy) /
+         static_cast<double>(total);
+}
+
 double LoadAverage() {
   absl::StatusOr<std::string> text = ReadWholeFile("/proc/loadavg");
   double load = -1;

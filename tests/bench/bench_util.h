@@ -48,6 +48,17 @@ bool IsListeningOnLoopback(int port);
 // besides us, for the record; -1 if unreadable.
 double LoadAverage();
 
+// The machine's CPU time from /proc/stat's "cpu" line, in clock ticks:
+// busy (user, nice, system, irq, softirq, steal) and all; zeros when
+// unreadable.
+struct CpuTimes {
+  int64_t busy = 0;
+  int64_t total = 0;
+};
+CpuTimes ReadCpuTimes();
+// Busy share of every CPU between two readings, 0..1; -1 when unknown.
+double CpuBusyFraction(const CpuTimes& before, const CpuTimes& after);
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 absl::StatusOr<int> PickFreeLoopbackPort();
 

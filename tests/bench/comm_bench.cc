@@ -63,10 +63,17 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
   ASSIGN_OR_RETURN(std::unique_ptr<ChildRunner> runner,
                    ChildRunner::Create(absl::StrCat(dir, "/comm.log"),
                                        options.interrupt_fd));
+  // Colocated: shard i shares worker i's host, so the workers take the
+  // first hosts too.
+  const int worker_base = options.colocate ? 0 : options.ps;
   const std::vector<BenchHost> hosts =
-      options.hosts.empty() ? LoopbackHosts(options.ps + options.workers)
+      options.hosts.empty() ? LoopbackHosts(worker_base + options.workers)
                             : options.hosts;
-  if (static_cast<int>(hosts.size()) < options.ps + options.workers) {
+  if (options.colocate && options.ps > options.workers) {
+    return absl::InvalidArgumentError(
+        "colocated shards need at least as many workers as shards");
+  }
+  if (static_cast<int>(hosts.size()) < worker_base + options.workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.ps, " server(s) and ", options.workers,
         " worker(s) need that many hosts; there are ", hosts.size()));
@@ -80,12 +87,12 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
                     absl::StrCat("--sum_order=", options.sum_order)},
                    std::min(Left(deadline), absl::Seconds(60))));
   const std::vector<std::string>& addresses = servers.addresses;
-  const BenchHost& reader = hosts[options.ps];  // Reaches every server.
+  const BenchHost& reader = hosts[worker_base];  // Reaches every server.
   const absl::Duration read_timeout = absl::Seconds(60);
 
   std::vector<pid_t> workers;
   for (int rank = 0; rank < options.workers; ++rank) {
-    const BenchHost& host = hosts[options.ps + rank];
+    const BenchHost& host = hosts[worker_base + rank];
     std::vector<std::string> argv = {
         options.self_exe,
         "comm-worker",
@@ -94,7 +101,9 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
         absl::StrCat("--workers=", options.workers),
         absl::StrCat("--params=", options.params),
         absl::StrCat("--wire_dtype=", WireDTypeName(options.wire_dtype)),
-        absl::StrCat("--chunk_bytes=", options.chunk_bytes),
+        absl::StrCat("--chunk_bytes=", options.chunk_bytes == kAutoChunkBytes
+                                           ? std::string("auto")
+                                           : absl::StrCat(options.chunk_bytes)),
         absl::StrCat("--warmup=", options.warmup),
         absl::StrCat("--iters=", options.iters),
         absl::StrCat("--push_window=", options.push_window == kAutoPushWindow
@@ -124,6 +133,7 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
   ASSIGN_OR_RETURN(std::vector<v1::ServerCounters> before,
                    ReadServerCounters(runner.get(), reader, options.self_exe,
                                       addresses, dir, read_timeout));
+  const CpuTimes cpu_before = ReadCpuTimes();
   for (pid_t pid : workers) kill(pid, kGoSignal);
   // Done when every worker has written its result, not when every worker
   // has exited: gRPC 1.51's grpc_shutdown at exit sometimes waits ~10 s for
@@ -137,6 +147,7 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
         return true;
       },
       Left(deadline)));
+  result.cpu_busy = CpuBusyFraction(cpu_before, ReadCpuTimes());
   CounterDelta delta;
   ASSIGN_OR_RETURN(std::vector<v1::ServerCounters> after,
                    ReadServerCounters(runner.get(), reader, options.self_exe,
@@ -197,10 +208,16 @@ std::string Bytes(double bytes) {
   return absl::StrFormat("%.0f B", bytes);
 }
 
+// The chunk size the workers use: the one asked for, or auto's choice.
+int64_t EffectiveChunkBytes(const CommOptions& o) {
+  return ResolveChunkBytes(o.chunk_bytes, o.params, o.ps);
+}
+
 // The window the workers use: the one asked for, or auto's choice.
 int EffectivePushWindow(const CommOptions& o) {
   return ResolvePushWindow(o.push_window, o.workers,
-                           std::min(o.params, o.chunk_bytes / 4), o.wire_dtype);
+                           std::min(o.params, EffectiveChunkBytes(o) / 4),
+                           o.wire_dtype);
 }
 
 // Issue 4's bound on a server's peak memory.
@@ -235,7 +252,8 @@ std::string CommResultJson(const CommResult& r) {
       .Add("workers", o.workers)
       .Add("ps", o.ps)
       .Add("wire_dtype", WireDTypeName(o.wire_dtype))
-      .Add("chunk_bytes", o.chunk_bytes)
+      .Add("chunk_bytes", EffectiveChunkBytes(o))
+      .AddBool("chunk_bytes_auto", o.chunk_bytes == kAutoChunkBytes)
       // 0: an all-reduce has no push window.
       .Add("push_window", o.allreduce.empty() ? EffectivePushWindow(o) : 0)
       .Add("push_window_auto", o.push_window == kAutoPushWindow)
@@ -274,8 +292,10 @@ void PrintCommTable(const CommResult& r, std::FILE* out) {
   // An all-reduce has no push window (and moves fp32).
   const std::string transport =
       o.allreduce.empty()
-          ? absl::StrFormat("chunks <= %d bytes, push window %d%s",
-                            o.chunk_bytes, EffectivePushWindow(o),
+          ? absl::StrFormat("chunks <= %d bytes%s, push window %d%s",
+                            EffectiveChunkBytes(o),
+                            o.chunk_bytes == kAutoChunkBytes ? " (auto)" : "",
+                            EffectivePushWindow(o),
                             o.push_window == kAutoPushWindow ? " (auto)" : "")
           : absl::StrCat("all-reduce ", o.allreduce);
   std::string text = absl::StrFormat(

@@ -23,7 +23,7 @@ struct CommOptions {
   int workers = 2;
   int ps = 1;
   WireDType wire_dtype = WireDType::kFloat32;
-  int64_t chunk_bytes = kDefaultChunkBytes;
+  int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
   int iters = 20;
   int warmup = 3;
   // PsClientOptions::max_pushes_in_flight (kAutoPushWindow: the default).
@@ -33,8 +33,11 @@ struct CommOptions {
   // hosts the rendezvous.
   std::string allreduce;
   std::string sum_order = "arrival";  // The servers' --sum_order.
+  // Shard i on worker i's host (BytePS's colocated servers) rather than on
+  // hosts of their own; needs ps <= workers.
+  bool colocate = false;
   // Where the processes run: servers on hosts[0, ps), worker r on
-  // hosts[ps + r]. Empty: everything on loopback.
+  // hosts[ps + r] (hosts[r] when colocated). Empty: everything on loopback.
   std::vector<BenchHost> hosts;
   bool iperf3 = false;   // Also measure the loopback floor.
   std::string bin_dir;   // Holds lockstep_server.
@@ -71,6 +74,9 @@ struct CommResult {
   std::optional<LoopbackResult> loopback;
   double loopback_floor_seconds = 0;  // bytes_per_step / bidir bandwidth.
   double load_average = 0;            // Of the machine as the run started.
+  // How busy the machine's CPUs were over the timed steps, 0..1 (every
+  // process of a simulated cluster shares them).
+  double cpu_busy = 0;
 };
 
 absl::StatusOr<CommResult> RunCommBench(const CommOptions& options);

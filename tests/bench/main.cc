@@ -29,6 +29,7 @@
 #include "tests/bench/e2e_bench.h"
 #include "tests/bench/loopback.h"
 #include "tests/bench/peers_bench.h"
+#include "tests/bench/server_bench.h"
 #include "tests/bench/server_counters.h"
 #include "tests/bench/study.h"
 
@@ -38,8 +39,9 @@ ABSL_FLAG(int, workers, 2, "comm, e2e: worker processes.");
 ABSL_FLAG(int, ps, 1, "comm, e2e: parameter-server shards.");
 ABSL_FLAG(std::string, wire_dtype, "fp32",
           "comm: encoding on the wire, fp32 | bf16 | fp16.");
-ABSL_FLAG(int64_t, chunk_bytes, lockstep::kDefaultChunkBytes,
-          "comm: largest chunk, in fp32 bytes (at most 32 MiB).");
+ABSL_FLAG(std::string, chunk_bytes, "auto",
+          "comm, study: largest chunk of the PS runs: auto (the workers' "
+          "default, common/chunk_plan.h) or fp32 bytes, at most 32 MiB.");
 ABSL_FLAG(int, iters, 20, "comm: timed steps.");
 ABSL_FLAG(std::string, push_window, "auto",
           "comm: gradient chunks each worker has in flight to each shard "
@@ -59,6 +61,13 @@ ABSL_FLAG(int, batch, 32, "conv: images per pass.");
 ABSL_FLAG(int, threads, 1, "conv: the CPU devices' threads.");
 ABSL_FLAG(int, large_iters, 15, "peers: timed steps of the 25.6M runs.");
 ABSL_FLAG(int, small_iters, 1000, "peers: timed steps of the 101,770 runs.");
+ABSL_FLAG(std::string, thread_counts, "",
+          "server: thread counts to time, comma-separated; default 1, 2, 4, "
+          "... and the cores this process may use.");
+ABSL_FLAG(int, reps, 5, "server: timed passes per figure.");
+ABSL_FLAG(std::string, variants, "",
+          "server: kernel variants to time at one thread; default all this "
+          "CPU runs.");
 ABSL_FLAG(std::string, json, "", "Also write the figures here as JSON.");
 ABSL_FLAG(double, timeout_s, 600,
           "Give up on a comm run, an e2e run or a peer program after this "
@@ -79,6 +88,9 @@ ABSL_FLAG(std::string, sim_name, "lss", "study: the cluster's --name.");
 ABSL_FLAG(std::string, cluster_script,
           LOCKSTEP_SOURCE_DIR "/deploy/sim/cluster.sh",
           "study: the simulated cluster's script.");
+ABSL_FLAG(std::string, kinds, "",
+          "study: only these kinds of run (comm, mlp, straggler), "
+          "comma-separated; default all.");
 ABSL_FLAG(bool, plots, true, "study: draw PNGs with matplotlib.");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "study: a Python with matplotlib for the plots.");
@@ -105,7 +117,7 @@ constexpr char kUsage[] = R"(benchmarks Lockstep; prints figures and JSON.
 
 Usage:
   lockstep_bench comm --params=P --workers=W --ps=S [--wire_dtype=fp32|bf16|fp16]
-                 [--chunk_bytes=4194304] [--iters=20 --warmup=3] [--iperf3]
+                 [--chunk_bytes=auto] [--iters=20 --warmup=3] [--iperf3]
                  [--push_window=auto]
                  [--json=PATH]
       W workers push a fixed random gradient of P fp32 values through S real
@@ -123,6 +135,12 @@ Usage:
       input) through its Conv2D layer on the CPU device, with the direct
       AVX-512 kernels and with im2col + OpenBLAS, alternated; prints each
       geometry's medians, which the device picks, and the per-step totals.
+  lockstep_bench server [--params=25600000] [--thread_counts=1,2,...]
+                 [--reps=5] [--variants=generic,avx2,avx512]
+      a server shard's own work at memory speed: STREAM copy and triad, the
+      checked sum of a push (fp32, bf16) and the optimizers' steps (SGD,
+      momentum, Adam), through the server's code paths, per thread count and
+      kernel variant, in GB/s of payload and of memory traffic.
   lockstep_bench study [--quick] [--links=loopback,sim] [--out_dir=study]
                  [--sim_rate_mbit=1000 --sim_delay_ms=0.2] [--noplots]
       parameter servers against all-reduce: a matrix of sync mode x workers
@@ -161,6 +179,15 @@ absl::Status CheckAtLeast(absl::string_view flag, int64_t value, int64_t min) {
       absl::StrCat("--", flag, " must be at least ", min, ", got ", value));
 }
 
+absl::StatusOr<int64_t> ChunkBytesFlag() {
+  absl::StatusOr<int64_t> bytes =
+      ParseChunkBytes(absl::GetFlag(FLAGS_chunk_bytes), int64_t{32} << 20);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_bytes: ", bytes.status().message()));
+  }
+  return *bytes;
+}
 absl::StatusOr<CommOptions> ParseCommOptions() {
   CommOptions o;
   o.params = absl::GetFlag(FLAGS_params);
@@ -168,7 +195,7 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
   o.ps = absl::GetFlag(FLAGS_ps);
   ASSIGN_OR_RETURN(o.wire_dtype,
                    ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
-  o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  ASSIGN_OR_RETURN(o.chunk_bytes, ChunkBytesFlag());
   o.iters = absl::GetFlag(FLAGS_iters);
   o.warmup = absl::GetFlag(FLAGS_warmup);
   ASSIGN_OR_RETURN(o.push_window,
@@ -193,10 +220,6 @@ absl::StatusOr<CommOptions> ParseCommOptions() {
   RETURN_IF_ERROR(CheckAtLeast("params", o.params, o.ps));
   RETURN_IF_ERROR(CheckAtLeast("iters", o.iters, 1));
   RETURN_IF_ERROR(CheckAtLeast("warmup", o.warmup, 0));
-  RETURN_IF_ERROR(CheckAtLeast("chunk_bytes", o.chunk_bytes, 4));
-  if (o.chunk_bytes > (int64_t{32} << 20)) {
-    return absl::InvalidArgumentError("--chunk_bytes must be at most 32 MiB");
-  }
   if (o.iperf3 && !o.allreduce.empty()) {
     // The floor is the servers' bytes over loopback; an all-reduce moves
     // none through its server.
@@ -222,7 +245,7 @@ absl::StatusOr<CommWorkerOptions> ParseCommWorkerOptions() {
   o.params = absl::GetFlag(FLAGS_params);
   ASSIGN_OR_RETURN(o.wire_dtype,
                    ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
-  o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  ASSIGN_OR_RETURN(o.chunk_bytes, ChunkBytesFlag());
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.iters = absl::GetFlag(FLAGS_iters);
   ASSIGN_OR_RETURN(o.push_window,
@@ -306,6 +329,26 @@ absl::Status RunMode(const std::string& mode,
     PrintConvTable(result, stdout);
     return Report(ConvResultJson(result));
   }
+  if (mode == "server") {
+    ServerBenchOptions options;
+    options.elements = absl::GetFlag(FLAGS_params);
+    options.reps = absl::GetFlag(FLAGS_reps);
+    RETURN_IF_ERROR(CheckAtLeast("reps", options.reps, 1));
+    for (absl::string_view t : absl::StrSplit(
+             absl::GetFlag(FLAGS_thread_counts), ',', absl::SkipEmpty())) {
+      int threads = 0;
+      if (!absl::SimpleAtoi(t, &threads) || threads < 1 || threads > 1024) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--thread_counts takes counts in [1, 1024], got \"", t, "\""));
+      }
+      options.threads.push_back(threads);
+    }
+    options.variants =
+        absl::StrSplit(absl::GetFlag(FLAGS_variants), ',', absl::SkipEmpty());
+    ASSIGN_OR_RETURN(ServerBenchResult result, RunServerBench(options));
+    PrintServerTable(result, stdout);
+    return Report(ServerResultJson(result));
+  }
   if (mode == "study") {
     StudyOptions options;
     options.quick = absl::GetFlag(FLAGS_quick);
@@ -328,6 +371,15 @@ absl::Status RunMode(const std::string& mode,
     options.sim_name = absl::GetFlag(FLAGS_sim_name);
     options.cluster_script = absl::GetFlag(FLAGS_cluster_script);
     options.plots = absl::GetFlag(FLAGS_plots);
+    options.kinds =
+        absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',', absl::SkipEmpty());
+    for (const std::string& kind : options.kinds) {
+      if (kind != "comm" && kind != "mlp" && kind != "straggler") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--kinds takes comm, mlp and/or straggler, got \"", kind, "\""));
+      }
+    }
+    ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFlag());
     options.python = absl::GetFlag(FLAGS_python);
     options.plot_script = absl::GetFlag(FLAGS_plot_script);
     options.data_dir = absl::GetFlag(FLAGS_study_data_dir);
@@ -339,8 +391,9 @@ absl::Status RunMode(const std::string& mode,
     options.total_timeout = absl::Seconds(absl::GetFlag(FLAGS_study_timeout_s));
     return RunStudy(options);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown mode \"", mode, "\"; expected comm, e2e, peers, conv or study"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mode \"", mode,
+                   "\"; expected comm, e2e, peers, conv, server or study"));
 }
 
 int Main(int argc, char** argv) {
@@ -350,9 +403,9 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   if (argc < 2 || argv[1][0] == '-') {
     ParseFlags(argc, argv, {"tests/bench/"});  // Handles --help.
-    std::fprintf(
-        stderr,
-        "lockstep_bench: name a mode: comm, e2e, peers, conv or study\n");
+    std::fprintf(stderr,
+                 "lockstep_bench: name a mode: comm, e2e, peers, conv, server "
+                 "or study\n");
     return kExitUsage;
   }
   const std::string mode = argv[1];

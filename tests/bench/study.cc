@@ -100,6 +100,8 @@ absl::Status RunComm(const StudyOptions& o, const RunSpec& spec,
   c.hosts = hosts;
   c.warmup = spec.warmup;
   c.iters = spec.iters;
+  c.chunk_bytes = o.chunk_bytes;
+  c.colocate = spec.colocate;
   c.bin_dir = o.bin_dir;
   c.self_exe = o.self_exe;
   c.interrupt_fd = o.interrupt_fd;
@@ -109,14 +111,28 @@ absl::Status RunComm(const StudyOptions& o, const RunSpec& spec,
   row->median_step_s = r.median_step_seconds;
   row->p90_step_s = r.p90_step_seconds;
   row->mean_step_s = r.mean_step_seconds;
+  row->cpu_busy = r.cpu_busy;
+  if (row->mode == "ps") {
+    row->chunk_bytes = ResolveChunkBytes(c.chunk_bytes, c.params, c.ps);
+  }
   if (row->link == "sim") {
     const double m = static_cast<double>(row->model_bytes);
+    const double b = LinkBytesPerSecond(o);
     row->link_gbit = o.sim_rate_mbit / 1000;
-    row->model_step_s =
-        row->mode == "ps"
-            ? PsModelSeconds(row->workers, row->shards, m,
-                             LinkBytesPerSecond(o))
-            : RingAllReduceModelSeconds(row->workers, m, LinkBytesPerSecond(o));
+    if (row->mode != "ps") {
+      row->bandwidth_model_s = RingAllReduceModelSeconds(row->workers, m, b);
+      row->model_step_s = RingModelWithHeadersSeconds(row->workers, m, b);
+    } else if (spec.colocate) {
+      row->bandwidth_model_s = BytePsModelSeconds(row->workers, 0, m, b);
+      row->model_step_s =
+          PsModelWithChunksSeconds(row->workers, row->shards, true, m,
+                                   static_cast<double>(row->chunk_bytes), b);
+    } else {
+      row->bandwidth_model_s = PsModelSeconds(row->workers, row->shards, m, b);
+      row->model_step_s =
+          PsModelWithChunksSeconds(row->workers, row->shards, false, m,
+                                   static_cast<double>(row->chunk_bytes), b);
+    }
   }
   if (row->mode == "ps") {
     row->client_encode_s = r.client_encode_seconds;
@@ -272,6 +288,10 @@ absl::Status RunStudy(const StudyOptions& o) {
     }
     meta.links.push_back(link);
     for (const RunSpec& spec : StudyMatrix(link, o.quick, data_flags)) {
+      if (!o.kinds.empty() && std::find(o.kinds.begin(), o.kinds.end(),
+                                        spec.row.kind) == o.kinds.end()) {
+        continue;
+      }
       StudyRow row = spec.row;
       if (!interrupted.ok() || absl::Now() >= deadline) {
         row.status = interrupted.ok() ? "skipped: the study's time is spent"

@@ -16,6 +16,7 @@
 #ifndef LOCKSTEP_TESTS_BENCH_STUDY_H_
 #define LOCKSTEP_TESTS_BENCH_STUDY_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct StudyOptions {
   std::string sim_name = "lss";  // cluster.sh --name.
   std::string cluster_script;    // deploy/sim/cluster.sh.
   bool plots = true;
+  // The PS comm runs' chunk size; kAutoChunkBytes: the workers' default.
+  int64_t chunk_bytes = 0;
+  // Which kinds of run ("comm", "mlp", "straggler"); empty: all of them.
+  std::vector<std::string> kinds;
   std::string python = "/usr/bin/python3";  // With matplotlib.
   std::string plot_script;                  // tests/bench/study_plots.py.
   std::string data_dir;  // Fashion-MNIST; synthetic data when it is missing.

@@ -48,6 +48,7 @@ RunSpec Comm(const std::string& link, const CommSize& size, int workers,
   spec.row.mode = mode;
   spec.row.label = mode == "ps" ? absl::StrCat("ps k=", shards)
                                 : absl::StrCat("allreduce ", mode);
+  if (mode == "ps") spec.row.placement = "dedicated";
   spec.row.workers = workers;
   spec.row.shards = shards;
   spec.row.model_bytes = size.params * 4;
@@ -112,6 +113,16 @@ std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
     for (int n : size.workers) {
       for (int k : ShardCounts(n, quick)) {
         specs.push_back(Comm(link, size, n, "ps", k));
+      }
+      if (link == "sim") {
+        // BytePS's usual deployment when no spare hosts exist: a shard on
+        // every worker's host (on loopback every process shares one host,
+        // so there is nothing to compare).
+        RunSpec colocated = Comm(link, size, n, "ps", n);
+        colocated.colocate = true;
+        colocated.row.placement = "colocated";
+        colocated.row.label = absl::StrCat("ps k=", n, " colocated");
+        specs.push_back(colocated);
       }
       specs.push_back(Comm(link, size, n, "gloo", 1));
       specs.push_back(Comm(link, size, n, "grpc-ring", 1));

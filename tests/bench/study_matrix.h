@@ -23,6 +23,7 @@ struct RunSpec {
   int64_t params = 0;
   int warmup = 0;
   int iters = 0;
+  bool colocate = false;  // PS shard i on worker i's host.
   MlpJob job;  // mlp and straggler.
 };
 

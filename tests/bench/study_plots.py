@@ -5,7 +5,8 @@
 
 reads OUT_DIR/study.csv, study_steps.csv and study.json and writes
 study_step_time.png, study_breakdown.png, study_loss.png,
-study_stragglers.png and study_model_check.png there. Debian's
+study_stragglers.png, study_model_check.png and study_crossover.png
+there. Debian's
 python3-matplotlib is all it needs. Small PNGs (about 100 dpi), so that the
 report can keep them in the repository.
 """
@@ -25,6 +26,7 @@ COLOURS = {
     "ps k=1": "tab:red",
     "ps k=2": "tab:orange",
     "ps k=n": "tab:brown",
+    "ps k=n colocated": "tab:green",
     "allreduce gloo": "tab:blue",
     "allreduce grpc-ring": "tab:cyan",
     "async": "tab:purple",
@@ -61,6 +63,8 @@ def line_name(row):
     """The step-time line a comm run belongs to; k = n gets its own line."""
     if row["mode"] != "ps":
         return row["label"]
+    if row.get("placement") == "colocated":
+        return "ps k=n colocated"
     if row["shards"] == row["workers"] and row["shards"] > 2:
         return "ps k=n"
     return row["label"]
@@ -89,7 +93,8 @@ def plot_step_time(rows, links, path):
             lines = {}
             for r in runs:
                 names = [line_name(r)]
-                if r["mode"] == "ps" and r["shards"] == r["workers"] == 2:
+                if (r["mode"] == "ps" and r["shards"] == r["workers"] == 2
+                        and r.get("placement") != "colocated"):
                     names.append("ps k=n")  # k=2 is also k=n at n=2.
                 for name in names:
                     lines.setdefault(name, []).append(r)
@@ -244,8 +249,8 @@ def plot_model_check(rows, meta, path):
     fig, ax = plt.subplots(figsize=(5.2, 4.4))
     top = max(max(float(r["median_step_s"]), float(r["model_step_s"])) for r in runs) * 1.3
     low = min(float(r["model_step_s"]) for r in runs) * 0.5
-    ax.fill_between([low, top], [low * 0.8, top * 0.8], [low * 1.2, top * 1.2],
-                    color="tab:green", alpha=0.15, label="within 20%")
+    ax.fill_between([low, top], [low * 0.85, top * 0.85], [low * 1.15, top * 1.15],
+                    color="tab:green", alpha=0.15, label="within 15%")
     ax.plot([low, top], [low, top], "k-", lw=0.8)
     # Where a PS lands when a shard's upload and download do not overlap.
     ax.plot([low, top], [2 * low, 2 * top], "k:", lw=0.8, label="2 x model")
@@ -259,12 +264,42 @@ def plot_model_check(rows, meta, path):
             ax.plot([], [], "o", color=colour, label=name)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("cost model (s)")
+    ax.set_xlabel("cost model with headers and chunks (s)")
     ax.set_ylabel("measured median step (s)")
     ax.set_title(f"simulated {meta['sim_rate_gbit']:g} Gbit/s links\n"
                  "filled: M >= 10 MB (checked), hollow: smaller", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def plot_crossover(crossover, path):
+    """Each PS run's median over gloo's at the same n and M: below 1, PS wins."""
+    runs = [c for c in crossover if c["gloo_s"] > 0]
+    if not runs:
+        return
+    sizes = sorted({c["model_bytes"] for c in runs})
+    fig, axes = plt.subplots(1, len(sizes), figsize=(4.2 * len(sizes), 3.4), squeeze=False)
+    for ax, m in zip(axes[0], sizes):
+        here = [c for c in runs if c["model_bytes"] == m]
+        for placement, marker in (("dedicated", "o-"), ("colocated", "s--")):
+            for n in sorted({c["workers"] for c in here}):
+                rs = sorted((c for c in here if c["workers"] == n
+                             and c["placement"] == placement), key=lambda c: c["shards"])
+                if not rs:
+                    continue
+                ax.plot([c["shards"] for c in rs], [c["ps_s"] / c["gloo_s"] for c in rs],
+                        marker, label=f"n={n} {placement}")
+        ax.axhline(1.0, color="tab:blue", lw=1, label="gloo ring all-reduce")
+        ax.set_title(f"sim: M = {size_text(m)}")
+        ax.set_xlabel("PS shards k")
+        ax.set_ylabel("PS step / gloo step")
+        ax.set_xticks(sorted({c["shards"] for c in here}))
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -277,7 +312,9 @@ def main():
     rows = read_rows(out_dir)
     steps = read_steps(out_dir)
     with open(os.path.join(out_dir, "study.json")) as f:
-        meta = json.load(f)["study"] if os.path.getsize(f.name) else {}
+        document = json.load(f) if os.path.getsize(f.name) else {}
+    meta = document.get("study", {})
+    crossover = document.get("crossover", [])
     links = [l for l in ("loopback", "sim") if any(r["link"] == l for r in rows)]
     meta.setdefault("sim_rate_gbit", 1)
     outputs = {
@@ -286,6 +323,7 @@ def main():
         "study_loss.png": lambda p: plot_loss(rows, steps, links, p),
         "study_stragglers.png": lambda p: plot_stragglers(rows, links, p),
         "study_model_check.png": lambda p: plot_model_check(rows, meta, p),
+        "study_crossover.png": lambda p: plot_crossover(crossover, p),
     }
     for name, draw in outputs.items():
         path = os.path.join(out_dir, name)

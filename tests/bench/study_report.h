@@ -12,15 +12,39 @@
 
 namespace lockstep {
 
-// Seconds one synchronous exchange of `bytes` of gradients takes among
-// `workers` hosts on full-duplex links of `bytes_per_second` each, bandwidth
-// only (../shared/DESIGN.md, after BytePS):
-//   ring all-reduce        2 (n - 1) M / (n B)
-//   k parameter servers    max(M / B, n M / (k B)), shards on their own hosts
+// The cost model: seconds one synchronous exchange of M = `bytes` of
+// gradients takes among n = `workers` hosts on full-duplex links of
+// B = `bytes_per_second` each (docs/study.md derives every term).
+//
+// Bandwidth only, after BytePS (OSDI '20):
+//   ring all-reduce              2 (n - 1) M / (n B)
+//   k PS shards, own hosts       max(M / B, n M / (k B))
+//   BytePS, n workers and k      2 n (n - 1) M / ((n^2 + k n - 2 k) B)
+//   extra CPU-only hosts (k <= n); k = 0 is every shard colocated with a
+//   worker (= the ring's time), k = n is the dedicated-shard case.
 double RingAllReduceModelSeconds(int workers, double bytes,
                                  double bytes_per_second);
 double PsModelSeconds(int workers, int shards, double bytes,
                       double bytes_per_second);
+double BytePsModelSeconds(int workers, int extra_hosts, double bytes,
+                          double bytes_per_second);
+
+// What the bandwidth-only model leaves out, both measured on the
+// simulated links (docs/study.md):
+//   headers   TCP/IP and Ethernet take 4.4% of each link (iperf3 --bidir
+//             gets 953 of 1000 Mbit/s): B is kLinkPayloadShare of the rate;
+//   drain     a shard answers a chunk once every worker's copy has arrived,
+//             so after the last chunk's pushes its replies still leave the
+//             shard: n c / B more for dedicated shards, (n - 1) c / B for
+//             colocated ones (one worker is local), c = the chunk size.
+// The all-reduce rows keep the bandwidth model with headers: gloo and
+// grpc-ring pipeline their segments below a chunk's size.
+inline constexpr double kLinkPayloadShare = 0.956;
+double PsModelWithChunksSeconds(int workers, int shards, bool colocated,
+                                double bytes, double chunk_bytes,
+                                double link_bytes_per_second);
+double RingModelWithHeadersSeconds(int workers, double bytes,
+                                   double link_bytes_per_second);
 
 // One run of the matrix. Times are seconds; -1 marks a figure the run's
 // kind does not have (no cost model on loopback, no loss for comm-only).
@@ -35,13 +59,18 @@ struct StudyRow {
                    // all-reduce).
   int backup_workers = 0;
   int staleness = 0;
+  // PS comm runs: "dedicated" (every shard on a host of its own) or
+  // "colocated" (shard i on worker i's host); empty otherwise.
+  std::string placement;
+  int64_t chunk_bytes = -1;       // PS comm runs: the chunk size used.
   std::string straggle = "none";  // "RANK:MS" or "random:MS".
   int64_t model_bytes = 0;        // Gradient bytes M exchanged per step.
   int64_t steps = 0;              // Timed steps.
   double median_step_s = -1;
   double p90_step_s = -1;
   double mean_step_s = -1;
-  double model_step_s = -1;  // The cost model on this link.
+  double model_step_s = -1;       // The cost model on this link, every term.
+  double bandwidth_model_s = -1;  // Its bandwidth-only part.
   double link_gbit = -1;     // The simulated link's rate.
   // comm with ps: the client and server phases of CommResult.
   double client_encode_s = -1;
@@ -57,6 +86,7 @@ struct StudyRow {
   double test_accuracy = -1;
   double wall_s = -1;         // Training loop.
   double load_average = -1;   // 1-minute load as the run started.
+  double cpu_busy = -1;       // comm: the CPUs' busy share, 0..1.
   std::string status = "ok";  // Or what went wrong.
 };
 
@@ -90,14 +120,24 @@ std::string StepsCsv(const std::vector<StepRow>& steps);
 // {"study": {...}, "runs": [...], "model_checks": [...]}.
 std::string StudyJson(const StudyMeta& meta, const std::vector<StudyRow>& rows);
 
-// The benchmark check: on simulated links, every comm run with
-// M >= 10 MB within 20% of the cost model.
+// The study's check: on simulated links, every comm run with M >= 10 MB
+// within 15% of its cost model (model_step_s, every term).
 struct ModelCheck {
   const StudyRow* row;  // Not owned.
   double ratio;         // Measured median / model.
   bool held;
 };
 std::vector<ModelCheck> ModelChecks(const std::vector<StudyRow>& rows);
+
+// Where PS beats the ring: for each simulated-link size and worker count,
+// each PS run's median against gloo's (and grpc-ring's) in the same study.
+struct Crossover {
+  const StudyRow* ps;  // Not owned.
+  double gloo_s = -1;  // -1: no such run.
+  double ring_s = -1;
+  bool beats_gloo() const { return gloo_s > 0 && ps->median_step_s < gloo_s; }
+};
+std::vector<Crossover> Crossovers(const std::vector<StudyRow>& rows);
 
 void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
                      std::FILE* out);
