@@ -41,6 +41,38 @@ TEST(BenchUtilTest, FindsNumbersInOtherProgramsOutput) {
   EXPECT_EQ(UntagLines("[a] one\n[b] two\n[a] three\n", "a"), "one\nthree\n");
 }
 
+// `lockstep_bench server` on a small array: every kernel at every thread
+// count asked for, each variant at one thread, a positive figure in each,
+// and triad as the 100% of its own thread count.
+TEST(BenchSmokeTest, ServerTimesEveryKernel) {
+  const std::string json = MakeTempDir() + "/server.json";
+  const RunResult run =
+      RunProcess({kBench, "server", "--params=200000", "--reps=1",
+                  "--thread_counts=1,2", "--json=" + json},
+                 {}, absl::Seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string text = ReadFile(json);
+  for (const char* kernel :
+       {"copy", "triad", "accumulate fp32", "accumulate fp32 unchecked",
+        "accumulate bf16", "sgd", "momentum", "adam"}) {
+    EXPECT_NE(text.find(absl::StrCat("\"kernel\": \"", kernel, "\"")),
+              std::string::npos)
+        << kernel;
+  }
+  ASSERT_TRUE(FindJsonNumber(text, {"elements"}).ok()) << text;
+  EXPECT_EQ(*FindJsonNumber(text, {"elements"}), 200000);
+  // 8 kernels at 1 and 2 threads with the active variant, plus 8 at one
+  // thread for each other variant this CPU runs.
+  size_t rows = 0;
+  for (size_t at = text.find("\"kernel\""); at != std::string::npos;
+       at = text.find("\"kernel\"", at + 1)) {
+    ++rows;
+  }
+  EXPECT_EQ(rows % 8, 0u) << text;
+  EXPECT_GE(rows, 16u) << text;
+  EXPECT_EQ(text.find("\"median_seconds\": 0,"), std::string::npos) << text;
+}
+
 TEST(BenchUtilTest, WorkerResultRoundTrips) {
   CommWorkerResult result;
   result.step_seconds = {0.5, 0.25};

@@ -114,10 +114,11 @@ std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
       for (int k : ShardCounts(n, quick)) {
         specs.push_back(Comm(link, size, n, "ps", k));
       }
-      if (link == "sim") {
+      if (link == "sim" || quick) {
         // BytePS's usual deployment when no spare hosts exist: a shard on
         // every worker's host (on loopback every process shares one host,
-        // so there is nothing to compare).
+        // so there is nothing to compare; the quick matrix has it anyway,
+        // for the smoke test).
         RunSpec colocated = Comm(link, size, n, "ps", n);
         colocated.colocate = true;
         colocated.row.placement = "colocated";

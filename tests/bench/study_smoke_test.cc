@@ -25,6 +25,53 @@ TEST(StudyCostModelTest, MatchesTheFormulas) {
   EXPECT_DOUBLE_EQ(PsModelSeconds(4, 2, m, b), 0.16);
   EXPECT_DOUBLE_EQ(PsModelSeconds(4, 4, m, b), 0.08);  // M/B
   EXPECT_DOUBLE_EQ(PsModelSeconds(2, 4, m, b), 0.08);  // Never below M/B.
+  // BytePS with k extra hosts: k = 0 is the ring's time, k = n is M/B.
+  EXPECT_DOUBLE_EQ(BytePsModelSeconds(4, 0, m, b), 0.12);
+  EXPECT_DOUBLE_EQ(BytePsModelSeconds(4, 4, m, b), 0.08);
+  // n = 4, k = 2: 2 * 4 * 3 M / ((16 + 8 - 4) B) = 1.2 M/B.
+  EXPECT_DOUBLE_EQ(BytePsModelSeconds(4, 2, m, b), 0.096);
+}
+
+TEST(StudyCostModelTest, HeadersAndTheLastChunksRepliesAreAdded) {
+  const double m = 10e6, rate = 125e6, c = 262144;
+  const double b = rate * kLinkPayloadShare;
+  // Dedicated shards: the bandwidth term over the payload rate, plus the
+  // n replies of the last chunk.
+  EXPECT_DOUBLE_EQ(PsModelWithChunksSeconds(4, 4, false, m, c, rate),
+                   m / b + 4 * c / b);
+  EXPECT_DOUBLE_EQ(PsModelWithChunksSeconds(4, 1, false, m, c, rate),
+                   4 * m / b + 4 * c / b);
+  // A chunk is never larger than a shard's share.
+  EXPECT_DOUBLE_EQ(PsModelWithChunksSeconds(2, 2, false, m, 8e6, rate),
+                   m / b + 2 * (m / 2) / b);
+  // Colocated, k = n: the ring's 2 (n - 1) M / n, plus n - 1 replies.
+  EXPECT_DOUBLE_EQ(PsModelWithChunksSeconds(4, 4, true, m, c, rate),
+                   1.5 * m / b + 3 * c / b);
+  EXPECT_DOUBLE_EQ(RingModelWithHeadersSeconds(4, m, rate), 1.5 * m / b);
+}
+
+TEST(StudyCostModelTest, CrossoverPairsEachPsRunWithItsAllReduce) {
+  StudyRow ps, gloo, ring, other;
+  ps.link = gloo.link = ring.link = other.link = "sim";
+  ps.kind = gloo.kind = ring.kind = other.kind = "comm";
+  ps.mode = "ps";
+  gloo.mode = "gloo";
+  ring.mode = "grpc-ring";
+  other.mode = "gloo";
+  ps.workers = gloo.workers = ring.workers = other.workers = 4;
+  ps.model_bytes = gloo.model_bytes = ring.model_bytes = 10'000'000;
+  other.model_bytes = 40'000'000;
+  ps.median_step_s = 0.1;
+  gloo.median_step_s = 0.12;
+  ring.median_step_s = 0.15;
+  other.median_step_s = 0.01;
+  const std::vector<StudyRow> rows = {other, ps, gloo, ring};
+  const std::vector<Crossover> x = Crossovers(rows);
+  ASSERT_EQ(x.size(), 1u);
+  EXPECT_EQ(x[0].ps, &rows[1]);
+  EXPECT_DOUBLE_EQ(x[0].gloo_s, 0.12);
+  EXPECT_DOUBLE_EQ(x[0].ring_s, 0.15);
+  EXPECT_TRUE(x[0].beats_gloo());
 }
 
 TEST(StudyCostModelTest, ChecksOnlySimulatedLargeCommRuns) {
@@ -35,7 +82,7 @@ TEST(StudyCostModelTest, ChecksOnlySimulatedLargeCommRuns) {
   held.median_step_s = 0.09;
   held.model_step_s = 0.08;
   StudyRow missed = held;
-  missed.median_step_s = 0.2;
+  missed.median_step_s = 0.093;  // 1.1625: over the 15% line.
   StudyRow small = held;
   small.model_bytes = 400'000;
   StudyRow loopback = held;
@@ -45,7 +92,7 @@ TEST(StudyCostModelTest, ChecksOnlySimulatedLargeCommRuns) {
   ASSERT_EQ(checks.size(), 2u);
   EXPECT_TRUE(checks[0].held);
   EXPECT_FALSE(checks[1].held);
-  EXPECT_DOUBLE_EQ(checks[1].ratio, 2.5);
+  EXPECT_DOUBLE_EQ(checks[1].ratio, 1.1625);
 }
 
 std::vector<std::vector<std::string>> ReadCsv(const std::string& path) {
@@ -76,10 +123,10 @@ TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
     ADD_FAILURE() << "no column " << name;
     return size_t{0};
   };
-  // Quick matrix: ps k=1, ps k=2, gloo and grpc-ring with synthetic
-  // gradients; the MLP with ps and gloo; a straggler without and with a
-  // backup worker.
-  std::multiset<std::string> kinds, modes;
+  // Quick matrix: ps k=1, ps k=2 on shards of their own and k=2 colocated,
+  // gloo and grpc-ring with synthetic gradients; the MLP with ps and gloo;
+  // a straggler without and with a backup worker.
+  std::multiset<std::string> kinds, modes, placements;
   for (size_t i = 1; i < csv.size(); ++i) {
     ASSERT_EQ(csv[i].size(), header.size()) << "row " << i;
     kinds.insert(csv[i][column("kind")]);
@@ -89,11 +136,27 @@ TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
     EXPECT_GT(std::stod(csv[i][column("median_step_s")]), 0) << "row " << i;
     // No cost model on loopback.
     EXPECT_EQ(csv[i][column("model_step_s")], "") << "row " << i;
+    const bool ps_comm = csv[i][column("kind")] == "comm" &&
+                         csv[i][column("mode")] == "ps";
+    placements.insert(csv[i][column("placement")]);
+    if (ps_comm) {
+      // 10,000 parameters: 40 KB, one chunk per shard (auto).
+      EXPECT_EQ(csv[i][column("chunk_bytes")], "4194304") << "row " << i;
+    } else {
+      EXPECT_EQ(csv[i][column("placement")], "") << "row " << i;
+    }
+    if (csv[i][column("kind")] == "comm") {
+      const double busy = std::stod(csv[i][column("cpu_busy")]);
+      EXPECT_GE(busy, 0) << "row " << i;
+      EXPECT_LE(busy, 1) << "row " << i;
+    }
   }
-  EXPECT_EQ(kinds.count("comm"), 4u);
+  EXPECT_EQ(kinds.count("comm"), 5u);
+  EXPECT_EQ(placements.count("dedicated"), 2u);
+  EXPECT_EQ(placements.count("colocated"), 1u);
   EXPECT_EQ(kinds.count("mlp"), 2u);
   EXPECT_EQ(kinds.count("straggler"), 2u);
-  EXPECT_EQ(modes.count("comm/ps"), 2u);
+  EXPECT_EQ(modes.count("comm/ps"), 3u);
   EXPECT_EQ(modes.count("comm/gloo"), 1u);
   EXPECT_EQ(modes.count("comm/grpc-ring"), 1u);
   EXPECT_EQ(modes.count("mlp/gloo"), 1u);
@@ -117,7 +180,8 @@ TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
 
   const std::string json = ReadFile(dir + "/study.json");
   for (const char* key :
-       {"\"study\"", "\"runs\"", "\"model_checks\"", "\"median_step_s\"",
+       {"\"study\"", "\"runs\"", "\"model_checks\"", "\"crossover\"",
+        "\"median_step_s\"", "\"bandwidth_model_s\"", "\"placement\"",
         "\"client_wait_s\"", "\"final_loss\"", "\"load_average_start\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   }
