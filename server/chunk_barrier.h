@@ -127,9 +127,11 @@ class ChunkBarrier final {
                SumOrder sum_order = SumOrder::kArrival,
                WorkPool* pool = nullptr);
 
-  // 64 Ki elements: a block is 256 KiB of fp32, enough to pay for a
-  // thread's wake-up many times over.
-  static constexpr int64_t kParallelGrain = int64_t{1} << 16;
+  // 256 Ki elements: a block is 1 MiB of fp32, some 100 us of work, far
+  // more than waking a helper costs; a smaller chunk (the tutorial MLP's
+  // 101,770 values, --chunk_bytes=auto's chunks up to 1 MiB) runs on the
+  // calling thread alone.
+  static constexpr int64_t kParallelGrain = int64_t{1} << 18;
 
   // Stores version 0 (fp32 values; size checked by the caller) and answers
   // waiting pulls. FAILED_PRECONDITION when already initialized, unless with
