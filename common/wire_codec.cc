@@ -333,6 +333,38 @@ bool Parallel(WorkPool* pool, int64_t grain, size_t elements) {
          static_cast<int64_t>(elements) > grain;
 }
 
+// Calls fn(data, n, first) for every part of `runs` (which cover
+// `elements`), split over `pool` in blocks of `grain` elements.
+template <typename Fn>
+void ForEachRunInParallel(WorkPool* pool, int64_t grain,
+                          const std::vector<Run>& runs, size_t width,
+                          size_t elements, Fn fn) {
+  pool->ParallelFor(static_cast<int64_t>(elements), grain,
+                    [&](int64_t begin, int64_t end) {
+                      ForEachInRange(runs, width, begin, end, fn);
+                    });
+}
+
+// sum op= the payload, where op is the decode (overwrite) or the sum.
+void SumRuns(absl::Span<const absl::string_view> pieces, WireDType dtype,
+             absl::Span<float> sum, bool overwrite, WorkPool* pool,
+             int64_t grain, const std::vector<Run>* runs) {
+  const kernels::Table& k = kernels::Active();
+  const int index = KernelIndex(dtype);
+  const size_t width = BytesPerElement(dtype);
+  const auto op = overwrite ? k.decode[index] : k.accumulate[index];
+  if (runs != nullptr) {
+    ForEachRunInParallel(pool, grain, *runs, width, sum.size(),
+                         [&](const char* p, size_t n, size_t first) {
+                           op(p, n, sum.data() + first);
+                         });
+    return;
+  }
+  ForEachRun(pieces, width, [&](absl::string_view run, size_t first) {
+    op(run.data(), run.size() / width, sum.data() + first);
+  });
+}
+
 }  // namespace
 
 absl::Status AccumulateCheckedPieces(absl::Span<const absl::string_view> pieces,
@@ -342,67 +374,40 @@ absl::Status AccumulateCheckedPieces(absl::Span<const absl::string_view> pieces,
   const kernels::Table& k = kernels::Active();
   const int index = KernelIndex(dtype);
   const size_t width = BytesPerElement(dtype);
-  bool bad = false;
-  if (Parallel(pool, grain, sum.size())) {
-    Carried carried;
-    const std::vector<Run> runs = Runs(pieces, width, &carried);
-    std::atomic<bool> any{false};
-    pool->ParallelFor(static_cast<int64_t>(sum.size()), grain,
-                      [&](int64_t begin, int64_t end) {
-                        ForEachInRange(runs, width, begin, end,
-                                       [&](const char* p, size_t n, size_t) {
-                                         if (k.any_nonfinite[index](p, n)) {
-                                           any = true;
-                                         }
-                                       });
-                      });
-    bad = any.load();
-    if (!bad) {
-      const auto op = overwrite ? k.decode[index] : k.accumulate[index];
-      pool->ParallelFor(static_cast<int64_t>(sum.size()), grain,
-                        [&](int64_t begin, int64_t end) {
-                          ForEachInRange(
-                              runs, width, begin, end,
-                              [&](const char* p, size_t n, size_t first) {
-                                op(p, n, sum.data() + first);
-                              });
-                        });
-      return absl::OkStatus();
-    }
+  std::atomic<bool> bad{false};
+  Carried carried;
+  std::vector<Run> runs;
+  const bool parallel = Parallel(pool, grain, sum.size());
+  if (parallel) {
+    runs = Runs(pieces, width, &carried);
+    ForEachRunInParallel(pool, grain, runs, width, sum.size(),
+                         [&](const char* p, size_t n, size_t) {
+                           if (k.any_nonfinite[index](p, n)) bad = true;
+                         });
   } else {
     ForEachRun(pieces, width, [&](absl::string_view run, size_t) {
-      bad = bad || k.any_nonfinite[index](run.data(), run.size() / width);
+      if (!bad && k.any_nonfinite[index](run.data(), run.size() / width)) {
+        bad = true;
+      }
     });
   }
   // Names the first bad element (a second, slow pass, on bad input only).
   if (bad) return CheckFinitePieces(pieces, dtype);
-  AccumulateUncheckedPieces(pieces, dtype, sum, overwrite);
+  SumRuns(pieces, dtype, sum, overwrite, pool, grain,
+          parallel ? &runs : nullptr);
   return absl::OkStatus();
 }
 
 void AccumulateUncheckedPieces(absl::Span<const absl::string_view> pieces,
                                WireDType dtype, absl::Span<float> sum,
                                bool overwrite, WorkPool* pool, int64_t grain) {
-  const kernels::Table& k = kernels::Active();
-  const int index = KernelIndex(dtype);
-  const size_t width = BytesPerElement(dtype);
-  const auto op = overwrite ? k.decode[index] : k.accumulate[index];
-  if (Parallel(pool, grain, sum.size())) {
-    Carried carried;
-    const std::vector<Run> runs = Runs(pieces, width, &carried);
-    pool->ParallelFor(static_cast<int64_t>(sum.size()), grain,
-                      [&](int64_t begin, int64_t end) {
-                        ForEachInRange(
-                            runs, width, begin, end,
-                            [&](const char* p, size_t n, size_t first) {
-                              op(p, n, sum.data() + first);
-                            });
-                      });
+  if (!Parallel(pool, grain, sum.size())) {
+    SumRuns(pieces, dtype, sum, overwrite, pool, grain, nullptr);
     return;
   }
-  ForEachRun(pieces, width, [&](absl::string_view run, size_t first) {
-    op(run.data(), run.size() / width, sum.data() + first);
-  });
+  Carried carried;
+  const std::vector<Run> runs = Runs(pieces, BytesPerElement(dtype), &carried);
+  SumRuns(pieces, dtype, sum, overwrite, pool, grain, &runs);
 }
 
 absl::Status DecodePieces(absl::Span<const absl::string_view> pieces,

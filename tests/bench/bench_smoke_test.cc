@@ -47,7 +47,7 @@ TEST(BenchUtilTest, FindsNumbersInOtherProgramsOutput) {
 TEST(BenchSmokeTest, ServerTimesEveryKernel) {
   const std::string json = MakeTempDir() + "/server.json";
   const RunResult run =
-      RunProcess({kBench, "server", "--params=200000", "--reps=1",
+      RunProcess({kBench, "server", "--params=600000", "--reps=1",
                   "--thread_counts=1,2", "--json=" + json},
                  {}, absl::Seconds(120));
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -60,7 +60,7 @@ TEST(BenchSmokeTest, ServerTimesEveryKernel) {
         << kernel;
   }
   ASSERT_TRUE(FindJsonNumber(text, {"elements"}).ok()) << text;
-  EXPECT_EQ(*FindJsonNumber(text, {"elements"}), 200000);
+  EXPECT_EQ(*FindJsonNumber(text, {"elements"}), 600000);
   // 8 kernels at 1 and 2 threads with the active variant, plus 8 at one
   // thread for each other variant this CPU runs.
   size_t rows = 0;

@@ -36,9 +36,9 @@ readonly kMaxBundleBytes=$((40 * 1024 * 1024))
 readonly kTests=(cuda_device_test cuda_models_test device_copies_test
   cpu_device_test image_op_elements_test conv2d_test pooling_layers_test
   batch_normalization_test basic_layers_test graph_model_test
-  all_reducer_test)
+  all_reducer_test kernels_test chunk_barrier_parallel_test)
 readonly kTools=(lockstep_gpu_bench lockstep_server lockstep_worker
-  lockstep_launch)
+  lockstep_launch lockstep_bench)
 readonly kBinaries=("${kTests[@]}" "${kTools[@]}")
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 
@@ -315,6 +315,13 @@ run() {
   echo "== lockstep_gpu_bench"
   if ! "$dir/bin/lockstep_gpu_bench" "$@"; then
     echo "FAILED: lockstep_gpu_bench"
+    failed=1
+  fi
+  # The server's loops on this machine's cores (and AVX-512, if it has
+  # it: kernels_test above compares that variant too).
+  echo "== lockstep_bench server"
+  if ! "$dir/bin/lockstep_bench" server --reps=5; then
+    echo "FAILED: lockstep_bench server"
     failed=1
   fi
   echo "== ResNet-50 through a real server (compare the local step above)"

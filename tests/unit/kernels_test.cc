@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -66,6 +67,17 @@ TEST(KernelsTest, GenericComesFirstAndTheActiveOneIsRunnable) {
   std::string names;
   for (const Table* t : runnable) names += std::string(" ") + t->name;
   RecordProperty("variants", names);
+}
+
+// LOCKSTEP_KERNELS picks the variant; unset, the widest this CPU runs is
+// used. (ctest runs this file both ways: GenericKernels.* sets it.)
+TEST(KernelsTest, TheEnvironmentPicksTheVariant) {
+  const char* wanted = std::getenv("LOCKSTEP_KERNELS");
+  if (wanted != nullptr && *wanted != '\0') {
+    EXPECT_STREQ(Active().name, wanted);
+  } else {
+    EXPECT_EQ(&Active(), Runnable().back());
+  }
 }
 
 // The variants the other tests could not compare on this CPU are a skip,
