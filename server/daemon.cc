@@ -342,6 +342,9 @@ int Daemon::Run() {
                      " (is another process using the port?)"));
     return kExitPermanent;
   }
+  // However Run() ends, requested checkpoints are finished before the
+  // server (and then the service) goes: runs before `server` is destroyed.
+  absl::Cleanup stop_saving = [&]() { service.StopSaving(); };
   // NOT_SERVING while the checkpoint loads and while draining.
   auto set_serving = [&](bool serving) {
     server->GetHealthCheckService()->SetServingStatus(serving);
@@ -402,6 +405,9 @@ int Daemon::Run() {
                    absl::FormatDuration(absl::Now() - start), "; exiting"));
   set_serving(false);  // Also when Tick ended the job.
   core_->Shutdown();
+  // A checkpoint being written on request ends first, so that the
+  // server's 5 s below are not what it has left.
+  service.StopSaving();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   if (absl::Status s = telemetry_->FlushTrace(); !s.ok()) Log(s.ToString());
   return exit_code;

@@ -1,7 +1,5 @@
 #include "server/grpc_service.h"
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/signature_limits.h"
@@ -259,8 +257,9 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
                                    "--checkpoint_dir or --weights_file"));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // Writing takes disk time: off gRPC's threads.
-  std::thread([this, reactor, response]() {
+  // Writing takes disk time: off gRPC's threads, one at a time, on the
+  // service's own thread (joined before the server goes: StopSaving).
+  const bool taken = saves_.Submit([this, reactor, response]() {
     absl::StatusOr<Saved> saved = save_checkpoint_();
     if (saved.ok()) {
       response->set_path(saved->checkpoint);
@@ -268,7 +267,15 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
       response->set_version(saved->version);
     }
     reactor->Finish(ToGrpcStatus(saved.status()));
-  }).detach();
+  });
+  if (!taken) {
+    reactor->Finish(ToGrpcStatus(
+        saving_stopped_
+            ? absl::UnavailableError("the server is stopping")
+            : absl::ResourceExhaustedError(absl::StrCat(
+                  "a checkpoint is being written and ", kMaxWaitingSaves,
+                  " more requests wait; try again later"))));
+  }
   return reactor;
 }
 

@@ -12,6 +12,7 @@
 #ifndef LOCKSTEP_SERVER_GRPC_SERVICE_H_
 #define LOCKSTEP_SERVER_GRPC_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <utility>
@@ -19,8 +20,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-
 #include "common/authorizer.h"
+#include "common/serial_executor.h"
 #include "common/signature_limits.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "server/parameter_server.h"
@@ -47,8 +48,14 @@ class ParameterServerService final : public ParameterServerServiceBase {
   // Writes them now.
   using SaveCheckpointFn = std::function<absl::StatusOr<Saved>()>;
 
+  // SaveCheckpoint requests that may wait while one is written; more are
+  // refused with RESOURCE_EXHAUSTED.
+  static constexpr int kMaxWaitingSaves = 4;
+
   // `core` is not owned and must outlive the service. Without
-  // `save_checkpoint`, SaveCheckpoint answers FAILED_PRECONDITION.
+  // `save_checkpoint`, SaveCheckpoint answers FAILED_PRECONDITION; with it,
+  // the writes run one at a time on a thread the service owns (see
+  // StopSaving).
   // `authorizer` (not owned; null: every caller may call everything) must
   // outlive the service too.
   explicit ParameterServerService(ParameterServer* core,
@@ -58,7 +65,8 @@ class ParameterServerService final : public ParameterServerServiceBase {
       : core_(core),
         save_checkpoint_(std::move(save_checkpoint)),
         authorizer_(authorizer),
-        limits_(limits) {}
+        limits_(limits),
+        saves_(kMaxWaitingSaves) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const v1::RegisterRequest* request,
@@ -92,6 +100,18 @@ class ParameterServerService final : public ParameterServerServiceBase {
   void HoldRegistration();
   void OpenRegistration();
 
+  // Finishes the SaveCheckpoint requests taken (the one being written and
+  // those waiting), then answers new ones UNAVAILABLE. Call it before the
+  // gRPC server shuts down: once it returns, no request's thread touches
+  // the service or the server. The destructor calls it too.
+  // SaveCheckpoint requests taken and not yet being written.
+  int SavesWaiting() { return saves_.waiting(); }
+
+  void StopSaving() {
+    saving_stopped_ = true;
+    saves_.Shutdown();
+  }
+
  private:
   // Answers a Register call (the reactor's Finish included).
   void DoRegister(int rank, const ModelSignature& signature,
@@ -105,6 +125,9 @@ class ParameterServerService final : public ParameterServerServiceBase {
   absl::Mutex gate_mu_;
   bool registration_held_ ABSL_GUARDED_BY(gate_mu_) = false;
   std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(gate_mu_);
+  std::atomic<bool> saving_stopped_{false};
+  // Last, so that it is stopped (its thread joined) before the rest goes.
+  SerialExecutor saves_;
 };
 
 }  // namespace lockstep
