@@ -21,6 +21,14 @@ const char* SyncModeName(SyncPolicy::Mode mode) {
   return "?";
 }
 
+absl::StatusOr<SyncPolicy::Mode> ParseSyncMode(absl::string_view name) {
+  if (name.empty() || name == "sync") return SyncPolicy::Mode::kSync;
+  if (name == "async") return SyncPolicy::Mode::kAsync;
+  if (name == "ssp") return SyncPolicy::Mode::kSsp;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown sync mode \"", name, "\"; expected sync, async or ssp"));
+}
+
 int64_t TensorInfo::NumElements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;

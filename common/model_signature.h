@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
 namespace lockstep {
 
 // One named fp32 tensor of the model, row-major.
@@ -53,6 +56,10 @@ struct SyncPolicy {
 
 // "sync", "async", "ssp".
 const char* SyncModeName(SyncPolicy::Mode mode);
+// The inverse, the one place a mode's name is read: "sync", "async" or
+// "ssp" ("" is "sync", as a signature from before modes had names says);
+// INVALID_ARGUMENT otherwise.
+absl::StatusOr<SyncPolicy::Mode> ParseSyncMode(absl::string_view name);
 
 inline constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
 

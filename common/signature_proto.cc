@@ -37,7 +37,8 @@ void SignatureToProto(const ModelSignature& signature,
   sync->set_staleness(signature.sync.staleness);
 }
 
-ModelSignature SignatureFromProto(const v1::ModelSignature& proto) {
+absl::StatusOr<ModelSignature> SignatureFromProto(
+    const v1::ModelSignature& proto) {
   ModelSignature signature;
   for (const v1::TensorSpec& spec : proto.tensors()) {
     TensorInfo t;
@@ -65,11 +66,9 @@ ModelSignature SignatureFromProto(const v1::ModelSignature& proto) {
   signature.num_workers = proto.num_workers();
   signature.num_shards = proto.num_shards() > 0 ? proto.num_shards() : 1;
   signature.total_steps = proto.total_steps();
-  const std::string& mode = proto.sync().mode();
-  // The gRPC adapter refuses unknown mode names before this point.
-  signature.sync.mode = mode == "async" ? SyncPolicy::Mode::kAsync
-                        : mode == "ssp" ? SyncPolicy::Mode::kSsp
-                                        : SyncPolicy::Mode::kSync;
+  absl::StatusOr<SyncPolicy::Mode> mode = ParseSyncMode(proto.sync().mode());
+  if (!mode.ok()) return mode.status();
+  signature.sync.mode = *mode;
   signature.sync.backup_workers = proto.sync().backup_workers();
   signature.sync.staleness = proto.sync().staleness();
   return signature;

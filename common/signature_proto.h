@@ -2,6 +2,7 @@
 #ifndef LOCKSTEP_COMMON_SIGNATURE_PROTO_H_
 #define LOCKSTEP_COMMON_SIGNATURE_PROTO_H_
 
+#include "absl/status/statusor.h"
 #include "common/model_signature.h"
 #include "lockstep/v1/lockstep.pb.h"
 
@@ -9,7 +10,9 @@ namespace lockstep {
 
 void SignatureToProto(const ModelSignature& signature,
                       v1::ModelSignature* proto);
-ModelSignature SignatureFromProto(const v1::ModelSignature& proto);
+// INVALID_ARGUMENT for a sync mode with no name it knows.
+absl::StatusOr<ModelSignature> SignatureFromProto(
+    const v1::ModelSignature& proto);
 
 }  // namespace lockstep
 

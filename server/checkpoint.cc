@@ -186,7 +186,10 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
   }
   const absl::string_view data = bytes.substr(kPreamble + header_size);
   ShardCheckpoint checkpoint;
-  checkpoint.signature = SignatureFromProto(header.signature());
+  absl::StatusOr<ModelSignature> signature =
+      SignatureFromProto(header.signature());
+  if (!signature.ok()) return Corrupt(signature.status().message());
+  checkpoint.signature = *std::move(signature);
   // Shapes whose products overflow or go negative would make every later
   // size computation (NumParameters, ChunkPlan) undefined.
   int64_t parameters = 0;

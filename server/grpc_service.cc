@@ -62,13 +62,11 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
       !s.ok()) {
     return FinishWith(context, s);
   }
-  const std::string& mode = request->signature().sync().mode();
-  if (!mode.empty() && mode != "sync" && mode != "async" && mode != "ssp") {
-    return FinishWith(context, absl::InvalidArgumentError(absl::StrCat(
-                                   "unknown sync mode \"", mode, "\"")));
-  }
+  absl::StatusOr<ModelSignature> parsed =
+      SignatureFromProto(request->signature());
+  if (!parsed.ok()) return FinishWith(context, parsed.status());
+  const ModelSignature& signature = *parsed;
   // Bounded before the core allocates weights and state for the model.
-  const ModelSignature signature = SignatureFromProto(request->signature());
   if (absl::Status s = ValidateSignature(signature, limits_); !s.ok()) {
     return FinishWith(context, s);
   }

@@ -23,8 +23,10 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lockstep::v1::RegisterRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
-  const lockstep::ModelSignature signature =
+  const absl::StatusOr<lockstep::ModelSignature> parsed =
       lockstep::SignatureFromProto(request.signature());
+  if (!parsed.ok()) return 0;
+  const lockstep::ModelSignature& signature = *parsed;
   lockstep::SignatureLimits limits;
   limits.max_parameters = 1 << 16;  // Keep each run's model small.
   limits.max_chunks = 1 << 12;

@@ -195,7 +195,9 @@ TEST(SignatureProtoTest, RoundTripThroughTheWire) {
 
   v1::ModelSignature parsed;
   ASSERT_TRUE(parsed.ParseFromString(proto.SerializeAsString()));
-  const ModelSignature back = SignatureFromProto(parsed);
+  const absl::StatusOr<ModelSignature> read = SignatureFromProto(parsed);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const ModelSignature& back = *read;
 
   EXPECT_EQ(DescribeDifference(original, back), "");
   EXPECT_EQ(back.tensors, original.tensors);
@@ -209,9 +211,31 @@ TEST(SignatureProtoTest, RoundTripThroughTheWire) {
 TEST(SignatureProtoTest, DefaultSignatureRoundTrips) {
   v1::ModelSignature proto;
   SignatureToProto(ModelSignature(), &proto);
-  const ModelSignature back = SignatureFromProto(proto);
-  EXPECT_EQ(DescribeDifference(ModelSignature(), back), "");
-  EXPECT_THAT(back.tensors, IsEmpty());
+  const absl::StatusOr<ModelSignature> back = SignatureFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(DescribeDifference(ModelSignature(), *back), "");
+  EXPECT_THAT(back->tensors, IsEmpty());
+}
+
+// The one place a mode's name is read: every name round-trips, an empty
+// one is sync (signatures from before names), anything else is refused
+// rather than read as sync.
+TEST(SignatureProtoTest, SyncModesAreReadOrRefused) {
+  for (SyncPolicy::Mode mode :
+       {SyncPolicy::Mode::kSync, SyncPolicy::Mode::kAsync,
+        SyncPolicy::Mode::kSsp}) {
+    absl::StatusOr<SyncPolicy::Mode> read = ParseSyncMode(SyncModeName(mode));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, mode);
+  }
+  EXPECT_EQ(*ParseSyncMode(""), SyncPolicy::Mode::kSync);
+  v1::ModelSignature proto;
+  SignatureToProto(ModelSignature(), &proto);
+  proto.mutable_sync()->set_mode("asynchronous");
+  const absl::StatusOr<ModelSignature> refused = SignatureFromProto(proto);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("unknown sync mode \"asynchronous\""));
 }
 
 TEST(JsonWriterTest, WritesFieldsInOrder) {

@@ -13,11 +13,11 @@ namespace {
 namespace py = pybind11;
 
 absl::StatusOr<SyncPolicy::Mode> ParseSync(const std::string& mode) {
-  if (mode == "sync") return SyncPolicy::Mode::kSync;
-  if (mode == "async") return SyncPolicy::Mode::kAsync;
-  if (mode == "ssp") return SyncPolicy::Mode::kSsp;
-  return absl::InvalidArgumentError(
-      absl::StrCat("sync must be sync, async or ssp, got \"", mode, "\""));
+  // The Python API names the mode; an empty name is not a choice there.
+  if (mode.empty()) {
+    return absl::InvalidArgumentError("sync must be sync, async or ssp");
+  }
+  return ParseSyncMode(mode);
 }
 
 absl::Duration Seconds(double s) {
