@@ -2,8 +2,8 @@
 # A simulated cluster on one machine, for studying synchronization over a
 # network slower than loopback: every host is a network namespace with one
 # interface (eth0) whose veth peer sits on a bridge, and `tc` limits each
-# host's bandwidth in both directions (full duplex, like the cost model of
-# ../shared/DESIGN.md) and, where the kernel has sch_netem, adds latency.
+# host's bandwidth in both directions (full duplex, as the cost model of
+# docs/study.md assumes) and, where the kernel has sch_netem, adds latency.
 #
 #   deploy/sim/cluster.sh up [--hosts=8] [--rate=1gbit] [--delay=0.2ms] [--name=lss]
 #   deploy/sim/cluster.sh run [--name=lss] [--timeout=600] HOST CMD [ARGS...]

@@ -52,8 +52,8 @@ ABSL_FLAG(std::string, sum_order, "arrival",
 ABSL_FLAG(bool, iperf3, false,
           "comm: also measure the loopback floor with iperf3 --bidir.");
 ABSL_FLAG(int, runs, 3, "e2e: training runs.");
-ABSL_FLAG(std::string, peers_dir, LOCKSTEP_SOURCE_DIR "/../shared/peers",
-          "peers: folder of the PyTorch peer programs.");
+ABSL_FLAG(std::string, peers_dir, LOCKSTEP_SOURCE_DIR "/tests/bench/peers",
+          "peers: folder of the PyTorch peer programs (torch_peers.py).");
 ABSL_FLAG(int, rounds, 3,
           "peers: alternated rounds of every program; conv: of every layer.");
 ABSL_FLAG(std::string, model, "resnet20", "conv: cnn | resnet20 | resnet50.");

@@ -24,6 +24,10 @@ namespace {
 constexpr int64_t kLargeParams = 25'600'000;  // ResNet-50's size.
 constexpr int64_t kSmallParams = 101'770;     // The tutorial MLP.
 
+std::string PeersScript(const PeersOptions& options) {
+  return absl::StrCat(options.peers_dir, "/torch_peers.py");
+}
+
 // Runs the programs of one invocation, each with its own log in dir_, and
 // collects their figures.
 class PeersSession {
@@ -47,19 +51,21 @@ class PeersSession {
     return absl::OkStatus();
   }
 
-  Job Python(std::string label, std::string script,
-             std::vector<std::string> args,
-             std::vector<std::pair<std::string, std::string>> figures) {
+  // One program of torch_peers.py; records each of `figures` it prints
+  // as label_figure.
+  Job Python(std::string label, std::string program,
+             std::vector<std::string> args, std::vector<std::string> figures) {
     return [=](int round) -> absl::Status {
-      std::vector<std::string> argv = {
-          options_.python, absl::StrCat(options_.peers_dir, "/", script)};
+      std::vector<std::string> argv = {options_.python, PeersScript(options_),
+                                       program};
       argv.insert(argv.end(), args.begin(), args.end());
       ASSIGN_OR_RETURN(std::string output, RunToEnd(label, round, argv));
-      for (const auto& [key, figure] : figures) {
-        absl::StatusOr<double> value = FindKeyValueNumber(output, key);
+      for (const std::string& figure : figures) {
+        absl::StatusOr<double> value = FindKeyValueNumber(output, figure);
         if (!value.ok()) {
-          return absl::InternalError(absl::StrCat(script, " printed no ", key,
-                                                  "=; its output:\n", output));
+          return absl::InternalError(absl::StrCat(program, " printed no ",
+                                                  figure, "=; its output:\n",
+                                                  output));
         }
         Record(absl::StrCat(label, "_", figure), *value);
       }
@@ -163,15 +169,12 @@ double PeersResult::MedianOf(const std::string& name) const {
 }
 
 absl::StatusOr<PeersResult> RunPeersBench(const PeersOptions& options) {
-  for (const char* script :
-       {"torch_rpc_ps_bw.py", "torch_allreduce_bw.py", "torch_ddp_mlp.py"}) {
-    const std::string path = absl::StrCat(options.peers_dir, "/", script);
-    if (access(path.c_str(), R_OK) != 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "no ", path,
-          ": --peers_dir must name the folder of the PyTorch "
-          "peer programs (../shared/peers from the repository root)"));
-    }
+  const std::string script = PeersScript(options);
+  if (access(script.c_str(), R_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "no ", script,
+        ": the peers folder must hold torch_peers.py (tests/bench/peers in "
+        "the source tree)"));
   }
   if (access(options.python.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("no ", options.python));
@@ -184,36 +187,42 @@ absl::StatusOr<PeersResult> RunPeersBench(const PeersOptions& options) {
   std::fprintf(stderr, "peers: (a) comm 2 x %s fp32 params, %d rounds\n",
                large.c_str(), options.rounds);
   RETURN_IF_ERROR(session.Alternate({
-      session.Python("a.torch_rpc_ps", "torch_rpc_ps_bw.py",
-                     {"2", large, absl::StrCat(options.large_iters)},
-                     {{"median_step_s", "step_seconds"}}),
+      session.Python("a.torch_rpc_ps", "rpc-ps-comm",
+                     {"--workers=2", "--params=" + large,
+                      absl::StrCat("--iters=", options.large_iters)},
+                     {"step_seconds"}),
       session.LockstepComm("a.lockstep_fp32", kLargeParams, "fp32",
                            options.large_iters, 2),
       session.LockstepComm("a.lockstep_bf16", kLargeParams, "bf16",
                            options.large_iters, 2),
-      session.Python("a.torch_allreduce", "torch_allreduce_bw.py",
-                     {"2", large, absl::StrCat(options.large_iters)},
-                     {{"median_s", "step_seconds"}}),
+      session.Python("a.torch_allreduce", "allreduce-comm",
+                     {"--workers=2", "--params=" + large,
+                      absl::StrCat("--iters=", options.large_iters)},
+                     {"step_seconds"}),
       session.Loopback("a.loopback"),
   }));
   std::fprintf(stderr, "peers: (b) comm 2 x %s fp32 params\n", small.c_str());
   RETURN_IF_ERROR(session.Alternate({
-      session.Python("b.torch_rpc_ps", "torch_rpc_ps_bw.py",
-                     {"2", small, absl::StrCat(options.small_iters)},
-                     {{"median_step_s", "step_seconds"}}),
+      session.Python("b.torch_rpc_ps", "rpc-ps-comm",
+                     {"--workers=2", "--params=" + small,
+                      absl::StrCat("--iters=", options.small_iters),
+                      "--warmup=20"},
+                     {"step_seconds"}),
       session.LockstepComm("b.lockstep_fp32", kSmallParams, "fp32",
                            options.small_iters, 20),
-      session.Python("b.torch_allreduce", "torch_allreduce_bw.py",
-                     {"2", small, absl::StrCat(options.small_iters)},
-                     {{"median_s", "step_seconds"}}),
+      session.Python("b.torch_allreduce", "allreduce-comm",
+                     {"--workers=2", "--params=" + small,
+                      absl::StrCat("--iters=", options.small_iters),
+                      "--warmup=20"},
+                     {"step_seconds"}),
   }));
   std::fprintf(stderr, "peers: (c) MLP 2 workers x 64, %d epochs\n",
                options.mlp_epochs);
   RETURN_IF_ERROR(session.Alternate({
-      session.Python(
-          "c.torch_ddp", "torch_ddp_mlp.py",
-          {"2", "64", absl::StrCat(options.mlp_epochs)},
-          {{"examples/s", "examples_per_sec"}, {"test_acc", "test_accuracy"}}),
+      session.Python("c.torch_ddp", "ddp-mlp",
+                     {"--workers=2", "--batch=64",
+                      absl::StrCat("--epochs=", options.mlp_epochs)},
+                     {"examples_per_sec", "test_accuracy"}),
       session.LockstepE2e("c.lockstep"),
   }));
   session.result().load_average_after = LoadAverage();

@@ -1,4 +1,4 @@
-// `lockstep_bench peers`: the PyTorch programs of ../shared/peers side by
+// `lockstep_bench peers`: the PyTorch programs of tests/bench/peers side by
 // side with the matching Lockstep runs, alternated in one invocation.
 #ifndef LOCKSTEP_TESTS_BENCH_PEERS_BENCH_H_
 #define LOCKSTEP_TESTS_BENCH_PEERS_BENCH_H_
@@ -14,7 +14,7 @@
 namespace lockstep {
 
 struct PeersOptions {
-  std::string peers_dir;
+  std::string peers_dir;  // Holds torch_peers.py.
   std::string python = "/usr/bin/python3";
   int rounds = 3;
   int large_iters = 15;    // Steps per run with 25.6 M parameters.
