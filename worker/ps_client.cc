@@ -15,7 +15,6 @@
 #include "common/signature_proto.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
-#include "common/tls_flags.h"
 #include "common/wire_codec.h"
 #include "common/wire_dtype_proto.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
@@ -336,12 +335,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("no parameter-server address given");
   }
-  TlsOptions tls;
-  if (options.tls.has_value()) {
-    tls = *options.tls;
-  } else {
-    ASSIGN_OR_RETURN(tls, TlsOptionsFromFlags());
-  }
+  const TlsOptions& tls = options.tls;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);

@@ -12,7 +12,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,9 +72,9 @@ struct PsClientOptions {
   // never waits for them. Pays where it queues a GPU's kernels; on the CPU
   // device the pushes only take cores from backprop's threads.
   bool push_thread = false;
-  // TLS, client certificate and bearer token (common/tls.h). nullopt: from
-  // the --tls_* / --token_file flags (common/tls_flags.h).
-  std::optional<TlsOptions> tls;
+  // TLS, client certificate and bearer token (common/tls.h); the default
+  // is plaintext. Binaries fill it from their flags (common/tls_flags.h).
+  TlsOptions tls;
 };
 
 // Where a worker's steps spent their time on the client side, summed over

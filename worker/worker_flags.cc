@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
+#include "common/tls_flags.h"
 #include "common/wire_codec.h"
 #include "worker/progress.h"
 #include "worker/setup.h"
@@ -135,7 +136,7 @@ ABSL_FLAG(int, step_timeout_s, 300,
           "backward pass and waiting for the slowest worker included.");
 ABSL_FLAG(int, health_port, 0,
           "Serve grpc.health.v1 on this port, on every interface: SERVING "
-          "while training (0: off). See README.md, Operations.");
+          "while training (0: off). See docs/operations.md.");
 ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://HOST:PORT/metrics on every "
           "interface (0: off).");
@@ -276,6 +277,10 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
           "--", name, " must be at least 1 (seconds), got ", value));
     }
   }
+  // The one place the worker reads --tls_* and --token_file: the client
+  // and the all-reduce library are given the result.
+  ASSIGN_OR_RETURN(o.client.tls, TlsOptionsFromFlags());
+  o.allreduce.tls = o.client.tls;
   o.client.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));

@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -76,10 +75,10 @@ struct AllReduceOptions {
   // nccl: the CUDA device ordinal this rank uses.
   int gpu = 0;
   // Security of the coordinator channel and the grpc-ring's service and
-  // channel (common/tls.h); nullopt: from the --tls_* flags. gloo's and
-  // NCCL's own transports have no TLS: with a non-loopback `host` they are
-  // refused unless tls->insecure.
-  std::optional<TlsOptions> tls;
+  // channel (common/tls.h); the default is plaintext. gloo's and NCCL's
+  // own transports have no TLS: with a non-loopback `host` they are
+  // refused unless tls.insecure.
+  TlsOptions tls;
 };
 
 // A communicator among `size` ranks. Collective calls must be made by every

@@ -1,7 +1,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
-#include "common/tls_flags.h"
 #include "worker/allreduce/all_reducer.h"
 #include "worker/allreduce/gloo_all_reducer.h"
 #include "worker/allreduce/ring_all_reducer.h"
@@ -58,14 +57,11 @@ absl::Status ValidateOptions(const AllReduceOptions& o) {
 absl::StatusOr<std::unique_ptr<AllReducer>> CreateAllReducer(
     const AllReduceOptions& given) {
   if (absl::Status s = ValidateOptions(given); !s.ok()) return s;
-  AllReduceOptions options = given;
-  if (!options.tls.has_value()) {
-    ASSIGN_OR_RETURN(options.tls, TlsOptionsFromFlags());
-  }
+  const AllReduceOptions& options = given;
   // gloo's TCP pairs and NCCL's sockets are plaintext, like a server
   // without TLS: loopback only, unless --insecure.
   if (options.backend != "grpc-ring" && options.size > 1 &&
-      !options.tls->insecure && !IsLoopbackAddress(options.host)) {
+      !options.tls.insecure && !IsLoopbackAddress(options.host)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the ", options.backend, " all-reduce sends gradients in plaintext; "
         "on ", options.host, " (not loopback) use grpc-ring with TLS, or "

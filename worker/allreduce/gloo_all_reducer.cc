@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<AllReducer>> GlooAllReducer::Create(
   }
   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> client,
                    CoordinatorClient::Create(options.coordinator,
-                                             options.tls.value_or(TlsOptions())));
+                                             options.tls));
   CoordinatorGlooStore store(client.get(),
                              absl::StrCat(options.group, "/gloo/"),
                              options.rendezvous_timeout);

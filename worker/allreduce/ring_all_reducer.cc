@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<AllReducer>> RingAllReducer::Create(
   std::unique_ptr<Authorizer> authorizer;
   if (options.size > 1) {
     ASSIGN_OR_RETURN(authorizer,
-                     Authorizer::Create(options.tls.value_or(TlsOptions())));
+                     Authorizer::Create(options.tls));
   }
   auto reducer =
       absl::WrapUnique(new RingAllReducer(options, std::move(authorizer)));
@@ -133,7 +133,7 @@ RingAllReducer::~RingAllReducer() {
 absl::Status RingAllReducer::Start() {
   const int64_t max_message =
       std::min<int64_t>(max_chunk_bytes_ + kMessageOverheadBytes, INT_MAX);
-  const TlsOptions tls = options_.tls.value_or(TlsOptions());
+  const TlsOptions tls = options_.tls;
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    MakeServerCredentials(tls, HostPort(options_.host, 0)));
   grpc::ServerBuilder builder;

@@ -159,7 +159,7 @@ absl::StatusOr<std::unique_ptr<NcclAllReducer>> NcclAllReducer::Create(
     ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
                      CoordinatorClient::Create(
                          options.coordinator,
-                         options.tls.value_or(TlsOptions())));
+                         options.tls));
     const std::string key = absl::StrCat(options.group, "/nccl/unique_id");
     if (options.rank == 0) {
       NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
