@@ -2,8 +2,8 @@
 //   --tls_cert, --tls_key, --tls_ca, --tls_server_name, --tls_refresh_s,
 //   --token_file, --admin_identities, --worker_identities, --insecure.
 // A binary gets them by linking lockstep::common_tls_flags and calling
-// TlsOptionsFromFlags() after absl::ParseCommandLine. README.md's Security
-// section and docs/security.md describe them.
+// TlsOptionsFromFlags() after absl::ParseCommandLine. docs/security.md
+// describes them.
 #ifndef LOCKSTEP_COMMON_TLS_FLAGS_H_
 #define LOCKSTEP_COMMON_TLS_FLAGS_H_
 

@@ -4,7 +4,7 @@
 // once; pushes and pulls that must wait for the barrier are finished later
 // by the core's callback, so no gRPC thread ever blocks on a barrier.
 // Push and Pull are "raw" methods: their tensors are read from and written
-// to gRPC's byte buffers in place (server/wire_format.h) rather than copied
+// to gRPC's byte buffers in place (common/wire_format.h) rather than copied
 // through protobuf objects. Protobuf types stop here. Every handler first
 // asks the Authorizer (common/authorizer.h) whether the caller may make the
 // call, and Register checks the signature against SignatureLimits before

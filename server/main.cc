@@ -67,7 +67,7 @@ ABSL_FLAG(int, testing_restore_pause_ms, 0,
           "For tests only: pause after reading the checkpoint to restore.");
 ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://HOST:PORT/metrics on every "
-          "interface (0: off). See README.md, Operations.");
+          "interface (0: off). See docs/operations.md.");
 ABSL_FLAG(int, health_port, 0,
           "Also serve grpc.health.v1, and nothing else, in plaintext on "
           "every interface at this port (0: off), with the main port's "

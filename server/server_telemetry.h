@@ -5,7 +5,7 @@
 // recorder. As the core's BarrierObserver it times steps, barrier waits per
 // rank, accumulate and apply phases; at every scrape it copies the core's
 // counters (bytes, pushes accepted/refused/dropped, version) into the
-// registry. Metric names are listed in README.md ("Operations").
+// registry. Metric names are listed in docs/operations.md ("Metrics").
 //
 // Thread-safe.
 #ifndef LOCKSTEP_SERVER_SERVER_TELEMETRY_H_

@@ -6,7 +6,7 @@
 // worker trains, SERVING while it does), the metrics registry and its HTTP
 // endpoint, and the trace recorder. As the trainer's StepObserver it times
 // each step's pull, compute, push and wait phases. Metric names are listed
-// in README.md ("Operations").
+// in docs/operations.md ("Metrics").
 //
 // Thread-safe.
 #ifndef LOCKSTEP_WORKER_WORKER_TELEMETRY_H_
