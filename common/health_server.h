@@ -5,7 +5,7 @@
 // HealthServer owns the grpc::Server. It starts NOT_SERVING; the owner says
 // SERVING while the process does its work (a worker: while it trains).
 // Processes that already run a grpc::Server enable gRPC's built-in health
-// service on it instead (see server/daemon.cc). Thread-safe.
+// service on it instead (see server/daemon/daemon.cc). Thread-safe.
 #ifndef LOCKSTEP_COMMON_HEALTH_SERVER_H_
 #define LOCKSTEP_COMMON_HEALTH_SERVER_H_
 

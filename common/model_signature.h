@@ -41,7 +41,7 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig& other) const;
 };
 
-// How pushes become updates (see server/chunk_barrier.h).
+// How pushes become updates (see server/core/chunk_barrier.h).
 struct SyncPolicy {
   enum class Mode { kSync, kAsync, kSsp };
   Mode mode = Mode::kSync;

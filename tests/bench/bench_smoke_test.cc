@@ -9,7 +9,7 @@
 #include "tests/bench/bench_util.h"
 #include "tests/bench/comm_worker.h"
 #include "tests/integration/subprocess.h"
-#include "worker/cpu_conv.h"
+#include "worker/device/cpu/cpu_conv.h"
 
 namespace lockstep {
 namespace {

@@ -14,7 +14,7 @@
 #include "common/wire_codec.h"
 #include "tests/bench/bench_hosts.h"
 #include "tests/bench/loopback.h"
-#include "worker/ps_client.h"
+#include "worker/exchange/ps/ps_client.h"
 
 namespace lockstep {
 

@@ -18,7 +18,7 @@
 #include "common/model_signature.h"
 #include "common/random.h"
 #include "common/status_macros.h"
-#include "worker/allreduce/all_reducer.h"
+#include "worker/exchange/allreduce/all_reducer.h"
 
 namespace lockstep {
 namespace {
@@ -143,6 +143,7 @@ absl::Status RunAllReduceWorker(const CommWorkerOptions& options) {
   reduce.coordinator = options.servers.front();
   reduce.host = options.host;
   reduce.group = "bench";
+  reduce.tls = options.tls;
   ASSIGN_OR_RETURN(std::unique_ptr<AllReducer> reducer,
                    CreateAllReducer(reduce));
   const size_t n = static_cast<size_t>(options.params);
@@ -177,6 +178,7 @@ absl::Status RunCommWorker(const CommWorkerOptions& options) {
   if (!options.allreduce.empty()) return RunAllReduceWorker(options);
   PsClientOptions client_options;
   client_options.servers = options.servers;
+  client_options.tls = options.tls;
   client_options.wire_dtype = options.wire_dtype;
   client_options.max_pushes_in_flight = options.push_window;
   ASSIGN_OR_RETURN(std::unique_ptr<PsClient> client,

@@ -14,8 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls_options.h"
 #include "common/wire_codec.h"
-#include "worker/ps_client.h"
+#include "worker/exchange/ps/ps_client.h"
 
 namespace lockstep {
 
@@ -37,6 +38,9 @@ struct CommWorkerOptions {
   // PsClientOptions::max_pushes_in_flight (kAutoPushWindow: the default).
   int push_window = kAutoPushWindow;
   std::string out_dir;  // Where the ready and result files go.
+  // The channels' security (plaintext by default; main.cc fills it from the
+  // TLS flags, --insecure included, for hosts off loopback).
+  TlsOptions tls;
   // How long to wait for the coordinator's go signal after the warmup.
   absl::Duration go_timeout = absl::Seconds(600);
 };

@@ -11,10 +11,10 @@
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "tests/bench/bench_util.h"
-#include "worker/cpu_conv.h"
-#include "worker/cpu_device.h"
-#include "worker/models.h"
-#include "worker/nn/conv2d.h"
+#include "worker/device/cpu/cpu_conv.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/model/models.h"
+#include "worker/model/nn/conv2d.h"
 
 namespace lockstep {
 namespace {

@@ -19,6 +19,7 @@
 #include "common/malloc_tuning.h"
 #include "common/model_signature.h"
 #include "common/status_macros.h"
+#include "common/tls_flags.h"
 #include "deploy/launch/launcher.h"
 #include "deploy/launch/launcher_args.h"
 #include "deploy/launch/signal_pipe.h"
@@ -253,6 +254,7 @@ absl::StatusOr<CommWorkerOptions> ParseCommWorkerOptions() {
   o.out_dir = absl::GetFlag(FLAGS_out_dir);
   o.allreduce = absl::GetFlag(FLAGS_allreduce_backend);
   o.host = absl::GetFlag(FLAGS_host);
+  ASSIGN_OR_RETURN(o.tls, TlsOptionsFromFlags());
   if (o.servers.empty() || o.rank < 0 || o.out_dir.empty()) {
     return absl::InvalidArgumentError(
         "comm-worker is started by lockstep_bench comm; it needs --servers, "

@@ -18,7 +18,7 @@
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
 #include "common/work_pool.h"
-#include "server/chunk_barrier.h"
+#include "server/core/chunk_barrier.h"
 #include "tests/bench/bench_util.h"
 
 namespace lockstep {

@@ -1,9 +1,9 @@
 // An emulation of the part of cuBLAS that the CUDA device uses (see
 // cuda_runtime_api.h in this directory): cublasSgemm as the column-major
 // product cuBLAS defines, summed in double in a fixed order, so that the
-// device's row-major-to-column-major mapping (worker/cuda/cuda_device.cc)
-// is checked against the CPU device's OpenBLAS. Math modes are accepted
-// and change nothing (no TF32 here).
+// device's row-major-to-column-major mapping
+// (worker/device/cuda/cuda_device.cc) is checked against the CPU device's
+// OpenBLAS. Math modes are accepted and change nothing (no TF32 here).
 #ifndef LOCKSTEP_TESTS_CUDA_EMULATION_CUBLAS_V2_H_
 #define LOCKSTEP_TESTS_CUDA_EMULATION_CUBLAS_V2_H_
 

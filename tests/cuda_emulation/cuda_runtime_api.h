@@ -1,10 +1,10 @@
-// An emulation of the part of the CUDA runtime that worker/cuda uses, so
+// An emulation of the part of the CUDA runtime that worker/device/cuda uses, so
 // that the tests run those very files -- the kernels and the CUDA device --
 // on the CPU, on machines without a GPU or the CUDA toolkit
 // (tests/cuda_emulation/CMakeLists.txt). Not the real header: the emulated
 // targets put this directory first on the include path and build with
 // LOCKSTEP_CUDA_EMULATION, which makes LOCKSTEP_LAUNCH
-// (worker/cuda/kernel_util.cuh) call MakeLauncher (emulated_streams.h).
+// (worker/device/cuda/kernel_util.cuh) call MakeLauncher (emulated_streams.h).
 //
 // Kernels: a launch runs its blocks one after another. The threads of a
 // block run at once, one OS thread each (a pool, reused), so that
@@ -60,7 +60,7 @@ struct cudaDeviceProp {
 };
 
 // ---- The host side of the runtime, for the CUDA device itself
-// (worker/cuda/cuda_device.cc): one emulated GPU, the device memory of
+// (worker/device/cuda/cuda_device.cc): one emulated GPU, the device memory of
 // emulated_memory.h and the streams of emulated_streams.h. The tests that link
 // the emulated device see "cuda:0 (emulated ...)".
 

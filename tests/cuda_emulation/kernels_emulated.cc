@@ -1,3 +1,3 @@
-// worker/cuda/kernels.cu compiled as C++ against the CUDA emulation
+// worker/device/cuda/kernels.cu compiled as C++ against the CUDA emulation
 // (cuda_runtime_api.h in this directory).
-#include "worker/cuda/kernels.cu"
+#include "worker/device/cuda/kernels.cu"

@@ -45,8 +45,12 @@ void Job::StartServer(const std::vector<std::string>& flags) {
   if (!servers_.empty()) servers_.back()->Wait(kProcessDeadline);
   const std::string port_file =
       absl::StrCat(dir_, "/port", servers_.size());
+  // Test hooks live in their own binary; everything else runs the real one.
+  const bool hooks = std::any_of(flags.begin(), flags.end(), [](auto& f) {
+    return absl::StartsWith(f, "--testing_");
+  });
   std::vector<std::string> argv = {
-      kBin + "/lockstep_server",
+      kBin + (hooks ? "/lockstep_server_testing" : "/lockstep_server"),
       absl::StrCat("--listen=127.0.0.1:", port_),
       absl::StrCat("--workers=", workers_count_),
       "--checkpoint_dir=" + dir_ + "/ckpt",
@@ -166,6 +170,11 @@ void Job::Truncate(const std::string& path) const {
 
 std::vector<float> Job::Weights(int slot) const {
   const std::string bytes = ReadFile(absl::StrCat(dir_, "/w", slot));
+  // Two missing dumps would compare equal: a dump must hold weights.
+  if (bytes.empty() || bytes.size() % sizeof(float) != 0) {
+    ADD_FAILURE() << "worker slot " << slot << " dumped " << bytes.size()
+                  << " bytes of weights";
+  }
   std::vector<float> w(bytes.size() / sizeof(float));
   std::memcpy(w.data(), bytes.data(), w.size() * sizeof(float));
   return w;

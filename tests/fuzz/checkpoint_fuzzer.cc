@@ -1,4 +1,4 @@
-// libFuzzer target: DecodeCheckpoint (server/checkpoint.h) on arbitrary
+// libFuzzer target: DecodeCheckpoint (server/core/checkpoint.h) on arbitrary
 // bytes, and the round trip of whatever it accepts. Checksums would stop
 // almost every mutation at the door, so inputs whose first byte is odd are
 // read as [4-byte header length][CheckpointHeader][data] and given correct
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "lockstep/v1/lockstep.pb.h"
-#include "server/checkpoint.h"
+#include "server/core/checkpoint.h"
 
 namespace {
 

@@ -1,4 +1,5 @@
-// libFuzzer target: worker/idx_reader.h on arbitrary files (plain or gzip).
+// libFuzzer target: worker/data/idx_reader.h on arbitrary files (plain or
+// gzip).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -6,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "worker/idx_reader.h"
+#include "worker/data/idx_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // ReadIdxFile takes a path: hand it an in-memory file.

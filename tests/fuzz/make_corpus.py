@@ -3,7 +3,7 @@
 
 Run from anywhere: python3 tests/fuzz/make_corpus.py. The seeds are small
 valid inputs plus a few broken ones, encoded by hand here (protobuf wire
-format, IDX, the checkpoint format of server/checkpoint.h) so that no
+format, IDX, the checkpoint format of server/core/checkpoint.h) so that no
 generated code is needed. The output is deterministic; the files are
 committed, and re-running rewrites them identically.
 """

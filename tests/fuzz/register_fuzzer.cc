@@ -12,7 +12,7 @@
 #include "common/signature_limits.h"
 #include "common/signature_proto.h"
 #include "lockstep/v1/lockstep.pb.h"
-#include "server/parameter_server.h"
+#include "server/core/parameter_server.h"
 
 // Protobuf logs every string field that is not UTF-8; fuzzing makes many.
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {

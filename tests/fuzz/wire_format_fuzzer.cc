@@ -16,7 +16,7 @@
 #include "common/wire_codec.h"
 #include "common/wire_format.h"
 #include "lockstep/v1/lockstep.pb.h"
-#include "server/parameter_server.h"
+#include "server/core/parameter_server.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 // sizes (not multiples of 32, so every kernel's edge cases run) and require
 // the CUDA results within 1e-5 of the CPU's, relative to the largest
 // magnitude of the result.
-#include "worker/cuda/cuda_device.h"
+#include "worker/device/cuda/cuda_device.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,8 +22,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
-#include "worker/cpu_device.h"
-#include "worker/device_factory.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/device/device_factory.h"
 
 namespace lockstep {
 namespace {
@@ -348,7 +348,7 @@ TEST_F(CudaVsCpuTest, ErrorsCarryTheCallFileAndLine) {
   EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(huge.status().message()), HasSubstr("cudaMalloc"));
   EXPECT_THAT(std::string(huge.status().message()),
-              HasSubstr("worker/cuda/cuda_resources.cc:"));
+              HasSubstr("worker/device/cuda/cuda_resources.cc:"));
   // Reported once: the next launches do not see it again.
   auto x = Upload<float>(*cuda_, {-1.0f, 2.0f});
   EXPECT_TRUE(cuda_->ReluForward(2, x->As<float>()).ok());

@@ -19,10 +19,10 @@
 #include "common/random.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
-#include "worker/cpu_device.h"
-#include "worker/cuda/cuda_device.h"
-#include "worker/mlp.h"
-#include "worker/models.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/device/cuda/cuda_device.h"
+#include "worker/model/mlp.h"
+#include "worker/model/models.h"
 
 namespace lockstep {
 namespace {

@@ -17,10 +17,10 @@
 #include "gtest/gtest.h"
 #include "tests/unit/gpu_required.h"
 #include "tests/unit/model_agreement.h"
-#include "worker/cpu_device.h"
-#include "worker/cuda/cuda_device.h"
-#include "worker/device.h"
-#include "worker/model.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/device/cuda/cuda_device.h"
+#include "worker/device/device.h"
+#include "worker/model/model.h"
 
 namespace lockstep {
 namespace cuda_test {

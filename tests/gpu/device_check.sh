@@ -152,7 +152,7 @@ import collections, json, statistics, sys
 batch, workers, wire, warmup = (int(sys.argv[2]), int(sys.argv[3]),
                                 sys.argv[4], int(sys.argv[5]))
 extra = sys.argv[7]
-# Rank 0's phases (worker/step_observer.h), summed per step: pull, compute
+# Rank 0's phases (worker/train/step_observer.h), summed per step: pull, compute
 # (forward and backward; the pushes run inside it), push (encoding and
 # sending chunks as backprop finishes layers; with the push thread, only
 # handing them to it) and wait (the rest of the exchange: the last chunks,

@@ -10,8 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
-#include "worker/gradient_hand_off.h"
-#include "worker/host_uploader.h"
+#include "worker/device/gradient_hand_off.h"
+#include "worker/device/host_uploader.h"
 
 namespace lockstep {
 namespace {

@@ -41,8 +41,8 @@
 #include "common/status_macros.h"
 #include "tests/gpu/local_steps.h"
 #include "tests/unit/gpu_required.h"
-#include "worker/device_factory.h"
-#include "worker/mlp.h"
+#include "worker/device/device_factory.h"
+#include "worker/model/mlp.h"
 
 ABSL_FLAG(double, seconds, 2.0, "Timed seconds per tutorial measurement.");
 ABSL_FLAG(std::string, threads, "1,4", "Worker thread counts to measure.");

@@ -12,7 +12,7 @@
 #include "absl/types/span.h"
 #include "common/random.h"
 #include "common/status_macros.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace lockstep {
 namespace bench {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/device_factory.h"
-#include "worker/models.h"
+#include "worker/device/device_factory.h"
+#include "worker/model/models.h"
 
 namespace lockstep {
 namespace bench {

@@ -26,6 +26,7 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // gRPC lets a second server bind a port in use (SO_REUSEPORT) and take part
 // of its connections; a second lockstep_server on the port must fail
@@ -269,6 +270,21 @@ TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
       EXPECT_THAT(r.output, HasSubstr(c[i] + " ("));
     }
   }
+}
+
+// The production server carries no test hooks; they live in
+// lockstep_server_testing, whose help lists them beside the server's own.
+TEST(HelpTest, TestHooksAreOnlyInTheTestingServer) {
+  RunResult real =
+      RunProcess({kBin + "/" + kServer, "--helpfull"}, {}, absl::Seconds(30));
+  EXPECT_EQ(real.exit_code, kExitOk) << real.output;
+  EXPECT_THAT(real.output, HasSubstr("--listen ("));
+  EXPECT_THAT(real.output, Not(HasSubstr("testing_")));
+  RunResult testing = RunProcess({kBin + "/lockstep_server_testing", "--help"},
+                                 {}, absl::Seconds(30));
+  EXPECT_EQ(testing.exit_code, kExitOk) << testing.output;
+  EXPECT_THAT(testing.output, HasSubstr("--listen ("));
+  EXPECT_THAT(testing.output, HasSubstr("--testing_checkpoint_pause_ms ("));
 }
 
 // A truncated IDX file gets a message naming it, not a crash.

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -94,9 +95,13 @@ Server StartServer(const std::string& dir, int port,
                    const std::vector<std::string>& flags) {
   static int starts = 0;
   const std::string port_file = absl::StrCat(dir, "/port", ++starts);
-  std::vector<std::string> argv = {kBin + "/lockstep_server",
-                                   absl::StrCat("--listen=127.0.0.1:", port),
-                                   "--port_file=" + port_file};
+  // Test hooks live in their own binary; everything else runs the real one.
+  const bool hooks = std::any_of(flags.begin(), flags.end(), [](auto& f) {
+    return absl::StartsWith(f, "--testing_");
+  });
+  std::vector<std::string> argv = {
+      kBin + (hooks ? "/lockstep_server_testing" : "/lockstep_server"),
+      absl::StrCat("--listen=127.0.0.1:", port), "--port_file=" + port_file};
   argv.insert(argv.end(), flags.begin(), flags.end());
   Server s;
   s.process = std::make_unique<Subprocess>(Subprocess::Start(argv));

@@ -16,8 +16,8 @@
 #include "common/wire_codec.h"
 #include "gtest/gtest.h"
 #include "tests/integration/training_jobs.h"
-#include "worker/ps_client.h"
-#include "worker/ps_exchanger.h"
+#include "worker/exchange/ps/ps_client.h"
+#include "worker/exchange/ps_exchanger.h"
 
 namespace lockstep {
 namespace {

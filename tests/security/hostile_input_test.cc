@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/lockstep.pb.h"
-#include "server/checkpoint.h"
+#include "server/core/checkpoint.h"
 
 namespace lockstep {
 namespace {

@@ -1,6 +1,6 @@
 // The all-reduce backends with several ranks as threads in one process,
 // meeting through an in-process Coordinator on a loopback port.
-#include "worker/allreduce/all_reducer.h"
+#include "worker/exchange/allreduce/all_reducer.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -19,8 +19,8 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/coordination_service.h"
-#include "server/coordination_store.h"
+#include "server/coordination/coordination_service.h"
+#include "server/coordination/coordination_store.h"
 #include "tests/unit/gpu_required.h"
 
 namespace lockstep {

@@ -4,10 +4,10 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/nn/add.h"
-#include "worker/nn/dense.h"
-#include "worker/nn/flatten.h"
-#include "worker/nn/relu.h"
+#include "worker/model/nn/add.h"
+#include "worker/model/nn/dense.h"
+#include "worker/model/nn/flatten.h"
+#include "worker/model/nn/relu.h"
 
 namespace lockstep {
 namespace {

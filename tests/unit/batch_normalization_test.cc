@@ -1,4 +1,4 @@
-#include "worker/nn/batch_normalization.h"
+#include "worker/model/nn/batch_normalization.h"
 
 #include <cmath>
 #include <memory>

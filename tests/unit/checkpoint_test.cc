@@ -1,4 +1,4 @@
-#include "server/checkpoint.h"
+#include "server/core/checkpoint.h"
 
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/parameter_server.h"
+#include "server/core/parameter_server.h"
 #include "tests/unit/chunk_reply_test_util.h"
 
 namespace lockstep {

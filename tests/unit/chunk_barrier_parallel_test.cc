@@ -13,7 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/chunk_barrier.h"
+#include "server/core/chunk_barrier.h"
 #include "tests/unit/chunk_reply_test_util.h"
 
 namespace lockstep {

@@ -1,4 +1,4 @@
-#include "server/chunk_barrier.h"
+#include "server/core/chunk_barrier.h"
 
 #include <limits>
 #include <optional>

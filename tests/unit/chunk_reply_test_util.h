@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/chunk_barrier.h"
+#include "server/core/chunk_barrier.h"
 
 namespace lockstep {
 

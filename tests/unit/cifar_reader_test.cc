@@ -1,4 +1,4 @@
-#include "worker/cifar_reader.h"
+#include "worker/data/cifar_reader.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "worker/nn/conv2d.h"
+#include "worker/model/nn/conv2d.h"
 
 #include <memory>
 #include <string>
@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/nn/window.h"
+#include "worker/model/nn/window.h"
 
 namespace lockstep {
 namespace {

@@ -1,6 +1,6 @@
 // The Coordinator service over a real loopback gRPC server, driven through
 // the worker's CoordinatorClient.
-#include "server/coordination_service.h"
+#include "server/coordination/coordination_service.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -13,8 +13,8 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
-#include "server/coordination_store.h"
-#include "worker/allreduce/coordinator_client.h"
+#include "server/coordination/coordination_store.h"
+#include "worker/exchange/allreduce/coordinator_client.h"
 
 namespace lockstep {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/coordination_store.h"
+#include "server/coordination/coordination_store.h"
 
 #include <optional>
 #include <string>

@@ -1,6 +1,6 @@
 // The convolutional models on the CPU device with its direct AVX-512
-// convolutions (worker/cpu_conv.h) against the same models computed with
-// im2col + OpenBLAS: the same weights, state and batch give the same loss,
+// convolutions (worker/device/cpu/cpu_conv.h) against the same models computed
+// with im2col + OpenBLAS: the same weights, state and batch give the same loss,
 // gradients and moving statistics, and a few SGD steps stay together. The
 // kernels themselves are checked against the definition in cpu_conv_test;
 // this shows Conv2D routes every pass through them correctly. The direct
@@ -11,10 +11,10 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/model_agreement.h"
-#include "worker/cpu_conv.h"
-#include "worker/cpu_device.h"
-#include "worker/model.h"
-#include "worker/models.h"
+#include "worker/device/cpu/cpu_conv.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/model/model.h"
+#include "worker/model/models.h"
 
 namespace lockstep {
 namespace {

@@ -1,9 +1,9 @@
-// The CPU device's direct convolution kernels (worker/cpu_conv.h) against a
-// double-precision convolution written from the definition: forward, input
+// The CPU device's direct convolution kernels (worker/device/cpu/cpu_conv.h)
+// against a double-precision convolution written from the definition: forward, input
 // gradient and kernel gradient over geometries that reach every tile size,
 // channel counts that do and do not fill whole vectors, strides, padding on
 // every side and windows wider than the image.
-#include "worker/cpu_conv.h"
+#include "worker/device/cpu/cpu_conv.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,8 +15,8 @@
 #include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/cpu_conv_runner.h"
-#include "worker/image_geometry.h"
+#include "worker/device/cpu/cpu_conv_runner.h"
+#include "worker/device/image_geometry.h"
 
 namespace lockstep {
 namespace {

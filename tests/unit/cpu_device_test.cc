@@ -1,4 +1,4 @@
-#include "worker/cpu_device.h"
+#include "worker/device/cpu/cpu_device.h"
 
 #include <cmath>
 #include <cstdint>
@@ -11,8 +11,8 @@
 #include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/cpu_conv.h"
-#include "worker/device_factory.h"
+#include "worker/device/cpu/cpu_conv.h"
+#include "worker/device/device_factory.h"
 
 namespace lockstep {
 namespace {

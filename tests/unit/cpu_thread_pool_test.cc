@@ -1,4 +1,4 @@
-#include "worker/cpu_thread_pool.h"
+#include "worker/device/cpu/cpu_thread_pool.h"
 
 #include <atomic>
 #include <chrono>

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/cuda/kernel_util.cuh"
+#include "worker/device/cuda/kernel_util.cuh"
 
 namespace lockstep {
 namespace {

@@ -1,5 +1,5 @@
-// The CUDA device's kernels (worker/cuda/*.cu, the very files nvcc compiles
-// for the GPU) run on the CPU through the CUDA emulation of
+// The CUDA device's kernels (worker/device/cuda/*.cu, the very files nvcc
+// compiles for the GPU) run on the CPU through the CUDA emulation of
 // tests/cuda_emulation, against the CPU device's implementations: every
 // machine, with or without a GPU, runs this. The element-wise ops and the
 // image ops must agree bit for bit; sums taken in another order (the
@@ -19,13 +19,13 @@
 
 #include "common/random.h"
 #include "gtest/gtest.h"
-#include "worker/cpu_batch_norm_ops.h"
-#include "worker/cpu_device.h"
-#include "worker/cpu_image_ops.h"
-#include "worker/cuda/batch_norm_kernels.h"
-#include "worker/cuda/image_kernels.h"
-#include "worker/cuda/kernels.h"
-#include "worker/image_geometry.h"
+#include "worker/device/cpu/cpu_batch_norm_ops.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/device/cpu/cpu_image_ops.h"
+#include "worker/device/cuda/batch_norm_kernels.h"
+#include "worker/device/cuda/image_kernels.h"
+#include "worker/device/cuda/kernels.h"
+#include "worker/device/image_geometry.h"
 
 namespace lockstep {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/nn/graph_model.h"
+#include "worker/model/nn/graph_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/nn/graph_builder.h"
+#include "worker/model/nn/graph_builder.h"
 
 namespace lockstep {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/idx_reader.h"
+#include "worker/data/idx_reader.h"
 
 #include <stdlib.h>
 #include <zlib.h>

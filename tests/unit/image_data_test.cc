@@ -1,4 +1,4 @@
-#include "worker/image_data.h"
+#include "worker/data/image_data.h"
 
 #include <cstdint>
 #include <vector>

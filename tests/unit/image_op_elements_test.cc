@@ -1,9 +1,9 @@
-// The per-element image ops of worker/image_op_elements.h -- the code the
-// CUDA kernels run -- run here on the CPU, element by element, against the
+// The per-element image ops of worker/device/image_op_elements.h -- the code
+// the CUDA kernels run -- run here on the CPU, element by element, against the
 // CPU device's loops: bit for bit for the index-only ops (they add in the
 // same order), to float rounding for batch normalization's arithmetic. So
 // the GPU's index math is tested on every machine, with or without a GPU.
-#include "worker/image_op_elements.h"
+#include "worker/device/image_op_elements.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -15,8 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
-#include "worker/cpu_device.h"
-#include "worker/image_geometry.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/device/image_geometry.h"
 
 namespace lockstep {
 namespace {

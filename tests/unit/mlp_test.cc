@@ -1,4 +1,4 @@
-#include "worker/mlp.h"
+#include "worker/model/mlp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "common/random.h"
 #include "gtest/gtest.h"
-#include "worker/cpu_device.h"
+#include "worker/device/cpu/cpu_device.h"
 
 namespace lockstep {
 namespace {

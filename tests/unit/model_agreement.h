@@ -19,8 +19,8 @@
 #include "absl/types/span.h"
 #include "common/random.h"
 #include "gtest/gtest.h"
-#include "worker/model.h"
-#include "worker/nn/layer.h"
+#include "worker/model/model.h"
+#include "worker/model/nn/layer.h"
 
 namespace lockstep {
 namespace agreement {

@@ -1,4 +1,4 @@
-#include "worker/models.h"
+#include "worker/model/models.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,9 +11,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/cpu_device.h"
-#include "worker/image_data.h"
-#include "worker/nn/graph_model.h"
+#include "worker/device/cpu/cpu_device.h"
+#include "worker/data/image_data.h"
+#include "worker/model/nn/graph_model.h"
 
 namespace lockstep {
 namespace {

@@ -1,7 +1,8 @@
-// Test helpers for the layers of worker/nn: a fixture that runs each test on
-// every device of the build, running one layer on a device, double-precision
+// Test helpers for the layers of worker/model/nn: a fixture that runs each test
+// on every device of the build, running one layer on a device, double-precision
 // reference layers written straight from their definitions (sharing no code
-// with worker/nn), and central finite differences of a reference in double.
+// with worker/model/nn), and central finite differences of a reference in
+// double.
 #ifndef LOCKSTEP_TESTS_UNIT_NN_TEST_UTIL_H_
 #define LOCKSTEP_TESTS_UNIT_NN_TEST_UTIL_H_
 
@@ -18,9 +19,9 @@
 #include "common/random.h"
 #include "gtest/gtest.h"
 #include "tests/unit/gpu_required.h"
-#include "worker/device.h"
-#include "worker/device_factory.h"
-#include "worker/nn/layer.h"
+#include "worker/device/device.h"
+#include "worker/device/device_factory.h"
+#include "worker/model/nn/layer.h"
 
 namespace lockstep {
 namespace nn_test {

@@ -1,4 +1,4 @@
-#include "server/parameter_server.h"
+#include "server/core/parameter_server.h"
 
 #include <cstdlib>
 #include <optional>

@@ -5,9 +5,9 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/nn_test_util.h"
-#include "worker/nn/global_average_pooling2d.h"
-#include "worker/nn/max_pooling2d.h"
-#include "worker/nn/zero_padding2d.h"
+#include "worker/model/nn/global_average_pooling2d.h"
+#include "worker/model/nn/max_pooling2d.h"
+#include "worker/model/nn/zero_padding2d.h"
 
 namespace lockstep {
 namespace {

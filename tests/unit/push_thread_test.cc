@@ -1,7 +1,7 @@
-// PushThread (worker/push_thread.h): work runs in submission order on one
-// thread that is not the caller's; WaitIdle returns only once the work
+// PushThread (worker/exchange/ps/push_thread.h): work runs in submission order
+// on one thread that is not the caller's; WaitIdle returns only once the work
 // running has ended; destruction runs what is left first.
-#include "worker/push_thread.h"
+#include "worker/exchange/ps/push_thread.h"
 
 #include <atomic>
 #include <thread>

@@ -1,9 +1,9 @@
-// The push window the worker picks by default (worker/ps_client.h).
+// The push window the worker picks by default (worker/exchange/ps/ps_client.h).
 #include <cstdint>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/ps_client.h"
+#include "worker/exchange/ps/ps_client.h"
 
 namespace lockstep {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/rejoiner.h"
+#include "worker/exchange/rejoiner.h"
 
 #include <vector>
 

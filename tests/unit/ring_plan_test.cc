@@ -1,4 +1,4 @@
-#include "worker/allreduce/ring_plan.h"
+#include "worker/exchange/allreduce/ring_plan.h"
 
 #include <cstdint>
 #include <vector>

@@ -17,8 +17,8 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
-#include "server/grpc_service.h"
-#include "server/parameter_server.h"
+#include "server/rpc/grpc_service.h"
+#include "server/core/parameter_server.h"
 
 namespace lockstep {
 namespace {

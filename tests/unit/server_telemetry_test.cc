@@ -1,4 +1,4 @@
-#include "server/server_telemetry.h"
+#include "server/daemon/server_telemetry.h"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include "common/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/parameter_server.h"
+#include "server/core/parameter_server.h"
 #include "tests/integration/prometheus_text.h"
 #include "tests/unit/chunk_reply_test_util.h"
 

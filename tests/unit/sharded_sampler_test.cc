@@ -1,4 +1,4 @@
-#include "worker/sharded_sampler.h"
+#include "worker/data/sharded_sampler.h"
 
 #include <algorithm>
 #include <cstdint>

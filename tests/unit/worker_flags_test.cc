@@ -1,5 +1,5 @@
-// lockstep_worker's flags turned into options (worker/worker_flags.cc).
-#include "worker/worker_flags.h"
+// lockstep_worker's flags turned into options (worker/app/worker_flags.cc).
+#include "worker/app/worker_flags.h"
 
 #include <cstdint>
 #include <cstdlib>

@@ -3,7 +3,7 @@
 Each epoch the N training examples are shuffled with a permutation that
 depends only on (N, seed, epoch); global step s takes the W*B positions
 after s*W*B, and worker r the B of them starting at r*B
-(worker/sharded_sampler.h, which this calls). So W workers with batch B see
+(worker/data/sharded_sampler.h, which this calls). So W workers with batch B see
 exactly the examples one worker with batch W*B sees, and every worker runs
 the same floor(N / (W*B)) steps an epoch.
 

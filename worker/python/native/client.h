@@ -1,6 +1,6 @@
 // One Python worker's membership of a job: a PsClient and PsExchanger's join
-// rules (worker/ps_client.h, worker/ps_exchanger.h) behind the methods
-// lockstep._native.Client offers. Every decision is theirs; this class only
+// rules (worker/exchange/ps/ps_client.h, worker/exchange/ps_exchanger.h) behind
+// the methods lockstep._native.Client offers. Every decision is theirs; this class only
 // holds a step's buffers, releases the GIL while it waits, and registers
 // again after a retryable failure with lockstep_worker's Rejoiner.
 //
@@ -22,10 +22,10 @@
 #include "absl/types/span.h"
 #include "common/model_signature.h"
 #include "common/tls_options.h"
-#include "worker/ps_client.h"
-#include "worker/ps_exchanger.h"
+#include "worker/exchange/ps/ps_client.h"
+#include "worker/exchange/ps_exchanger.h"
 #include "worker/python/native/conversions.h"
-#include "worker/rejoiner.h"
+#include "worker/exchange/rejoiner.h"
 
 namespace lockstep {
 

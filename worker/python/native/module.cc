@@ -1,9 +1,9 @@
 // lockstep._native: the C++ worker's parameter-server client, sampler,
 // TF_CONFIG reader, data readers and safetensors codec for Python workers.
 // Bindings only: the client is client.h, the conversions conversions.h, and
-// every decision is the C++ classes' (worker/ps_client.h,
-// worker/ps_exchanger.h, worker/sharded_sampler.h), so a Python worker
-// speaks exactly the protocol lockstep_worker does. absl::Status becomes
+// every decision is the C++ classes' (worker/exchange/ps/ps_client.h,
+// worker/exchange/ps_exchanger.h, worker/data/sharded_sampler.h), so a Python
+// worker speaks exactly the protocol lockstep_worker does. absl::Status becomes
 // lockstep.errors.LockstepError here and nowhere else.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -21,11 +21,11 @@
 #include "common/model_signature.h"
 #include "common/safetensors.h"
 #include "common/tf_config.h"
-#include "worker/cifar_reader.h"
-#include "worker/dataset.h"
+#include "worker/data/cifar_reader.h"
+#include "worker/data/dataset.h"
 #include "worker/python/native/client.h"
 #include "worker/python/native/conversions.h"
-#include "worker/sharded_sampler.h"
+#include "worker/data/sharded_sampler.h"
 
 namespace py = pybind11;
 

@@ -1,0 +1,86 @@
+#include "server/coordination/coordination_service.h"
+
+#include <string>
+#include <utility>
+
+#include "common/grpc_status.h"
+
+namespace lockstep {
+namespace {
+
+// A Get that waits for its key. Exactly one of two things finishes it: the
+// store's callback (the key appeared, or the store shut down) or OnCancel,
+// whichever removes the waiter from the store first. Deletes itself when
+// gRPC is done with it.
+class WaitingGet final : public grpc::ServerUnaryReactor {
+ public:
+  WaitingGet(CoordinationStore* store, v1::GetResponse* response)
+      : store_(store), response_(response) {}
+
+  // Called once, by the handler, before gRPC can call OnCancel (which it
+  // does only after the handler returns the reactor).
+  void Start(const std::string& key) {
+    waiter_ = store_->GetAsync(key, [this](absl::StatusOr<std::string> value) {
+      if (value.ok()) response_->set_value(*std::move(value));
+      Finish(ToGrpcStatus(value.status()));
+    });
+  }
+
+  void OnCancel() override {
+    if (waiter_ != 0 && store_->Cancel(waiter_)) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "Get cancelled before its key appeared"));
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  CoordinationStore* const store_;   // Not owned.
+  v1::GetResponse* const response_;  // Owned by gRPC; valid until OnDone.
+  CoordinationStore::WaiterId waiter_ = 0;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* CoordinatorService::Set(
+    grpc::CallbackServerContext* context, const v1::SetRequest* request,
+    v1::SetResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
+                                   "Coordinator.Set");
+      !s.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  absl::StatusOr<bool> created =
+      store_->Set(request->key(), request->value(), request->if_absent());
+  if (created.ok()) response->set_created(*created);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(created.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Get(
+    grpc::CallbackServerContext* context, const v1::GetRequest* request,
+    v1::GetResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
+                                   "Coordinator.Get");
+      !s.ok()) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(s));
+    return reactor;
+  }
+  if (request->no_wait()) {
+    absl::StatusOr<std::string> value = store_->TryGet(request->key());
+    if (value.ok()) response->set_value(*std::move(value));
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(value.status()));
+    return reactor;
+  }
+  auto* waiting = new WaitingGet(store_, response);
+  waiting->Start(request->key());
+  return waiting;
+}
+
+}  // namespace lockstep

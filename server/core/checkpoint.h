@@ -1,0 +1,98 @@
+// Checkpoints of one parameter-server shard: the format and the directory
+// that keeps them.
+//
+// A checkpoint file is plain data:
+//   "LSCKPT\n\0"                         8 bytes of magic
+//   uint32 format version (1)            little-endian
+//   uint64 header length H               little-endian
+//   uint32 CRC-32 of the H header bytes  little-endian
+//   H bytes: a lockstep.v1.CheckpointHeader (signature, shard, version, and
+//            for every tensor its chunk, name, offset, length and CRC-32)
+//   the tensors' raw little-endian fp32 bytes, at the offsets the header gives
+// Nothing in it can run code. Files are written atomically (temporary file,
+// fsync, rename, fsync of the folder) and named by version, so the newest is
+// the one with the highest version; the last `keep` are kept.
+#ifndef LOCKSTEP_SERVER_CORE_CHECKPOINT_H_
+#define LOCKSTEP_SERVER_CORE_CHECKPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/model_signature.h"
+
+namespace lockstep {
+
+// What a chunk of a shard saves: weights, optimizer slots, version.
+struct ChunkState {
+  int chunk = 0;
+  int64_t version = 0;
+  std::vector<float> weights;
+  std::vector<std::pair<std::string, std::vector<float>>> slots;
+};
+
+struct ShardCheckpoint {
+  ModelSignature signature;
+  int shard = 0;
+  int num_shards = 1;
+  int num_workers = 1;
+  int64_t version = 0;  // Also the data-order position: the next step.
+  std::vector<ChunkState> chunks;  // The shard's own chunks.
+};
+
+inline constexpr uint32_t kCheckpointFormatVersion = 1;
+
+std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint);
+
+// DATA_LOSS for a file that is truncated, has a bad magic or unknown format
+// version, or whose header or tensor checksums do not match.
+absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes);
+
+// The checkpoints of one shard in a folder. Thread-compatible.
+class CheckpointStore final {
+ public:
+  // Creates `dir` (and its parents) if needed; FAILED_PRECONDITION when the
+  // shard's folder is not a directory this process can write.
+  static absl::StatusOr<std::unique_ptr<CheckpointStore>> Create(
+      const std::string& dir, int shard, int num_shards, int keep);
+
+  // Writes atomically and removes all but the newest `keep`. Returns the path.
+  absl::StatusOr<std::string> Save(const ShardCheckpoint& checkpoint);
+
+  // The newest checkpoint that reads back intact, or nullopt when there is
+  // none. Each corrupt one passed over is described in `*notes` and renamed
+  // to NAME.corrupt, out of the way of later loads and of pruning. A file
+  // that cannot be read (permissions, I/O) is an error, left in place: it
+  // may be intact, and falling back would roll training back. Temporary
+  // files of writes that did not finish, untouched for 10 minutes, are
+  // removed (and noted).
+  absl::StatusOr<std::optional<ShardCheckpoint>> LoadNewest(
+      std::vector<std::string>* notes) const;
+
+  // Checkpoint files, oldest first.
+  std::vector<std::string> List() const;
+
+  // Test hook: pause between writing the temporary file and renaming it, to
+  // let tests kill the server mid-write.
+  void set_pause_before_rename(absl::Duration pause) { pause_ = pause; }
+
+ private:
+  // The shard folder's ckpt-* files ending in `suffix`, oldest first.
+  std::vector<std::string> Files(absl::string_view suffix) const;
+
+  CheckpointStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
+
+  const std::string dir_;
+  const int keep_;
+  absl::Duration pause_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_CORE_CHECKPOINT_H_

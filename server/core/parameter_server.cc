@@ -1,0 +1,481 @@
+#include "server/core/parameter_server.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "common/wire_codec.h"
+
+namespace lockstep {
+namespace {
+
+absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
+                          WireDType dtype, const Chunk& chunk) {
+  const size_t bytes = PiecesSize(payload);
+  const size_t expected =
+      static_cast<size_t>(chunk.size) * BytesPerElement(dtype);
+  if (bytes != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk.index, " payload has ", bytes, " bytes, expected ",
+        expected, " (", chunk.size, " ", WireDTypeName(dtype), " values)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
+  if (sync.backup_workers < 0 || sync.backup_workers >= num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backup_workers must be in [0, ", num_workers, "), got ",
+        sync.backup_workers));
+  }
+  if (sync.backup_workers > 0 && sync.mode != SyncPolicy::Mode::kSync) {
+    return absl::InvalidArgumentError(
+        "backup_workers applies to sync mode only");
+  }
+  if (sync.staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staleness must not be negative, got ", sync.staleness));
+  }
+  return absl::OkStatus();
+}
+
+int64_t NewServerIncarnation() { return absl::ToUnixMicros(absl::Now()); }
+
+// A worker's incarnation is its credential for its rank's pushes: drawn at
+// random (62 bits from the kernel's CSPRNG), not counted up, so that
+// another worker cannot guess it and push or leave in that rank's name.
+// Positive: 0 means "none".
+absl::StatusOr<int64_t> RandomIncarnation() {
+  uint64_t bits = 0;
+  ssize_t got;
+  do {
+    got = getrandom(&bits, sizeof(bits), 0);
+  } while (got < 0 && errno == EINTR);
+  if (got != static_cast<ssize_t>(sizeof(bits))) {
+    // No getrandom (an old kernel, a seccomp profile): the device.
+    const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    got = fd < 0 ? -1 : read(fd, &bits, sizeof(bits));
+    if (fd >= 0) close(fd);
+    if (got != static_cast<ssize_t>(sizeof(bits))) {
+      return absl::InternalError(
+          "no random bytes for an incarnation (getrandom and /dev/urandom "
+          "both failed)");
+    }
+  }
+  return static_cast<int64_t>(bits >> 2) + 1;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
+    const ParameterServerOptions& options) {
+  if (options.num_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_workers must be at least 1, got ", options.num_workers));
+  }
+  if (options.num_shards < 1 || options.shard < 0 ||
+      options.shard >= options.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options.shard, " is outside [0, ",
+                     options.num_shards, ")"));
+  }
+  return std::unique_ptr<ParameterServer>(new ParameterServer(options));
+}
+
+ParameterServer::ParameterServer(const ParameterServerOptions& options)
+    : options_(options),
+      server_incarnation_(NewServerIncarnation()),
+      incarnations_(options.num_workers, 0),
+      finished_(options.num_workers, false) {
+  absl::MutexLock lock(&activity_mu_);
+  activity_.resize(options.num_workers);
+  step_started_.resize(options.num_workers);
+  for (int r = 0; r < options.num_workers; ++r) activity_[r].rank = r;
+}
+
+ParameterServer::~ParameterServer() { Shutdown(); }
+
+absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
+  RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, options_.num_workers));
+  ASSIGN_OR_RETURN(ChunkPlan plan,
+                   ChunkPlan::Create(signature.NumParameters(),
+                                     signature.chunk_bytes,
+                                     options_.num_shards,
+                                     signature.NumStateElements()));
+  if (plan.num_chunks() == 0) {
+    return absl::InvalidArgumentError("the model has no parameters");
+  }
+  std::vector<std::unique_ptr<ChunkBarrier>> chunks;
+  for (const Chunk& chunk : plan.chunks()) {
+    if (chunk.shard != options_.shard) {
+      chunks.push_back(nullptr);  // Another shard's.
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                     Optimizer::Create(signature.optimizer, chunk.size));
+    chunks.push_back(std::make_unique<ChunkBarrier>(
+        chunk, signature.sync, options_.num_workers, std::move(optimizer),
+        &counters_, options_.observer, options_.sum_order, options_.pool));
+  }
+  // Barriers of an earlier, provisional configuration stay alive: a caller
+  // may still hold a pointer to one (they are closed).
+  for (auto& old : chunks_) retired_chunks_.push_back(std::move(old));
+  chunks_ = std::move(chunks);
+  signature_ = signature;
+  plan_ = std::move(plan);
+  return absl::OkStatus();
+}
+
+std::vector<ChunkBarrier*> ParameterServer::RevokeProvisionalLocked(
+    const std::string& reason) {
+  for (int r = 1; r < options_.num_workers; ++r) {
+    if (incarnations_[r] != 0) {
+      revoked_[incarnations_[r]] = absl::FailedPreconditionError(reason);
+    }
+    incarnations_[r] = 0;
+  }
+  return OwnedChunksLocked();
+}
+
+absl::StatusOr<Registration> ParameterServer::Register(
+    int rank, const ModelSignature& signature) {
+  std::vector<ChunkBarrier*> revoked;
+  std::string reason;
+  absl::StatusOr<Registration> result =
+      RegisterInternal(rank, signature, &revoked, &reason);
+  if (result.ok()) NoteContact(rank, absl::Now());
+  // Old barriers: their waiting pulls learn why.
+  for (ChunkBarrier* b : revoked) b->Close(absl::FailedPreconditionError(reason));
+  return result;
+}
+
+absl::StatusOr<Registration> ParameterServer::RegisterInternal(
+    int rank, const ModelSignature& signature,
+    std::vector<ChunkBarrier*>* revoked, std::string* reason) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("server is shutting down");
+  if (draining_) {
+    // Its steps are over: a worker waits for the server that follows.
+    return absl::UnavailableError(
+        "the server is draining: it takes no new steps");
+  }
+  if (rank < 0 || rank >= options_.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside [0, ",
+                     options_.num_workers, ") for this job"));
+  }
+  if (signature.num_workers != options_.num_workers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model signature differs from the job's: num_workers: server has ",
+        options_.num_workers, ", worker says ", signature.num_workers));
+  }
+  if (signature.num_shards != options_.num_shards) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model signature differs from the job's: num_shards: server is shard ",
+        options_.shard, " of ", options_.num_shards, ", worker says ",
+        signature.num_shards, " shard(s)"));
+  }
+  if (!signature_.has_value()) {
+    RETURN_IF_ERROR(ConfigureLocked(signature));
+  } else if (const std::string diff =
+                 DescribeDifference(*signature_, signature);
+             !diff.empty()) {
+    if (rank != 0 || signature_from_rank0_ || VersionLocked() >= 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model signature differs from the job's: ", diff));
+    }
+    // Rank 0 defines the model. Workers that registered another one before
+    // it are refused now, rather than left waiting for a version 0 that
+    // would not fit them.
+    *reason = absl::StrCat("model signature differs from rank 0's: ",
+                           DescribeDifference(signature, *signature_));
+    *revoked = RevokeProvisionalLocked(*reason);
+    RETURN_IF_ERROR(ConfigureLocked(signature));
+  }
+  if (rank == 0) signature_from_rank0_ = true;
+  Registration reg;
+  do {
+    ASSIGN_OR_RETURN(reg.incarnation, RandomIncarnation());
+  } while (revoked_.contains(reg.incarnation) ||
+           std::find(incarnations_.begin(), incarnations_.end(),
+                     reg.incarnation) != incarnations_.end());
+  incarnations_[rank] = reg.incarnation;
+  finished_[rank] = false;
+  reg.version = VersionLocked();
+  reg.must_initialize = rank == 0 && reg.version < 0;
+  reg.server_incarnation = server_incarnation_;
+  return reg;
+}
+
+absl::Status ParameterServer::CheckMemberLocked(int rank,
+                                                int64_t incarnation) const {
+  if (rank < 0 || rank >= options_.num_workers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("unknown rank ", rank, " (job has ",
+                     options_.num_workers, " workers)"));
+  }
+  // The codes tell a worker what to do (see docs/faults.md): NOT_FOUND and
+  // ABORTED mean "register again and continue", ALREADY_EXISTS and
+  // FAILED_PRECONDITION are permanent.
+  if (auto it = revoked_.find(incarnation); it != revoked_.end()) {
+    return it->second;
+  }
+  if (incarnations_[rank] == 0) {
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", rank, " is not registered with this server (server ",
+        server_incarnation_, "); it may have restarted"));
+  }
+  if (incarnations_[rank] != incarnation) {
+    // Not the current incarnation in the message: it is what lets a call
+    // count for the rank.
+    return absl::AlreadyExistsError(absl::StrCat(
+        "rank ", rank, " incarnation ", incarnation,
+        " was replaced: another worker registered as rank ", rank));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(int rank,
+                                                         int64_t incarnation,
+                                                         int chunk,
+                                                         int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("server is shutting down");
+  RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
+  if (step >= step_limit_) {
+    return absl::UnavailableError(
+        "the server is draining: it takes no new steps");
+  }
+  return OwnedChunkLocked(chunk);
+}
+
+absl::StatusOr<ChunkBarrier*> ParameterServer::OwnedChunkLocked(
+    int chunk) const {
+  if (chunk < 0 || chunk >= static_cast<int>(chunks_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk, " is outside [0, ", chunks_.size(), ")"));
+  }
+  if (chunks_[chunk] == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk, " belongs to shard ", plan_->chunks()[chunk].shard,
+        ", not to this shard ", options_.shard));
+  }
+  return chunks_[chunk].get();
+}
+
+std::vector<ChunkBarrier*> ParameterServer::OwnedChunksLocked() const {
+  std::vector<ChunkBarrier*> owned;
+  for (const auto& c : chunks_) {
+    if (c != nullptr) owned.push_back(c.get());
+  }
+  return owned;
+}
+
+int64_t ParameterServer::VersionLocked() const {
+  int64_t version = -1;
+  bool first = true;
+  for (const auto& c : chunks_) {
+    if (c == nullptr) continue;
+    version = first ? c->version() : std::min(version, c->version());
+    first = false;
+  }
+  return version;
+}
+
+absl::StatusOr<int64_t> ParameterServer::Initialize(
+    int rank, int64_t incarnation, int chunk, absl::string_view fp32_bytes) {
+  if (rank != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
+  }
+  ASSIGN_OR_RETURN(ChunkBarrier * barrier, FindChunk(rank, incarnation, chunk));
+  NoteContact(rank, absl::Now());
+  RETURN_IF_ERROR(
+      CheckPayload({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
+  if (absl::Status finite = CheckFiniteEncoded(fp32_bytes, WireDType::kFloat32);
+      !finite.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", barrier->chunk().index, ": ", finite.message()));
+  }
+  RETURN_IF_ERROR(barrier->Initialize(fp32_bytes));
+  absl::MutexLock lock(&mu_);
+  return VersionLocked();
+}
+
+void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
+                           int chunk, WireDType dtype,
+                           absl::Span<const absl::string_view> payload,
+                           ChunkCallback done) {
+  const absl::Time arrival = absl::Now();
+  absl::StatusOr<ChunkBarrier*> barrier =
+      FindChunk(rank, incarnation, chunk, step);
+  absl::Status valid = barrier.status();
+  if (valid.ok()) {
+    NoteContact(rank, arrival, step);
+    // The size; the barrier checks the values as it sums them.
+    valid = CheckPayload(payload, dtype, (*barrier)->chunk());
+  }
+  if (!valid.ok()) {
+    counters_.CountRefused(valid.code());
+    return done(valid);
+  }
+  (*barrier)->Push(rank, step, dtype, payload, arrival, std::move(done));
+}
+
+void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
+                           int64_t min_version, bool exact,
+                           ChunkCallback done) {
+  ChunkBarrier* barrier = nullptr;
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    absl::Status status;
+    if (shutting_down_) {
+      status = absl::UnavailableError("server is shutting down");
+    } else if (incarnation != 0) {
+      status = CheckMemberLocked(rank, incarnation);
+    }
+    if (status.ok() && !signature_.has_value()) {
+      status = absl::FailedPreconditionError(
+          "no worker has registered yet, so there is no model");
+    }
+    if (status.ok()) {
+      absl::StatusOr<ChunkBarrier*> owned = OwnedChunkLocked(chunk);
+      status = owned.status();
+      if (owned.ok()) barrier = *owned;
+    }
+    if (!status.ok()) {
+      lock.Release();
+      return done(status);
+    }
+  }
+  if (incarnation != 0) NoteContact(rank, absl::Now());
+  barrier->Pull(min_version, exact, std::move(done));
+}
+
+absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (incarnation == 0 && rank >= 0 && rank < options_.num_workers &&
+        incarnations_[rank] == 0) {
+      // An all-reduce worker: it never registered, the server only hosted
+      // its rendezvous, and it leaves so the server can end with the job.
+      finished_[rank] = true;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
+    finished_[rank] = true;
+  }
+  NoteContact(rank, absl::Now());
+  return absl::OkStatus();
+}
+
+void ParameterServer::NoteContact(int rank, absl::Time when,
+                                  int64_t pushed_step) {
+  absl::MutexLock lock(&activity_mu_);
+  if (rank < 0 || rank >= static_cast<int>(activity_.size())) return;
+  WorkerActivity& a = activity_[rank];
+  a.last_contact = std::max(a.last_contact, when);
+  if (pushed_step <= a.last_step) return;  // Not a push, or not a new step.
+  if (pushed_step == a.last_step + 1 && a.last_step >= 0) {
+    a.last_step_time = when - step_started_[rank];
+  }
+  a.last_step = pushed_step;
+  step_started_[rank] = when;
+}
+
+ServerStatus ParameterServer::GetStatus() const {
+  ServerStatus status;
+  std::vector<ChunkBarrier*> chunks;
+  {
+    absl::MutexLock lock(&mu_);
+    status.version = VersionLocked();
+    status.num_workers = options_.num_workers;
+    status.server_incarnation = server_incarnation_;
+    status.signature = signature_;
+    status.shard = options_.shard;
+    status.num_shards = options_.num_shards;
+    for (int r = 0; r < options_.num_workers; ++r) {
+      if (incarnations_[r] != 0) status.registered_ranks.push_back(r);
+      if (finished_[r]) status.finished_ranks.push_back(r);
+    }
+    chunks = OwnedChunksLocked();
+  }
+  status.num_chunks = static_cast<int>(chunks.size());
+  // A rank has pushed step `version` when every chunk still gathering that
+  // step holds its gradient (chunks already past it had all they needed).
+  for (int r = 0; r < options_.num_workers && status.version >= 0; ++r) {
+    bool pushed = true;
+    for (ChunkBarrier* c : chunks) {
+      if (c->version() == status.version && !c->HasPushed(r)) pushed = false;
+    }
+    if (pushed) status.pushed_ranks.push_back(r);
+  }
+  ServerCounters& c = status.counters;
+  auto seconds = [](const std::atomic<int64_t>& ns) {
+    return static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
+  };
+  c.pushes_accepted = counters_.pushes_accepted.load();
+  c.pushes_refused = counters_.pushes_refused.load();
+  c.pushes_dropped_late = counters_.pushes_dropped_late.load();
+  c.chunk_steps = counters_.chunk_steps.load();
+  c.accumulate_seconds = seconds(counters_.accumulate_ns);
+  c.apply_seconds = seconds(counters_.apply_ns);
+  c.barrier_wait_seconds = seconds(counters_.barrier_wait_ns);
+  c.bytes_received = counters_.bytes_received.load();
+  c.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
+  for (int code = 0; code < 17; ++code) {
+    const int64_t n = counters_.pushes_refused_by_code[code].load();
+    if (n > 0) {
+      c.pushes_refused_by_code.emplace_back(static_cast<absl::StatusCode>(code),
+                                            n);
+    }
+  }
+  status.now = absl::Now();
+  absl::MutexLock lock(&activity_mu_);
+  status.workers = activity_;
+  return status;
+}
+
+bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto all_left = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return std::all_of(finished_.begin(), finished_.end(),
+                       [](bool f) { return f; });
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&all_left), timeout);
+}
+
+void ParameterServer::StopNewSteps() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  step_limit_ = 0;
+  if (!signature_.has_value() ||
+      signature_->sync.mode != SyncPolicy::Mode::kSync) {
+    return;
+  }
+  // The step after the newest version: chunks behind it may still close
+  // the step they gather.
+  for (ChunkBarrier* c : OwnedChunksLocked()) {
+    step_limit_ = std::max(step_limit_, c->version());
+  }
+}
+
+void ParameterServer::Shutdown(const absl::Status& reason) {
+  std::vector<ChunkBarrier*> chunks;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    chunks = OwnedChunksLocked();
+  }
+  for (ChunkBarrier* c : chunks) c->Close(reason);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,416 @@
+#include "server/daemon/daemon.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/authorizer.h"
+#include "common/grpc_limits.h"
+#include "common/json_writer.h"
+#include "common/safetensors.h"
+#include "common/signature_limits.h"
+#include "common/status_macros.h"
+#include "common/tls.h"
+#include "server/coordination/coordination_service.h"
+#include "server/coordination/coordination_store.h"
+#include "server/rpc/grpc_service.h"
+
+namespace lockstep {
+namespace {
+
+// How often the daemon looks at timeouts, checkpoints and the job's end.
+constexpr absl::Duration kTick = absl::Milliseconds(50);
+// How long a drain's checkpoint waits for the chunks to line up (the step
+// under way to reach every chunk): well inside Kubernetes' default 30 s
+// grace period.
+constexpr absl::Duration kDrainCheckpointWait = absl::Seconds(20);
+// How long a server waits for its port to be let go of before giving up.
+constexpr absl::Duration kPortWait = absl::Seconds(3);
+
+void Log(const std::string& message) {
+  std::fprintf(stderr, "lockstep_server: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+// A predecessor killed a moment ago may still hold the port: waits up to
+// kPortWait for it, saying so (the bind that follows reports the rest).
+void WaitForPort(const std::string& address) {
+  if (WaitForFreePort(address, absl::ZeroDuration())) return;
+  Log(absl::StrCat(address, " is in use; waiting up to ",
+                   absl::FormatDuration(kPortWait), " for it"));
+  WaitForFreePort(address, kPortWait);
+}
+
+std::string Ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) absl::StrAppend(&out, out.empty() ? "" : ",", r);
+  return out;
+}
+
+// The server's credentials and who may call what, from --tls_* and
+// --token_file; checked before any work so bad settings fail at once.
+struct Security {
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::unique_ptr<Authorizer> authorizer;
+};
+
+SignatureLimits SignatureLimitsOf(const DaemonOptions& options) {
+  SignatureLimits limits;
+  limits.max_chunk_bytes = options.max_chunk_bytes;
+  limits.max_parameters = options.max_parameters;
+  return limits;
+}
+
+absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
+  Security security;
+  ASSIGN_OR_RETURN(security.credentials,
+                   MakeServerCredentials(options.tls, options.listen));
+  ASSIGN_OR_RETURN(security.authorizer, Authorizer::Create(options.tls));
+  if (!options.tls.ServerTls() && !IsLoopbackAddress(options.listen)) {
+    Log("warning: plaintext on a non-loopback address (--insecure): anyone "
+        "on the network can read and write the model");
+  } else if (options.tls.ServerTls() && options.tls.ca_file.empty() &&
+             options.tls.token_file.empty()) {
+    Log("warning: TLS without client certificates (--tls_ca) or "
+        "--token_file: anyone who reaches the server may call every RPC");
+  }
+  return security;
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
+Daemon::~Daemon() = default;
+
+absl::StatusOr<int64_t> Daemon::WriteWeightsFile() {
+  absl::MutexLock lock(&weights_mu_);
+  absl::StatusOr<ShardCheckpoint> snapshot =
+      core_->Snapshot(kDrainCheckpointWait);
+  if (!snapshot.ok()) return snapshot.status();
+  // One shard owns every chunk: in chunk order they are the flat vector.
+  std::sort(snapshot->chunks.begin(), snapshot->chunks.end(),
+            [](const ChunkState& a, const ChunkState& b) {
+              return a.chunk < b.chunk;
+            });
+  std::vector<float> flat;
+  for (const ChunkState& chunk : snapshot->chunks) {
+    flat.insert(flat.end(), chunk.weights.begin(), chunk.weights.end());
+  }
+  std::vector<TensorInfo> tensors = snapshot->signature.tensors;
+  tensors.insert(tensors.end(), snapshot->signature.state_tensors.begin(),
+                 snapshot->signature.state_tensors.end());
+  RETURN_IF_ERROR(WriteSafetensors(options_.weights_file, tensors, flat));
+  Log(absl::StrCat("weights of version ", snapshot->version, " in ",
+                   options_.weights_file));
+  return snapshot->version;
+}
+
+absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint(
+    absl::Duration wait) {
+  if (checkpoints_ == nullptr) {
+    return absl::FailedPreconditionError("no --checkpoint_dir");
+  }
+  absl::MutexLock lock(&checkpoint_mu_);
+  absl::StatusOr<ShardCheckpoint> snapshot = core_->Snapshot(wait);
+  if (!snapshot.ok()) return snapshot.status();
+  absl::StatusOr<std::string> path = checkpoints_->Save(*snapshot);
+  if (!path.ok()) return path.status();
+  last_saved_version_ = snapshot->version;
+  last_saved_ = absl::Now();
+  // Any save that works (lockstep_ctl's too) ends the retry delay.
+  checkpoint_backoff_ = absl::ZeroDuration();
+  retry_checkpoint_at_ = absl::InfinitePast();
+  if (telemetry_ != nullptr) {
+    telemetry_->CheckpointSaved(snapshot->version, last_saved_);
+  }
+  Log(absl::StrCat("checkpoint of version ", snapshot->version, " in ", *path));
+  return std::make_pair(*path, snapshot->version);
+}
+
+std::optional<int> Daemon::Tick(absl::Time now) {
+  if (options_.step_timeout > absl::ZeroDuration()) {
+    for (const ParameterServer::StepAlarm& alarm :
+         core_->CheckStepTimeout(now, options_.step_timeout,
+                                 options_.fail_on_worker_loss)) {
+      if (!alarm.expired) {
+        Log(absl::StrCat("warning: step ", alarm.step, " has waited ",
+                         absl::FormatDuration(alarm.waited),
+                         " for rank(s) ", Ranks(alarm.missing)));
+        continue;
+      }
+      if (alarm.ssp && !options_.fail_on_worker_loss) {
+        Log(absl::StrCat(
+            "ssp: rank(s) ", Ranks(alarm.missing), " have not pushed step ",
+            alarm.step, " in ", absl::FormatDuration(alarm.waited),
+            "; the others, --staleness steps ahead, wait for them or a "
+            "replacement for as long as their own --rejoin_timeout_s allows "
+            "(--on_worker_loss=fail would end the job now)"));
+        continue;
+      }
+      Log(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",
+                       Ranks(alarm.missing), alarm.ssp ? "" : "; not applied",
+                       options_.fail_on_worker_loss
+                           ? "; failing the job (--on_worker_loss=fail)"
+                           : "; waiting for a replacement"));
+      if (options_.fail_on_worker_loss) {
+        core_->Shutdown(absl::CancelledError(absl::StrCat(
+            "the job failed: rank(s) ", Ranks(alarm.missing),
+            " were lost (--on_worker_loss=fail)")));
+        return kExitRetryable;
+      }
+    }
+  }
+  if (checkpoints_ != nullptr) {
+    const int64_t version = core_->GetStatus().version;
+    bool due = false;
+    {
+      absl::MutexLock lock(&checkpoint_mu_);
+      due = version > last_saved_version_ && now >= retry_checkpoint_at_ &&
+            ((options_.checkpoint_every_steps > 0 &&
+              version - std::max<int64_t>(last_saved_version_, 0) >=
+                  options_.checkpoint_every_steps) ||
+             (options_.checkpoint_every > absl::ZeroDuration() &&
+              now - last_saved_ >= options_.checkpoint_every));
+    }
+    if (due) {
+      absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+      if (!saved.ok()) {
+        // Each try snapshots and encodes the whole shard: not every tick.
+        absl::Duration backoff;
+        {
+          absl::MutexLock lock(&checkpoint_mu_);
+          checkpoint_backoff_ =
+              std::min(absl::Minutes(5),
+                       std::max(absl::Seconds(5), 2 * checkpoint_backoff_));
+          retry_checkpoint_at_ = now + checkpoint_backoff_;
+          backoff = checkpoint_backoff_;
+        }
+        Log(absl::StrCat("checkpoint failed: ", saved.status().ToString(),
+                         "; next try in ", absl::FormatDuration(backoff)));
+      }
+    }
+  }
+  if (options_.exit_when_done && core_->WaitUntilDone(absl::ZeroDuration())) {
+    Log("every worker has left");
+    bool unsaved = false;
+    if (checkpoints_ != nullptr) {
+      absl::MutexLock lock(&checkpoint_mu_);
+      unsaved = last_saved_version_ < core_->GetStatus().version;
+    }
+    if (unsaved) {
+      // The trained model is saved whatever the interval.
+      absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+      if (!saved.ok()) {
+        Log(absl::StrCat("final checkpoint failed: ", saved.status().ToString()));
+        return kExitFailure;
+      }
+    }
+    if (!options_.weights_file.empty()) {
+      if (absl::StatusOr<int64_t> v = WriteWeightsFile(); !v.ok()) {
+        Log(absl::StrCat("writing the weights file failed: ",
+                         v.status().ToString()));
+        return kExitFailure;
+      }
+    }
+    return kExitOk;
+  }
+  return std::nullopt;
+}
+
+absl::Status Daemon::RestoreNewestCheckpoint() {
+  if (checkpoints_ == nullptr) return absl::OkStatus();
+  std::vector<std::string> notes;
+  absl::StatusOr<std::optional<ShardCheckpoint>> newest =
+      checkpoints_->LoadNewest(&notes);
+  for (const std::string& note : notes) Log(note);
+  if (!newest.ok()) {
+    Log(newest.status().ToString());
+    return newest.status();
+  }
+  if (!newest->has_value()) return absl::OkStatus();
+  absl::SleepFor(options_.restore_pause_for_tests);
+  if (absl::Status s = core_->Restore(**newest); !s.ok()) {
+    Log(absl::StrCat("cannot restore the checkpoint in ",
+                     options_.checkpoint_dir, ": ", s.message()));
+    return s;
+  }
+  absl::MutexLock lock(&checkpoint_mu_);
+  last_saved_version_ = (*newest)->version;
+  telemetry_->CheckpointSaved((*newest)->version, absl::Now());
+  Log(absl::StrCat("restored version ", (*newest)->version, " from ",
+                   options_.checkpoint_dir));
+  return absl::OkStatus();
+}
+
+int Daemon::Run() {
+  absl::StatusOr<Security> security = MakeSecurity(options_);
+  if (!security.ok()) {
+    Log(std::string(security.status().message()));
+    return kExitPermanent;
+  }
+  ServerTelemetryOptions telemetry_options = options_.telemetry;
+  telemetry_options.shard = options_.shard;
+  telemetry_options.checkpoints = !options_.checkpoint_dir.empty();
+  for (int port :
+       {telemetry_options.health_port, telemetry_options.metrics_port}) {
+    if (port > 0) WaitForPort(absl::StrCat("0.0.0.0:", port));
+  }
+  absl::StatusOr<std::unique_ptr<ServerTelemetry>> telemetry =
+      ServerTelemetry::Create(telemetry_options);
+  if (!telemetry.ok()) {
+    Log(telemetry.status().ToString());
+    return kExitPermanent;
+  }
+  telemetry_ = std::move(*telemetry);
+  ParameterServerOptions core_options;
+  core_options.num_workers = options_.workers;
+  core_options.shard = options_.shard;
+  core_options.num_shards = options_.num_shards;
+  core_options.observer = telemetry_->observer();
+  core_options.sum_order = options_.sum_order;
+  pool_ = std::make_unique<WorkPool>(options_.server_threads);
+  core_options.pool = pool_.get();
+  absl::StatusOr<std::unique_ptr<ParameterServer>> core =
+      ParameterServer::Create(core_options);
+  if (!core.ok()) {
+    Log(core.status().ToString());
+    return kExitPermanent;
+  }
+  core_ = std::move(*core);
+  telemetry_->AttachCore(core_.get(), options_.workers);
+
+  if (!options_.checkpoint_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
+        CheckpointStore::Create(options_.checkpoint_dir, options_.shard,
+                                options_.num_shards,
+                                options_.checkpoints_to_keep);
+    if (!store.ok()) {
+      Log(store.status().ToString());
+      return kExitPermanent;
+    }
+    checkpoints_ = std::move(*store);
+    checkpoints_->set_pause_before_rename(options_.checkpoint_pause_for_tests);
+  }
+
+  // What lockstep_ctl checkpoint asks for: a checkpoint (with
+  // --checkpoint_dir) and the weights file (with --weights_file).
+  ParameterServerService::SaveCheckpointFn save_on_request;
+  if (checkpoints_ != nullptr || !options_.weights_file.empty()) {
+    save_on_request = [this]() -> absl::StatusOr<ParameterServerService::Saved> {
+      ParameterServerService::Saved saved;
+      if (checkpoints_ != nullptr) {
+        ASSIGN_OR_RETURN(std::tie(saved.checkpoint, saved.version),
+                         SaveCheckpoint());
+      }
+      if (!options_.weights_file.empty()) {
+        ASSIGN_OR_RETURN(saved.version, WriteWeightsFile());
+        saved.weights_file = options_.weights_file;
+      }
+      return saved;
+    };
+  }
+  ParameterServerService service(
+      core_.get(), std::move(save_on_request),
+      security->authorizer.get(), SignatureLimitsOf(options_));
+  service.HoldRegistration();  // Until the checkpoint is restored (below).
+  grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1, for probes.
+  WaitForPort(options_.listen);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options_.listen, security->credentials, &port);
+  builder.SetMaxReceiveMessageSize(MaxRequestBytes(options_.max_chunk_bytes));
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  ApplyServerLimits(options_.limits, &builder);
+  ListenExclusively(&builder);
+  builder.RegisterService(&service);
+  // Rendezvous for --sync=allreduce workers (worker/exchange/allreduce).
+  CoordinationStore coordination_store;
+  CoordinatorService coordinator(&coordination_store,
+                                 security->authorizer.get());
+  builder.RegisterService(&coordinator);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    Log(absl::StrCat("cannot listen on ", options_.listen,
+                     " (is another process using the port?)"));
+    return kExitPermanent;
+  }
+  // However Run() ends, requested checkpoints are finished before the
+  // server (and then the service) goes: runs before `server` is destroyed.
+  absl::Cleanup stop_saving = [&]() { service.StopSaving(); };
+  // NOT_SERVING while the checkpoint loads and while draining.
+  auto set_serving = [&](bool serving) {
+    server->GetHealthCheckService()->SetServingStatus(serving);
+    telemetry_->SetServing(serving);
+  };
+  set_serving(false);
+  // However Run() ends, held registrations are answered (the server's
+  // shutdown waits for them).
+  absl::Cleanup release_registrations = [&]() {
+    core_->Shutdown();
+    service.OpenRegistration();
+  };
+  const std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
+  Log(absl::StrCat("shard ", options_.shard, " of ", options_.num_shards,
+                   " listening on ", host, ":", port, " (",
+                   DescribeServerSecurity(options_.tls), ") for ",
+                   options_.workers, " worker(s)"));
+  if (!options_.port_file.empty()) {
+    absl::Status s =
+        WriteFileAtomically(options_.port_file, absl::StrCat(port, "\n"));
+    if (!s.ok()) {
+      Log(s.ToString());
+      return kExitPermanent;
+    }
+  }
+
+  // Listening already: probes see NOT_SERVING rather than a closed port,
+  // and GetStatus answers, while the newest checkpoint loads.
+  if (!RestoreNewestCheckpoint().ok()) return kExitPermanent;
+  service.OpenRegistration();
+  set_serving(true);
+
+  const absl::Time start = absl::Now();
+  int exit_code = kExitOk;
+  while (true) {
+    if (stop_.WaitForNotificationWithTimeout(kTick)) {
+      // Drain: no new steps, but the step some chunks have closed and others
+      // still gather may finish, so that the last checkpoint takes every
+      // chunk at one version; then a clean exit.
+      Log("stopping: no new steps are taken");
+      set_serving(false);
+      core_->StopNewSteps();
+      if (checkpoints_ != nullptr) {
+        absl::StatusOr<std::pair<std::string, int64_t>> saved =
+            SaveCheckpoint(kDrainCheckpointWait);
+        if (!saved.ok()) Log(absl::StrCat("last checkpoint failed: ",
+                                          saved.status().ToString()));
+      }
+      core_->Shutdown();
+      break;
+    }
+    if (std::optional<int> code = Tick(absl::Now())) {
+      exit_code = *code;
+      break;
+    }
+  }
+  Log(absl::StrCat("final version ", core_->GetStatus().version, " after ",
+                   absl::FormatDuration(absl::Now() - start), "; exiting"));
+  set_serving(false);  // Also when Tick ended the job.
+  core_->Shutdown();
+  // A checkpoint being written on request ends first, so that the
+  // server's 5 s below are not what it has left.
+  service.StopSaving();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  if (absl::Status s = telemetry_->FlushTrace(); !s.ok()) Log(s.ToString());
+  return exit_code;
+}
+
+}  // namespace lockstep

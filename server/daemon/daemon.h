@@ -1,0 +1,107 @@
+// The lockstep_server process around a ParameterServer: the gRPC server, the
+// checkpointer, the step-timeout watchdog, and a clean end.
+//
+// Run() restores the newest intact checkpoint (if a folder is given), serves
+// until every worker has left, a stop is requested (SIGTERM: drain, write a
+// checkpoint, exit 0) or a worker is lost under --on_worker_loss=fail, and
+// returns the process exit code. Used from one thread; Stop() may be called
+// from any.
+#ifndef LOCKSTEP_SERVER_DAEMON_DAEMON_H_
+#define LOCKSTEP_SERVER_DAEMON_DAEMON_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/exit_codes.h"
+#include "common/grpc_limits.h"
+#include "common/tls_options.h"
+#include "common/work_pool.h"
+#include "server/core/checkpoint.h"
+#include "server/core/parameter_server.h"
+#include "server/daemon/server_telemetry.h"
+
+namespace lockstep {
+
+struct DaemonOptions {
+  std::string listen;
+  int workers = 1;
+  int shard = 0;
+  int num_shards = 1;
+  std::string port_file;
+  bool exit_when_done = true;
+  int max_message_bytes = 64 << 20;  // Largest reply sent.
+  // Largest chunk a worker may register (and Initialize or Push); larger
+  // requests (this plus a margin) are refused from their length prefix.
+  int64_t max_chunk_bytes = kDefaultChunkBytes;
+  int64_t max_parameters = int64_t{1} << 30;  // Largest model registered.
+  ServerLimits limits;  // Streams, keepalive, connection idle and age.
+  TlsOptions tls;       // Credentials and who may call what.
+  std::string checkpoint_dir;  // Empty: no checkpoints.
+  // The model as a safetensors file when every worker has left and on
+  // request (one shard only); empty: none.
+  std::string weights_file;
+  int64_t checkpoint_every_steps = 0;
+  absl::Duration checkpoint_every = absl::ZeroDuration();
+  int checkpoints_to_keep = 3;
+  absl::Duration checkpoint_pause_for_tests = absl::ZeroDuration();
+  // For tests: a pause after reading the newest checkpoint at start.
+  absl::Duration restore_pause_for_tests = absl::ZeroDuration();
+  // --metrics_port and --trace; Run() fills in the shard and checkpoints.
+  ServerTelemetryOptions telemetry;
+  absl::Duration step_timeout = absl::ZeroDuration();  // Zero: none.
+  bool fail_on_worker_loss = false;  // Else wait for a replacement.
+  SumOrder sum_order = SumOrder::kArrival;
+  // Threads that split a chunk's sums and optimizer step (--server_threads).
+  int server_threads = 1;
+};
+
+class Daemon final {
+ public:
+  explicit Daemon(DaemonOptions options);
+  ~Daemon();
+
+  int Run();
+  // Asks Run() to drain and return (signal-safe callers use a thread).
+  void Stop() { stop_.Notify(); }
+
+ private:
+  // Writes the model's weights to options_.weights_file; returns their
+  // version.
+  absl::StatusOr<int64_t> WriteWeightsFile() ABSL_LOCKS_EXCLUDED(weights_mu_);
+  // Writes a checkpoint now; returns its path and version.
+  // Waits up to `wait` for the chunks to line up at one version.
+  absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(
+      absl::Duration wait = absl::Seconds(30));
+  // One pass of the periodic duties; returns an exit code to stop with.
+  std::optional<int> Tick(absl::Time now);
+  // Restores the newest intact checkpoint in checkpoint_dir, if any.
+  absl::Status RestoreNewestCheckpoint();
+
+  const DaemonOptions options_;
+  absl::Notification stop_;
+  std::unique_ptr<WorkPool> pool_;  // Outlives core_.
+  std::unique_ptr<ParameterServer> core_;
+  // After core_: destroyed first, so no scrape reads a destroyed core.
+  std::unique_ptr<ServerTelemetry> telemetry_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  // One weights-file write at a time (job end, lockstep_ctl requests).
+  absl::Mutex weights_mu_;
+  absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
+  int64_t last_saved_version_ ABSL_GUARDED_BY(checkpoint_mu_) = -1;
+  absl::Time last_saved_ ABSL_GUARDED_BY(checkpoint_mu_) = absl::Now();
+  // Periodic checkpoints after a failed one: 5 s, doubling to 5 min, until
+  // one (periodic or asked for) succeeds.
+  absl::Duration checkpoint_backoff_ ABSL_GUARDED_BY(checkpoint_mu_);
+  absl::Time retry_checkpoint_at_ ABSL_GUARDED_BY(checkpoint_mu_) =
+      absl::InfinitePast();
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_DAEMON_DAEMON_H_

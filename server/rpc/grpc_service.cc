@@ -1,0 +1,280 @@
+#include "server/rpc/grpc_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/signature_limits.h"
+#include "common/signature_proto.h"
+#include "common/wire_codec.h"
+#include "common/wire_dtype_proto.h"
+#include "common/wire_format.h"
+
+namespace lockstep {
+namespace {
+
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// The callback that finishes a waiting Push or Pull with the chunk's
+// weights. fp32 replies send the published snapshot itself; bf16/fp16 ones
+// send its encoding, made once per version and shared by every reply.
+ChunkCallback WeightsReply(ParameterServer* core,
+                                            WireDType dtype,
+                                            grpc::ServerUnaryReactor* reactor,
+                                            grpc::ByteBuffer* response) {
+  return [core, dtype, reactor,
+          response](absl::StatusOr<ChunkSnapshot> snapshot) {
+    if (!snapshot.ok()) {
+      reactor->Finish(ToGrpcStatus(snapshot.status()));
+      return;
+    }
+    std::shared_ptr<const void> owner;
+    absl::string_view payload;
+    if (dtype == WireDType::kFloat32) {
+      const std::vector<float>& values = *snapshot->values;
+      payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                  values.size() * sizeof(float));
+      owner = snapshot->values;
+    } else {
+      std::shared_ptr<const std::string> encoded =
+          snapshot->encoded->Get(dtype, *snapshot->values);
+      payload = *encoded;
+      owner = std::move(encoded);
+    }
+    *response = MakeWeightsReply(snapshot->version, snapshot->chunk,
+                                 ToProtoDType(dtype), payload,
+                                 std::move(owner));
+    core->CountSent(static_cast<int64_t>(payload.size()));
+    reactor->Finish(grpc::Status::OK);
+  };
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ParameterServerService::Register(
+    grpc::CallbackServerContext* context, const v1::RegisterRequest* request,
+    v1::RegisterResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Register");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  absl::StatusOr<ModelSignature> parsed =
+      SignatureFromProto(request->signature());
+  if (!parsed.ok()) return FinishWith(context, parsed.status());
+  const ModelSignature& signature = *parsed;
+  // Bounded before the core allocates weights and state for the model.
+  if (absl::Status s = ValidateSignature(signature, limits_); !s.ok()) {
+    return FinishWith(context, s);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  {
+    absl::MutexLock lock(&gate_mu_);
+    if (registration_held_) {  // A checkpoint is being restored.
+      held_.push_back([this, rank = request->rank(), signature, response,
+                       reactor]() {
+        DoRegister(rank, signature, response, reactor);
+      });
+      return reactor;
+    }
+  }
+  DoRegister(request->rank(), signature, response, reactor);
+  return reactor;
+}
+
+void ParameterServerService::DoRegister(int rank,
+                                        const ModelSignature& signature,
+                                        v1::RegisterResponse* response,
+                                        grpc::ServerUnaryReactor* reactor) {
+  absl::StatusOr<Registration> reg = core_->Register(rank, signature);
+  if (reg.ok()) {
+    response->set_incarnation(reg->incarnation);
+    response->set_must_initialize(reg->must_initialize);
+    response->set_version(reg->version);
+    response->set_server_incarnation(reg->server_incarnation);
+  }
+  reactor->Finish(ToGrpcStatus(reg.status()));
+}
+
+void ParameterServerService::HoldRegistration() {
+  absl::MutexLock lock(&gate_mu_);
+  registration_held_ = true;
+}
+
+void ParameterServerService::OpenRegistration() {
+  std::vector<std::function<void()>> held;
+  {
+    absl::MutexLock lock(&gate_mu_);
+    registration_held_ = false;
+    held.swap(held_);
+  }
+  for (auto& run : held) run();
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Initialize(
+    grpc::CallbackServerContext* context, const v1::InitializeRequest* request,
+    v1::InitializeResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Initialize");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  absl::StatusOr<int64_t> version =
+      core_->Initialize(request->rank(), request->incarnation(),
+                        request->chunk(), request->data());
+  if (version.ok()) response->set_version(*version);
+  return FinishWith(context, version.status());
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Push(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Push");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  absl::StatusOr<PushView> push = ParsePushRequest(*request);
+  if (!push.ok()) return FinishWith(context, push.status());
+  absl::StatusOr<WireDType> dtype =
+      FromProtoDType(static_cast<v1::DType>(push->dtype));
+  if (!dtype.ok()) return FinishWith(context, dtype.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The core sums the payload from the received slices before it returns.
+  core_->Push(push->rank, push->incarnation, push->step, push->chunk, *dtype,
+              push->data, WeightsReply(core_, *dtype, reactor, response));
+  // The push may now wait for the barrier, but its gradient is summed:
+  // release the received slices rather than hold every waiting worker's
+  // chunk until the step closes (memory O(model), not O(workers x model)).
+  push->data.clear();
+  push->slices.clear();
+  const_cast<grpc::ByteBuffer*>(request)->Clear();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Pull(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Pull");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  grpc::Slice bytes;
+  v1::PullRequest pull;
+  if (!request->DumpToSingleSlice(&bytes).ok() ||
+      !pull.ParseFromArray(bytes.begin(), static_cast<int>(bytes.size()))) {
+    return FinishWith(context,
+                      absl::InvalidArgumentError("malformed PullRequest"));
+  }
+  absl::StatusOr<WireDType> dtype = FromProtoDType(pull.dtype());
+  if (!dtype.ok()) return FinishWith(context, dtype.status());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  core_->Pull(pull.rank(), pull.incarnation(), pull.chunk(), pull.min_version(),
+              pull.exact(), WeightsReply(core_, *dtype, reactor, response));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Leave(
+    grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
+    v1::LeaveResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Leave");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  return FinishWith(context,
+                    core_->Leave(request->rank(), request->incarnation()));
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
+    grpc::CallbackServerContext* context, const v1::StatusRequest* request,
+    v1::StatusResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kRead, "GetStatus");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  const ServerStatus status = core_->GetStatus();
+  response->set_version(status.version);
+  response->set_step(status.version);
+  response->set_num_workers(status.num_workers);
+  response->set_num_chunks(status.num_chunks);
+  response->set_server_incarnation(status.server_incarnation);
+  for (int r : status.registered_ranks) response->add_registered_ranks(r);
+  for (int r : status.pushed_ranks) response->add_pushed_ranks(r);
+  for (int r : status.finished_ranks) response->add_finished_ranks(r);
+  if (status.signature.has_value()) {
+    SignatureToProto(*status.signature, response->mutable_signature());
+  }
+  response->set_shard(status.shard);
+  response->set_num_shards(status.num_shards);
+  const ServerCounters& c = status.counters;
+  v1::ServerCounters* counters = response->mutable_counters();
+  counters->set_pushes_accepted(c.pushes_accepted);
+  counters->set_pushes_refused(c.pushes_refused);
+  counters->set_chunk_steps(c.chunk_steps);
+  counters->set_accumulate_seconds(c.accumulate_seconds);
+  counters->set_apply_seconds(c.apply_seconds);
+  counters->set_barrier_wait_seconds(c.barrier_wait_seconds);
+  counters->set_bytes_received(c.bytes_received);
+  counters->set_bytes_sent(c.bytes_sent);
+  counters->set_pushes_dropped_late(c.pushes_dropped_late);
+  for (const auto& [code, n] : c.pushes_refused_by_code) {
+    (*counters->mutable_pushes_refused_by_code())[absl::StatusCodeToString(
+        code)] = n;
+  }
+  response->set_server_time_unix_micros(absl::ToUnixMicros(status.now));
+  for (const WorkerActivity& a : status.workers) {
+    v1::WorkerActivity* w = response->add_workers();
+    w->set_rank(a.rank);
+    w->set_last_contact_unix_micros(
+        a.last_contact == absl::InfinitePast() ? 0
+                                               : absl::ToUnixMicros(a.last_contact));
+    w->set_last_step(a.last_step);
+    w->set_last_step_seconds(absl::ToDoubleSeconds(a.last_step_time));
+  }
+  return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
+    grpc::CallbackServerContext* context,
+    const v1::SaveCheckpointRequest* request,
+    v1::SaveCheckpointResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kAdmin,
+                                   "SaveCheckpoint");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  if (!save_checkpoint_) {
+    return FinishWith(context, absl::FailedPreconditionError(
+                                   "this server was started without "
+                                   "--checkpoint_dir or --weights_file"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Writing takes disk time: off gRPC's threads, one at a time, on the
+  // service's own thread (joined before the server goes: StopSaving).
+  const bool taken = saves_.Submit([this, reactor, response]() {
+    absl::StatusOr<Saved> saved = save_checkpoint_();
+    if (saved.ok()) {
+      response->set_path(saved->checkpoint);
+      response->set_weights_file(saved->weights_file);
+      response->set_version(saved->version);
+    }
+    reactor->Finish(ToGrpcStatus(saved.status()));
+  });
+  if (!taken) {
+    reactor->Finish(ToGrpcStatus(
+        saving_stopped_
+            ? absl::UnavailableError("the server is stopping")
+            : absl::ResourceExhaustedError(absl::StrCat(
+                  "a checkpoint is being written and ", kMaxWaitingSaves,
+                  " more requests wait; try again later"))));
+  }
+  return reactor;
+}
+
+}  // namespace lockstep

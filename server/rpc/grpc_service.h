@@ -1,0 +1,135 @@
+// The gRPC face of a ParameterServer: a thin adapter over the callback API.
+//
+// Each handler converts the request, calls the core and returns a reactor at
+// once; pushes and pulls that must wait for the barrier are finished later
+// by the core's callback, so no gRPC thread ever blocks on a barrier.
+// Push and Pull are "raw" methods: their tensors are read from and written
+// to gRPC's byte buffers in place (common/wire_format.h) rather than copied
+// through protobuf objects. Protobuf types stop here. Every handler first
+// asks the Authorizer (common/authorizer.h) whether the caller may make the
+// call, and Register checks the signature against SignatureLimits before
+// the core allocates anything for it. Thread-safe (the core is).
+#ifndef LOCKSTEP_SERVER_RPC_GRPC_SERVICE_H_
+#define LOCKSTEP_SERVER_RPC_GRPC_SERVICE_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/authorizer.h"
+#include "common/serial_executor.h"
+#include "common/signature_limits.h"
+#include "lockstep/v1/lockstep.grpc.pb.h"
+#include "server/core/parameter_server.h"
+
+namespace lockstep {
+
+using ParameterServerServiceBase = v1::ParameterServer::WithCallbackMethod_Register<
+    v1::ParameterServer::WithCallbackMethod_Initialize<
+        v1::ParameterServer::WithRawCallbackMethod_Push<
+            v1::ParameterServer::WithRawCallbackMethod_Pull<
+                v1::ParameterServer::WithCallbackMethod_Leave<
+                    v1::ParameterServer::WithCallbackMethod_GetStatus<
+                        v1::ParameterServer::WithCallbackMethod_SaveCheckpoint<
+                            v1::ParameterServer::Service>>>>>>>;
+
+class ParameterServerService final : public ParameterServerServiceBase {
+ public:
+  // What SaveCheckpoint wrote: a checkpoint, the weights file, or both.
+  struct Saved {
+    std::string checkpoint;    // Empty: none.
+    std::string weights_file;  // Empty: none.
+    int64_t version = 0;
+  };
+  // Writes them now.
+  using SaveCheckpointFn = std::function<absl::StatusOr<Saved>()>;
+
+  // SaveCheckpoint requests that may wait while one is written; more are
+  // refused with RESOURCE_EXHAUSTED.
+  static constexpr int kMaxWaitingSaves = 4;
+
+  // `core` is not owned and must outlive the service. Without
+  // `save_checkpoint`, SaveCheckpoint answers FAILED_PRECONDITION; with it,
+  // the writes run one at a time on a thread the service owns (see
+  // StopSaving).
+  // `authorizer` (not owned; null: every caller may call everything) must
+  // outlive the service too.
+  explicit ParameterServerService(ParameterServer* core,
+                                  SaveCheckpointFn save_checkpoint = nullptr,
+                                  const Authorizer* authorizer = nullptr,
+                                  SignatureLimits limits = SignatureLimits())
+      : core_(core),
+        save_checkpoint_(std::move(save_checkpoint)),
+        authorizer_(authorizer),
+        limits_(limits),
+        saves_(kMaxWaitingSaves) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const v1::RegisterRequest* request,
+                                     v1::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Initialize(
+      grpc::CallbackServerContext* context,
+      const v1::InitializeRequest* request,
+      v1::InitializeResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::StatusRequest* request,
+                                      v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* SaveCheckpoint(
+      grpc::CallbackServerContext* context,
+      const v1::SaveCheckpointRequest* request,
+      v1::SaveCheckpointResponse* response) override;
+
+  // Holds Register calls, answering them once OpenRegistration() runs, so
+  // that a server can listen (and answer health checks and GetStatus) while
+  // it restores a checkpoint, which must come before any registration.
+  // Registration is open unless held. Held calls run on the caller of
+  // OpenRegistration().
+  void HoldRegistration();
+  void OpenRegistration();
+
+  // Finishes the SaveCheckpoint requests taken (the one being written and
+  // those waiting), then answers new ones UNAVAILABLE. Call it before the
+  // gRPC server shuts down: once it returns, no request's thread touches
+  // the service or the server. The destructor calls it too.
+  // SaveCheckpoint requests taken and not yet being written.
+  int SavesWaiting() { return saves_.waiting(); }
+
+  void StopSaving() {
+    saving_stopped_ = true;
+    saves_.Shutdown();
+  }
+
+ private:
+  // Answers a Register call (the reactor's Finish included).
+  void DoRegister(int rank, const ModelSignature& signature,
+                  v1::RegisterResponse* response,
+                  grpc::ServerUnaryReactor* reactor);
+
+  ParameterServer* const core_;  // Not owned.
+  const SaveCheckpointFn save_checkpoint_;
+  const Authorizer* const authorizer_;  // Not owned; may be null.
+  const SignatureLimits limits_;
+  absl::Mutex gate_mu_;
+  bool registration_held_ ABSL_GUARDED_BY(gate_mu_) = false;
+  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(gate_mu_);
+  std::atomic<bool> saving_stopped_{false};
+  // Last, so that it is stopped (its thread joined) before the rest goes.
+  SerialExecutor saves_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_SERVER_RPC_GRPC_SERVICE_H_

@@ -1,0 +1,47 @@
+// lockstep_worker's command line: the flags (defined in worker_flags.cc,
+// with their help text) and their translation, with TF_CONFIG, into the
+// options of the trainer, the client, the device and the rest.
+#ifndef LOCKSTEP_WORKER_APP_WORKER_FLAGS_H_
+#define LOCKSTEP_WORKER_APP_WORKER_FLAGS_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "worker/exchange/allreduce_exchanger.h"
+#include "worker/device/device_factory.h"
+#include "worker/model/models.h"
+#include "worker/exchange/ps/ps_client.h"
+#include "worker/app/setup.h"
+#include "worker/train/trainer.h"
+#include "worker/app/worker_telemetry.h"
+
+namespace lockstep {
+
+struct WorkerMainOptions {
+  TrainerOptions trainer;
+  PsClientOptions client;
+  DeviceOptions device;
+  AllReduceOptions allreduce;
+  ModelSpec model;
+  DataOptions data;
+  std::string summary_json;
+  std::string dump_weights;
+  std::string init_weights;  // A safetensors file for version 0.
+  WorkerTelemetryOptions telemetry;
+  std::string step_log;
+  std::string sync;    // --sync, for the log line and the summary.
+  std::string layers;  // --layers, for the log line.
+  // --push_thread: on, off, or nullopt (auto: on where the device's
+  // buffers are not host memory, i.e. on a GPU).
+  std::optional<bool> push_thread;
+};
+
+// The options the flags (already parsed by ParseFlags, common/flags.h) and
+// TF_CONFIG ask for; INVALID_ARGUMENT naming the flag when one is bad.
+absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags();
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_APP_WORKER_FLAGS_H_

@@ -1,0 +1,132 @@
+#include "worker/app/worker_telemetry.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+constexpr int kTrainingTrack = 1;
+constexpr const char* kPhaseNames[] = {"pull", "compute", "push", "wait"};
+
+int Index(StepObserver::Phase phase) { return static_cast<int>(phase); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerTelemetry>> WorkerTelemetry::Create(
+    const WorkerTelemetryOptions& options) {
+  for (int port : {options.health_port, options.metrics_port}) {
+    if (port < 0 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("port ", port, " is outside [0, 65535]"));
+    }
+  }
+  std::unique_ptr<WorkerTelemetry> t(new WorkerTelemetry(options));
+  if (options.health_port > 0) {
+    absl::StatusOr<std::unique_ptr<HealthServer>> health =
+        HealthServer::Start(options.health_port);
+    if (!health.ok()) return health.status();
+    t->health_ = std::move(*health);
+  }
+  if (options.metrics_port > 0) {
+    MetricsHttpOptions http;
+    http.port = options.metrics_port;
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+        MetricsHttpServer::Start(http, &t->registry_);
+    if (!server.ok()) return server.status();
+    t->http_ = std::move(*server);
+  }
+  if (!options.trace_path.empty()) {
+    TraceRecorderOptions trace;
+    trace.path = options.trace_path;
+    trace.process_name = absl::StrCat("lockstep_worker rank ", options.rank);
+    trace.sort_index = 1000 + options.rank;  // After the servers.
+    absl::StatusOr<std::unique_ptr<TraceRecorder>> recorder =
+        TraceRecorder::Create(trace);
+    if (!recorder.ok()) return recorder.status();
+    t->trace_ = std::move(*recorder);
+    t->trace_->NameThread(kTrainingTrack, "training");
+  }
+  t->enabled_ = t->http_ != nullptr || t->trace_ != nullptr;
+  return t;
+}
+
+WorkerTelemetry::WorkerTelemetry(const WorkerTelemetryOptions& options)
+    : options_(options) {
+  step_seconds_ = registry_.GetHistogram(
+      "lockstep_worker_step_seconds",
+      "Wall time of one training step: pull, compute, push and wait.",
+      SecondsBuckets());
+  for (int p = 0; p < 4; ++p) {
+    phase_seconds_[p] = registry_.GetHistogram(
+        "lockstep_worker_phase_seconds",
+        "Time of one step's phase: pull (loading the received weights), "
+        "compute (forward and backward, less the pushes inside it), push "
+        "(encoding and sending gradients), wait (for the servers' replies).",
+        SecondsBuckets(), {{"phase", kPhaseNames[p]}});
+  }
+  steps_ = registry_.GetCounter("lockstep_worker_steps_total",
+                                "Training steps this worker completed.");
+  examples_ = registry_.GetCounter(
+      "lockstep_worker_examples_total",
+      "Training examples this worker computed gradients on.");
+  version_ = registry_.GetGauge(
+      "lockstep_worker_version",
+      "Version of the weights the latest step was answered with.");
+  training_ = registry_.GetGauge(
+      "lockstep_worker_training",
+      "1 while the worker trains (grpc.health.v1 SERVING), else 0.");
+}
+
+WorkerTelemetry::~WorkerTelemetry() {
+  http_.reset();  // Its thread reads the registry.
+  health_.reset();
+  trace_.reset();  // Writes what is buffered.
+}
+
+void WorkerTelemetry::SetTraining(bool training) {
+  training_->Set(training ? 1 : 0);
+  if (health_ != nullptr) health_->SetServing(training);
+}
+
+absl::Status WorkerTelemetry::FlushTrace() {
+  return trace_ == nullptr ? absl::OkStatus() : trace_->Flush();
+}
+
+void WorkerTelemetry::OnPhase(Phase phase, int64_t step, absl::Time start,
+                              absl::Time end) {
+  if (trace_ != nullptr) {
+    trace_->Complete(kPhaseNames[Index(phase)], "worker", kTrainingTrack,
+                     start, end, {"step", step});
+  }
+  absl::MutexLock lock(&mu_);
+  if (step != step_) {
+    step_ = step;
+    for (absl::Duration& d : phase_time_) d = absl::ZeroDuration();
+  }
+  phase_time_[Index(phase)] += end - start;
+}
+
+void WorkerTelemetry::OnStep(int64_t step, int64_t version, absl::Time start,
+                             absl::Time end) {
+  if (trace_ != nullptr) {
+    trace_->Complete("step", "worker", kTrainingTrack, start, end,
+                     {"step", step}, {"version", version});
+  }
+  step_seconds_->Observe(absl::ToDoubleSeconds(end - start));
+  steps_->Increment();
+  examples_->Increment(static_cast<double>(options_.examples_per_step));
+  version_->Set(static_cast<double>(version));
+  absl::MutexLock lock(&mu_);
+  if (step != step_) return;  // No phase was timed.
+  // Pushes run inside compute: compute's own time excludes them.
+  phase_time_[Index(Phase::kCompute)] -= phase_time_[Index(Phase::kPush)];
+  for (int p = 0; p < 4; ++p) {
+    phase_seconds_[p]->Observe(
+        absl::ToDoubleSeconds(std::max(absl::ZeroDuration(), phase_time_[p])));
+  }
+  step_ = -1;
+}
+
+}  // namespace lockstep

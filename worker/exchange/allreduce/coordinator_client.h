@@ -1,0 +1,54 @@
+// A worker's connection to the Coordinator service
+// (proto/lockstep/v1/coordination.proto): blocking Set and waiting Get, each
+// bounded by a deadline. Calls wait for the coordinator to come up (gRPC's
+// wait-for-ready) until their deadline, so workers may start before the
+// server. Protobuf and gRPC types stay inside. Thread-safe.
+#ifndef LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_COORDINATOR_CLIENT_H_
+#define LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_COORDINATOR_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/tls_options.h"
+
+namespace lockstep {
+
+class CoordinatorClient final {
+ public:
+  // A client of the coordinator at `address` (host:port), secured by `tls`
+  // (common/tls.h). INVALID_ARGUMENT when the address is empty or the TLS
+  // files are bad. Connects lazily.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(
+      const std::string& address, const TlsOptions& tls = TlsOptions());
+  ~CoordinatorClient();
+
+  CoordinatorClient(const CoordinatorClient&) = delete;
+  CoordinatorClient& operator=(const CoordinatorClient&) = delete;
+
+  // Stores `value` under `key`, replacing an earlier value unless
+  // `if_absent` (see SetRequest). DEADLINE_EXCEEDED when the coordinator
+  // does not answer by `deadline`.
+  absl::Status Set(absl::string_view key, absl::string_view value,
+                   absl::Time deadline, bool if_absent = false);
+
+  // The value of `key`, waiting until it exists; DEADLINE_EXCEEDED when
+  // `deadline` passes first.
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  class Impl;
+  CoordinatorClient(std::string address, std::unique_ptr<Impl> impl);
+
+  const std::string address_;
+  const std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_COORDINATOR_CLIENT_H_

@@ -1,0 +1,174 @@
+// A worker's connection to the parameter-server shards.
+//
+// PsClient speaks the lockstep.v1 protocol (see server/core/parameter_server.h for
+// the sequence) and hides chunking and sharding: callers hand it whole flat
+// vectors, and it sends one RPC per chunk to the shard that owns it (see
+// common/chunk_plan.h), up to max_pushes_in_flight pushes at once to each
+// shard (the push window). Every RPC has a deadline; a step's pushes share
+// one, step_timeout after BeginStep. Protobuf and gRPC types stay inside.
+// Externally synchronized (one training thread uses it).
+#ifndef LOCKSTEP_WORKER_EXCHANGE_PS_PS_CLIENT_H_
+#define LOCKSTEP_WORKER_EXCHANGE_PS_PS_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/chunk_plan.h"
+#include "common/model_signature.h"
+#include "common/tls_options.h"
+#include "common/wire_codec.h"
+
+namespace lockstep {
+
+// PsClientOptions::max_pushes_in_flight's default: AutoPushWindow's.
+inline constexpr int kAutoPushWindow = -1;
+
+// The push window `auto` picks for a job of `num_workers` whose largest
+// chunk is `chunk_wire_bytes` on the wire: as many pushes per worker as keep
+// every worker's pushes at a shard within 32 MiB, at least 1 and at most 4
+// (4 MiB chunks: 2 workers 4, 4 workers 2, 8 or more 1). Measured in
+// docs/benchmarks.md: with 8 workers a window of 1 is both faster and 30%
+// lighter on the server than 4; with 2 workers 1 is slower.
+int AutoPushWindow(int num_workers, int64_t chunk_wire_bytes);
+
+// The window a client uses: `requested`, or AutoPushWindow's choice for
+// chunks of `chunk_elements` values sent as `dtype` when it is
+// kAutoPushWindow.
+int ResolvePushWindow(int requested, int num_workers, int64_t chunk_elements,
+                      WireDType dtype);
+
+// "auto" (kAutoPushWindow) or a count >= 0, as the --push_window flags take
+// it; INVALID_ARGUMENT otherwise.
+absl::StatusOr<int> ParsePushWindow(absl::string_view text);
+
+struct PsClientOptions {
+  // host:port of every parameter-server shard, in shard order.
+  std::vector<std::string> servers;
+  // How long Register waits for the server to come up.
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // Deadline of Initialize, Pull, Leave and GetStatus calls.
+  absl::Duration rpc_timeout = absl::Seconds(60);
+  // Deadline of a step's pushes, from BeginStep: the backward pass, the
+  // pushes, waiting for the slowest worker and the replies.
+  absl::Duration step_timeout = absl::Seconds(300);
+  int max_message_bytes = 64 << 20;
+  // Encoding of gradients and weights on the wire (servers keep fp32).
+  WireDType wire_dtype = WireDType::kFloat32;
+  // Pushes out at once to each shard; 0 = every chunk as soon as it is
+  // ready; kAutoPushWindow = AutoPushWindow's choice, made at Register.
+  // A push waits at the server until every worker has pushed that chunk,
+  // so the window bounds what the server holds (workers x window chunks)
+  // and lets early chunks' replies travel while later chunks are sent.
+  int max_pushes_in_flight = kAutoPushWindow;
+  // Encode gradient chunks and start their pushes on a thread of the
+  // client's own (worker/exchange/ps/push_thread.h), in the order they became
+  // ready, rather than on the thread that calls GradientReady: that thread then
+  // never waits for them. Pays where it queues a GPU's kernels; on the CPU
+  // device the pushes only take cores from backprop's threads.
+  bool push_thread = false;
+  // TLS, client certificate and bearer token (common/tls.h); the default
+  // is plaintext. Binaries fill it from their flags (common/tls_flags.h).
+  TlsOptions tls;
+};
+
+// Where a worker's steps spent their time on the client side, summed over
+// every step since the client was made. Only grows, so a caller measures a
+// window as the difference of two readings. For benchmarks.
+struct StepTimings {
+  int64_t steps = 0;            // Steps that FinishStep completed.
+  // Encoding gradient chunks and framing the requests (caller's thread, or
+  // the push thread).
+  double encode_seconds = 0;
+  // Starting the push RPCs on the caller's thread or the push thread
+  // (pushes the window held back start on gRPC's threads, inside the wait,
+  // and are not counted).
+  double send_seconds = 0;
+  // FinishStep blocked until the last reply arrived: the server's barrier,
+  // summing and optimizer, the transfers, and the decoding of replies that
+  // arrived meanwhile.
+  double wait_seconds = 0;
+  // Decoding reply weights, summed over gRPC's threads (overlaps the wait).
+  double decode_seconds = 0;
+};
+
+struct RegisterResult {
+  int64_t incarnation = 0;
+  bool must_initialize = false;
+  int64_t version = -1;         // The lowest over shards.
+  int64_t newest_version = -1;  // The highest.
+};
+
+class PsClient final {
+ public:
+  // INVALID_ARGUMENT without servers or with bad TLS settings or files;
+  // FAILED_PRECONDITION for a token that would travel in plaintext.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      const PsClientOptions& options);
+  ~PsClient();
+
+  // Joins the job as `rank`; waits up to connect_timeout for the server.
+  // `timeout` (default: connect_timeout) bounds the wait.
+  absl::StatusOr<RegisterResult> Register(
+      int rank, const ModelSignature& signature,
+      absl::Duration timeout = absl::InfiniteDuration());
+
+  // Uploads version 0 (rank 0, after must_initialize).
+  absl::Status Initialize(absl::Span<const float> weights);
+
+  // Reads the latest weights once their version is >= min_version; returns
+  // the version read (the lowest over chunks). With `exact` (sync mode),
+  // chunks that have already closed the step after min_version answer with
+  // the weights of min_version while they keep them (ChunkBarrier::Pull).
+  absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights,
+                               bool exact = false);
+
+  // Pushes the gradient of `step` and receives the resulting weights into
+  // `weights`: BeginStep + GradientReady(all) + FinishStep. Returns their
+  // version: step + 1 in plain synchronous training; possibly later with
+  // backup workers or the asynchronous modes (the oldest chunk's).
+  absl::StatusOr<int64_t> PushPull(int64_t step,
+                                   absl::Span<const float> gradient,
+                                   absl::Span<float> weights);
+
+  // The same step in pieces, so pushes overlap backprop: BeginStep names the
+  // step and the vectors (which must stay alive and, for `gradient`, keep
+  // its ready ranges unchanged until FinishStep); GradientReady(begin, end)
+  // says gradient[begin, end) is final and pushes every chunk that became
+  // complete; FinishStep pushes the rest and waits for all replies, which
+  // are decoded into `weights` as they arrive.
+  absl::Status BeginStep(int64_t step, absl::Span<const float> gradient,
+                         absl::Span<float> weights);
+  void GradientReady(int64_t begin, int64_t end);
+  // Ends the step without pushing the chunks not yet ready (their gradient
+  // is not this step's: the computation failed), waiting for the replies
+  // of those already sent. The server's step timeout deals with the rest.
+  void AbandonStep();
+  absl::StatusOr<int64_t> FinishStep();
+
+  // Says this worker is done.
+  absl::Status Leave();
+  // Says rank `rank`, which never registered (an all-reduce worker, for
+  // which the servers only host the rendezvous), is done.
+  absl::Status LeaveUnregistered(int rank);
+
+  // Client-side time of the steps so far. Call between steps.
+  StepTimings step_timings() const;
+
+  // The push window in use (0: none), once registered.
+  int push_window() const;
+
+ private:
+  class Impl;
+  explicit PsClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_EXCHANGE_PS_PS_CLIENT_H_

@@ -1,0 +1,246 @@
+#include "worker/exchange/ps/push_step.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/wire_dtype_proto.h"
+#include "common/wire_format.h"
+
+namespace lockstep {
+namespace ps_client_internal {
+namespace {
+
+constexpr char kPushMethod[] = "/lockstep.v1.ParameterServer/Push";
+
+}  // namespace
+
+PushStep::PushStep(const PushTarget& target, int64_t step,
+                   absl::Span<const float> gradient, absl::Span<float> weights,
+                   absl::Time deadline)
+    : target_(target),
+      step_(step),
+      gradient_(gradient),
+      weights_(weights),
+      deadline_(deadline),
+      missing_(target.plan->num_chunks()),
+      calls_(target.plan->num_chunks()),
+      pending_(target.plan->num_chunks()),
+      queued_(target.stubs.size()),
+      in_flight_(target.stubs.size(), 0),
+      failed_(target.stubs.size(), false) {
+  for (const Chunk& chunk : target_.plan->chunks()) {
+    missing_[chunk.index] = chunk.size;
+  }
+}
+
+PushStep::~PushStep() {
+  if (finished_) return;
+  // What was handed to the pusher goes as it would have on the caller's
+  // thread: started, or queued behind its shard's window (dropped below).
+  if (target_.pusher != nullptr) target_.pusher->WaitIdle();
+  int dropped = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    abandoned_ = true;
+    for (std::deque<int>& queue : queued_) {
+      dropped += static_cast<int>(queue.size());
+      queue.clear();
+    }
+  }
+  for (int64_t& missing : missing_) {
+    if (missing > 0) {
+      missing = 0;
+      ++dropped;
+    }
+  }
+  for (int i = 0; i < dropped; ++i) pending_.DecrementCount();
+  pending_.Wait();
+}
+
+void PushStep::GradientReady(int64_t begin, int64_t end) {
+  const ChunkPlan& plan = *target_.plan;
+  begin = std::max<int64_t>(begin, 0);
+  end = std::min(end, plan.num_elements());
+  if (begin >= end) return;
+  const int64_t per_chunk = plan.elements_per_chunk();
+  const int first = static_cast<int>(begin / per_chunk);
+  const int last = static_cast<int>((end - 1) / per_chunk);
+  for (int i = last; i >= first; --i) {
+    const Chunk& chunk = plan.chunks()[i];
+    const int64_t overlap = std::min(end, chunk.offset + chunk.size) -
+                            std::max(begin, chunk.offset);
+    int64_t& missing = missing_[i];
+    if (missing <= 0) continue;
+    missing -= overlap;
+    if (missing <= 0) Dispatch(chunk.index);
+  }
+}
+
+void PushStep::Dispatch(int index) {
+  if (target_.pusher == nullptr) return Ready(index);
+  target_.pusher->Submit([this, index] { Ready(index); });
+}
+
+absl::StatusOr<int64_t> PushStep::Finish() {
+  const ChunkPlan& plan = *target_.plan;
+  // The chunks not yet ready go in the order backprop readies them --
+  // parameters, last first, then the state -- so that every worker's
+  // windows wait on the same barriers even when this step's compute
+  // stopped early.
+  for (const bool state : {false, true}) {
+    for (int i = plan.num_chunks() - 1; i >= 0; --i) {
+      if (plan.chunks()[i].state == state && missing_[i] > 0) {
+        missing_[i] = 0;
+        Dispatch(i);
+      }
+    }
+  }
+  // Start() touches the step after its RPC is out, whose reply may be the
+  // last: the pusher must be done with the step before pending_ may end it.
+  // Its encoding and sending are counted as such, not as waiting.
+  if (target_.pusher != nullptr) target_.pusher->WaitIdle();
+  const absl::Time wait_start = absl::Now();
+  pending_.Wait();
+  target_.timings->wait_seconds +=
+      absl::ToDoubleSeconds(absl::Now() - wait_start);
+  finished_ = true;
+  return Result();
+}
+
+void PushStep::Ready(int index) {
+  const Chunk& chunk = target_.plan->chunks()[index];
+  Prepare(chunk);
+  {
+    absl::MutexLock lock(&mu_);
+    if (abandoned_ || failed_[chunk.shard]) {
+      pending_.DecrementCount();
+      return;
+    }
+    if (target_.window > 0 && in_flight_[chunk.shard] >= target_.window) {
+      queued_[chunk.shard].push_back(index);
+      return;
+    }
+    ++in_flight_[chunk.shard];
+  }
+  Start(chunk, /*caller_thread=*/true);
+}
+
+void PushStep::Prepare(const Chunk& chunk) {
+  auto call = std::make_unique<Call>();
+  call->context.set_deadline(absl::ToChronoTime(deadline_));
+  const absl::Time encode_start = absl::Now();
+  const absl::Span<const float> values =
+      gradient_.subspan(chunk.offset, chunk.size);
+  absl::string_view payload;
+  const WireDType dtype = ChunkWireDType(chunk, target_.wire_dtype);
+  if (dtype == WireDType::kFloat32) {
+    payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                values.size() * sizeof(float));
+  } else {
+    std::string& encoded = (*target_.encoded)[chunk.index];
+    EncodeTensor(values, dtype, &encoded);
+    payload = encoded;
+  }
+  call->request =
+      MakePushRequest(target_.rank, target_.incarnations[chunk.shard], step_,
+                      chunk.index, ToProtoDType(dtype), payload);
+  target_.timings->encode_seconds +=
+      absl::ToDoubleSeconds(absl::Now() - encode_start);
+  calls_[chunk.index] = std::move(call);
+}
+
+void PushStep::Start(const Chunk& chunk, bool caller_thread) {
+  Call* c = calls_[chunk.index].get();
+  c->started = true;
+  const absl::Time send_start = absl::Now();
+  // The reply is decoded on gRPC's thread as soon as it arrives; chunks
+  // write disjoint ranges of the weights.
+  const absl::Span<float> out = weights_.subspan(chunk.offset, chunk.size);
+  const int index = chunk.index;
+  const int shard = chunk.shard;
+  const WireDType dtype = ChunkWireDType(chunk, target_.wire_dtype);
+  target_.stubs[shard]->UnaryCall(
+      &c->context, kPushMethod, grpc::StubOptions(), &c->request, &c->response,
+      [this, c, index, shard, out, dtype](grpc::Status s) {
+        c->status = std::move(s);
+        if (c->status.ok()) {
+          const absl::Time start = absl::Now();
+          c->decoded = [&]() -> absl::Status {
+            ASSIGN_OR_RETURN(WeightsView reply, ParseWeightsReply(c->response));
+            if (target_.synchronous && reply.version < step_ + 1) {
+              return absl::InternalError(absl::StrCat(
+                  "push of chunk ", index, " was answered with version ",
+                  reply.version, ", expected at least ", step_ + 1));
+            }
+            c->version = reply.version;
+            return DecodePieces(reply.data, dtype, out);
+          }();
+          target_.decode_ns->fetch_add(
+              absl::ToInt64Nanoseconds(absl::Now() - start),
+              std::memory_order_relaxed);
+        }
+        Replied(index, shard);
+        pending_.DecrementCount();
+      });
+  // Only the caller's time: a held-back push starts inside the wait.
+  if (caller_thread) {
+    target_.timings->send_seconds +=
+        absl::ToDoubleSeconds(absl::Now() - send_start);
+  }
+}
+
+void PushStep::Replied(int index, int shard) {
+  const Call& call = *calls_[index];
+  int next = -1;
+  int dropped = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    std::deque<int>& queue = queued_[shard];
+    --in_flight_[shard];
+    if (!call.status.ok()) {
+      if (first_failure_.ok()) {
+        const absl::Status s = FromGrpcStatus(call.status);
+        first_failure_ = absl::Status(
+            s.code(), absl::StrCat("Push of step ", step_, " of chunk ", index,
+                                   ": ", s.message()));
+      }
+      failed_[shard] = true;
+      dropped = static_cast<int>(queue.size());
+      queue.clear();
+    } else if (!abandoned_ && !queue.empty()) {
+      next = queue.front();
+      queue.pop_front();
+      ++in_flight_[shard];
+    }
+  }
+  for (int i = 0; i < dropped; ++i) pending_.DecrementCount();
+  if (next >= 0) Start(target_.plan->chunks()[next], /*caller_thread=*/false);
+}
+
+absl::StatusOr<int64_t> PushStep::Result() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!first_failure_.ok()) return first_failure_;
+  }
+  absl::StatusOr<int64_t> result = absl::InternalError("a step without chunks");
+  for (const Chunk& chunk : target_.plan->chunks()) {
+    const Call& call = *calls_[chunk.index];
+    if (!call.started) {
+      return absl::InternalError(absl::StrCat("chunk ", chunk.index,
+                                              " of step ", step_,
+                                              " was never pushed, and no "
+                                              "push failed"));
+    }
+    RETURN_IF_ERROR(call.decoded);
+    // Chunks may stand at different versions (with backup workers or
+    // asynchronous modes); the step's result is the oldest.
+    result = result.ok() ? std::min(*result, call.version) : call.version;
+  }
+  return result;
+}
+
+}  // namespace ps_client_internal
+}  // namespace lockstep

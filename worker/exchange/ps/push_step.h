@@ -1,0 +1,147 @@
+// One step's gradient pushes for PsClient (ps_client.cc, its only user):
+// which chunks are ready, the push window, and the replies decoded into
+// the weights.
+//
+// A push travels as raw bytes (common/wire_format.h): fp32 gradients are
+// sent from the caller's buffer, replies decoded from gRPC's slices. At most
+// `window` pushes are out to each shard at once. A chunk is encoded and
+// framed when it becomes ready (on the caller's thread, or in order on the
+// target's PushThread where it has one); if its shard's window is full it
+// waits in the shard's queue, in the order chunks became ready, and each
+// reply (on gRPC's thread) starts the next. Every worker
+// readies its chunks in the same order (see Finish), so every barrier the
+// windows wait on is one that every worker pushes to. A failed push stops
+// its shard only: the other shards still get every chunk, which the other
+// workers' pushes there are waiting for.
+#ifndef LOCKSTEP_WORKER_EXCHANGE_PS_PUSH_STEP_H_
+#define LOCKSTEP_WORKER_EXCHANGE_PS_PUSH_STEP_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/chunk_plan.h"
+#include "common/wire_codec.h"
+#include "worker/exchange/ps/ps_client.h"
+#include "worker/exchange/ps/push_thread.h"
+
+namespace lockstep {
+namespace ps_client_internal {
+
+// What every step pushes with; PsClient owns it, and it outlives the steps.
+struct PushTarget {
+  const ChunkPlan* plan = nullptr;
+  std::vector<grpc::GenericStub*> stubs;  // By shard.
+  int rank = -1;
+  std::vector<int64_t> incarnations;  // By shard.
+  // Parameters travel as wire_dtype, state chunks as fp32 (ChunkWireDType).
+  WireDType wire_dtype = WireDType::kFloat32;
+  int window = 0;           // Pushes out per shard; 0: no limit.
+  // kSync: a push of step s is answered with version s + 1 or later (the
+  // step's result). Async and SSP steps are the worker's own count, and a
+  // server restored from a checkpoint answers lower versions.
+  bool synchronous = true;
+  // bf16/fp16 payloads by chunk (fp32 is sent in place), reused from step to
+  // step: one step is in flight at a time, and its pushes are answered (or
+  // the step destroyed) before the next step encodes. Fresh buffers cost a
+  // page fault per 4 KiB and a zero fill every step.
+  std::vector<std::string>* encoded = nullptr;
+  // Where ready chunks are encoded and their pushes started, in order; null:
+  // on the thread that readies them (GradientReady, Finish).
+  PushThread* pusher = nullptr;
+  // Client-side time (PushStep adds encode, send and wait; not steps) and,
+  // from gRPC's threads, decoding.
+  StepTimings* timings = nullptr;
+  std::atomic<int64_t>* decode_ns = nullptr;
+};
+
+class PushStep final {
+ public:
+  // The step `step`: pushes chunks of `gradient` and decodes the replies
+  // into `weights`; both must stay alive, and `gradient`'s ready ranges
+  // unchanged, until Finish or destruction. Every push's deadline is
+  // `deadline`.
+  PushStep(const PushTarget& target, int64_t step,
+           absl::Span<const float> gradient, absl::Span<float> weights,
+           absl::Time deadline);
+  // Without Finish (an abandoned step): drops what was not sent and waits
+  // for the pushes already out, so no gRPC callback outlives the step.
+  ~PushStep();
+  PushStep(const PushStep&) = delete;
+  PushStep& operator=(const PushStep&) = delete;
+
+  int64_t step() const { return step_; }
+
+  // gradient[begin, end) is final: pushes (or queues) every chunk that it
+  // completes. Later chunks first: backprop produces the last layers first,
+  // and their pushes have the longest to wait for.
+  void GradientReady(int64_t begin, int64_t end);
+
+  // Pushes the rest, waits for every reply and returns the first push
+  // failure, a reply that did not decode, or the oldest version the replies
+  // carry. Once.
+  absl::StatusOr<int64_t> Finish();
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    absl::Status decoded;  // Outcome of decoding the reply's weights.
+    int64_t version = 0;   // The reply's version.
+    bool started = false;  // False: never sent (its shard failed first).
+  };
+
+  // Chunk `index` is ready: Ready(index) here, or on the pusher.
+  void Dispatch(int index);
+  // Frames chunk `index`'s push, then starts it if its shard's window has
+  // room, else queues it; drops it when its shard has failed or the step
+  // was abandoned.
+  void Ready(int index);
+  // Encodes and frames the push of `chunk` (the thread of Ready).
+  void Prepare(const Chunk& chunk);
+  // Starts the prepared push of `chunk` (any thread: a reply's callback
+  // starts the next push of its shard; caller_thread: Ready's).
+  void Start(const Chunk& chunk, bool caller_thread);
+  // The push of chunk `index` to `shard` was answered (on gRPC's thread,
+  // before its pending count is released, so the step stays alive).
+  void Replied(int index, int shard);
+  absl::StatusOr<int64_t> Result();
+
+  const PushTarget& target_;
+  const int64_t step_;
+  const absl::Span<const float> gradient_;
+  const absl::Span<float> weights_;
+  const absl::Time deadline_;
+  std::vector<int64_t> missing_;  // Elements not yet ready, by chunk.
+  // Stay put until their call completes, as gRPC requires.
+  std::vector<std::unique_ptr<Call>> calls_;
+  absl::BlockingCounter pending_;  // Chunks not yet answered or dropped.
+  bool finished_ = false;
+  absl::Mutex mu_;
+  std::vector<std::deque<int>> queued_ ABSL_GUARDED_BY(mu_);  // By shard.
+  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);           // By shard.
+  std::vector<bool> failed_ ABSL_GUARDED_BY(mu_);             // By shard.
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;  // ~PushStep: push no more.
+  // The failure that stopped a shard first: the step's result.
+  absl::Status first_failure_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps_client_internal
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_EXCHANGE_PS_PUSH_STEP_H_

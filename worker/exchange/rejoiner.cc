@@ -1,0 +1,74 @@
+#include "worker/exchange/rejoiner.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/exit_codes.h"
+#include "common/random.h"
+
+namespace lockstep {
+
+Rejoiner::Rejoiner(std::string who, uint64_t seed, int rank,
+                   absl::Duration rejoin_timeout, std::string timeout_name)
+    : who_(std::move(who)),
+      timeout_name_(std::move(timeout_name)),
+      seed_(seed),
+      rank_(rank),
+      rejoin_timeout_(rejoin_timeout),
+      last_success_(absl::Now()) {}
+
+void Rejoiner::StepSucceeded() {
+  last_success_ = absl::Now();
+  backoff_ = kFirstBackoff;
+  rejoined_without_a_step_ = false;
+}
+
+absl::Status Rejoiner::CheckDeadline(const absl::Status& cause) const {
+  if (absl::Now() < last_success_ + rejoin_timeout_) return absl::OkStatus();
+  return absl::Status(
+      cause.code(),
+      absl::StrCat("no step succeeded in ", absl::FormatDuration(rejoin_timeout_),
+                   " (", timeout_name_, "); giving up: ", cause.message()));
+}
+
+void Rejoiner::Backoff(uint64_t jitter_seed) {
+  Random jitter(jitter_seed);
+  // Jitter (half to all of the backoff): the workers of a restarted server
+  // do not all come back in the same instant.
+  absl::SleepFor(backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
+  backoff_ = std::min(backoff_ * 2, kMostBackoff);
+}
+
+absl::StatusOr<int64_t> Rejoiner::Rejoin(const absl::Status& cause,
+                                         const JoinFn& join) {
+  std::fprintf(stderr, "%s: %s; registering again\n", who_.c_str(),
+               cause.ToString().c_str());
+  const uint64_t stream =
+      Random::Derive(Random::Derive(seed_, 1000 + rank_), rejoins_);
+  ++rejoins_;
+  uint64_t attempt = 0;
+  if (rejoined_without_a_step_) Backoff(Random::Derive(stream, attempt++));
+  const absl::Time deadline = last_success_ + rejoin_timeout_;
+  while (true) {
+    absl::StatusOr<int64_t> version =
+        join(std::max(deadline - absl::Now(), absl::Milliseconds(100)));
+    if (version.ok()) {
+      rejoined_without_a_step_ = true;
+      return version;
+    }
+    if (!IsRetryable(version.status())) return version;
+    if (absl::Now() + backoff_ >= deadline) {
+      return absl::Status(
+          version.status().code(),
+          absl::StrCat("gave up registering again after ",
+                       absl::FormatDuration(rejoin_timeout_), ": ",
+                       version.status().message()));
+    }
+    Backoff(Random::Derive(stream, attempt++));
+  }
+}
+
+}  // namespace lockstep

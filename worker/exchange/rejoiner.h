@@ -1,0 +1,70 @@
+// Registering again after a retryable failure (a restarted or draining
+// server, a step given up, an eviction): exponential backoff with jitter,
+// bounded by a deadline that counts from the last step that succeeded. The
+// C++ Trainer and the Python package's client share it, so both recover
+// alike (docs/faults.md).
+//
+// Externally synchronized (the training thread).
+#ifndef LOCKSTEP_WORKER_EXCHANGE_REJOINER_H_
+#define LOCKSTEP_WORKER_EXCHANGE_REJOINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace lockstep {
+
+class Rejoiner final {
+ public:
+  // Registers once; `timeout` bounds the registration's wait.
+  using JoinFn = std::function<absl::StatusOr<int64_t>(absl::Duration timeout)>;
+
+  // `who` starts the line printed for each rejoin ("lockstep_worker 1");
+  // `seed` and `rank` seed the jitter, so ranks back off apart;
+  // `timeout_name` is what errors call the rejoin timeout (the setting a
+  // user changes).
+  Rejoiner(std::string who, uint64_t seed, int rank,
+           absl::Duration rejoin_timeout, std::string timeout_name);
+
+  // A step succeeded: the backoff starts over, the deadline counts from now.
+  void StepSucceeded();
+
+  // The step failed with retryable `cause`: OK while the deadline has not
+  // passed, else `cause`'s code with a message saying nothing succeeded
+  // within the rejoin timeout.
+  absl::Status CheckDeadline(const absl::Status& cause) const;
+
+  // Prints `cause`, then calls `join` with backoff and jitter until it
+  // succeeds (returns its version), fails for good (its status), or the
+  // deadline passes (the last failure, saying so).
+  absl::StatusOr<int64_t> Rejoin(const absl::Status& cause, const JoinFn& join);
+
+  int64_t rejoins() const { return rejoins_; }
+
+ private:
+  static constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
+  static constexpr absl::Duration kMostBackoff = absl::Seconds(5);
+
+  // Sleeps half to all of the backoff, then doubles it (up to kMostBackoff).
+  void Backoff(uint64_t jitter_seed);
+
+  const std::string who_;
+  const std::string timeout_name_;
+  const uint64_t seed_;
+  const int rank_;
+  const absl::Duration rejoin_timeout_;
+  absl::Time last_success_;
+  absl::Duration backoff_ = kFirstBackoff;
+  // A rejoin has registered and no step has succeeded since: the next one
+  // backs off first (the step fails right after registering works, e.g. at
+  // a draining server).
+  bool rejoined_without_a_step_ = false;
+  int64_t rejoins_ = 0;  // Also the jitter's stream.
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_EXCHANGE_REJOINER_H_

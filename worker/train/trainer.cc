@@ -1,0 +1,347 @@
+#include "worker/train/trainer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/exit_codes.h"
+#include "common/random.h"
+#include "common/status_macros.h"
+#include "worker/data/sharded_sampler.h"
+
+namespace lockstep {
+
+Trainer::Trainer(const TrainerOptions& options, Model* model,
+                 Exchanger* exchanger, const Dataset* train,
+                 const Dataset* test)
+    : options_(options),
+      model_(model),
+      exchanger_(exchanger),
+      num_parameters_(model->NumParameters()),
+      train_(train),
+      test_(test),
+      own_weights_(model->NumParameters() + model->StateSize()),
+      gradient_(own_weights_.size() + exchanger->GradientTailSlots()),
+      rejoiner_(absl::StrCat("lockstep_worker ", options.rank), options.seed,
+                options.rank, options.rejoin_timeout, "--rejoin_timeout_s") {
+  weights_ = absl::MakeSpan(own_weights_);
+}
+
+ModelSignature Trainer::Signature() const {
+  ModelSignature signature;
+  signature.tensors = model_->Tensors();
+  signature.state_tensors = model_->StateTensors();
+  signature.optimizer = options_.optimizer;
+  signature.chunk_bytes = options_.chunk_bytes;
+  signature.num_workers = options_.num_workers;
+  signature.num_shards = options_.num_shards;
+  signature.total_steps = total_steps_;
+  switch (options_.sync) {
+    case SyncMode::kPs:
+    case SyncMode::kAllReduce:
+      signature.sync.mode = SyncPolicy::Mode::kSync;
+      signature.sync.backup_workers = options_.backup_workers;
+      break;
+    case SyncMode::kAsync:
+      signature.sync.mode = SyncPolicy::Mode::kAsync;
+      break;
+    case SyncMode::kSsp:
+      signature.sync.mode = SyncPolicy::Mode::kSsp;
+      signature.sync.staleness = options_.staleness;
+      break;
+  }
+  return signature;
+}
+
+// Joins the job and obtains the weights to start from; returns their version.
+absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
+  auto initial = [this]() {
+    if (!options_.initial_weights.empty()) return options_.initial_weights;
+    std::vector<float> w = model_->InitialWeights(options_.seed);
+    const std::vector<float> state = model_->InitialState();
+    w.insert(w.end(), state.begin(), state.end());
+    return w;
+  };
+  // Joining pulls the first weights: timed like every step's pull.
+  PhaseTimer pull(options_.observer, StepObserver::Phase::kPull, 0);
+  return exchanger_->Join(Signature(), initial, weights_, timeout);
+}
+
+absl::Status Trainer::LoadModel() {
+  const absl::Span<const float> all(weights_);
+  RETURN_IF_ERROR(model_->SetWeights(all.subspan(0, num_parameters_)));
+  if (model_->StateSize() > 0) {
+    RETURN_IF_ERROR(model_->SetState(all.subspan(num_parameters_)));
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::Straggle(int64_t step) const {
+  int64_t ms = options_.straggle_ms;
+  if (options_.straggle_random_ms > 0) {
+    Random random(Random::Derive(
+        Random::Derive(options_.seed, static_cast<uint64_t>(options_.rank)),
+        static_cast<uint64_t>(step)));
+    ms += static_cast<int64_t>(random.UniformInt(options_.straggle_random_ms + 1));
+  }
+  if (ms > 0) absl::SleepFor(absl::Milliseconds(ms));
+}
+
+absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
+  switch (options_.sync) {
+    case SyncMode::kAllReduce:
+      return version;
+    case SyncMode::kPs:
+      // With backup workers a straggler may be answered with a later
+      // version; its data position follows the version, so it skips the
+      // batches the others already trained on.
+      if (options_.backup_workers == 0 && version != step + 1) {
+        return absl::InternalError(
+            absl::StrCat("step ", step, " was answered with version ", version));
+      }
+      return std::max(step + 1, version);
+    case SyncMode::kAsync:
+    case SyncMode::kSsp:
+      return step + 1;  // Each worker walks its own steps.
+  }
+  return step + 1;
+}
+
+absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
+                                          absl::Span<const float> features,
+                                          absl::Span<const int32_t> labels,
+                                          BatchStats* stats) {
+  using Phase = StepObserver::Phase;  // Timed for metrics and traces.
+  StepObserver* const observer = options_.observer;
+  const absl::Time start = observer != nullptr ? absl::Now() : absl::Time();
+  PhaseTimer pull(observer, Phase::kPull, step);
+  RETURN_IF_ERROR(LoadModel());
+  pull.Stop();
+  const absl::Span<float> gradient = absl::MakeSpan(gradient_);
+  absl::Time computed_at;
+  auto compute = [&](const Model::GradientReadyFn& on_ready)
+      -> absl::StatusOr<BatchStats> {
+    PhaseTimer compute_phase(observer, Phase::kCompute, step);
+    // Handing a range to the exchanger (a push) is timed on its own.
+    Model::GradientReadyFn ready;
+    if (on_ready) {
+      ready = [&](int64_t begin, int64_t end) {
+        PhaseTimer push(observer, Phase::kPush, step);
+        on_ready(begin, end);
+      };
+    }
+    ASSIGN_OR_RETURN(BatchStats batch,
+                     model_->ComputeGradients(
+                         features, labels, gradient.subspan(0, num_parameters_),
+                         ready));
+    if (model_->StateSize() > 0) {
+      // The moving statistics this batch produced go out with the gradient.
+      RETURN_IF_ERROR(model_->State(gradient.subspan(
+          num_parameters_, weights_.size() - num_parameters_)));
+      if (ready) ready(num_parameters_, weights_.size());
+    }
+    compute_phase.Stop();
+    computed_at = absl::Now();
+    return batch;
+  };
+  absl::StatusOr<int64_t> version =
+      exchanger_->Step(step, gradient, weights_, compute, stats);
+  if (observer != nullptr && version.ok()) {
+    const absl::Time now = absl::Now();
+    observer->OnPhase(Phase::kWait, step, computed_at, now);
+    observer->OnStep(step, *version, start, now);
+  }
+  return version;
+}
+
+absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
+  RETURN_IF_ERROR(LoadModel());
+  return model_->Evaluate(test_->features, test_->labels);
+}
+
+absl::StatusOr<TrainSummary> Trainer::Run() {
+  ASSIGN_OR_RETURN(ShardedSampler sampler,
+                   ShardedSampler::Create(train_->num_examples,
+                                          options_.num_workers, options_.rank,
+                                          options_.batch_size, options_.seed));
+  const int64_t steps_per_epoch = sampler.StepsPerEpoch();
+  int64_t total_steps = steps_per_epoch * options_.epochs;
+  if (options_.max_steps > 0) {
+    total_steps = std::min(total_steps, options_.max_steps);
+  }
+  total_steps_ = total_steps;
+  if (!options_.initial_weights.empty() &&
+      options_.initial_weights.size() != weights_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the initial weights hold ", options_.initial_weights.size(),
+        " values, the model ", weights_.size()));
+  }
+  ASSIGN_OR_RETURN(const absl::Span<float> lent, model_->HostWeightBuffer());
+  if (!lent.empty() && lent.size() != weights_.size()) {
+    return absl::InternalError(
+        absl::StrCat("the model's host weight buffer holds ", lent.size(),
+                     " floats, its weights and state ", weights_.size()));
+  }
+  if (!lent.empty() && lent.data() != weights_.data()) {
+    std::copy(own_weights_.begin(), own_weights_.end(), lent.begin());
+    weights_ = lent;
+    own_weights_ = std::vector<float>();
+  }
+  ASSIGN_OR_RETURN(int64_t version, JoinJob());
+  const bool synchronous =
+      options_.sync == SyncMode::kPs || options_.sync == SyncMode::kAllReduce;
+  // Only there is the version the next global step. In async and SSP it
+  // counts every worker's pushes, so a worker that joins late (slow to load
+  // its data) may find it past its own step count and must still train.
+  if (synchronous && version > total_steps) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the server is at version ", version, ", past this job's ",
+        total_steps, " steps"));
+  }
+
+  const int batch = options_.batch_size;
+  const int64_t dim = model_->FeatureSize();
+  if (train_->feature_dim != dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train_->feature_dim, " values per example, the model "
+        "takes ", dim));
+  }
+  std::vector<float> features(static_cast<size_t>(batch) * dim);
+  std::vector<int32_t> labels(batch);
+  const double global_batch =
+      static_cast<double>(batch) * options_.num_workers;
+  const bool evaluates = options_.rank == 0 && test_ != nullptr;
+
+  TrainSummary summary;
+  summary.final_version = version;
+  absl::Duration training_time;
+  // Synchronous steps follow the server's version; in the asynchronous
+  // modes each worker walks its own steps from 0.
+  int64_t step = synchronous ? version : 0;
+  rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
+  const absl::Time loop_start = absl::Now();
+  while (step < total_steps) {
+    // Stopped inside the epoch (a failed step after a stop signal), or
+    // asked to stop.
+    if (summary.stopped) break;
+    if (options_.stop != nullptr && options_.stop->load()) {
+      summary.stopped = true;
+      break;
+    }
+    const int epoch = static_cast<int>(step / steps_per_epoch);
+    const int64_t epoch_end =
+        std::min(total_steps, (epoch + 1) * steps_per_epoch);
+    EpochProgress progress(options_.progress, stdout, epoch + 1,
+                           options_.epochs,
+                           epoch_end - epoch * steps_per_epoch);
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0;
+    const absl::Time epoch_start = absl::Now();
+    while (step < epoch_end &&
+           !(options_.stop != nullptr && options_.stop->load())) {
+      const std::vector<int64_t> indices = sampler.BatchIndices(step);
+      GatherBatch(*train_, indices, absl::MakeSpan(features),
+                  absl::MakeSpan(labels));
+      if (options_.augmentation.random_crop ||
+          options_.augmentation.horizontal_flip) {
+        AugmentImages(options_.augmentation, options_.image_size,
+                      options_.seed, step, indices, absl::MakeSpan(features));
+      }
+      Straggle(step);
+      BatchStats stats;
+      absl::StatusOr<int64_t> exchanged =
+          Exchange(step, features, labels, &stats);
+      if (!exchanged.ok()) {
+        if ((options_.stop != nullptr && options_.stop->load()) ||
+            (options_.stop_signal != nullptr && options_.stop_signal->load())) {
+          // A stop signal came during the step (its servers may be draining
+          // or gone): stop here rather than register again.
+          summary.stopped = true;
+          break;
+        }
+        if (!IsRetryable(exchanged.status()) || !exchanger_->CanRejoin()) {
+          return exchanged.status();
+        }
+        // The server restarted, gave up on the step or evicted us: register
+        // again and go on from the version it has (the data order follows
+        // the version, so no batch is skipped or repeated in sync mode).
+        // Registering may succeed again and again while no step does (a
+        // lost peer never replaced): the deadline counts from the last step
+        // that succeeded.
+        RETURN_IF_ERROR(rejoiner_.CheckDeadline(exchanged.status()));
+        ASSIGN_OR_RETURN(
+            const int64_t version,
+            rejoiner_.Rejoin(exchanged.status(), [this](absl::Duration timeout) {
+              return JoinJob(timeout);
+            }));
+        ++summary.rejoins;
+        if (options_.sync == SyncMode::kPs) step = version;
+        break;  // Re-enter the epoch loop at the version's epoch.
+      }
+      rejoiner_.StepSucceeded();
+      const int64_t version = *exchanged;
+      if (options_.on_step && stats.examples > 0) {
+        options_.on_step(step, absl::ToDoubleSeconds(absl::Now() - loop_start),
+                         stats.loss_sum / stats.examples);
+      }
+      ASSIGN_OR_RETURN(step, NextStep(step, version));
+      summary.final_version = std::max(summary.final_version, version);
+      loss_sum += stats.loss_sum;
+      correct += stats.correct;
+      seen += stats.examples;
+      ++summary.steps;
+      const int64_t done = std::min(step, epoch_end) - epoch * steps_per_epoch;
+      const double seconds =
+          absl::ToDoubleSeconds(absl::Now() - epoch_start);
+      progress.Update(done, loss_sum / seen,
+                      static_cast<double>(correct) / seen,
+                      seconds > 0 ? done * global_batch / seconds : 0);
+    }
+    const absl::Duration epoch_time = absl::Now() - epoch_start;
+    training_time += epoch_time;
+    summary.train_loss = seen > 0 ? loss_sum / seen : 0;
+    summary.train_accuracy =
+        seen > 0 ? static_cast<double>(correct) / seen : 0;
+    if (step < epoch_end) continue;  // Interrupted: no epoch summary.
+    const double epoch_steps = static_cast<double>(seen) / batch;
+    progress.Finish(summary.train_loss, summary.train_accuracy,
+                    epoch_steps * global_batch /
+                        std::max(1e-9, absl::ToDoubleSeconds(epoch_time)));
+    if (evaluates && options_.eval_every_epoch && step < total_steps) {
+      ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
+      std::printf("Epoch %d/%d - test loss %.4f - test accuracy %.4f\n",
+                  epoch + 1, options_.epochs, eval.loss_sum / eval.examples,
+                  static_cast<double>(eval.correct) / eval.examples);
+      std::fflush(stdout);
+    }
+  }
+  summary.wall_seconds = absl::ToDoubleSeconds(training_time);
+  summary.examples_per_sec =
+      summary.wall_seconds > 0
+          ? summary.steps * global_batch / summary.wall_seconds
+          : 0;
+  if (evaluates && !summary.stopped) {
+    absl::StatusOr<BatchStats> eval = EvaluateTest();
+    if (!eval.ok()) {
+      // The job is done either way: leave it (so that the servers can
+      // finish), then report.
+      exchanger_->Leave().IgnoreError();
+      return eval.status();
+    }
+    summary.test_loss = eval->loss_sum / eval->examples;
+    summary.test_accuracy = static_cast<double>(eval->correct) / eval->examples;
+  }
+  absl::Status left = exchanger_->Leave();
+  if (!left.ok() && summary.stopped) {
+    // Stopped by a signal that may well have stopped the servers too:
+    // leaving is a courtesy then, not a failure.
+    std::fprintf(stderr, "lockstep_worker %d: could not leave the job: %s\n",
+                 options_.rank, left.ToString().c_str());
+    return summary;
+  }
+  RETURN_IF_ERROR(left);
+  return summary;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,150 @@
+// The training loop of one worker.
+//
+// Trainer joins the job through its Exchanger (parameter servers or
+// all-reduce), obtains version 0 (rank 0's seeded initial weights), then
+// runs global steps: set the weights of version v, compute the gradient on
+// this worker's shard of step v's examples, exchange it and receive version
+// v + 1. Batch-norm moving statistics travel with the gradient and come
+// back as the workers' mean, so every replica evaluates alike. Rank 0
+// evaluates on the test set at the end (and after every epoch on request).
+//
+// Externally synchronized; the model, exchanger and data are not owned.
+#ifndef LOCKSTEP_WORKER_TRAIN_TRAINER_H_
+#define LOCKSTEP_WORKER_TRAIN_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/chunk_plan.h"
+#include "common/model_signature.h"
+#include "worker/data/dataset.h"
+#include "worker/exchange/exchanger.h"
+#include "worker/data/image_data.h"
+#include "worker/model/model.h"
+#include "worker/train/progress.h"
+#include "worker/exchange/rejoiner.h"
+#include "worker/train/step_observer.h"
+
+namespace lockstep {
+
+// How a worker's gradients meet the others'.
+enum class SyncMode {
+  kPs,      // Synchronous parameter server (optionally with backup workers).
+  kAsync,   // Parameter server applying each gradient as it arrives.
+  kSsp,     // Parameter server with bounded staleness.
+  kAllReduce,  // Among the workers, no server in the data path.
+};
+
+struct TrainerOptions {
+  int rank = 0;
+  int num_workers = 1;
+  int num_shards = 1;
+  int batch_size = 64;
+  int epochs = 5;
+  int64_t max_steps = 0;  // > 0: stop after this many global steps.
+  uint64_t seed = 42;
+  OptimizerConfig optimizer;
+  // Version 0 when this worker defines it (parameters, then state), in
+  // place of the model's seeded initializer; empty: the initializer.
+  std::vector<float> initial_weights;
+  int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
+  ProgressMode progress = ProgressMode::kLines;
+  bool eval_every_epoch = false;
+  SyncMode sync = SyncMode::kPs;
+  int backup_workers = 0;  // kPs: steps close after W - b pushes.
+  int staleness = 0;       // kSsp.
+  // Stragglers on purpose: a fixed delay per step, plus a random one drawn
+  // uniformly from [0, straggle_random_ms] (seeded by seed, rank and step).
+  int straggle_ms = 0;
+  int straggle_random_ms = 0;
+  // After a retryable failure (the server restarted or is away, a step timed
+  // out, this worker was evicted) register again and go on, for at most this
+  // long since the last step that succeeded.
+  absl::Duration rejoin_timeout = absl::Seconds(300);
+  // Set (by a signal handler's thread) to stop after the current step and
+  // leave the job. Not owned; may be null.
+  const std::atomic<bool>* stop = nullptr;
+  // The signal itself, where `stop` is the ranks' agreement on it
+  // (all-reduce): a step that fails after this rank was told to stop ends
+  // the run as a stop (143), not as the failure. May be null.
+  const std::atomic<bool>* stop_signal = nullptr;
+  // Told where each step's time goes (metrics, traces). Not owned; may be
+  // null.
+  StepObserver* observer = nullptr;
+  // Image models: random crops and flips (seeded by seed, step and example).
+  ImageAugmentation augmentation;
+  ImageSize image_size;
+  // Called after each step this worker completes, with that step, the
+  // seconds since the training loop began and the step's mean batch loss:
+  // what loss-against-time curves need (--step_log). May be empty.
+  std::function<void(int64_t step, double seconds, double loss)> on_step;
+};
+
+struct TrainSummary {
+  double test_accuracy = -1;  // -1: not evaluated (ranks other than 0).
+  double test_loss = -1;
+  double train_loss = 0;      // Mean over this worker's batches, last epoch.
+  double train_accuracy = 0;
+  double examples_per_sec = 0;  // All workers' examples per second.
+  int64_t steps = 0;            // Global steps this worker took part in.
+  int64_t rejoins = 0;          // Times it registered again after a fault.
+  bool stopped = false;         // Left early on request (SIGTERM).
+  int64_t final_version = 0;
+  double wall_seconds = 0;      // Training loop only.
+};
+
+class Trainer final {
+ public:
+  Trainer(const TrainerOptions& options, Model* model, Exchanger* exchanger,
+          const Dataset* train, const Dataset* test);
+
+  absl::StatusOr<TrainSummary> Run();
+
+  // The weights after Run (version final_version): parameters, then state.
+  // Read them after Run and while the model lives: Run moves them into the
+  // model's HostWeightBuffer() where it has one.
+  absl::Span<const float> weights() const { return weights_; }
+
+ private:
+  absl::StatusOr<int64_t> JoinJob(
+      absl::Duration timeout = absl::InfiniteDuration());
+  // One step's exchange: compute the gradient (handing each layer to the
+  // exchanger as it is ready) and receive the next weights. Returns the
+  // version received.
+  absl::StatusOr<int64_t> Exchange(int64_t step, absl::Span<const float> features,
+                                   absl::Span<const int32_t> labels,
+                                   BatchStats* stats);
+  // Loads weights_ (parameters and state) into the model.
+  absl::Status LoadModel();
+  ModelSignature Signature() const;
+  // Sleeps as --straggle asks for this step.
+  void Straggle(int64_t step) const;
+  // The step after `step`, given the version the server answered with.
+  absl::StatusOr<int64_t> NextStep(int64_t step, int64_t version) const;
+  absl::StatusOr<BatchStats> EvaluateTest();
+
+  const TrainerOptions options_;
+  Model* const model_;          // Not owned.
+  Exchanger* const exchanger_;  // Not owned.
+  const int64_t num_parameters_;
+  const Dataset* const train_;  // Not owned.
+  const Dataset* const test_;   // Not owned; may be null.
+  // Parameters, then state: in the model's HostWeightBuffer() where it has
+  // one (its upload then skips a copy), else in own_weights_. The exchanger
+  // writes the weights it receives straight here.
+  absl::Span<float> weights_;
+  std::vector<float> own_weights_;
+  std::vector<float> gradient_;
+  int64_t total_steps_ = 0;  // Set by Run before joining.
+  // Registers again after retryable failures (backoff, deadline).
+  Rejoiner rejoiner_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_TRAIN_TRAINER_H_
