@@ -59,6 +59,10 @@ inline Server StartServer(int workers, const std::string& dir, int shard = 0,
 
 inline std::vector<float> ReadWeights(const std::string& path) {
   const std::string bytes = ReadFile(path);
+  // Two missing dumps would compare equal: a dump must hold weights.
+  if (bytes.empty() || bytes.size() % sizeof(float) != 0) {
+    ADD_FAILURE() << path << " holds " << bytes.size() << " bytes of weights";
+  }
   std::vector<float> w(bytes.size() / sizeof(float));
   std::memcpy(w.data(), bytes.data(), w.size() * sizeof(float));
   return w;
