@@ -1,9 +1,11 @@
-// A small JSON reader (RFC 8259) for the files Lockstep itself writes:
-// traces, summaries. Numbers keep their source text, so a document read and
-// written again keeps every digit (trace timestamps have 19 of them).
+// JSON documents as values (RFC 8259), read with nlohmann/json's parser:
+// traces, summaries and the headers of safetensors files. Numbers keep
+// their source text, so a document read and written again keeps every
+// digit (trace timestamps have 19 of them); repeated member names are kept
+// in source order.
 //
-// JsonValue is a value type; copies are deep. Not for untrusted input of
-// unbounded size: the whole document is held in memory (nesting is bounded).
+// JsonValue is a value type; copies are deep. The whole document is held
+// in memory; nesting is bounded.
 #ifndef LOCKSTEP_COMMON_JSON_VALUE_H_
 #define LOCKSTEP_COMMON_JSON_VALUE_H_
 

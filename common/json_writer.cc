@@ -7,28 +7,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 
 namespace lockstep {
 
 std::string JsonQuote(absl::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
+  // nlohmann/json's escaping; bytes that are not UTF-8 become U+FFFD, so
+  // the output is always valid JSON.
+  return nlohmann::json(std::string(text))
+      .dump(-1, ' ', /*ensure_ascii=*/false,
+            nlohmann::json::error_handler_t::replace);
 }
 
 JsonObjectWriter& JsonObjectWriter::Add(absl::string_view key, double value) {

@@ -11,6 +11,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libopenblas-dev zlib1g-dev libgloo-dev
+  nlohmann-json3-dev
   dataset-fashion-mnist
   python3-venv python3-yaml iproute2 python3-matplotlib
   python3-dev pybind11-dev python3-numpy

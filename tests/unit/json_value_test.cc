@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/json_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -43,14 +44,39 @@ TEST(JsonValueTest, RefusesMalformedText) {
   }
   EXPECT_THAT(JsonValue::Parse("[1,]").status().message(),
               HasSubstr("byte 3"));
+  EXPECT_THAT(JsonValue::Parse("{\"a\":1,}").status().message(),
+              HasSubstr("byte 7"));
   std::string deep(1000, '[');
-  EXPECT_FALSE(JsonValue::Parse(deep).ok());
+  EXPECT_THAT(JsonValue::Parse(deep).status().message(),
+              HasSubstr("nested more than 256 levels deep"));
+  // RFC 8259 text is UTF-8; a stray byte is refused, not passed on.
+  EXPECT_EQ(JsonValue::Parse("[\"\xff\"]").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JsonValueTest, KeepsRepeatedNamesAndEveryDigit) {
+  absl::StatusOr<JsonValue> v =
+      JsonValue::Parse(R"({"a":1,"a":2,"big":18446744073709551616,"t":1e-3})");
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->members().size(), 4u);
+  EXPECT_EQ(v->Find("a")->number(), 2);  // The last of a repeated name.
+  EXPECT_EQ(v->Find("big")->number(), 18446744073709551616.0);
+  EXPECT_EQ(v->Find("t")->number(), 1e-3);
+  EXPECT_EQ(v->ToJson(),
+            R"({"a":1,"a":2,"big":18446744073709551616,"t":1e-3})");
+  absl::StatusOr<JsonValue> deepest =
+      JsonValue::Parse(std::string(256, '[') + std::string(256, ']'));
+  EXPECT_TRUE(deepest.ok()) << deepest.status();
 }
 
 TEST(JsonValueTest, MadeNumbersAndStrings) {
   EXPECT_EQ(JsonValue::Number(42).ToJson(), "42");
   EXPECT_EQ(JsonValue::Number(0.5).ToJson(), "0.5");
   EXPECT_EQ(JsonValue::String("a\"b").ToJson(), "\"a\\\"b\"");
+  // Control characters are escaped; bytes that are not UTF-8 become U+FFFD,
+  // so what is written is always JSON.
+  EXPECT_EQ(JsonQuote("\x01\n\t"), "\"\\u0001\\n\\t\"");
+  EXPECT_EQ(JsonQuote("a\xff"), "\"a\xef\xbf\xbd\"");
 }
 
 }  // namespace
