@@ -12,19 +12,20 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-const char* SyncModeName(SyncPolicy::Mode mode) {
+const char* SyncModeName(SyncMode mode) {
   switch (mode) {
-    case SyncPolicy::Mode::kSync: return "sync";
-    case SyncPolicy::Mode::kAsync: return "async";
-    case SyncPolicy::Mode::kSsp: return "ssp";
+    case SyncMode::kSync: return "sync";
+    case SyncMode::kAsync: return "async";
+    case SyncMode::kSsp: return "ssp";
+    case SyncMode::kAllReduce: return "allreduce";
   }
   return "?";
 }
 
-absl::StatusOr<SyncPolicy::Mode> ParseSyncMode(absl::string_view name) {
-  if (name.empty() || name == "sync") return SyncPolicy::Mode::kSync;
-  if (name == "async") return SyncPolicy::Mode::kAsync;
-  if (name == "ssp") return SyncPolicy::Mode::kSsp;
+absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name) {
+  if (name.empty() || name == "sync") return SyncMode::kSync;
+  if (name == "async") return SyncMode::kAsync;
+  if (name == "ssp") return SyncMode::kSsp;
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown sync mode \"", name, "\"; expected sync, async or ssp"));
 }

@@ -41,10 +41,19 @@ struct OptimizerConfig {
   bool operator==(const OptimizerConfig& other) const;
 };
 
+// How a job's workers synchronize: the one enum for it, in the worker, the
+// signature and the server.
+enum class SyncMode {
+  kSync,       // Synchronous parameter server (optionally backup workers).
+  kAsync,      // Parameter server applying each gradient as it arrives.
+  kSsp,        // Parameter server with bounded staleness.
+  kAllReduce,  // Among the workers; no server in the data path. Its
+               // signature says kSync: the servers only coordinate.
+};
+
 // How pushes become updates (see server/core/chunk_barrier.h).
 struct SyncPolicy {
-  enum class Mode { kSync, kAsync, kSsp };
-  Mode mode = Mode::kSync;
+  SyncMode mode = SyncMode::kSync;
   int backup_workers = 0;  // kSync: a step needs W - backup_workers pushes.
   int staleness = 0;       // kSsp: how far ahead of the slowest one may run.
 
@@ -54,12 +63,14 @@ struct SyncPolicy {
   }
 };
 
-// "sync", "async", "ssp".
-const char* SyncModeName(SyncPolicy::Mode mode);
-// The inverse, the one place a mode's name is read: "sync", "async" or
-// "ssp" ("" is "sync", as a signature from before modes had names says);
-// INVALID_ARGUMENT otherwise.
-absl::StatusOr<SyncPolicy::Mode> ParseSyncMode(absl::string_view name);
+// "sync", "async", "ssp", "allreduce": the names in signatures and on the
+// wire.
+const char* SyncModeName(SyncMode mode);
+// The inverse for a signature, the one place a mode's name is read:
+// "sync", "async" or "ssp" ("" is "sync", as a signature from before modes
+// had names says); INVALID_ARGUMENT otherwise, "allreduce" included (an
+// all-reduce job's signature says "sync").
+absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name);
 
 inline constexpr int64_t kDefaultChunkBytes = int64_t{4} << 20;
 

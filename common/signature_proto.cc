@@ -66,7 +66,7 @@ absl::StatusOr<ModelSignature> SignatureFromProto(
   signature.num_workers = proto.num_workers();
   signature.num_shards = proto.num_shards() > 0 ? proto.num_shards() : 1;
   signature.total_steps = proto.total_steps();
-  absl::StatusOr<SyncPolicy::Mode> mode = ParseSyncMode(proto.sync().mode());
+  absl::StatusOr<SyncMode> mode = ParseSyncMode(proto.sync().mode());
   if (!mode.ok()) return mode.status();
   signature.sync.mode = *mode;
   signature.sync.backup_workers = proto.sync().backup_workers();

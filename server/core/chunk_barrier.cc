@@ -34,7 +34,7 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
       policy_(policy),
       num_workers_(num_workers),
       rank_order_(sum_order == SumOrder::kRank &&
-                  policy.mode == SyncPolicy::Mode::kSync && num_workers > 2),
+                  policy.mode == SyncMode::kSync && num_workers > 2),
       counters_(counters),
       observer_(observer),
       pool_(pool) {
@@ -101,7 +101,7 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
     } else if (step < 0) {
       refuse(absl::InvalidArgumentError(
           absl::StrCat("push for negative step ", step)));
-    } else if (policy_.mode == SyncPolicy::Mode::kSync && step < version_) {
+    } else if (policy_.mode == SyncMode::kSync && step < version_) {
       if (step == version_ - 1 && pushed_previous_[rank]) {
         // A re-sent push of the step just applied (its answer was lost): it
         // was counted then, so it gets the same answer now.
@@ -115,7 +115,7 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
             "push for step ", step, " but chunk ", chunk_.index,
             " is at version ", version_, "; expected step ", version_)));
       }
-    } else if (policy_.mode == SyncPolicy::Mode::kSync && step > version_) {
+    } else if (policy_.mode == SyncMode::kSync && step > version_) {
       refuse(absl::FailedPreconditionError(absl::StrCat(
           "push for step ", step, " but chunk ", chunk_.index,
           " is at version ", version_, "; expected step ", version_)));
@@ -142,7 +142,7 @@ void ChunkBarrier::AcceptLocked(int rank, int64_t step, WireDType dtype,
   // gathered; in async and SSP a re-sent push of the rank's last step (its
   // answer was lost or held past the worker's deadline, and it registered
   // again), which must not be applied twice.
-  const bool counted = policy_.mode == SyncPolicy::Mode::kSync
+  const bool counted = policy_.mode == SyncMode::kSync
                            ? pushed_[rank]
                            : step + 1 == clock_[rank];
   if (!counted) {
@@ -170,14 +170,14 @@ void ChunkBarrier::AcceptLocked(int rank, int64_t step, WireDType dtype,
     report->sum_end = end;
   }
   const int64_t before = version_;
-  if (policy_.mode == SyncPolicy::Mode::kSync) {
+  if (policy_.mode == SyncMode::kSync) {
     if (observer_ != nullptr && !pushed_[rank]) arrivals_[rank] = arrival;
     PushSync(rank, step, arrival, std::move(done), answers);
   } else {
     PushAsync(rank, step, counted, std::move(done), answers);
   }
   if (observer_ != nullptr && version_ != before) {
-    if (policy_.mode == SyncPolicy::Mode::kSync) {
+    if (policy_.mode == SyncMode::kSync) {
       report->arrivals.swap(arrivals_);
       arrivals_.assign(num_workers_, absl::InfinitePast());
     }
@@ -284,7 +284,7 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, bool counted,
                              ChunkCallback done, Answers* answers) {
   if (!counted) ApplyAndPublishLocked(/*scale=*/1.0f, answers);
   clock_[rank] = std::max(clock_[rank], step + 1);
-  if (policy_.mode == SyncPolicy::Mode::kAsync) {
+  if (policy_.mode == SyncMode::kAsync) {
     answers->Add(std::move(done), SnapshotLocked());
     return;
   }
@@ -309,7 +309,7 @@ void ChunkBarrier::ApplyAndPublishLocked(float scale, Answers* answers) {
   // a new buffer and published in turn, so a chunk holds one copy of its
   // weights (plus, briefly, the ones replies still send).
   auto next = std::make_shared<std::vector<float>>(chunk_.size);
-  const bool sync = policy_.mode == SyncPolicy::Mode::kSync;
+  const bool sync = policy_.mode == SyncMode::kSync;
   const kernels::Table& k = kernels::Active();
   const float* from = published_->data();
   float* to = next->data();

@@ -104,14 +104,18 @@ struct BarrierCounters {
   std::atomic<int64_t> apply_ns{0};
   std::atomic<int64_t> barrier_wait_ns{0};
   std::atomic<int64_t> bytes_received{0};
-  // pushes_refused by absl::StatusCode (0..16).
-  std::atomic<int64_t> pushes_refused_by_code[17] = {};
+  // pushes_refused by absl::StatusCode: OK (0) through UNAUTHENTICATED.
+  static constexpr int kStatusCodes =
+      static_cast<int>(absl::StatusCode::kUnauthenticated) + 1;
+  std::atomic<int64_t> pushes_refused_by_code[kStatusCodes] = {};
 
   void CountRefused(absl::StatusCode code) {
     pushes_refused.fetch_add(1, std::memory_order_relaxed);
     const int index = static_cast<int>(code);
-    pushes_refused_by_code[index >= 0 && index < 17 ? index : 2].fetch_add(
-        1, std::memory_order_relaxed);
+    const int unknown = static_cast<int>(absl::StatusCode::kUnknown);
+    pushes_refused_by_code[index >= 0 && index < kStatusCodes ? index
+                                                              : unknown]
+        .fetch_add(1, std::memory_order_relaxed);
   }
 };
 

@@ -88,7 +88,7 @@ void ChunkBarrier::Close(const absl::Status& status) {
 
 std::optional<ChunkBarrier::Gathering> ChunkBarrier::Pending() const {
   absl::MutexLock lock(&mu_);
-  if (policy_.mode == SyncPolicy::Mode::kSsp) {
+  if (policy_.mode == SyncMode::kSsp) {
     if (ssp_waiters_.empty()) return std::nullopt;
     Gathering g;
     g.step = MinClockLocked();  // The slowest ranks' next step.
@@ -100,7 +100,7 @@ std::optional<ChunkBarrier::Gathering> ChunkBarrier::Pending() const {
     }
     return g;
   }
-  if (policy_.mode != SyncPolicy::Mode::kSync || num_pushed_ == 0) {
+  if (policy_.mode != SyncMode::kSync || num_pushed_ == 0) {
     return std::nullopt;
   }
   Gathering g;
@@ -116,13 +116,13 @@ bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
   Answers answers;
   {
     absl::MutexLock lock(&mu_);
-    if (policy_.mode == SyncPolicy::Mode::kSsp) {
+    if (policy_.mode == SyncMode::kSsp) {
       // The held pushes were applied: only their answers are given up.
       if (ssp_waiters_.empty() || MinClockLocked() != step) return false;
       for (SspWaiter& w : ssp_waiters_) answers.Add(std::move(w.done), status);
       ssp_waiters_.clear();
     } else {
-      if (policy_.mode != SyncPolicy::Mode::kSync || num_pushed_ == 0 ||
+      if (policy_.mode != SyncMode::kSync || num_pushed_ == 0 ||
           version_ != step) {
         return false;
       }
@@ -148,8 +148,8 @@ bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
 
 bool ChunkBarrier::HasPushed(int rank) const {
   absl::MutexLock lock(&mu_);
-  if (policy_.mode == SyncPolicy::Mode::kSync) return pushed_[rank];
-  if (policy_.mode == SyncPolicy::Mode::kSsp) {
+  if (policy_.mode == SyncMode::kSync) return pushed_[rank];
+  if (policy_.mode == SyncMode::kSsp) {
     return clock_[rank] > MinClockLocked();
   }
   return false;

@@ -31,12 +31,17 @@ absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
 }
 
 absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
+  if (sync.mode == SyncMode::kAllReduce) {
+    return absl::InvalidArgumentError(
+        "a signature's sync mode is sync, async or ssp (an all-reduce job's "
+        "is sync)");
+  }
   if (sync.backup_workers < 0 || sync.backup_workers >= num_workers) {
     return absl::InvalidArgumentError(absl::StrCat(
         "backup_workers must be in [0, ", num_workers, "), got ",
         sync.backup_workers));
   }
-  if (sync.backup_workers > 0 && sync.mode != SyncPolicy::Mode::kSync) {
+  if (sync.backup_workers > 0 && sync.mode != SyncMode::kSync) {
     return absl::InvalidArgumentError(
         "backup_workers applies to sync mode only");
   }
@@ -431,7 +436,7 @@ ServerStatus ParameterServer::GetStatus() const {
   c.barrier_wait_seconds = seconds(counters_.barrier_wait_ns);
   c.bytes_received = counters_.bytes_received.load();
   c.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
-  for (int code = 0; code < 17; ++code) {
+  for (int code = 0; code < BarrierCounters::kStatusCodes; ++code) {
     const int64_t n = counters_.pushes_refused_by_code[code].load();
     if (n > 0) {
       c.pushes_refused_by_code.emplace_back(static_cast<absl::StatusCode>(code),
@@ -458,7 +463,7 @@ void ParameterServer::StopNewSteps() {
   draining_ = true;
   step_limit_ = 0;
   if (!signature_.has_value() ||
-      signature_->sync.mode != SyncPolicy::Mode::kSync) {
+      signature_->sync.mode != SyncMode::kSync) {
     return;
   }
   // The step after the newest version: chunks behind it may still close

@@ -43,7 +43,7 @@ std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
   {
     absl::MutexLock lock(&mu_);
     alarm.ssp = signature_.has_value() &&
-                signature_->sync.mode == SyncPolicy::Mode::kSsp;
+                signature_->sync.mode == SyncMode::kSsp;
   }
   if (!alarm.expired) {
     absl::MutexLock lock(&mu_);
@@ -109,7 +109,7 @@ absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
     chunks = OwnedChunksLocked();
   }
   const bool same_version =
-      checkpoint.signature.sync.mode == SyncPolicy::Mode::kSync;
+      checkpoint.signature.sync.mode == SyncMode::kSync;
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     checkpoint.chunks.clear();

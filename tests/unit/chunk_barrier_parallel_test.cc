@@ -67,7 +67,7 @@ struct TrainedRun {
 
 // Trains `chunks` barriers that together cover kElements, each with
 // `pool`, for kSteps steps of kWorkers pushes; returns the last weights.
-TrainedRun Train(SyncPolicy::Mode mode, WireDType dtype,
+TrainedRun Train(SyncMode mode, WireDType dtype,
                  const std::string& optimizer, WorkPool* pool, int chunks,
                  SumOrder order = SumOrder::kArrival) {
   SyncPolicy policy;
@@ -138,7 +138,7 @@ void ExpectSameBits(const TrainedRun& want, const TrainedRun& got) {
   EXPECT_EQ(differ, 0) << "first at " << first;
 }
 
-using Case = std::tuple<SyncPolicy::Mode, WireDType, std::string>;
+using Case = std::tuple<SyncMode, WireDType, std::string>;
 
 class ParallelBarrierTest : public ::testing::TestWithParam<Case> {};
 
@@ -147,12 +147,12 @@ TEST_P(ParallelBarrierTest, PoolAndSmallerChunksGiveTheSameBits) {
   const TrainedRun whole = Train(mode, dtype, optimizer, nullptr, 1);
   // The weights moved: a run that changed nothing would match trivially.
   ASSERT_EQ(whole.versions.front(),
-            mode == SyncPolicy::Mode::kSync ? kSteps : kSteps * kWorkers);
+            mode == SyncMode::kSync ? kSteps : kSteps * kWorkers);
   WorkPool pool(3);
   ExpectSameBits(whole, Train(mode, dtype, optimizer, &pool, 1));
   ExpectSameBits(whole, Train(mode, dtype, optimizer, nullptr, 7));
   ExpectSameBits(whole, Train(mode, dtype, optimizer, &pool, 3));
-  if (mode == SyncPolicy::Mode::kSync) {
+  if (mode == SyncMode::kSync) {
     ExpectSameBits(Train(mode, dtype, optimizer, nullptr, 1, SumOrder::kRank),
                    Train(mode, dtype, optimizer, &pool, 3, SumOrder::kRank));
   }
@@ -160,9 +160,9 @@ TEST_P(ParallelBarrierTest, PoolAndSmallerChunksGiveTheSameBits) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryModeDtypeAndOptimizer, ParallelBarrierTest,
-    ::testing::Combine(::testing::Values(SyncPolicy::Mode::kSync,
-                                         SyncPolicy::Mode::kAsync,
-                                         SyncPolicy::Mode::kSsp),
+    ::testing::Combine(::testing::Values(SyncMode::kSync,
+                                         SyncMode::kAsync,
+                                         SyncMode::kSsp),
                        ::testing::Values(WireDType::kFloat32,
                                          WireDType::kBfloat16,
                                          WireDType::kFloat16),

@@ -142,7 +142,7 @@ TEST_F(ChunkBarrierTest, SyncWithoutBackupsRefusesWrongSteps) {
 
 TEST_F(ChunkBarrierTest, AsyncAppliesEveryPushOnItsOwn) {
   SyncPolicy policy;
-  policy.mode = SyncPolicy::Mode::kAsync;
+  policy.mode = SyncMode::kAsync;
   auto b = Make(policy, 2);
   Reply r0, r1;
   Push(*b, 0, 0, {2, 4}, &r0);
@@ -159,8 +159,8 @@ TEST_F(ChunkBarrierTest, AsyncAppliesEveryPushOnItsOwn) {
 // deadline, in SSP) comes back for the rank's last step with a new
 // registration: it is answered, and not applied a second time.
 TEST_F(ChunkBarrierTest, AsyncAndSspApplyAReSentPushOnce) {
-  for (const SyncPolicy::Mode mode :
-       {SyncPolicy::Mode::kAsync, SyncPolicy::Mode::kSsp}) {
+  for (const SyncMode mode :
+       {SyncMode::kAsync, SyncMode::kSsp}) {
     SCOPED_TRACE(SyncModeName(mode));
     SyncPolicy policy;
     policy.mode = mode;
@@ -183,7 +183,7 @@ TEST_F(ChunkBarrierTest, AsyncAndSspApplyAReSentPushOnce) {
 
 TEST_F(ChunkBarrierTest, SspHoldsTheFastestWithinStaleness) {
   SyncPolicy policy;
-  policy.mode = SyncPolicy::Mode::kSsp;
+  policy.mode = SyncMode::kSsp;
   policy.staleness = 1;
   auto b = Make(policy, 2);
   Reply s0, s1, s2;

@@ -221,14 +221,18 @@ TEST(SignatureProtoTest, DefaultSignatureRoundTrips) {
 // one is sync (signatures from before names), anything else is refused
 // rather than read as sync.
 TEST(SignatureProtoTest, SyncModesAreReadOrRefused) {
-  for (SyncPolicy::Mode mode :
-       {SyncPolicy::Mode::kSync, SyncPolicy::Mode::kAsync,
-        SyncPolicy::Mode::kSsp}) {
-    absl::StatusOr<SyncPolicy::Mode> read = ParseSyncMode(SyncModeName(mode));
+  for (SyncMode mode :
+       {SyncMode::kSync, SyncMode::kAsync,
+        SyncMode::kSsp}) {
+    absl::StatusOr<SyncMode> read = ParseSyncMode(SyncModeName(mode));
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_EQ(*read, mode);
   }
-  EXPECT_EQ(*ParseSyncMode(""), SyncPolicy::Mode::kSync);
+  EXPECT_EQ(*ParseSyncMode(""), SyncMode::kSync);
+  // All-reduce is a worker's mode; its signature says sync.
+  EXPECT_STREQ(SyncModeName(SyncMode::kAllReduce), "allreduce");
+  EXPECT_EQ(ParseSyncMode("allreduce").status().code(),
+            absl::StatusCode::kInvalidArgument);
   v1::ModelSignature proto;
   SignatureToProto(ModelSignature(), &proto);
   proto.mutable_sync()->set_mode("asynchronous");

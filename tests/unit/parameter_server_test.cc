@@ -210,6 +210,16 @@ TEST_F(ParameterServerTest, SignatureMismatchNamesTheDifference) {
               HasSubstr("num_workers"));
 }
 
+TEST(ParameterServerPolicyTest, AnAllReduceSignatureIsRefused) {
+  auto ps = ParameterServer::Create({2});
+  ASSERT_TRUE(ps.ok());
+  ModelSignature signature = SmallSignature(2);
+  signature.sync.mode = SyncMode::kAllReduce;
+  const auto r = (*ps)->Register(0, signature);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("sync mode"));
+}
+
 TEST_F(ParameterServerTest, RankZeroDefinesTheModel) {
   auto ps = ParameterServer::Create({2});
   ASSERT_TRUE(ps.ok());
@@ -415,7 +425,7 @@ TEST(ParameterServerSspTest, AStalledSlowestRankIsReportedOrFailsTheJob) {
     auto ps = ParameterServer::Create({/*num_workers=*/2});
     ASSERT_TRUE(ps.ok());
     ModelSignature signature = SmallSignature(2);
-    signature.sync.mode = SyncPolicy::Mode::kSsp;
+    signature.sync.mode = SyncMode::kSsp;
     signature.sync.staleness = 1;
     auto r0 = (*ps)->Register(0, signature);
     auto r1 = (*ps)->Register(1, signature);

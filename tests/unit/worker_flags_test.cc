@@ -51,7 +51,7 @@ TEST_F(WorkerFlagsTest, ServersRankAndWorkersReachTheTrainerAndClient) {
   EXPECT_EQ(o->trainer.num_shards, 2);
   EXPECT_EQ(o->trainer.rank, 3);
   EXPECT_EQ(o->trainer.num_workers, 4);
-  EXPECT_EQ(o->trainer.sync, SyncMode::kPs);
+  EXPECT_EQ(o->trainer.sync, SyncMode::kSync);
 }
 
 // Every optimizer flag reaches the signature the servers apply (a dropped

@@ -288,7 +288,7 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
       absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout_s));
   const std::string sync = absl::GetFlag(FLAGS_sync);
   if (sync == "ps") {
-    o.trainer.sync = SyncMode::kPs;
+    o.trainer.sync = SyncMode::kSync;
   } else if (sync == "async") {
     o.trainer.sync = SyncMode::kAsync;
   } else if (sync == "ssp") {
@@ -316,7 +316,7 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--backup_workers must be in [0, ", workers, ")"));
   }
-  if (o.trainer.backup_workers > 0 && o.trainer.sync != SyncMode::kPs) {
+  if (o.trainer.backup_workers > 0 && o.trainer.sync != SyncMode::kSync) {
     return absl::InvalidArgumentError("--backup_workers needs --sync=ps");
   }
   o.trainer.staleness = absl::GetFlag(FLAGS_staleness);

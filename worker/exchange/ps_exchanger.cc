@@ -26,7 +26,7 @@ absl::StatusOr<int64_t> PsExchanger::Join(
   // In sync mode shards differ by one step at most (one has closed the
   // step the other still gathers). More, and a shard restored an older
   // checkpoint than the others hold: their steps cannot line up again.
-  if (signature.sync.mode == SyncPolicy::Mode::kSync && reg.version >= 0 &&
+  if (signature.sync.mode == SyncMode::kSync && reg.version >= 0 &&
       reg.newest_version > reg.version + 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the parameter-server shards are at versions ", reg.version, " to ",

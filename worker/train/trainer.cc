@@ -38,16 +38,16 @@ ModelSignature Trainer::Signature() const {
   signature.num_shards = options_.num_shards;
   signature.total_steps = total_steps_;
   switch (options_.sync) {
-    case SyncMode::kPs:
+    case SyncMode::kSync:
     case SyncMode::kAllReduce:
-      signature.sync.mode = SyncPolicy::Mode::kSync;
+      signature.sync.mode = SyncMode::kSync;
       signature.sync.backup_workers = options_.backup_workers;
       break;
     case SyncMode::kAsync:
-      signature.sync.mode = SyncPolicy::Mode::kAsync;
+      signature.sync.mode = SyncMode::kAsync;
       break;
     case SyncMode::kSsp:
-      signature.sync.mode = SyncPolicy::Mode::kSsp;
+      signature.sync.mode = SyncMode::kSsp;
       signature.sync.staleness = options_.staleness;
       break;
   }
@@ -92,7 +92,7 @@ absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
   switch (options_.sync) {
     case SyncMode::kAllReduce:
       return version;
-    case SyncMode::kPs:
+    case SyncMode::kSync:
       // With backup workers a straggler may be answered with a later
       // version; its data position follows the version, so it skips the
       // batches the others already trained on.
@@ -190,7 +190,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   }
   ASSIGN_OR_RETURN(int64_t version, JoinJob());
   const bool synchronous =
-      options_.sync == SyncMode::kPs || options_.sync == SyncMode::kAllReduce;
+      options_.sync == SyncMode::kSync || options_.sync == SyncMode::kAllReduce;
   // Only there is the version the next global step. In async and SSP it
   // counts every worker's pushes, so a worker that joins late (slow to load
   // its data) may find it past its own step count and must still train.
@@ -276,7 +276,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
               return JoinJob(timeout);
             }));
         ++summary.rejoins;
-        if (options_.sync == SyncMode::kPs) step = version;
+        if (options_.sync == SyncMode::kSync) step = version;
         break;  // Re-enter the epoch loop at the version's epoch.
       }
       rejoiner_.StepSucceeded();

@@ -33,13 +33,6 @@
 namespace lockstep {
 
 // How a worker's gradients meet the others'.
-enum class SyncMode {
-  kPs,      // Synchronous parameter server (optionally with backup workers).
-  kAsync,   // Parameter server applying each gradient as it arrives.
-  kSsp,     // Parameter server with bounded staleness.
-  kAllReduce,  // Among the workers, no server in the data path.
-};
-
 struct TrainerOptions {
   int rank = 0;
   int num_workers = 1;
@@ -55,8 +48,8 @@ struct TrainerOptions {
   int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
   ProgressMode progress = ProgressMode::kLines;
   bool eval_every_epoch = false;
-  SyncMode sync = SyncMode::kPs;
-  int backup_workers = 0;  // kPs: steps close after W - b pushes.
+  SyncMode sync = SyncMode::kSync;
+  int backup_workers = 0;  // kSync: steps close after W - b pushes.
   int staleness = 0;       // kSsp.
   // Stragglers on purpose: a fixed delay per step, plus a random one drawn
   // uniformly from [0, straggle_random_ms] (seeded by seed, rank and step).

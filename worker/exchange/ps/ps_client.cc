@@ -151,7 +151,7 @@ class PsClient::Impl {
     encoded_.resize(plan_->num_chunks());
     push_target_.rank = rank;
     push_target_.incarnations = incarnations_;
-    push_target_.synchronous = signature.sync.mode == SyncPolicy::Mode::kSync;
+    push_target_.synchronous = signature.sync.mode == SyncMode::kSync;
     return result;
   }
 

@@ -12,7 +12,7 @@ namespace {
 
 namespace py = pybind11;
 
-absl::StatusOr<SyncPolicy::Mode> ParseSync(const std::string& mode) {
+absl::StatusOr<SyncMode> ParseSync(const std::string& mode) {
   // The Python API names the mode; an empty name is not a choice there.
   if (mode.empty()) {
     return absl::InvalidArgumentError("sync must be sync, async or ssp");
