@@ -2,16 +2,11 @@
 
 #include <cmath>
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
-
 #include "absl/strings/str_cat.h"
+#include "common/json_value.h"
 
 namespace lockstep {
 namespace {
-
-using google::protobuf::Struct;
-using google::protobuf::Value;
 
 absl::Status Malformed(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("malformed TF_CONFIG: ", what));
@@ -42,54 +37,51 @@ absl::StatusOr<int> TfConfig::WorkerRank() const {
 }
 
 absl::StatusOr<TfConfig> ParseTfConfig(absl::string_view json) {
-  Struct root;
-  google::protobuf::util::JsonParseOptions options;
-  auto status = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(json.data(), json.size()), &root, options);
-  if (!status.ok()) {
+  absl::StatusOr<JsonValue> root = JsonValue::Parse(json);
+  if (!root.ok()) {
     return Malformed(absl::StrCat("not a JSON object (",
-                                  std::string(status.message()), ")"));
+                                  std::string(root.status().message()), ")"));
+  }
+  if (root->type() != JsonValue::Type::kObject) {
+    return Malformed("not a JSON object");
   }
   TfConfig config;
-  auto cluster_it = root.fields().find("cluster");
-  if (cluster_it == root.fields().end() ||
-      !cluster_it->second.has_struct_value()) {
+  const JsonValue* cluster = root->Find("cluster");
+  if (cluster == nullptr || cluster->type() != JsonValue::Type::kObject) {
     return Malformed("missing object \"cluster\"");
   }
-  for (const auto& [role, list] : cluster_it->second.struct_value().fields()) {
-    if (!list.has_list_value()) {
+  for (const auto& [role, list] : cluster->members()) {
+    if (list.type() != JsonValue::Type::kArray) {
       return Malformed(absl::StrCat("cluster.", role, " is not a list"));
     }
     std::vector<std::string>& addresses = config.cluster[role];
-    for (const Value& v : list.list_value().values()) {
-      if (v.kind_case() != Value::kStringValue || v.string_value().empty()) {
+    addresses.clear();  // A repeated role: the last list counts.
+    for (const JsonValue& v : list.array()) {
+      if (v.type() != JsonValue::Type::kString || v.string().empty()) {
         return Malformed(absl::StrCat("cluster.", role,
                                       " holds a non-string or empty address"));
       }
-      addresses.push_back(v.string_value());
+      addresses.push_back(v.string());
     }
   }
-  auto task_it = root.fields().find("task");
-  if (task_it == root.fields().end() || !task_it->second.has_struct_value()) {
+  const JsonValue* task = root->Find("task");
+  if (task == nullptr || task->type() != JsonValue::Type::kObject) {
     return Malformed("missing object \"task\"");
   }
-  const auto& task = task_it->second.struct_value().fields();
-  auto type_it = task.find("type");
-  if (type_it == task.end() ||
-      type_it->second.kind_case() != Value::kStringValue) {
+  const JsonValue* type = task->Find("type");
+  if (type == nullptr || type->type() != JsonValue::Type::kString) {
     return Malformed("task.type is missing or not a string");
   }
-  config.task_type = type_it->second.string_value();
-  auto index_it = task.find("index");
-  if (index_it != task.end()) {
-    if (index_it->second.kind_case() != Value::kNumberValue) {
+  config.task_type = type->string();
+  if (const JsonValue* index = task->Find("index"); index != nullptr) {
+    if (index->type() != JsonValue::Type::kNumber) {
       return Malformed("task.index is not a number");
     }
-    double index = index_it->second.number_value();
-    if (index < 0 || index != std::floor(index) || index > 1e6) {
+    const double value = index->number();
+    if (value < 0 || value != std::floor(value) || value > 1e6) {
       return Malformed("task.index is not a non-negative integer");
     }
-    config.task_index = static_cast<int>(index);
+    config.task_index = static_cast<int>(value);
   }
   auto role_it = config.cluster.find(config.task_type);
   if (role_it == config.cluster.end()) {
