@@ -160,17 +160,7 @@ absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
   return model_->Evaluate(test_->features, test_->labels);
 }
 
-absl::StatusOr<TrainSummary> Trainer::Run() {
-  ASSIGN_OR_RETURN(ShardedSampler sampler,
-                   ShardedSampler::Create(train_->num_examples,
-                                          options_.num_workers, options_.rank,
-                                          options_.batch_size, options_.seed));
-  const int64_t steps_per_epoch = sampler.StepsPerEpoch();
-  int64_t total_steps = steps_per_epoch * options_.epochs;
-  if (options_.max_steps > 0) {
-    total_steps = std::min(total_steps, options_.max_steps);
-  }
-  total_steps_ = total_steps;
+absl::Status Trainer::UseModelWeightBuffer() {
   if (!options_.initial_weights.empty() &&
       options_.initial_weights.size() != weights_.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -188,140 +178,112 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     weights_ = lent;
     own_weights_ = std::vector<float>();
   }
-  ASSIGN_OR_RETURN(int64_t version, JoinJob());
-  const bool synchronous =
-      options_.sync == SyncMode::kSync || options_.sync == SyncMode::kAllReduce;
-  // Only there is the version the next global step. In async and SSP it
-  // counts every worker's pushes, so a worker that joins late (slow to load
-  // its data) may find it past its own step count and must still train.
-  if (synchronous && version > total_steps) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the server is at version ", version, ", past this job's ",
-        total_steps, " steps"));
-  }
+  return absl::OkStatus();
+}
 
-  const int batch = options_.batch_size;
-  const int64_t dim = model_->FeatureSize();
-  if (train_->feature_dim != dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data has ", train_->feature_dim, " values per example, the model "
-        "takes ", dim));
+bool Trainer::StopRequested() const {
+  return options_.stop != nullptr && options_.stop->load();
+}
+
+absl::StatusOr<int64_t> Trainer::TrainStep(int64_t step,
+                                           ShardedSampler* sampler,
+                                           Batch* batch, BatchStats* stats) {
+  const std::vector<int64_t> indices = sampler->BatchIndices(step);
+  GatherBatch(*train_, indices, absl::MakeSpan(batch->features),
+              absl::MakeSpan(batch->labels));
+  if (options_.augmentation.random_crop ||
+      options_.augmentation.horizontal_flip) {
+    AugmentImages(options_.augmentation, options_.image_size, options_.seed,
+                  step, indices, absl::MakeSpan(batch->features));
   }
-  std::vector<float> features(static_cast<size_t>(batch) * dim);
-  std::vector<int32_t> labels(batch);
+  Straggle(step);
+  return Exchange(step, batch->features, batch->labels, stats);
+}
+
+absl::Status Trainer::OnFailedStep(const absl::Status& failed, int64_t* step,
+                                   TrainSummary* summary) {
+  if (StopRequested() ||
+      (options_.stop_signal != nullptr && options_.stop_signal->load())) {
+    // A stop signal came during the step (its servers may be draining or
+    // gone): stop here rather than register again.
+    summary->stopped = true;
+    return absl::OkStatus();
+  }
+  if (!IsRetryable(failed) || !exchanger_->CanRejoin()) return failed;
+  // The server restarted, gave up on the step or evicted us: register again
+  // and go on from the version it has (the data order follows the version,
+  // so no batch is skipped or repeated in sync mode). Registering may
+  // succeed again and again while no step does (a lost peer never
+  // replaced): the deadline counts from the last step that succeeded.
+  RETURN_IF_ERROR(rejoiner_.CheckDeadline(failed));
+  ASSIGN_OR_RETURN(const int64_t version,
+                   rejoiner_.Rejoin(failed, [this](absl::Duration timeout) {
+                     return JoinJob(timeout);
+                   }));
+  ++summary->rejoins;
+  if (options_.sync == SyncMode::kSync) *step = version;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
+                               int64_t* step, TrainSummary* summary) {
+  const int64_t steps_per_epoch = sampler->StepsPerEpoch();
   const double global_batch =
-      static_cast<double>(batch) * options_.num_workers;
-  const bool evaluates = options_.rank == 0 && test_ != nullptr;
-
-  TrainSummary summary;
-  summary.final_version = version;
-  absl::Duration training_time;
-  // Synchronous steps follow the server's version; in the asynchronous
-  // modes each worker walks its own steps from 0.
-  int64_t step = synchronous ? version : 0;
-  rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
-  const absl::Time loop_start = absl::Now();
-  while (step < total_steps) {
-    // Stopped inside the epoch (a failed step after a stop signal), or
-    // asked to stop.
-    if (summary.stopped) break;
-    if (options_.stop != nullptr && options_.stop->load()) {
-      summary.stopped = true;
+      static_cast<double>(options_.batch_size) * options_.num_workers;
+  const int epoch = static_cast<int>(*step / steps_per_epoch);
+  const int64_t epoch_end =
+      std::min(total_steps_, (epoch + 1) * steps_per_epoch);
+  EpochProgress progress(options_.progress, stdout, epoch + 1, options_.epochs,
+                         epoch_end - epoch * steps_per_epoch);
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0;
+  const absl::Time epoch_start = absl::Now();
+  while (*step < epoch_end && !StopRequested()) {
+    BatchStats stats;
+    absl::StatusOr<int64_t> version = TrainStep(*step, sampler, batch, &stats);
+    if (!version.ok()) {
+      // Stopped, or rejoined: Run re-enters at the version's epoch.
+      RETURN_IF_ERROR(OnFailedStep(version.status(), step, summary));
       break;
     }
-    const int epoch = static_cast<int>(step / steps_per_epoch);
-    const int64_t epoch_end =
-        std::min(total_steps, (epoch + 1) * steps_per_epoch);
-    EpochProgress progress(options_.progress, stdout, epoch + 1,
-                           options_.epochs,
-                           epoch_end - epoch * steps_per_epoch);
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
-    const absl::Time epoch_start = absl::Now();
-    while (step < epoch_end &&
-           !(options_.stop != nullptr && options_.stop->load())) {
-      const std::vector<int64_t> indices = sampler.BatchIndices(step);
-      GatherBatch(*train_, indices, absl::MakeSpan(features),
-                  absl::MakeSpan(labels));
-      if (options_.augmentation.random_crop ||
-          options_.augmentation.horizontal_flip) {
-        AugmentImages(options_.augmentation, options_.image_size,
-                      options_.seed, step, indices, absl::MakeSpan(features));
-      }
-      Straggle(step);
-      BatchStats stats;
-      absl::StatusOr<int64_t> exchanged =
-          Exchange(step, features, labels, &stats);
-      if (!exchanged.ok()) {
-        if ((options_.stop != nullptr && options_.stop->load()) ||
-            (options_.stop_signal != nullptr && options_.stop_signal->load())) {
-          // A stop signal came during the step (its servers may be draining
-          // or gone): stop here rather than register again.
-          summary.stopped = true;
-          break;
-        }
-        if (!IsRetryable(exchanged.status()) || !exchanger_->CanRejoin()) {
-          return exchanged.status();
-        }
-        // The server restarted, gave up on the step or evicted us: register
-        // again and go on from the version it has (the data order follows
-        // the version, so no batch is skipped or repeated in sync mode).
-        // Registering may succeed again and again while no step does (a
-        // lost peer never replaced): the deadline counts from the last step
-        // that succeeded.
-        RETURN_IF_ERROR(rejoiner_.CheckDeadline(exchanged.status()));
-        ASSIGN_OR_RETURN(
-            const int64_t version,
-            rejoiner_.Rejoin(exchanged.status(), [this](absl::Duration timeout) {
-              return JoinJob(timeout);
-            }));
-        ++summary.rejoins;
-        if (options_.sync == SyncMode::kSync) step = version;
-        break;  // Re-enter the epoch loop at the version's epoch.
-      }
-      rejoiner_.StepSucceeded();
-      const int64_t version = *exchanged;
-      if (options_.on_step && stats.examples > 0) {
-        options_.on_step(step, absl::ToDoubleSeconds(absl::Now() - loop_start),
-                         stats.loss_sum / stats.examples);
-      }
-      ASSIGN_OR_RETURN(step, NextStep(step, version));
-      summary.final_version = std::max(summary.final_version, version);
-      loss_sum += stats.loss_sum;
-      correct += stats.correct;
-      seen += stats.examples;
-      ++summary.steps;
-      const int64_t done = std::min(step, epoch_end) - epoch * steps_per_epoch;
-      const double seconds =
-          absl::ToDoubleSeconds(absl::Now() - epoch_start);
-      progress.Update(done, loss_sum / seen,
-                      static_cast<double>(correct) / seen,
-                      seconds > 0 ? done * global_batch / seconds : 0);
+    rejoiner_.StepSucceeded();
+    if (options_.on_step && stats.examples > 0) {
+      options_.on_step(*step, absl::ToDoubleSeconds(absl::Now() - loop_start_),
+                       stats.loss_sum / stats.examples);
     }
-    const absl::Duration epoch_time = absl::Now() - epoch_start;
-    training_time += epoch_time;
-    summary.train_loss = seen > 0 ? loss_sum / seen : 0;
-    summary.train_accuracy =
-        seen > 0 ? static_cast<double>(correct) / seen : 0;
-    if (step < epoch_end) continue;  // Interrupted: no epoch summary.
-    const double epoch_steps = static_cast<double>(seen) / batch;
-    progress.Finish(summary.train_loss, summary.train_accuracy,
-                    epoch_steps * global_batch /
-                        std::max(1e-9, absl::ToDoubleSeconds(epoch_time)));
-    if (evaluates && options_.eval_every_epoch && step < total_steps) {
-      ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
-      std::printf("Epoch %d/%d - test loss %.4f - test accuracy %.4f\n",
-                  epoch + 1, options_.epochs, eval.loss_sum / eval.examples,
-                  static_cast<double>(eval.correct) / eval.examples);
-      std::fflush(stdout);
-    }
+    ASSIGN_OR_RETURN(*step, NextStep(*step, *version));
+    summary->final_version = std::max(summary->final_version, *version);
+    loss_sum += stats.loss_sum;
+    correct += stats.correct;
+    seen += stats.examples;
+    ++summary->steps;
+    const int64_t done = std::min(*step, epoch_end) - epoch * steps_per_epoch;
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+    progress.Update(done, loss_sum / seen, static_cast<double>(correct) / seen,
+                    seconds > 0 ? done * global_batch / seconds : 0);
   }
-  summary.wall_seconds = absl::ToDoubleSeconds(training_time);
-  summary.examples_per_sec =
-      summary.wall_seconds > 0
-          ? summary.steps * global_batch / summary.wall_seconds
-          : 0;
-  if (evaluates && !summary.stopped) {
+  const absl::Duration epoch_time = absl::Now() - epoch_start;
+  training_time_ += epoch_time;
+  summary->train_loss = seen > 0 ? loss_sum / seen : 0;
+  summary->train_accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0;
+  if (*step < epoch_end) return absl::OkStatus();  // Interrupted: no summary.
+  const double epoch_steps = static_cast<double>(seen) / options_.batch_size;
+  progress.Finish(summary->train_loss, summary->train_accuracy,
+                  epoch_steps * global_batch /
+                      std::max(1e-9, absl::ToDoubleSeconds(epoch_time)));
+  if (options_.rank == 0 && test_ != nullptr && options_.eval_every_epoch &&
+      *step < total_steps_) {
+    ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
+    std::printf("Epoch %d/%d - test loss %.4f - test accuracy %.4f\n",
+                epoch + 1, options_.epochs, eval.loss_sum / eval.examples,
+                static_cast<double>(eval.correct) / eval.examples);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::FinishJob(TrainSummary* summary) {
+  if (options_.rank == 0 && test_ != nullptr && !summary->stopped) {
     absl::StatusOr<BatchStats> eval = EvaluateTest();
     if (!eval.ok()) {
       // The job is done either way: leave it (so that the servers can
@@ -329,18 +291,74 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       exchanger_->Leave().IgnoreError();
       return eval.status();
     }
-    summary.test_loss = eval->loss_sum / eval->examples;
-    summary.test_accuracy = static_cast<double>(eval->correct) / eval->examples;
+    summary->test_loss = eval->loss_sum / eval->examples;
+    summary->test_accuracy =
+        static_cast<double>(eval->correct) / eval->examples;
   }
   absl::Status left = exchanger_->Leave();
-  if (!left.ok() && summary.stopped) {
+  if (!left.ok() && summary->stopped) {
     // Stopped by a signal that may well have stopped the servers too:
     // leaving is a courtesy then, not a failure.
     std::fprintf(stderr, "lockstep_worker %d: could not leave the job: %s\n",
                  options_.rank, left.ToString().c_str());
-    return summary;
+    return absl::OkStatus();
   }
-  RETURN_IF_ERROR(left);
+  return left;
+}
+
+absl::StatusOr<TrainSummary> Trainer::Run() {
+  ASSIGN_OR_RETURN(ShardedSampler sampler,
+                   ShardedSampler::Create(train_->num_examples,
+                                          options_.num_workers, options_.rank,
+                                          options_.batch_size, options_.seed));
+  total_steps_ = sampler.StepsPerEpoch() * options_.epochs;
+  if (options_.max_steps > 0) {
+    total_steps_ = std::min(total_steps_, options_.max_steps);
+  }
+  RETURN_IF_ERROR(UseModelWeightBuffer());
+  ASSIGN_OR_RETURN(const int64_t version, JoinJob());
+  const bool synchronous =
+      options_.sync == SyncMode::kSync || options_.sync == SyncMode::kAllReduce;
+  // Only there is the version the next global step. In async and SSP it
+  // counts every worker's pushes, so a worker that joins late (slow to load
+  // its data) may find it past its own step count and must still train.
+  if (synchronous && version > total_steps_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the server is at version ", version, ", past this job's ",
+                     total_steps_, " steps"));
+  }
+  const int64_t dim = model_->FeatureSize();
+  if (train_->feature_dim != dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train_->feature_dim, " values per example, the model "
+        "takes ", dim));
+  }
+  Batch batch;
+  batch.features.resize(static_cast<size_t>(options_.batch_size) * dim);
+  batch.labels.resize(options_.batch_size);
+
+  TrainSummary summary;
+  summary.final_version = version;
+  // Synchronous steps follow the server's version; in the asynchronous
+  // modes each worker walks its own steps from 0.
+  int64_t step = synchronous ? version : 0;
+  rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
+  loop_start_ = absl::Now();
+  training_time_ = absl::ZeroDuration();
+  while (step < total_steps_ && !summary.stopped) {
+    if (StopRequested()) {
+      summary.stopped = true;
+      break;
+    }
+    RETURN_IF_ERROR(RunEpoch(&sampler, &batch, &step, &summary));
+  }
+  summary.wall_seconds = absl::ToDoubleSeconds(training_time_);
+  summary.examples_per_sec =
+      summary.wall_seconds > 0
+          ? summary.steps * static_cast<double>(options_.batch_size) *
+                options_.num_workers / summary.wall_seconds
+          : 0;
+  RETURN_IF_ERROR(FinishJob(&summary));
   return summary;
 }
 

@@ -23,11 +23,12 @@
 #include "common/chunk_plan.h"
 #include "common/model_signature.h"
 #include "worker/data/dataset.h"
-#include "worker/exchange/exchanger.h"
 #include "worker/data/image_data.h"
+#include "worker/data/sharded_sampler.h"
+#include "worker/exchange/exchanger.h"
+#include "worker/exchange/rejoiner.h"
 #include "worker/model/model.h"
 #include "worker/train/progress.h"
-#include "worker/exchange/rejoiner.h"
 #include "worker/train/step_observer.h"
 
 namespace lockstep {
@@ -121,6 +122,30 @@ class Trainer final {
   absl::StatusOr<int64_t> NextStep(int64_t step, int64_t version) const;
   absl::StatusOr<BatchStats> EvaluateTest();
 
+  // Run's parts, in order.
+  struct Batch {  // One step's examples, reused.
+    std::vector<float> features;
+    std::vector<int32_t> labels;
+  };
+  // Adopts the model's own host buffer for the weights, where it lends one.
+  absl::Status UseModelWeightBuffer();
+  bool StopRequested() const;
+  // Gathers (and augments) step's batch and exchanges its gradient; the
+  // version the step produced.
+  absl::StatusOr<int64_t> TrainStep(int64_t step, ShardedSampler* sampler,
+                                    Batch* batch, BatchStats* stats);
+  // After a failed step: stop (a stop signal: summary->stopped), rejoin (a
+  // retryable failure, moving *step to the job's version in sync mode), or
+  // return the failure.
+  absl::Status OnFailedStep(const absl::Status& failed, int64_t* step,
+                            TrainSummary* summary);
+  // Trains from *step to the end of its epoch (or until a stop or a
+  // rejoin), with the epoch's progress and evaluation.
+  absl::Status RunEpoch(ShardedSampler* sampler, Batch* batch, int64_t* step,
+                        TrainSummary* summary);
+  // The final evaluation (rank 0) and leaving the job.
+  absl::Status FinishJob(TrainSummary* summary);
+
   const TrainerOptions options_;
   Model* const model_;          // Not owned.
   Exchanger* const exchanger_;  // Not owned.
@@ -134,6 +159,8 @@ class Trainer final {
   std::vector<float> own_weights_;
   std::vector<float> gradient_;
   int64_t total_steps_ = 0;  // Set by Run before joining.
+  absl::Time loop_start_;    // When Run's first step began.
+  absl::Duration training_time_;  // The epochs' time, evaluation excluded.
   // Registers again after retryable failures (backoff, deadline).
   Rejoiner rejoiner_;
 };

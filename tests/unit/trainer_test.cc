@@ -1,0 +1,227 @@
+// Trainer's loop in one process: a real MLP on the CPU device, synthetic
+// data, and an in-process Exchanger that plays a one-worker synchronous
+// job (SGD on the gradient it is handed, version = step + 1) and fails the
+// steps a test asks it to.
+#include "worker/train/trainer.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/data/dataset.h"
+#include "worker/device/device_factory.h"
+#include "worker/exchange/exchanger.h"
+#include "worker/model/mlp.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 8;
+constexpr int kExamples = 64;  // 8 steps an epoch.
+constexpr float kLearningRate = 0.1f;
+
+class LocalExchanger final : public Exchanger {
+ public:
+  absl::StatusOr<int64_t> Join(
+      const ModelSignature& signature,
+      const std::function<std::vector<float>()>& initial,
+      absl::Span<float> weights, absl::Duration) override {
+    ++joins;
+    joined_with = signature;
+    if (!initialized_) {
+      master_ = initial();
+      initialized_ = true;
+    }
+    std::copy(master_.begin(), master_.end(), weights.begin());
+    return join_version >= 0 ? join_version : version_;
+  }
+
+  absl::StatusOr<int64_t> Step(int64_t step, absl::Span<float> gradient,
+                               absl::Span<float> weights,
+                               const ComputeFn& compute,
+                               BatchStats* stats) override {
+    steps.push_back(step);
+    ASSIGN_OR_RETURN(*stats, compute(nullptr));
+    if (auto it = failures.find(step); it != failures.end()) {
+      absl::Status failure = it->second;
+      failures.erase(it);  // Fails once.
+      return failure;
+    }
+    for (size_t i = 0; i < master_.size(); ++i) {
+      master_[i] -= kLearningRate * gradient[i];
+    }
+    std::copy(master_.begin(), master_.end(), weights.begin());
+    version_ = step + 1;
+    return version_;
+  }
+
+  absl::Status Leave() override {
+    ++leaves;
+    return absl::OkStatus();
+  }
+  bool CanRejoin() const override { return true; }
+
+  int joins = 0;
+  int leaves = 0;
+  int64_t join_version = -1;  // >= 0: what Join says, not the job's version.
+  ModelSignature joined_with;
+  std::vector<int64_t> steps;  // Every Step call's step.
+  std::map<int64_t, absl::Status> failures;
+
+ private:
+  bool initialized_ = false;
+  std::vector<float> master_;
+  int64_t version_ = 0;
+};
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DeviceOptions device;
+    device.kind = "cpu";
+    absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(device);
+    ASSERT_TRUE(created.ok()) << created.status();
+    device_ = *std::move(created);
+    absl::StatusOr<std::unique_ptr<Mlp>> mlp =
+        Mlp::Create({16, 8, 4}, kBatch, device_.get());
+    ASSERT_TRUE(mlp.ok()) << mlp.status();
+    model_ = *std::move(mlp);
+    train_ = MakeSyntheticDataset(kExamples, 16, 4, 1);
+    test_ = MakeSyntheticDataset(32, 16, 4, 2);
+    options_.batch_size = kBatch;
+    options_.epochs = 2;
+    options_.progress = ProgressMode::kNone;
+    options_.rejoin_timeout = absl::Seconds(30);
+    options_.on_step = [this](int64_t step, double, double loss) {
+      logged_.push_back(step);
+      EXPECT_GT(loss, 0);
+    };
+  }
+
+  absl::StatusOr<TrainSummary> Run() {
+    Trainer trainer(options_, model_.get(), &exchanger_, &train_, &test_);
+    return trainer.Run();
+  }
+
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Mlp> model_;
+  Dataset train_, test_;
+  TrainerOptions options_;
+  LocalExchanger exchanger_;
+  std::vector<int64_t> logged_;
+};
+
+std::vector<int64_t> Range(int64_t from, int64_t to) {
+  std::vector<int64_t> r;
+  for (int64_t i = from; i < to; ++i) r.push_back(i);
+  return r;
+}
+
+TEST_F(TrainerTest, TrainsEveryStepOfEveryEpochAndLeaves) {
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->steps, 16);
+  EXPECT_EQ(summary->final_version, 16);
+  EXPECT_EQ(summary->rejoins, 0);
+  EXPECT_FALSE(summary->stopped);
+  EXPECT_EQ(exchanger_.steps, Range(0, 16));
+  EXPECT_EQ(logged_, Range(0, 16));
+  EXPECT_EQ(exchanger_.joins, 1);
+  EXPECT_EQ(exchanger_.leaves, 1);
+  // Rank 0 evaluated on the test set.
+  EXPECT_GE(summary->test_accuracy, 0);
+  EXPECT_LE(summary->test_accuracy, 1);
+  EXPECT_GT(summary->test_loss, 0);
+  // The signature is the job's: 2 epochs of 8 steps, one worker, sync.
+  EXPECT_EQ(exchanger_.joined_with.total_steps, 16);
+  EXPECT_EQ(exchanger_.joined_with.num_workers, 1);
+  EXPECT_EQ(exchanger_.joined_with.sync.mode, SyncMode::kSync);
+  EXPECT_EQ(exchanger_.joined_with.tensors.size(), 4u);
+}
+
+TEST_F(TrainerTest, MaxStepsEndsTheJobEarly) {
+  options_.max_steps = 5;
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->steps, 5);
+  EXPECT_EQ(exchanger_.steps, Range(0, 5));
+  EXPECT_EQ(exchanger_.joined_with.total_steps, 5);
+}
+
+// A retryable failure: the trainer registers again and goes on from the
+// version the job has, so step 3 is trained again and nothing is skipped.
+TEST_F(TrainerTest, RejoinsAfterARetryableFailureAndRepeatsTheStep) {
+  exchanger_.failures[3] = absl::UnavailableError("server restarted");
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->rejoins, 1);
+  EXPECT_EQ(exchanger_.joins, 2);
+  std::vector<int64_t> expected = Range(0, 4);
+  for (int64_t s : Range(3, 16)) expected.push_back(s);
+  EXPECT_EQ(exchanger_.steps, expected);
+  EXPECT_EQ(summary->steps, 16);  // Successful steps only.
+  EXPECT_EQ(logged_, Range(0, 16));
+}
+
+TEST_F(TrainerTest, APermanentFailureEndsTheRun) {
+  exchanger_.failures[2] = absl::FailedPreconditionError("signature differs");
+  absl::StatusOr<TrainSummary> summary = Run();
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(exchanger_.steps, Range(0, 3));
+  EXPECT_EQ(exchanger_.joins, 1);
+}
+
+TEST_F(TrainerTest, AStopRequestLeavesWithoutTraining) {
+  std::atomic<bool> stop{true};
+  options_.stop = &stop;
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->stopped);
+  EXPECT_EQ(summary->steps, 0);
+  EXPECT_TRUE(exchanger_.steps.empty());
+  EXPECT_EQ(exchanger_.leaves, 1);
+  EXPECT_EQ(summary->test_accuracy, -1);  // A stopped job is not evaluated.
+}
+
+// A stop signal during a failing step ends the run as a stop, not a rejoin.
+TEST_F(TrainerTest, AFailureAfterAStopSignalIsAStop) {
+  std::atomic<bool> signal{true};
+  options_.stop_signal = &signal;
+  exchanger_.failures[1] = absl::UnavailableError("servers draining");
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(summary->stopped);
+  EXPECT_EQ(summary->rejoins, 0);
+  EXPECT_EQ(exchanger_.steps, Range(0, 2));
+  EXPECT_EQ(summary->steps, 1);
+}
+
+TEST_F(TrainerTest, AJobPastItsStepsIsRefused) {
+  exchanger_.join_version = 17;
+  absl::StatusOr<TrainSummary> summary = Run();
+  EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(summary.status().message()),
+              HasSubstr("past this job's 16 steps"));
+  EXPECT_TRUE(exchanger_.steps.empty());
+}
+
+// A job joined at version 10 (a restarted worker) trains steps 10..15 only:
+// the data position follows the version.
+TEST_F(TrainerTest, AWorkerJoiningLateStartsAtTheJobsVersion) {
+  exchanger_.join_version = 10;
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(exchanger_.steps, Range(10, 16));
+  EXPECT_EQ(summary->steps, 6);
+  EXPECT_EQ(summary->final_version, 16);
+}
+
+}  // namespace
+}  // namespace lockstep
