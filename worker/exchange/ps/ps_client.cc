@@ -36,6 +36,22 @@ struct Call {
   grpc::Status status;
 };
 
+// The fan-out every multi-call RPC uses: start(i, calls[i], done) starts
+// call i (to a shard, or for a chunk), which hands its status to `done`;
+// returns once every call has finished.
+template <typename CallT, typename StartFn>
+void StartAllAndWait(std::vector<CallT>& calls, StartFn start) {
+  absl::BlockingCounter pending(static_cast<int>(calls.size()));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CallT& call = calls[i];
+    start(i, call, [&call, &pending](grpc::Status s) {
+      call.status = std::move(s);
+      pending.DecrementCount();
+    });
+  }
+  pending.Wait();
+}
+
 // Names the RPC and chunk in an error, keeping the code.
 absl::Status Annotate(const grpc::Status& status, absl::string_view rpc,
                       int chunk) {
@@ -92,21 +108,14 @@ class PsClient::Impl {
     SignatureToProto(signature, request.mutable_signature());
     using RegisterCall = Call<v1::RegisterRequest, v1::RegisterResponse>;
     std::vector<RegisterCall> calls(stubs_.size());
-    absl::BlockingCounter pending(static_cast<int>(stubs_.size()));
-    for (size_t shard = 0; shard < stubs_.size(); ++shard) {
-      RegisterCall& call = calls[shard];
+    StartAllAndWait(calls, [&](size_t shard, RegisterCall& call, auto done) {
       call.context.set_deadline(
           DeadlineAfter(std::min(timeout, options_.connect_timeout)));
       call.context.set_wait_for_ready(true);  // Servers may still be starting.
       call.request = request;
       stubs_[shard]->async()->Register(&call.context, &call.request,
-                                       &call.response,
-                                       [&call, &pending](grpc::Status s) {
-                                         call.status = std::move(s);
-                                         pending.DecrementCount();
-                                       });
-    }
-    pending.Wait();
+                                       &call.response, std::move(done));
+    });
     RegisterResult result;
     incarnations_.clear();
     for (size_t shard = 0; shard < stubs_.size(); ++shard) {
@@ -159,22 +168,17 @@ class PsClient::Impl {
     RETURN_IF_ERROR(CheckRegistered(weights.size()));
     using InitCall = Call<v1::InitializeRequest, v1::InitializeResponse>;
     std::vector<InitCall> calls(plan_->num_chunks());
-    absl::BlockingCounter pending(plan_->num_chunks());
-    for (const Chunk& chunk : plan_->chunks()) {
-      InitCall& call = calls[chunk.index];
+    StartAllAndWait(calls, [&](size_t index, InitCall& call, auto done) {
+      const Chunk& chunk = plan_->chunks()[index];
       call.context.set_deadline(DeadlineAfter(options_.rpc_timeout));
       call.request.set_rank(rank_);
       call.request.set_incarnation(incarnations_[chunk.shard]);
       call.request.set_chunk(chunk.index);
       EncodeFloat32(weights.subspan(chunk.offset, chunk.size),
                     call.request.mutable_data());
-      stubs_[chunk.shard]->async()->Initialize(&call.context, &call.request, &call.response,
-                                 [&call, &pending](grpc::Status s) {
-                                   call.status = std::move(s);
-                                   pending.DecrementCount();
-                                 });
-    }
-    pending.Wait();
+      stubs_[chunk.shard]->async()->Initialize(&call.context, &call.request,
+                                               &call.response, std::move(done));
+    });
     for (const Chunk& chunk : plan_->chunks()) {
       if (!calls[chunk.index].status.ok()) {
         return Annotate(calls[chunk.index].status, "Initialize", chunk.index);
@@ -188,9 +192,8 @@ class PsClient::Impl {
     RETURN_IF_ERROR(CheckRegistered(weights.size()));
     using PullCall = Call<v1::PullRequest, v1::PullResponse>;
     std::vector<PullCall> calls(plan_->num_chunks());
-    absl::BlockingCounter pending(plan_->num_chunks());
-    for (const Chunk& chunk : plan_->chunks()) {
-      PullCall& call = calls[chunk.index];
+    StartAllAndWait(calls, [&](size_t index, PullCall& call, auto done) {
+      const Chunk& chunk = plan_->chunks()[index];
       call.context.set_deadline(DeadlineAfter(options_.rpc_timeout));
       call.request.set_chunk(chunk.index);
       call.request.set_min_version(min_version);
@@ -198,13 +201,9 @@ class PsClient::Impl {
       call.request.set_rank(rank_);
       call.request.set_incarnation(incarnations_[chunk.shard]);
       call.request.set_dtype(ToProtoDType(DTypeOf(chunk)));
-      stubs_[chunk.shard]->async()->Pull(&call.context, &call.request, &call.response,
-                           [&call, &pending](grpc::Status s) {
-                             call.status = std::move(s);
-                             pending.DecrementCount();
-                           });
-    }
-    pending.Wait();
+      stubs_[chunk.shard]->async()->Pull(&call.context, &call.request,
+                                         &call.response, std::move(done));
+    });
     int64_t version = -1;
     for (const Chunk& chunk : plan_->chunks()) {
       const PullCall& call = calls[chunk.index];
