@@ -1,0 +1,188 @@
+// What lockstep_launch starts each process with: the servers' and the
+// workers' command lines and environments (TLS flags, TF_CONFIG and
+// LOCKSTEP_* for each rank), and how many GPUs the workers may share.
+// The job's logic is launcher.cc.
+#include "deploy/launch/launcher.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/json_writer.h"
+
+namespace lockstep {
+namespace {
+
+// The admin certificate's CN (deploy/tls/make_certs.sh).
+constexpr char kAdminIdentity[] = "lockstep-admin";
+
+// --tls_cert/--tls_key/--tls_ca for `role` ("server" or "worker").
+void AddTlsFlags(const LaunchOptions& options, const char* role,
+                 std::vector<std::string>* argv) {
+  if (!options.tls_dir.empty()) {
+    argv->push_back(absl::StrCat("--tls_cert=", options.tls_dir, "/", role,
+                                 ".pem"));
+    argv->push_back(absl::StrCat("--tls_key=", options.tls_dir, "/", role,
+                                 ".key"));
+    argv->push_back(absl::StrCat("--tls_ca=", options.tls_dir, "/ca.pem"));
+  }
+  if (!options.token_file.empty()) {
+    argv->push_back(absl::StrCat("--token_file=", options.token_file));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
+                                    const std::string& port_file) {
+  std::vector<std::string> argv = {
+      absl::StrCat(options.bin_dir, "/lockstep_server"),
+      "--listen=127.0.0.1:0",
+      absl::StrCat("--port_file=", port_file),
+      absl::StrCat("--workers=", options.workers),
+      "--exit_when_done",
+  };
+  if (options.ps > 1) {
+    argv.push_back(absl::StrCat("--shard=", shard));
+    argv.push_back(absl::StrCat("--num_shards=", options.ps));
+  }
+  if (options.sum_order != "arrival") {
+    argv.push_back(absl::StrCat("--sum_order=", options.sum_order));
+  }
+  AddTlsFlags(options, "server", &argv);
+  if (!options.tls_dir.empty()) {
+    argv.push_back(absl::StrCat("--admin_identities=", kAdminIdentity));
+  }
+  return argv;
+}
+
+std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
+                                    const std::string& servers) {
+  if (!options.command.empty()) return options.command;
+  const char* progress =
+      rank != 0 ? "none" : (options.progress_bar ? "bar" : "lines");
+  std::vector<std::string> argv = {
+      absl::StrCat(options.bin_dir, "/lockstep_worker"),
+      absl::StrCat("--servers=", servers),
+      absl::StrCat("--workers=", options.workers),
+      absl::StrCat("--rank=", rank),
+      absl::StrCat("--progress=", progress),
+  };
+  if (options.gpus > 0) {
+    argv.push_back(absl::StrCat("--gpu=", rank % options.gpus));
+  }
+  if (rank == 0 && !options.summary_json.empty()) {
+    argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
+  }
+  AddTlsFlags(options, "worker", &argv);
+  argv.insert(argv.end(), options.worker_args.begin(),
+              options.worker_args.end());
+  return argv;
+}
+
+std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
+                                   const std::vector<std::string>& servers,
+                                   const std::string& python_dir,
+                                   const char* inherited_pythonpath) {
+  const char* progress =
+      rank != 0 ? "none" : (options.progress_bar ? "bar" : "lines");
+  std::vector<std::string> quoted_servers, quoted_workers;
+  for (const std::string& s : servers) quoted_servers.push_back(JsonQuote(s));
+  // Workers listen on nothing in PS mode: TF_CONFIG names each task only
+  // so that TensorFlow-style code finds the worker count and its index.
+  for (int r = 0; r < options.workers; ++r) {
+    quoted_workers.push_back(JsonQuote(absl::StrCat("worker", r, ":0")));
+  }
+  std::vector<std::string> env = {
+      absl::StrCat("LOCKSTEP_RANK=", rank),
+      absl::StrCat("LOCKSTEP_WORKERS=", options.workers),
+      absl::StrCat("LOCKSTEP_SERVERS=", absl::StrJoin(servers, ",")),
+      absl::StrCat("TF_CONFIG={\"cluster\": {\"ps\": [",
+                   absl::StrJoin(quoted_servers, ", "), "], \"worker\": [",
+                   absl::StrJoin(quoted_workers, ", "),
+                   "]}, \"task\": {\"type\": \"worker\", \"index\": ", rank,
+                   "}}"),
+      absl::StrCat("LOCKSTEP_PROGRESS=", progress),
+      "PYTHONUNBUFFERED=1",
+  };
+  if (options.gpus > 0) {
+    env.push_back(absl::StrCat("LOCKSTEP_GPU=", rank % options.gpus));
+  }
+  if (rank == 0 && !options.summary_json.empty()) {
+    env.push_back(absl::StrCat("LOCKSTEP_SUMMARY_JSON=", options.summary_json));
+  }
+  if (!options.tls_dir.empty()) {
+    env.push_back(absl::StrCat("LOCKSTEP_TLS_CA=", options.tls_dir, "/ca.pem"));
+    env.push_back(
+        absl::StrCat("LOCKSTEP_TLS_CERT=", options.tls_dir, "/worker.pem"));
+    env.push_back(
+        absl::StrCat("LOCKSTEP_TLS_KEY=", options.tls_dir, "/worker.key"));
+  }
+  if (!options.token_file.empty()) {
+    env.push_back(absl::StrCat("LOCKSTEP_TOKEN_FILE=", options.token_file));
+  }
+  if (!python_dir.empty()) {
+    env.push_back(absl::StrCat(
+        "PYTHONPATH=", python_dir,
+        inherited_pythonpath != nullptr && *inherited_pythonpath != '\0'
+            ? absl::StrCat(":", inherited_pythonpath)
+            : std::string()));
+  }
+  return env;
+}
+
+int CountVisibleGpus() {
+  FILE* pipe = popen("nvidia-smi -L 2>/dev/null", "r");
+  if (pipe == nullptr) return 0;
+  int gpus = 0;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    if (std::strncmp(line, "GPU ", 4) == 0) ++gpus;
+  }
+  if (pclose(pipe) != 0) return 0;
+  return VisibleGpus(gpus, std::getenv("CUDA_VISIBLE_DEVICES"));
+}
+
+int VisibleGpus(int installed, const char* visible) {
+  if (visible == nullptr) return installed;
+  enum class Kind { kOrdinal, kGpuUuid, kMigUuid };
+  auto kind_of = [](absl::string_view entry) {
+    if (absl::StartsWith(entry, "GPU-")) return Kind::kGpuUuid;
+    if (absl::StartsWith(entry, "MIG-")) return Kind::kMigUuid;
+    return Kind::kOrdinal;
+  };
+  int listed = 0;
+  Kind first = Kind::kOrdinal;
+  std::vector<int> ordinals;
+  for (absl::string_view entry : absl::StrSplit(visible, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry.empty()) break;
+    const Kind kind = kind_of(entry);
+    if (listed == 0) first = kind;
+    if (kind != first) break;  // A list is of one kind.
+    if (kind == Kind::kOrdinal) {
+      int ordinal = -1;
+      if (!absl::SimpleAtoi(entry, &ordinal) || ordinal < 0 ||
+          ordinal >= installed ||
+          std::find(ordinals.begin(), ordinals.end(), ordinal) !=
+              ordinals.end()) {
+        break;  // Invalid: CUDA shows the devices before it.
+      }
+      ordinals.push_back(ordinal);
+    }
+    ++listed;
+  }
+  // A process sees one MIG device at most.
+  if (first == Kind::kMigUuid) listed = std::min(listed, 1);
+  return std::min(listed, installed);
+}
+
+}  // namespace lockstep
