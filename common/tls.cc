@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -363,7 +364,32 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
   return grpc::CreateCustomChannel(target, credentials, args);
 }
 
+absl::Status CheckTraceKeepsTokens(const char* grpc_trace) {
+  if (grpc_trace == nullptr) return absl::OkStatus();
+  // The tracers that log a call's metadata, headers included, on either
+  // side: the transport's (http*, hpack*), the API's and call's batches, and
+  // every tracer at once.
+  for (absl::string_view tracer : absl::StrSplit(grpc_trace, ',')) {
+    tracer = absl::StripAsciiWhitespace(tracer);
+    if (tracer.empty() || tracer[0] == '-') continue;  // Off, not on.
+    for (absl::string_view leaky :
+         {"all", "http", "chttp2", "hpack", "api", "call", "metadata"}) {
+      if (absl::StartsWith(tracer, leaky)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "GRPC_TRACE=", grpc_trace, " makes gRPC log every call's "
+            "metadata, the bearer token among it (the \"", tracer,
+            "\" tracer): unset GRPC_TRACE, or leave out its all, http*, "
+            "chttp2*, hpack*, api, call* and metadata tracers, while a token "
+            "file is in use"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  // Refused before the token is read, so that it is never in memory either.
+  RETURN_IF_ERROR(CheckTraceKeepsTokens(std::getenv("GRPC_TRACE")));
   ASSIGN_OR_RETURN(std::string token, ReadSmallFile("token_file", path));
   while (!token.empty() && absl::ascii_isspace(token.back())) token.pop_back();
   const bool printable = std::all_of(

@@ -77,6 +77,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 // file and the rule, never the content.
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
+// FAILED_PRECONDITION when `grpc_trace` (GRPC_TRACE's value; null: unset)
+// turns on a gRPC tracer that logs calls' metadata, which would print the
+// bearer token. ReadTokenFile checks it first, on clients and servers.
+absl::Status CheckTraceKeepsTokens(const char* grpc_trace);
+
 // A few words for logs: "mutual TLS", "TLS", "plaintext", plus ", bearer
 // token" when one is required. Never the token.
 std::string DescribeServerSecurity(const TlsOptions& options);

@@ -182,6 +182,12 @@ TEST_F(TlsIntegrationTest, WrongTokenIsUnauthenticatedAndNeverPrinted) {
   EXPECT_THAT(refused.output, HasSubstr("UNAUTHENTICATED"));
   std::vector<std::string> right = worker;
   right.push_back("--token_file=" + good_file);
+  // gRPC's http tracer logs every header: a token file is refused with it.
+  std::vector<std::string> traced_env = env;
+  traced_env.push_back("GRPC_TRACE=http");
+  RunResult traced = RunProcess(right, traced_env, absl::Seconds(60));
+  EXPECT_NE(traced.exit_code, 0) << traced.output;
+  EXPECT_THAT(traced.output, HasSubstr("GRPC_TRACE=http"));
   RunResult trained = RunProcess(right, env, absl::Seconds(60));
   EXPECT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_EQ(server.process.Wait(absl::Seconds(30)), 0);
@@ -200,7 +206,7 @@ TEST_F(TlsIntegrationTest, WrongTokenIsUnauthenticatedAndNeverPrinted) {
 
   for (const std::string& output :
        {server.process.Output(), plain.process.Output(), refused.output,
-        trained.output}) {
+        traced.output, trained.output}) {
     EXPECT_THAT(output, Not(HasSubstr(good)));
     EXPECT_THAT(output, Not(HasSubstr(bad)));
     EXPECT_THAT(output, Not(HasSubstr("7f3a9c2e")));

@@ -82,6 +82,32 @@ TEST(TlsTest, TokenFileRules) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// gRPC's tracers that log metadata would print the token: with any of them
+// on, a token file is refused before it is read.
+TEST(TlsTest, TracersThatLogMetadataRefuseATokenFile) {
+  for (const char* leaky : {"http", "all", "api", "tcp,http", " hpack_parser",
+                            "call_error", "chttp2_refcount"}) {
+    const absl::Status s = CheckTraceKeepsTokens(leaky);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << leaky;
+    EXPECT_THAT(s.message(), HasSubstr("GRPC_TRACE=")) << leaky;
+  }
+  for (const char* quiet : {"", "tcp", "-http", "tcp,-all", "flowctl,-api",
+                            "list_tracers"}) {
+    EXPECT_TRUE(CheckTraceKeepsTokens(quiet).ok()) << quiet;
+  }
+  EXPECT_TRUE(CheckTraceKeepsTokens(nullptr).ok());
+
+  const std::string dir = MakeTempDir();
+  const std::string path = dir + "/token";
+  WriteFileOrDie(path, "0123456789abcdef-secret\n");
+  ASSERT_EQ(setenv("GRPC_TRACE", "http", 1), 0);
+  const absl::Status refused = ReadTokenFile(path).status();
+  ASSERT_EQ(unsetenv("GRPC_TRACE"), 0);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), Not(HasSubstr("secret")));
+  EXPECT_TRUE(ReadTokenFile(path).ok());
+}
+
 class TlsFilesTest : public ::testing::Test {
  protected:
   void SetUp() override {
