@@ -171,6 +171,12 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
   } while (revoked_.contains(reg.incarnation) ||
            std::find(incarnations_.begin(), incarnations_.end(),
                      reg.incarnation) != incarnations_.end());
+  if (incarnations_[rank] != 0) {
+    // The one it replaces is told so from now on.
+    revoked_[incarnations_[rank]] = absl::AlreadyExistsError(absl::StrCat(
+        "rank ", rank, " incarnation ", incarnations_[rank],
+        " was replaced: another worker registered as rank ", rank));
+  }
   incarnations_[rank] = reg.incarnation;
   finished_[rank] = false;
   reg.version = VersionLocked();
@@ -187,8 +193,8 @@ absl::Status ParameterServer::CheckMemberLocked(int rank,
                      options_.num_workers, " workers)"));
   }
   // The codes tell a worker what to do (see docs/faults.md): NOT_FOUND and
-  // ABORTED mean "register again and continue", ALREADY_EXISTS and
-  // FAILED_PRECONDITION are permanent.
+  // ABORTED mean "register again and continue", ALREADY_EXISTS (replaced),
+  // PERMISSION_DENIED (never issued) and FAILED_PRECONDITION stop it.
   if (auto it = revoked_.find(incarnation); it != revoked_.end()) {
     return it->second;
   }
@@ -198,11 +204,14 @@ absl::Status ParameterServer::CheckMemberLocked(int rank,
         server_incarnation_, "); it may have restarted"));
   }
   if (incarnations_[rank] != incarnation) {
-    // Not the current incarnation in the message: it is what lets a call
-    // count for the rank.
-    return absl::AlreadyExistsError(absl::StrCat(
+    // Never issued here for this rank (one that was, and was replaced, is
+    // in revoked_). Not the current incarnation in the message: it is what
+    // lets a call count for the rank.
+    return absl::PermissionDeniedError(absl::StrCat(
         "rank ", rank, " incarnation ", incarnation,
-        " was replaced: another worker registered as rank ", rank));
+        " was not issued by this server (server ", server_incarnation_,
+        ") for rank ", rank,
+        ": made up, another rank's, or from before this server started"));
   }
   return absl::OkStatus();
 }

@@ -127,7 +127,8 @@ TEST_F(ParameterServerTest, BadPushesChangeNothing) {
       {0, inc0_, 0, 0, inf, absl::StatusCode::kInvalidArgument, "not finite"},
       {0, inc0_, 0, 0, short_grad, absl::StatusCode::kInvalidArgument, "12 bytes"},
       {5, inc0_, 0, 0, good, absl::StatusCode::kFailedPrecondition, "rank 5"},
-      {1, inc0_, 0, 0, good, absl::StatusCode::kAlreadyExists, "incarnation"},
+      {1, inc0_, 0, 0, good, absl::StatusCode::kPermissionDenied,
+       "was not issued by this server"},
       {0, inc0_, 0, 7, good, absl::StatusCode::kInvalidArgument, "chunk 7"},
   };
   for (const Case& c : cases) {
@@ -165,11 +166,14 @@ TEST_F(ParameterServerTest, IncarnationsAreNotGuessable) {
   Reply r;
   ps_->Pull(1, 12345, 0, 0, false, r.Callback());
   ASSERT_TRUE(r.result.has_value());
-  EXPECT_EQ(r.result->status().code(), absl::StatusCode::kAlreadyExists);
+  // Not "replaced": nobody registered it.
+  EXPECT_EQ(r.result->status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(r.result->status().message()),
+              HasSubstr("was not issued by this server"));
   EXPECT_THAT(std::string(r.result->status().message()),
               Not(HasSubstr(absl::StrCat(current1))));
   const absl::Status left = ps_->Leave(1, 12345);
-  EXPECT_EQ(left.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(left.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(left.message()),
               Not(HasSubstr(absl::StrCat(current1))));
   for (size_t i = 0; i < seen.size(); ++i) {
@@ -191,6 +195,8 @@ TEST_F(ParameterServerTest, ReplacedIncarnationIsRefused) {
   Reply r;
   ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(initial_), r.Callback());
   EXPECT_EQ(r.result->status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(r.result->status().message()),
+              HasSubstr("was replaced: another worker registered as rank 1"));
 }
 
 TEST_F(ParameterServerTest, SignatureMismatchNamesTheDifference) {
@@ -477,7 +483,7 @@ TEST_F(ParameterServerTest, LeaveAndShutdown) {
   ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(initial_), waiting.Callback());
   EXPECT_FALSE(ps_->WaitUntilDone(absl::ZeroDuration()));
   ASSERT_TRUE(ps_->Leave(0, inc0_).ok());
-  EXPECT_EQ(ps_->Leave(1, inc0_).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(ps_->Leave(1, inc0_).code(), absl::StatusCode::kPermissionDenied);
   ASSERT_TRUE(ps_->Leave(1, inc1_).ok());
   EXPECT_TRUE(ps_->WaitUntilDone(absl::Seconds(5)));
   EXPECT_THAT(ps_->GetStatus().finished_ranks, ElementsAre(0, 1));
