@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -209,6 +210,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
   checkpoint.num_shards = header.num_shards();
   checkpoint.num_workers = header.num_workers();
   checkpoint.version = header.version();
+  uint64_t end = 0;  // Of the last tensor's bytes.
   for (const v1::CheckpointTensor& t : header.tensors()) {
     // Bounded by the data before multiplying: elements * 4 must not wrap.
     if (t.offset() < 0 || t.elements() < 0 ||
@@ -219,6 +221,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
                                   " lies past the end of the file (truncated)"));
     }
     const uint64_t bytes_needed = static_cast<uint64_t>(t.elements()) * 4;
+    end = std::max(end, static_cast<uint64_t>(t.offset()) + bytes_needed);
     const char* p = data.data() + t.offset();
     if (Crc32(p, bytes_needed) != t.crc32()) {
       return Corrupt(absl::StrCat("checksum mismatch in tensor ", t.name(),
@@ -240,6 +243,12 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
       return Corrupt(absl::StrCat("slot ", t.name(), " of chunk ", t.chunk(),
                                   " comes before the chunk's weights"));
     }
+  }
+  // The tensors fill the file: anything after them (an appended or
+  // half-overwritten tail) is damage the checksums would not see.
+  if (end != data.size()) {
+    return Corrupt(absl::StrCat(data.size() - end,
+                                " bytes after the last tensor"));
   }
   return checkpoint;
 }
@@ -351,12 +360,17 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
     // could otherwise delete the good ones and keep it).
     const std::string aside = *it + ".corrupt";
     const bool moved = rename(it->c_str(), aside.c_str()) == 0;
-    notes->push_back(
-        absl::StrCat(*it, ": ", checkpoint.status().message(),
-                     moved ? absl::StrCat("; set aside as ", aside) : "",
-                     "; falling back to the previous one"));
+    notes->push_back(absl::StrCat(
+        *it, ": ", checkpoint.status().message(),
+        moved ? absl::StrCat("; set aside as ", aside) : "",
+        std::next(it) != all.rend() ? "; falling back to the previous one"
+                                    : "; no earlier checkpoint is left"));
   }
   return std::optional<ShardCheckpoint>();
+}
+
+std::vector<std::string> CheckpointStore::SetAside() const {
+  return Files(absl::StrCat(kSuffix, ".corrupt"));
 }
 
 }  // namespace lockstep

@@ -75,6 +75,11 @@ class CheckpointStore final {
   absl::StatusOr<std::optional<ShardCheckpoint>> LoadNewest(
       std::vector<std::string>* notes) const;
 
+  // The damaged checkpoints set aside (NAME.corrupt), now or by an earlier
+  // load, oldest first. With no intact checkpoint left, these say the job
+  // had progress that a fresh start would lose.
+  std::vector<std::string> SetAside() const;
+
   // Checkpoint files, oldest first.
   std::vector<std::string> List() const;
 

@@ -11,6 +11,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/authorizer.h"
 #include "common/grpc_limits.h"
@@ -235,7 +236,24 @@ absl::Status Daemon::RestoreNewestCheckpoint() {
     Log(newest.status().ToString());
     return newest.status();
   }
-  if (!newest->has_value()) return absl::OkStatus();
+  if (!newest->has_value()) {
+    const std::vector<std::string> damaged = checkpoints_->SetAside();
+    if (damaged.empty()) return absl::OkStatus();  // A new job.
+    if (options_.allow_fresh_start) {
+      Log(absl::StrCat("no intact checkpoint in ", options_.checkpoint_dir,
+                       " (", damaged.size(),
+                       " damaged, set aside); starting from version 0 as "
+                       "--allow_fresh_start asks"));
+      return absl::OkStatus();
+    }
+    const absl::Status refused = absl::DataLossError(absl::StrCat(
+        "no intact checkpoint in ", options_.checkpoint_dir, ", only damaged "
+        "ones: ", absl::StrJoin(damaged, ", "), ". Starting from version 0 "
+        "would lose the job's progress: restore a good checkpoint into the "
+        "folder, or pass --allow_fresh_start to start fresh"));
+    Log(std::string(refused.message()));
+    return refused;
+  }
   absl::SleepFor(options_.restore_pause_for_tests);
   if (absl::Status s = core_->Restore(**newest); !s.ok()) {
     Log(absl::StrCat("cannot restore the checkpoint in ",

@@ -49,6 +49,9 @@ struct DaemonOptions {
   int64_t checkpoint_every_steps = 0;
   absl::Duration checkpoint_every = absl::ZeroDuration();
   int checkpoints_to_keep = 3;
+  // Start from version 0 even when checkpoint_dir holds only damaged
+  // checkpoints (set aside as *.corrupt); otherwise that is refused.
+  bool allow_fresh_start = false;
   absl::Duration checkpoint_pause_for_tests = absl::ZeroDuration();
   // For tests: a pause after reading the newest checkpoint at start.
   absl::Duration restore_pause_for_tests = absl::ZeroDuration();

@@ -63,6 +63,10 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
 ABSL_FLAG(int, checkpoint_every_seconds, 0,
           "Write a checkpoint every N seconds (0: not by time).");
 ABSL_FLAG(int, checkpoints_to_keep, 3, "How many checkpoints to keep.");
+ABSL_FLAG(bool, allow_fresh_start, false,
+          "Start from version 0 even when --checkpoint_dir holds only damaged "
+          "checkpoints (set aside as *.corrupt); without it the server "
+          "refuses (exit 2) rather than silently lose the job's progress.");
 ABSL_FLAG(int, metrics_port, 0,
           "Serve Prometheus metrics at http://HOST:PORT/metrics on every "
           "interface (0: off). See docs/operations.md.");
@@ -213,6 +217,7 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   options.checkpoint_every =
       absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_seconds));
   options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
+  options.allow_fresh_start = absl::GetFlag(FLAGS_allow_fresh_start);
   options.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.telemetry.health_port = absl::GetFlag(FLAGS_health_port);
   options.telemetry.trace_path =

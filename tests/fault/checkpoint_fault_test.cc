@@ -335,5 +335,43 @@ TEST(FaultTest, CorruptAndTruncatedCheckpointsFallBack) {
   }
 }
 
+// Every checkpoint damaged: the server refuses to start from version 0
+// (exit 2, naming the files), again when restarted with them set aside,
+// and starts fresh only when told to; that job then trains as a new one.
+TEST(FaultTest, OnlyDamagedCheckpointsAreNotASilentFreshStart) {
+  Job job(2);
+  job.StartServer({"--checkpoint_every_steps=10", "--checkpoints_to_keep=2"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags());
+  ASSERT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  ASSERT_EQ(job.WaitWorker(1), 0);
+  ASSERT_EQ(job.WaitServer(), 0);
+  const std::vector<std::string> files = job.CheckpointFiles();
+  ASSERT_EQ(files.size(), 2u) << job.ServerOutput();
+  job.CorruptByte(files[0]);
+  job.Truncate(files[1]);
+
+  job.StartServer({});
+  EXPECT_EQ(job.WaitServer(), 2) << job.ServerOutput();
+  job.StartServer({});  // The files are set aside now: still refused.
+  EXPECT_EQ(job.WaitServer(), 2) << job.ServerOutput();
+  const std::string refusals = job.ServerOutput();
+  EXPECT_THAT(refusals, HasSubstr("no earlier checkpoint is left"));
+  EXPECT_THAT(refusals, HasSubstr("no intact checkpoint in"));
+  EXPECT_THAT(refusals, HasSubstr(files[0] + ".corrupt"));
+  EXPECT_THAT(refusals, HasSubstr(files[1] + ".corrupt"));
+  EXPECT_THAT(refusals, HasSubstr("--allow_fresh_start"));
+
+  job.StartServer({"--allow_fresh_start"});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags());
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("starting from version 0 as "
+                                            "--allow_fresh_start asks"));
+  EXPECT_EQ(job.Weights(0), Reference());
+}
+
 }  // namespace
 }  // namespace lockstep

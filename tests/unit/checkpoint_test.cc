@@ -92,7 +92,9 @@ TEST(CheckpointFormatTest, DamageIsDetected) {
            {good.substr(0, 10), "preamble"},
            {header, "header checksum"},
            {magic, "bad magic"},
-           {format, "format version 9"}}) {
+           {format, "format version 9"},
+           // The file's own length: an appended tail is damage too.
+           {good + "junk", "4 bytes after the last tensor"}}) {
     absl::StatusOr<ShardCheckpoint> c = DecodeCheckpoint(bytes);
     EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss) << words;
     EXPECT_THAT(std::string(c.status().message()), HasSubstr(words));
@@ -174,6 +176,34 @@ TEST(CheckpointStoreTest, ACorruptNewerFileDoesNotOutliveTheGoodOnes) {
   ASSERT_TRUE(saved.ok());
   EXPECT_THAT((*store)->List(), ElementsAre(*saved));
   EXPECT_EQ(Slurp(path30 + ".corrupt"), bytes);
+}
+
+// Every checkpoint damaged: the load finds none, says none is left, and
+// SetAside names them all, this load's and an earlier one's.
+TEST(CheckpointStoreTest, WhenEveryCheckpointIsDamagedSetAsideNamesThem) {
+  const std::string dir = TempDir();
+  auto store = CheckpointStore::Create(dir, 0, 1, /*keep=*/3);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->SetAside().empty());
+  for (int64_t v : {10, 20}) ASSERT_TRUE((*store)->Save(Example(v)).ok());
+  const std::vector<std::string> files = (*store)->List();
+  ASSERT_THAT(files, SizeIs(2));
+  for (const std::string& path : files) Spit(path, Slurp(path) + "tail");
+  std::vector<std::string> notes;
+  auto loaded = (*store)->LoadNewest(&notes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->has_value());
+  ASSERT_THAT(notes, SizeIs(2));
+  EXPECT_THAT(notes[0], HasSubstr("falling back to the previous one"));
+  EXPECT_THAT(notes[1], HasSubstr("no earlier checkpoint is left"));
+  EXPECT_THAT((*store)->SetAside(),
+              ElementsAre(files[0] + ".corrupt", files[1] + ".corrupt"));
+  // A later load: nothing to read, and still the same two set aside.
+  notes.clear();
+  loaded = (*store)->LoadNewest(&notes);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_FALSE(loaded->has_value());
+  EXPECT_THAT((*store)->SetAside(), SizeIs(2));
 }
 
 // A shard folder that is a file is found at start, not at the first save.
