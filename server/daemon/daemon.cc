@@ -199,6 +199,9 @@ std::optional<int> Daemon::Tick(absl::Time now) {
       }
     }
   }
+  if (std::optional<int> code = CheckWorkersGone(now); code.has_value()) {
+    return code;
+  }
   if (options_.exit_when_done && core_->WaitUntilDone(absl::ZeroDuration())) {
     Log("every worker has left");
     bool unsaved = false;
@@ -224,6 +227,41 @@ std::optional<int> Daemon::Tick(absl::Time now) {
     return kExitOk;
   }
   return std::nullopt;
+}
+
+std::optional<int> Daemon::CheckWorkersGone(absl::Time now) {
+  if (options_.no_worker_timeout <= absl::ZeroDuration() ||
+      core_->WaitUntilDone(absl::ZeroDuration())) {
+    return std::nullopt;
+  }
+  absl::Time last = absl::InfinitePast();  // Of any worker's latest call.
+  for (const WorkerActivity& w : core_->GetStatus().workers) {
+    last = std::max(last, w.last_contact);
+  }
+  // Before the first call the job has not begun: workers may be slow to
+  // start (pods pending), and nothing would be lost.
+  if (last == absl::InfinitePast() || now - last < options_.no_worker_timeout) {
+    return std::nullopt;
+  }
+  Log(absl::StrCat("no worker has called for ",
+                   absl::FormatDuration(now - last),
+                   " (--no_worker_timeout_s) and the job is unfinished: every "
+                   "worker was lost and none replaced; exiting retryable"));
+  bool unsaved = false;
+  if (checkpoints_ != nullptr) {
+    absl::MutexLock lock(&checkpoint_mu_);
+    unsaved = last_saved_version_ < core_->GetStatus().version;
+  }
+  if (unsaved) {
+    absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+    if (!saved.ok()) {
+      Log(absl::StrCat("checkpoint before exiting failed: ",
+                       saved.status().ToString()));
+    }
+  }
+  core_->Shutdown(absl::UnavailableError(
+      "the server gave up on the job: no worker called for too long"));
+  return kExitRetryable;
 }
 
 absl::Status Daemon::RestoreNewestCheckpoint() {

@@ -52,6 +52,10 @@ struct DaemonOptions {
   // Start from version 0 even when checkpoint_dir holds only damaged
   // checkpoints (set aside as *.corrupt); otherwise that is refused.
   bool allow_fresh_start = false;
+  // Once the job has begun: exit with the retryable code after this long
+  // without a call from any worker, the job unfinished (every worker lost
+  // and none replaced). Zero: wait for them forever.
+  absl::Duration no_worker_timeout = absl::Seconds(600);
   absl::Duration checkpoint_pause_for_tests = absl::ZeroDuration();
   // For tests: a pause after reading the newest checkpoint at start.
   absl::Duration restore_pause_for_tests = absl::ZeroDuration();
@@ -83,6 +87,9 @@ class Daemon final {
       absl::Duration wait = absl::Seconds(30));
   // One pass of the periodic duties; returns an exit code to stop with.
   std::optional<int> Tick(absl::Time now);
+  // Tick's check that the job still has workers (no_worker_timeout): the
+  // exit code when it has given up on them.
+  std::optional<int> CheckWorkersGone(absl::Time now);
   // Restores the newest intact checkpoint in checkpoint_dir, if any.
   absl::Status RestoreNewestCheckpoint();
 

@@ -63,6 +63,11 @@ ABSL_FLAG(int64_t, checkpoint_every_steps, 0,
 ABSL_FLAG(int, checkpoint_every_seconds, 0,
           "Write a checkpoint every N seconds (0: not by time).");
 ABSL_FLAG(int, checkpoints_to_keep, 3, "How many checkpoints to keep.");
+ABSL_FLAG(int, no_worker_timeout_s, 600,
+          "Once the job has begun: exit 75 (retryable) after this many "
+          "seconds without a call from any worker while the job is "
+          "unfinished, every worker lost and none replaced (0: never). The "
+          "unsaved progress is checkpointed first.");
 ABSL_FLAG(bool, allow_fresh_start, false,
           "Start from version 0 even when --checkpoint_dir holds only damaged "
           "checkpoints (set aside as *.corrupt); without it the server "
@@ -218,6 +223,13 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
       absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_seconds));
   options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
   options.allow_fresh_start = absl::GetFlag(FLAGS_allow_fresh_start);
+  if (absl::GetFlag(FLAGS_no_worker_timeout_s) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--no_worker_timeout_s must be >= 0, got ",
+                     absl::GetFlag(FLAGS_no_worker_timeout_s)));
+  }
+  options.no_worker_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_no_worker_timeout_s));
   options.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.telemetry.health_port = absl::GetFlag(FLAGS_health_port);
   options.telemetry.trace_path =

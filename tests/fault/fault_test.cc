@@ -148,6 +148,38 @@ TEST(FaultTest, SurvivorOfALostWorkerGivesUpAfterTheRejoinTimeout) {
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
 }
 
+// Nothing waits forever: with every worker lost and none replaced, the
+// server gives up after --no_worker_timeout_s with the retryable code,
+// its progress checkpointed, and a restarted job resumes from it.
+TEST(FaultTest, ServerWithNoWorkerLeftGivesUpRetryably) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=1", "--no_worker_timeout_s=2"});
+  const std::vector<std::string> timeouts = {"--rejoin_timeout_s=2",
+                                             "--step_timeout_s=2"};
+  job.StartWorker(0, Flags(timeouts));
+  std::vector<std::string> slow = timeouts;
+  slow.push_back("--straggle=1:50");
+  job.StartWorker(1, Flags(slow));
+  ASSERT_TRUE(job.WaitForVersion(5)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGKILL);
+  EXPECT_EQ(job.WaitWorker(0), 75) << job.WorkerOutput(0);
+  const absl::Time survivor_gone = absl::Now();
+  EXPECT_EQ(job.WaitServer(), 75) << job.ServerOutput();
+  EXPECT_LT(absl::Now() - survivor_gone, absl::Seconds(30));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("(--no_worker_timeout_s)"));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("checkpoint of version"));
+  ASSERT_FALSE(job.CheckpointFiles().empty());
+  // The job goes on from there when it is started again.
+  job.StartServer({});
+  job.StartWorker(0, Flags());
+  job.StartWorker(1, Flags());
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("restored version"));
+  EXPECT_EQ(job.Weights(0), Reference());  // Nothing lost, nothing twice.
+}
+
 TEST(FaultTest, TwoWorkersClaimingOneRank) {
   Job job(2);
   job.StartServer({"--step_timeout_s=5"});
