@@ -169,6 +169,11 @@ class ChunkBarrier final {
 
   // Answers every waiting call with `status` and refuses new ones.
   void Close(const absl::Status& status);
+  // After Close: frees the weights, the accumulator and the optimizer's
+  // state, which a closed barrier never reads again (every call is answered
+  // with the close status). The object itself stays valid for callers
+  // still holding it. No-op while open.
+  void ReleaseMemory();
 
   // kSync: the step being gathered, since when, and who has not pushed it.
   // kSsp: the slowest ranks' next step, since when a push has been held

@@ -86,6 +86,15 @@ void ChunkBarrier::Close(const absl::Status& status) {
   answers.Run();
 }
 
+void ChunkBarrier::ReleaseMemory() {
+  absl::MutexLock lock(&mu_);
+  if (!closed_) return;
+  std::vector<float>().swap(accumulator_);
+  optimizer_.reset();
+  published_.reset();  // Pulls already answered keep their own reference.
+  previous_.reset();
+}
+
 std::optional<ChunkBarrier::Gathering> ChunkBarrier::Pending() const {
   absl::MutexLock lock(&mu_);
   if (policy_.mode == SyncMode::kSsp) {

@@ -62,7 +62,17 @@ struct ParameterServerOptions {
   // Splits each chunk's sums and optimizer step (--server_threads); not
   // owned, outlives the server; null: each on the calling thread.
   WorkPool* pool = nullptr;
+  // Most bytes the model's state on this shard may take (its weights, the
+  // sum, a copy for exact pulls and the optimizer's slots); a signature
+  // needing more is refused with RESOURCE_EXHAUSTED before anything is
+  // allocated. 0: no bound.
+  int64_t max_state_bytes = 0;
 };
+
+// What a shard holding `elements` of a model trained with `optimizer`
+// allocates: weights, the sum, the exact pulls' copy and the optimizer's
+// slots (momentum: 1, Adam and AdamW: 2), fp32 each.
+int64_t ShardStateBytes(int64_t elements, const OptimizerConfig& optimizer);
 
 struct Registration {
   int64_t incarnation = 0;

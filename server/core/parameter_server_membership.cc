@@ -5,6 +5,7 @@
 #include "server/core/parameter_server.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -67,6 +68,13 @@ absl::StatusOr<int64_t> RandomIncarnation() {
 
 }  // namespace
 
+int64_t ShardStateBytes(int64_t elements, const OptimizerConfig& optimizer) {
+  const int slots = optimizer.name == "sgd"        ? 0
+                    : optimizer.name == "momentum" ? 1
+                                                   : 2;
+  return elements * static_cast<int64_t>(sizeof(float)) * (3 + slots);
+}
+
 absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
   RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, options_.num_workers));
   ASSIGN_OR_RETURN(ChunkPlan plan,
@@ -76,6 +84,18 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
                                      signature.NumStateElements()));
   if (plan.num_chunks() == 0) {
     return absl::InvalidArgumentError("the model has no parameters");
+  }
+  int64_t owned = 0;
+  for (const Chunk& chunk : plan.chunks()) {
+    if (chunk.shard == options_.shard) owned += chunk.size;
+  }
+  const int64_t needed = ShardStateBytes(owned, signature.optimizer);
+  if (options_.max_state_bytes > 0 && needed > options_.max_state_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model needs about ", needed >> 20, " MiB on shard ",
+        options_.shard, " (", owned, " values: weights, their sum, a copy and ",
+        signature.optimizer.name, "'s state), more than the ",
+        options_.max_state_bytes >> 20, " MiB this server may use"));
   }
   std::vector<std::unique_ptr<ChunkBarrier>> chunks;
   for (const Chunk& chunk : plan.chunks()) {
@@ -116,8 +136,13 @@ absl::StatusOr<Registration> ParameterServer::Register(
   absl::StatusOr<Registration> result =
       RegisterInternal(rank, signature, &revoked, &reason);
   if (result.ok()) NoteContact(rank, absl::Now());
-  // Old barriers: their waiting pulls learn why.
-  for (ChunkBarrier* b : revoked) b->Close(absl::FailedPreconditionError(reason));
+  // Old barriers: their waiting pulls learn why, and what they held (a
+  // provisional model's weights and optimizer state) goes back.
+  for (ChunkBarrier* b : revoked) {
+    b->Close(absl::FailedPreconditionError(reason));
+    b->ReleaseMemory();
+  }
+  if (!revoked.empty()) malloc_trim(0);  // Returned to the system, not kept.
   return result;
 }
 

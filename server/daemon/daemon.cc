@@ -332,6 +332,7 @@ int Daemon::Run() {
   core_options.num_shards = options_.num_shards;
   core_options.observer = telemetry_->observer();
   core_options.sum_order = options_.sum_order;
+  core_options.max_state_bytes = options_.max_state_bytes;
   pool_ = std::make_unique<WorkPool>(options_.server_threads);
   core_options.pool = pool_.get();
   absl::StatusOr<std::unique_ptr<ParameterServer>> core =

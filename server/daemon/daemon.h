@@ -40,6 +40,8 @@ struct DaemonOptions {
   // requests (this plus a margin) are refused from their length prefix.
   int64_t max_chunk_bytes = kDefaultChunkBytes;
   int64_t max_parameters = int64_t{1} << 30;  // Largest model registered.
+  // ParameterServerOptions::max_state_bytes (0: no bound).
+  int64_t max_state_bytes = 0;
   ServerLimits limits;  // Streams, keepalive, connection idle and age.
   TlsOptions tls;       // Credentials and who may call what.
   std::string checkpoint_dir;  // Empty: no checkpoints.

@@ -3,9 +3,11 @@
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -113,6 +115,12 @@ ABSL_FLAG(int64_t, max_chunk_bytes, lockstep::kDefaultChunkBytes,
 ABSL_FLAG(int64_t, max_parameters, int64_t{1} << 30,
           "Largest model a worker may register, in fp32 parameters and "
           "batch-norm state values together (at most 2^40).");
+ABSL_FLAG(int64_t, max_state_mb, 0,
+          "Most memory, in MiB, the model's state on this shard may take "
+          "(weights, their sum, a copy, the optimizer's slots); a larger "
+          "model is refused at registration (RESOURCE_EXHAUSTED) before "
+          "anything is allocated. 0: three quarters of the machine's memory "
+          "(or of the cgroup's limit, where lower).");
 ABSL_FLAG(int, max_grpc_memory_mb, 1024,
           "gRPC's memory quota for buffering requests, in MiB: past it gRPC "
           "cancels calls rather than grow. Must hold every worker's pushes "
@@ -128,6 +136,22 @@ ABSL_FLAG(int, max_connection_age_s, 3600,
 
 namespace lockstep {
 namespace {
+
+// The memory this process may use: the machine's, or its cgroup's limit
+// where that is lower (a container's). 0 when neither can be read.
+int64_t MachineMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  int64_t bytes = pages > 0 && page > 0 ? int64_t{pages} * page : 0;
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // cgroup v2.
+  std::string limit;
+  int64_t cgroup_bytes = 0;
+  if (cgroup >> limit && absl::SimpleAtoi(limit, &cgroup_bytes) &&
+      cgroup_bytes > 0 && (bytes == 0 || cgroup_bytes < bytes)) {
+    bytes = cgroup_bytes;
+  }
+  return bytes;
+}
 
 absl::StatusOr<DaemonOptions> ParseOptions() {
   DaemonOptions options;
@@ -199,6 +223,12 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
         "--max_concurrent_streams must be positive and connection times not "
         "negative");
   }
+  const int64_t state_mb = absl::GetFlag(FLAGS_max_state_mb);
+  if (state_mb < 0) {
+    return absl::InvalidArgumentError("--max_state_mb must not be negative");
+  }
+  options.max_state_bytes =
+      state_mb > 0 ? state_mb << 20 : MachineMemoryBytes() / 4 * 3;
   const int memory_mb = absl::GetFlag(FLAGS_max_grpc_memory_mb);
   if (memory_mb < 0) {
     return absl::InvalidArgumentError(

@@ -140,6 +140,32 @@ TEST_F(ChunkBarrierTest, SyncWithoutBackupsRefusesWrongSteps) {
   EXPECT_EQ(counters_.pushes_refused.load(), 2);
 }
 
+// A replaced configuration's barriers give their memory back; a caller
+// still holding one is answered with the close status, as before.
+TEST_F(ChunkBarrierTest, AReleasedBarrierAnswersWithItsCloseStatus) {
+  auto b = Make(SyncPolicy(), 2);
+  Reply waiting;
+  Push(*b, 0, 0, {1, 1}, &waiting);
+  b->ReleaseMemory();  // Open: nothing happens.
+  Reply other;
+  Push(*b, 1, 0, {1, 1}, &other);
+  ASSERT_TRUE(other.result.has_value() && other.result->ok());
+  EXPECT_THAT(*(*other.result)->values, ElementsAre(9.5f, 19.5f));
+  b->Close(absl::FailedPreconditionError("replaced by rank 0's model"));
+  b->ReleaseMemory();
+  Reply push, pull;
+  Push(*b, 0, 1, {1, 1}, &push);
+  b->Pull(0, false, pull.Callback());
+  for (Reply* r : {&push, &pull}) {
+    ASSERT_TRUE(r->result.has_value());
+    EXPECT_EQ(r->result->status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(r->result->status().message()),
+                HasSubstr("replaced by rank 0's model"));
+  }
+  EXPECT_EQ(b->Initialize(Bytes(std::vector<float>{1, 2})).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_F(ChunkBarrierTest, AsyncAppliesEveryPushOnItsOwn) {
   SyncPolicy policy;
   policy.mode = SyncMode::kAsync;

@@ -216,6 +216,26 @@ TEST_F(ParameterServerTest, SignatureMismatchNamesTheDifference) {
               HasSubstr("num_workers"));
 }
 
+// A model whose state would not fit is refused before anything is
+// allocated: 5 values with SGD take 5 x 4 x 3 = 60 bytes, with Adam 100.
+TEST(ParameterServerPolicyTest, AModelTooLargeForTheBudgetIsRefused) {
+  EXPECT_EQ(ShardStateBytes(5, OptimizerConfig::Defaults("sgd")), 60);
+  EXPECT_EQ(ShardStateBytes(5, OptimizerConfig::Defaults("momentum")), 80);
+  EXPECT_EQ(ShardStateBytes(5, OptimizerConfig::Defaults("adam")), 100);
+  ParameterServerOptions options{2};
+  options.max_state_bytes = 80;
+  auto ps = ParameterServer::Create(options);
+  ASSERT_TRUE(ps.ok());
+  ModelSignature adam = SmallSignature(2);
+  adam.optimizer = OptimizerConfig::Defaults("adam");
+  const auto refused = (*ps)->Register(0, adam);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("more than the 0 MiB this server may use"));
+  EXPECT_FALSE((*ps)->GetStatus().signature.has_value());
+  EXPECT_TRUE((*ps)->Register(0, SmallSignature(2)).ok());  // SGD: 60.
+}
+
 TEST(ParameterServerPolicyTest, AnAllReduceSignatureIsRefused) {
   auto ps = ParameterServer::Create({2});
   ASSERT_TRUE(ps.ok());
