@@ -22,24 +22,19 @@
 #include "common/tls.h"
 #include "server/coordination/coordination_service.h"
 #include "server/coordination/coordination_store.h"
+#include "server/daemon/daemon_internal.h"
 #include "server/rpc/grpc_service.h"
 
 namespace lockstep {
 namespace {
 
+using daemon_internal::kDrainCheckpointWait;
+using daemon_internal::Log;
+
 // How often the daemon looks at timeouts, checkpoints and the job's end.
 constexpr absl::Duration kTick = absl::Milliseconds(50);
-// How long a drain's checkpoint waits for the chunks to line up (the step
-// under way to reach every chunk): well inside Kubernetes' default 30 s
-// grace period.
-constexpr absl::Duration kDrainCheckpointWait = absl::Seconds(20);
 // How long a server waits for its port to be let go of before giving up.
 constexpr absl::Duration kPortWait = absl::Seconds(3);
-
-void Log(const std::string& message) {
-  std::fprintf(stderr, "lockstep_server: %s\n", message.c_str());
-  std::fflush(stderr);
-}
 
 // A predecessor killed a moment ago may still hold the port: waits up to
 // kPortWait for it, saying so (the bind that follows reports the rest).
@@ -90,51 +85,6 @@ absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 Daemon::~Daemon() = default;
-
-absl::StatusOr<int64_t> Daemon::WriteWeightsFile() {
-  absl::MutexLock lock(&weights_mu_);
-  absl::StatusOr<ShardCheckpoint> snapshot =
-      core_->Snapshot(kDrainCheckpointWait);
-  if (!snapshot.ok()) return snapshot.status();
-  // One shard owns every chunk: in chunk order they are the flat vector.
-  std::sort(snapshot->chunks.begin(), snapshot->chunks.end(),
-            [](const ChunkState& a, const ChunkState& b) {
-              return a.chunk < b.chunk;
-            });
-  std::vector<float> flat;
-  for (const ChunkState& chunk : snapshot->chunks) {
-    flat.insert(flat.end(), chunk.weights.begin(), chunk.weights.end());
-  }
-  std::vector<TensorInfo> tensors = snapshot->signature.tensors;
-  tensors.insert(tensors.end(), snapshot->signature.state_tensors.begin(),
-                 snapshot->signature.state_tensors.end());
-  RETURN_IF_ERROR(WriteSafetensors(options_.weights_file, tensors, flat));
-  Log(absl::StrCat("weights of version ", snapshot->version, " in ",
-                   options_.weights_file));
-  return snapshot->version;
-}
-
-absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint(
-    absl::Duration wait) {
-  if (checkpoints_ == nullptr) {
-    return absl::FailedPreconditionError("no --checkpoint_dir");
-  }
-  absl::MutexLock lock(&checkpoint_mu_);
-  absl::StatusOr<ShardCheckpoint> snapshot = core_->Snapshot(wait);
-  if (!snapshot.ok()) return snapshot.status();
-  absl::StatusOr<std::string> path = checkpoints_->Save(*snapshot);
-  if (!path.ok()) return path.status();
-  last_saved_version_ = snapshot->version;
-  last_saved_ = absl::Now();
-  // Any save that works (lockstep_ctl's too) ends the retry delay.
-  checkpoint_backoff_ = absl::ZeroDuration();
-  retry_checkpoint_at_ = absl::InfinitePast();
-  if (telemetry_ != nullptr) {
-    telemetry_->CheckpointSaved(snapshot->version, last_saved_);
-  }
-  Log(absl::StrCat("checkpoint of version ", snapshot->version, " in ", *path));
-  return std::make_pair(*path, snapshot->version);
-}
 
 std::optional<int> Daemon::Tick(absl::Time now) {
   if (options_.step_timeout > absl::ZeroDuration()) {
@@ -227,83 +177,6 @@ std::optional<int> Daemon::Tick(absl::Time now) {
     return kExitOk;
   }
   return std::nullopt;
-}
-
-std::optional<int> Daemon::CheckWorkersGone(absl::Time now) {
-  if (options_.no_worker_timeout <= absl::ZeroDuration() ||
-      core_->WaitUntilDone(absl::ZeroDuration())) {
-    return std::nullopt;
-  }
-  absl::Time last = absl::InfinitePast();  // Of any worker's latest call.
-  for (const WorkerActivity& w : core_->GetStatus().workers) {
-    last = std::max(last, w.last_contact);
-  }
-  // Before the first call the job has not begun: workers may be slow to
-  // start (pods pending), and nothing would be lost.
-  if (last == absl::InfinitePast() || now - last < options_.no_worker_timeout) {
-    return std::nullopt;
-  }
-  Log(absl::StrCat("no worker has called for ",
-                   absl::FormatDuration(now - last),
-                   " (--no_worker_timeout_s) and the job is unfinished: every "
-                   "worker was lost and none replaced; exiting retryable"));
-  bool unsaved = false;
-  if (checkpoints_ != nullptr) {
-    absl::MutexLock lock(&checkpoint_mu_);
-    unsaved = last_saved_version_ < core_->GetStatus().version;
-  }
-  if (unsaved) {
-    absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
-    if (!saved.ok()) {
-      Log(absl::StrCat("checkpoint before exiting failed: ",
-                       saved.status().ToString()));
-    }
-  }
-  core_->Shutdown(absl::UnavailableError(
-      "the server gave up on the job: no worker called for too long"));
-  return kExitRetryable;
-}
-
-absl::Status Daemon::RestoreNewestCheckpoint() {
-  if (checkpoints_ == nullptr) return absl::OkStatus();
-  std::vector<std::string> notes;
-  absl::StatusOr<std::optional<ShardCheckpoint>> newest =
-      checkpoints_->LoadNewest(&notes);
-  for (const std::string& note : notes) Log(note);
-  if (!newest.ok()) {
-    Log(newest.status().ToString());
-    return newest.status();
-  }
-  if (!newest->has_value()) {
-    const std::vector<std::string> damaged = checkpoints_->SetAside();
-    if (damaged.empty()) return absl::OkStatus();  // A new job.
-    if (options_.allow_fresh_start) {
-      Log(absl::StrCat("no intact checkpoint in ", options_.checkpoint_dir,
-                       " (", damaged.size(),
-                       " damaged, set aside); starting from version 0 as "
-                       "--allow_fresh_start asks"));
-      return absl::OkStatus();
-    }
-    const absl::Status refused = absl::DataLossError(absl::StrCat(
-        "no intact checkpoint in ", options_.checkpoint_dir, ", only damaged "
-        "ones: ", absl::StrJoin(damaged, ", "), ". Starting from version 0 "
-        "would lose the job's progress: restore a good checkpoint into the "
-        "folder, or pass --allow_fresh_start to start fresh"));
-    Log(std::string(refused.message()));
-    return refused;
-  }
-  absl::SleepFor(options_.restore_pause_for_tests);
-  if (absl::Status s = core_->Restore(**newest); !s.ok()) {
-    Log(absl::StrCat("cannot restore the checkpoint in ",
-                     options_.checkpoint_dir, ": ", s.message()));
-    return s;
-  }
-  absl::MutexLock lock(&checkpoint_mu_);
-  last_saved_version_ = (*newest)->version;
-  telemetry_->CheckpointSaved((*newest)->version, absl::Now());
-  Log(absl::StrCat("restored version ", (*newest)->version, " from ",
-                   options_.checkpoint_dir));
-  return absl::OkStatus();
 }
 
 int Daemon::Run() {

@@ -346,10 +346,16 @@ TEST(FaultTest, OnlyDamagedCheckpointsAreNotASilentFreshStart) {
   ASSERT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
   ASSERT_EQ(job.WaitWorker(1), 0);
   ASSERT_EQ(job.WaitServer(), 0);
+  // One or two, as the ticks saw the versions go by; all are damaged.
   const std::vector<std::string> files = job.CheckpointFiles();
-  ASSERT_EQ(files.size(), 2u) << job.ServerOutput();
-  job.CorruptByte(files[0]);
-  job.Truncate(files[1]);
+  ASSERT_FALSE(files.empty()) << job.ServerOutput();
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (i % 2 == 0) {
+      job.CorruptByte(files[i]);
+    } else {
+      job.Truncate(files[i]);
+    }
+  }
 
   job.StartServer({});
   EXPECT_EQ(job.WaitServer(), 2) << job.ServerOutput();
@@ -358,8 +364,9 @@ TEST(FaultTest, OnlyDamagedCheckpointsAreNotASilentFreshStart) {
   const std::string refusals = job.ServerOutput();
   EXPECT_THAT(refusals, HasSubstr("no earlier checkpoint is left"));
   EXPECT_THAT(refusals, HasSubstr("no intact checkpoint in"));
-  EXPECT_THAT(refusals, HasSubstr(files[0] + ".corrupt"));
-  EXPECT_THAT(refusals, HasSubstr(files[1] + ".corrupt"));
+  for (const std::string& path : files) {
+    EXPECT_THAT(refusals, HasSubstr(path + ".corrupt"));
+  }
   EXPECT_THAT(refusals, HasSubstr("--allow_fresh_start"));
 
   job.StartServer({"--allow_fresh_start"});
