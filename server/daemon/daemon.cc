@@ -154,18 +154,10 @@ std::optional<int> Daemon::Tick(absl::Time now) {
   }
   if (options_.exit_when_done && core_->WaitUntilDone(absl::ZeroDuration())) {
     Log("every worker has left");
-    bool unsaved = false;
-    if (checkpoints_ != nullptr) {
-      absl::MutexLock lock(&checkpoint_mu_);
-      unsaved = last_saved_version_ < core_->GetStatus().version;
-    }
-    if (unsaved) {
-      // The trained model is saved whatever the interval.
-      absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
-      if (!saved.ok()) {
-        Log(absl::StrCat("final checkpoint failed: ", saved.status().ToString()));
-        return kExitFailure;
-      }
+    // The trained model is saved whatever the interval.
+    if (absl::Status saved = SaveUnsavedProgress(); !saved.ok()) {
+      Log(absl::StrCat("final checkpoint failed: ", saved.ToString()));
+      return kExitFailure;
     }
     if (!options_.weights_file.empty()) {
       if (absl::StatusOr<int64_t> v = WriteWeightsFile(); !v.ok()) {

@@ -89,6 +89,9 @@ class Daemon final {
       absl::Duration wait = absl::Seconds(30));
   // One pass of the periodic duties; returns an exit code to stop with.
   std::optional<int> Tick(absl::Time now);
+  // A checkpoint of the newest version when it is not saved yet (OK when
+  // there is nothing to save or no checkpoint_dir).
+  absl::Status SaveUnsavedProgress();
   // Tick's check that the job still has workers (no_worker_timeout): the
   // exit code when it has given up on them.
   std::optional<int> CheckWorkersGone(absl::Time now);

@@ -68,6 +68,17 @@ absl::StatusOr<std::pair<std::string, int64_t>> Daemon::SaveCheckpoint(
   return std::make_pair(*path, snapshot->version);
 }
 
+absl::Status Daemon::SaveUnsavedProgress() {
+  if (checkpoints_ == nullptr) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    if (last_saved_version_ >= core_->GetStatus().version) {
+      return absl::OkStatus();
+    }
+  }
+  return SaveCheckpoint().status();
+}
+
 std::optional<int> Daemon::CheckWorkersGone(absl::Time now) {
   if (options_.no_worker_timeout <= absl::ZeroDuration() ||
       core_->WaitUntilDone(absl::ZeroDuration())) {
@@ -86,17 +97,8 @@ std::optional<int> Daemon::CheckWorkersGone(absl::Time now) {
                    absl::FormatDuration(now - last),
                    " (--no_worker_timeout_s) and the job is unfinished: every "
                    "worker was lost and none replaced; exiting retryable"));
-  bool unsaved = false;
-  if (checkpoints_ != nullptr) {
-    absl::MutexLock lock(&checkpoint_mu_);
-    unsaved = last_saved_version_ < core_->GetStatus().version;
-  }
-  if (unsaved) {
-    absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
-    if (!saved.ok()) {
-      Log(absl::StrCat("checkpoint before exiting failed: ",
-                       saved.status().ToString()));
-    }
+  if (absl::Status saved = SaveUnsavedProgress(); !saved.ok()) {
+    Log(absl::StrCat("checkpoint before exiting failed: ", saved.ToString()));
   }
   core_->Shutdown(absl::UnavailableError(
       "the server gave up on the job: no worker called for too long"));
