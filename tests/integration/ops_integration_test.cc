@@ -122,7 +122,11 @@ std::unique_ptr<Subprocess> StartWorker(const Server& server, int workers,
       kBin + "/lockstep_worker",   "--servers=" + server.address,
       absl::StrCat("--workers=", workers), absl::StrCat("--rank=", rank),
       "--dataset=synthetic",       "--synthetic_examples=64000",
-      "--epochs=1",                "--progress=none"};
+      "--epochs=1",                "--progress=none",
+      // StopWorkers stops both at once: one may already wait at the next
+      // step's barrier for the other, which left. Until stop signals cancel
+      // waiting calls (issue 24), its own step deadline ends that wait.
+      "--step_timeout_s=20"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   return std::make_unique<Subprocess>(Subprocess::Start(argv));
 }
