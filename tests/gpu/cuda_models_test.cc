@@ -35,7 +35,7 @@ using cuda_test::RandomFloats;
 using cuda_test::RandomLabels;
 
 // Glorot kernels plus non-zero biases.
-std::vector<float> RandomWeights(const Mlp& mlp, uint64_t seed) {
+std::vector<float> RandomWeights(const Model& mlp, uint64_t seed) {
   std::vector<float> w = mlp.InitialWeights(seed);
   Random random(seed + 1);
   int64_t offset = 0;
@@ -55,11 +55,11 @@ std::vector<float> RandomWeights(const Mlp& mlp, uint64_t seed) {
 TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
   const std::vector<int> sizes = {37, 45, 29, 11};
   const int max_batch = 53;
-  auto cpu_mlp = Mlp::Create(sizes, max_batch, cpu_.get());
-  auto cuda_mlp = Mlp::Create(sizes, max_batch, cuda_.get());
+  auto cpu_mlp = CreateMlp(sizes, max_batch, cpu_.get());
+  auto cuda_mlp = CreateMlp(sizes, max_batch, cuda_.get());
   ASSERT_TRUE(cpu_mlp.ok()) << cpu_mlp.status();
   ASSERT_TRUE(cuda_mlp.ok()) << cuda_mlp.status();
-  Mlp* mlps[2] = {cpu_mlp->get(), cuda_mlp->get()};
+  GraphModel* mlps[2] = {cpu_mlp->get(), cuda_mlp->get()};
   const std::vector<float> x = RandomFloats(size_t{max_batch} * sizes[0], 41);
   const std::vector<int32_t> y = RandomLabels(max_batch, sizes.back(), 42);
 
@@ -136,7 +136,7 @@ TEST_F(CudaVsCpuTest, DevicesOnOneGpuInSeveralThreadsAgree) {
       statuses[t] = [&]() -> absl::Status {
         auto device = CreateCudaDevice(0, false);
         if (!device.ok()) return device.status();
-        auto mlp = Mlp::Create(sizes, rows, device->get());
+        auto mlp = CreateMlp(sizes, rows, device->get());
         if (!mlp.ok()) return mlp.status();
         std::vector<float> w = (*mlp)->InitialWeights(7);
         grads[t].resize(w.size());

@@ -173,7 +173,7 @@ absl::StatusOr<LargeFigures> LargeMlp(Device& device, int batch, int steps) {
     figures.math_tflops = flops * steps / SecondsSince(t0) / 1e12;
   }
   // The model as a worker runs it.
-  ASSIGN_OR_RETURN(auto mlp, Mlp::Create(sizes, batch, &device));
+  ASSIGN_OR_RETURN(auto mlp, CreateMlp(sizes, batch, &device));
   std::vector<float> gradient(mlp->NumParameters());
   RETURN_IF_ERROR(mlp->SetWeights(mlp->InitialWeights(5)));
   auto step = [&]() -> absl::Status {

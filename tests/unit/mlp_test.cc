@@ -123,19 +123,22 @@ double MaxAbs(const std::vector<double>& v) {
 
 class MlpTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Mlp> MakeMlp(std::vector<int> sizes, int max_batch) {
-    auto mlp = Mlp::Create(std::move(sizes), max_batch, device_.get());
+  std::unique_ptr<GraphModel> MakeMlp(const std::vector<int>& sizes,
+                                      int max_batch) {
+    auto mlp = CreateMlp(sizes, max_batch, device_.get());
     EXPECT_TRUE(mlp.ok()) << mlp.status();
     return mlp.ok() ? std::move(*mlp) : nullptr;
   }
 
   // Glorot kernels plus non-zero biases, so every parameter matters.
-  std::vector<float> RandomWeights(const Mlp& mlp, uint64_t seed) {
+  std::vector<float> RandomWeights(const Model& mlp,
+                                   const std::vector<int>& sizes,
+                                   uint64_t seed) {
     std::vector<float> w = mlp.InitialWeights(seed);
-    const Offsets off = LayoutOf(mlp.layer_sizes());
+    const Offsets off = LayoutOf(sizes);
     Random random(seed + 1);
     for (size_t l = 0; l < off.bias.size(); ++l) {
-      for (int j = 0; j < mlp.layer_sizes()[l + 1]; ++j) {
+      for (int j = 0; j < sizes[l + 1]; ++j) {
         w[off.bias[l] + j] = random.Uniform(-0.3f, 0.3f);
       }
     }
@@ -154,7 +157,8 @@ TEST_F(MlpTest, TensorsFollowKerasNamesAndShapes) {
       {"dense_2/kernel", {4, 3}}, {"dense_2/bias", {3}}};
   EXPECT_EQ(mlp->Tensors(), want);
   EXPECT_EQ(mlp->NumParameters(), 7 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
-  EXPECT_EQ(mlp->layer_sizes(), (std::vector<int>{7, 5, 4, 3}));
+  EXPECT_EQ(mlp->FeatureSize(), 7);
+  EXPECT_EQ(mlp->StateSize(), 0);
   EXPECT_EQ(mlp->max_batch(), 6);
 }
 
@@ -190,7 +194,7 @@ TEST_F(MlpTest, GradientsMatchFiniteDifferencesAndReference) {
   auto mlp = MakeMlp(sizes, rows);
   ASSERT_NE(mlp, nullptr);
   Random random(7);
-  const std::vector<float> w = RandomWeights(*mlp, 11);
+  const std::vector<float> w = RandomWeights(*mlp, sizes, 11);
   const std::vector<float> x = RandomFloats(rows * sizes[0], -1, 1, random);
   const std::vector<int32_t> y = RandomLabels(rows, sizes.back(), random);
   ASSERT_TRUE(mlp->SetWeights(w).ok());
@@ -232,7 +236,7 @@ TEST_F(MlpTest, SmallerBatchAfterLargerReusesBuffersCorrectly) {
   auto mlp = MakeMlp(sizes, 8);
   ASSERT_NE(mlp, nullptr);
   Random random(3);
-  const std::vector<float> w = RandomWeights(*mlp, 5);
+  const std::vector<float> w = RandomWeights(*mlp, sizes, 5);
   ASSERT_TRUE(mlp->SetWeights(w).ok());
   std::vector<float> grad(mlp->NumParameters());
   const std::vector<float> x8 = RandomFloats(8 * sizes[0], -1, 1, random);
@@ -289,7 +293,7 @@ TEST_F(MlpTest, EvaluateSplitsIntoMaxBatchPieces) {
   auto mlp = MakeMlp(sizes, 4);
   ASSERT_NE(mlp, nullptr);
   Random random(21);
-  const std::vector<float> w = RandomWeights(*mlp, 8);
+  const std::vector<float> w = RandomWeights(*mlp, sizes, 8);
   ASSERT_TRUE(mlp->SetWeights(w).ok());
   const int rows = 10;
   const std::vector<float> x = RandomFloats(rows * sizes[0], -1, 1, random);
@@ -328,7 +332,7 @@ TEST_F(MlpTest, EvaluateSplitsIntoMaxBatchPieces) {
 TEST_F(MlpTest, CreateRejectsBadShapes) {
   const auto code = [this](std::vector<int> sizes, int max_batch,
                            Device* device) {
-    return Mlp::Create(std::move(sizes), max_batch, device).status().code();
+    return CreateMlp(sizes, max_batch, device).status().code();
   };
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   EXPECT_EQ(code({5}, 4, device_.get()), kInvalid);

@@ -89,8 +89,8 @@ class TrainerTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(device);
     ASSERT_TRUE(created.ok()) << created.status();
     device_ = *std::move(created);
-    absl::StatusOr<std::unique_ptr<Mlp>> mlp =
-        Mlp::Create({16, 8, 4}, kBatch, device_.get());
+    absl::StatusOr<std::unique_ptr<GraphModel>> mlp =
+        CreateMlp({16, 8, 4}, kBatch, device_.get());
     ASSERT_TRUE(mlp.ok()) << mlp.status();
     model_ = *std::move(mlp);
     train_ = MakeSyntheticDataset(kExamples, 16, 4, 1);
@@ -111,7 +111,7 @@ class TrainerTest : public ::testing::Test {
   }
 
   std::unique_ptr<Device> device_;
-  std::unique_ptr<Mlp> model_;
+  std::unique_ptr<GraphModel> model_;
   Dataset train_, test_;
   TrainerOptions options_;
   LocalExchanger exchanger_;

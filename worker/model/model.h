@@ -10,7 +10,8 @@
 // alike. Inputs are `rows` examples of FeatureSize() floats each (images in
 // NHWC order) and integer class labels; the loss is softmax cross-entropy.
 //
-// Implementations: Mlp (worker/model/mlp.h) and GraphModel (worker/model/nn).
+// The implementation is GraphModel (worker/model/nn): every model, the MLP
+// of worker/model/mlp.h included, is a graph of nn/ layers.
 // Models are made by CreateModel (worker/model/models.h). Externally
 // synchronized.
 #ifndef LOCKSTEP_WORKER_MODEL_MODEL_H_

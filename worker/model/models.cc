@@ -194,8 +194,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
     sizes.insert(sizes.end(), spec.hidden_units.begin(),
                  spec.hidden_units.end());
     sizes.push_back(spec.num_classes);
-    ASSIGN_OR_RETURN(std::unique_ptr<Mlp> mlp,
-                     Mlp::Create(std::move(sizes), max_batch, device));
+    ASSIGN_OR_RETURN(std::unique_ptr<GraphModel> mlp,
+                     CreateMlp(sizes, max_batch, device));
     return std::unique_ptr<Model>(std::move(mlp));
   }
   bool known = false;

@@ -1,7 +1,8 @@
 // The models a worker can train, by name:
 //
 //   mlp       Dense -> ReLU -> ... -> Dense over the flattened input
-//             (Mlp; hidden widths from ModelSpec::hidden_units).
+//             (worker/model/mlp.h; hidden widths from
+//             ModelSpec::hidden_units).
 //   cnn       A small LeNet-style network for fast tests: Conv 5x5x6 -> ReLU
 //             -> MaxPool 2 -> Conv 5x5x16 -> ReLU -> MaxPool 2 -> Flatten ->
 //             Dense 120 -> ReLU -> Dense 84 -> ReLU -> Dense classes; 'valid'

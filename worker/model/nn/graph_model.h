@@ -12,8 +12,7 @@
 // residual block's input) gets the sum of their gradients: the first writes
 // it, the others write to a scratch buffer that is then added in. Each
 // layer's parameter gradient starts its copy to the host as soon as it is
-// computed, and `on_ready` hears of it per layer, last layer first, as Mlp
-// does.
+// computed, and `on_ready` hears of it per layer, last layer first.
 //
 // State: the moving statistics of the BatchNormalization layers, which each
 // training step updates from the worker's own batch (like MirroredStrategy's
