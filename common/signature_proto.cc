@@ -1,6 +1,56 @@
 #include "common/signature_proto.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace lockstep {
+namespace {
+
+// The wire's kind of a mode; kAllReduce has none (its name is refused by
+// readers, as a server refuses such a signature).
+v1::SyncMode SyncModeToProto(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::kSync:
+      return v1::SYNC_MODE_SYNC;
+    case SyncMode::kAsync:
+      return v1::SYNC_MODE_ASYNC;
+    case SyncMode::kSsp:
+      return v1::SYNC_MODE_SSP;
+    case SyncMode::kAllReduce:
+      return v1::SYNC_MODE_UNSPECIFIED;
+  }
+  return v1::SYNC_MODE_UNSPECIFIED;
+}
+
+// The kind when it is set, else the name (older senders); a name that
+// disagrees with the kind, or a kind this build does not know, is refused.
+absl::StatusOr<SyncMode> SyncModeFromProto(const v1::SyncSpec& sync) {
+  absl::StatusOr<SyncMode> named = ParseSyncMode(sync.mode());
+  if (sync.kind() == v1::SYNC_MODE_UNSPECIFIED) return named;
+  SyncMode kind;
+  switch (sync.kind()) {
+    case v1::SYNC_MODE_SYNC:
+      kind = SyncMode::kSync;
+      break;
+    case v1::SYNC_MODE_ASYNC:
+      kind = SyncMode::kAsync;
+      break;
+    case v1::SYNC_MODE_SSP:
+      kind = SyncMode::kSsp;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown sync mode kind ", sync.kind()));
+  }
+  if (!named.ok()) return named.status();
+  if (!sync.mode().empty() && *named != kind) {
+    return absl::InvalidArgumentError(absl::StrCat("sync mode \"", sync.mode(),
+                                                   "\" disagrees with kind ",
+                                                   SyncModeName(kind)));
+  }
+  return kind;
+}
+
+}  // namespace
 
 void SignatureToProto(const ModelSignature& signature,
                       v1::ModelSignature* proto) {
@@ -33,6 +83,7 @@ void SignatureToProto(const ModelSignature& signature,
   proto->set_total_steps(signature.total_steps);
   v1::SyncSpec* sync = proto->mutable_sync();
   sync->set_mode(SyncModeName(signature.sync.mode));
+  sync->set_kind(SyncModeToProto(signature.sync.mode));
   sync->set_backup_workers(signature.sync.backup_workers);
   sync->set_staleness(signature.sync.staleness);
 }
@@ -66,7 +117,7 @@ absl::StatusOr<ModelSignature> SignatureFromProto(
   signature.num_workers = proto.num_workers();
   signature.num_shards = proto.num_shards() > 0 ? proto.num_shards() : 1;
   signature.total_steps = proto.total_steps();
-  absl::StatusOr<SyncMode> mode = ParseSyncMode(proto.sync().mode());
+  absl::StatusOr<SyncMode> mode = SyncModeFromProto(proto.sync());
   if (!mode.ok()) return mode.status();
   signature.sync.mode = *mode;
   signature.sync.backup_workers = proto.sync().backup_workers();

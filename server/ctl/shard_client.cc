@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/signature_proto.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 
 namespace lockstep {
@@ -28,11 +29,12 @@ std::string DescribeModel(const v1::ModelSignature& signature) {
     for (int64_t d : t.shape()) n *= d;
     parameters += n;
   }
-  const std::string& mode = signature.sync().mode();
+  const absl::StatusOr<ModelSignature> read = SignatureFromProto(signature);
+  const std::string mode =
+      read.ok() ? SyncModeName(read->sync.mode) : signature.sync().mode();
   return absl::StrCat(parameters, " parameters in ", signature.tensors_size(),
-                      " tensors, ", signature.optimizer().name(), ", ",
-                      mode.empty() ? "sync" : mode, ", total ",
-                      signature.total_steps(), " steps");
+                      " tensors, ", signature.optimizer().name(), ", ", mode,
+                      ", total ", signature.total_steps(), " steps");
 }
 
 }  // namespace

@@ -242,6 +242,54 @@ TEST(SignatureProtoTest, SyncModesAreReadOrRefused) {
               HasSubstr("unknown sync mode \"asynchronous\""));
 }
 
+// The mode travels as an enum and, for older readers, by name; a message
+// from an older sender has only the name.
+TEST(SignatureProtoTest, SyncModeTravelsAsKindAndName) {
+  const struct {
+    SyncMode mode;
+    v1::SyncMode kind;
+    const char* name;
+  } cases[] = {{SyncMode::kSync, v1::SYNC_MODE_SYNC, "sync"},
+               {SyncMode::kAsync, v1::SYNC_MODE_ASYNC, "async"},
+               {SyncMode::kSsp, v1::SYNC_MODE_SSP, "ssp"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ModelSignature signature;
+    signature.sync.mode = c.mode;
+    v1::ModelSignature proto;
+    SignatureToProto(signature, &proto);
+    EXPECT_EQ(proto.sync().kind(), c.kind);
+    EXPECT_EQ(proto.sync().mode(), c.name);
+    absl::StatusOr<ModelSignature> read = SignatureFromProto(proto);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->sync.mode, c.mode);
+
+    proto.mutable_sync()->clear_kind();  // An older sender.
+    read = SignatureFromProto(proto);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->sync.mode, c.mode);
+
+    proto.mutable_sync()->set_kind(c.kind);  // A sender that writes no name.
+    proto.mutable_sync()->clear_mode();
+    read = SignatureFromProto(proto);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->sync.mode, c.mode);
+  }
+  v1::ModelSignature proto;
+  SignatureToProto(ModelSignature(), &proto);
+  proto.mutable_sync()->set_kind(v1::SYNC_MODE_ASYNC);  // Name says "sync".
+  absl::StatusOr<ModelSignature> refused = SignatureFromProto(proto);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("sync mode \"sync\" disagrees with kind async"));
+  proto.mutable_sync()->set_kind(static_cast<v1::SyncMode>(9));
+  proto.mutable_sync()->clear_mode();
+  refused = SignatureFromProto(proto);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("unknown sync mode kind 9"));
+}
+
 TEST(JsonWriterTest, WritesFieldsInOrder) {
   JsonObjectWriter writer;
   writer.Add("model", "mlp \"small\"\\v1\n\tnext\x01")
