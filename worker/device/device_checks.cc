@@ -64,6 +64,61 @@ absl::Status CheckSoftmaxCrossEntropyArgs(int rows, int cols,
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> CheckCopyArgs(const char* op, size_t bytes,
+                                      const void* src, const void* dst) {
+  if (bytes > 0 && (src == nullptr || dst == nullptr)) return NullPointer(op);
+  return static_cast<int64_t>(bytes);
+}
+
+absl::StatusOr<int64_t> CheckGemmArgs(int m, int n, int k, const float* a,
+                                      const float* b, const float* c) {
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Gemm: negative size m=%d n=%d k=%d", m, n, k));
+  }
+  const int64_t outputs = int64_t{m} * n;
+  if (outputs == 0) return 0;
+  if ((k > 0 && (a == nullptr || b == nullptr)) || c == nullptr) {
+    return NullPointer("Gemm");
+  }
+  return outputs;
+}
+
+absl::StatusOr<int64_t> CheckAddBiasArgs(int rows, int cols, const float* bias,
+                                         const float* x) {
+  RETURN_IF_ERROR(CheckRowsChannels("AddBias", rows, cols));
+  const int64_t n = int64_t{rows} * cols;
+  if (n > 0 && (bias == nullptr || x == nullptr)) return NullPointer("AddBias");
+  return n;
+}
+
+absl::StatusOr<int64_t> CheckReluForwardArgs(size_t n, const float* x,
+                                             const float* y) {
+  if (n > 0 && (x == nullptr || y == nullptr)) {
+    return NullPointer("ReluForward");
+  }
+  return static_cast<int64_t>(n);
+}
+
+absl::StatusOr<int64_t> CheckReluBackwardArgs(size_t n, const float* activation,
+                                              const float* dy,
+                                              const float* dx) {
+  if (n > 0 && (activation == nullptr || dy == nullptr || dx == nullptr)) {
+    return NullPointer("ReluBackward");
+  }
+  return static_cast<int64_t>(n);
+}
+
+absl::StatusOr<int64_t> CheckBiasGradientArgs(int rows, int cols,
+                                              const float* grad,
+                                              const float* bias_grad) {
+  RETURN_IF_ERROR(CheckRowsChannels("BiasGradient", rows, cols));
+  if (cols > 0 && (bias_grad == nullptr || (grad == nullptr && rows > 0))) {
+    return NullPointer("BiasGradient");
+  }
+  return cols;
+}
+
 absl::Status CheckAxpyArgs(size_t n, const float* x, const float* y) {
   if (n > 0 && (x == nullptr || y == nullptr)) return NullPointer("Axpy");
   return absl::OkStatus();
@@ -71,10 +126,7 @@ absl::Status CheckAxpyArgs(size_t n, const float* x, const float* y) {
 
 absl::Status CheckCopyOnDeviceArgs(size_t bytes, const void* src,
                                    const void* dst) {
-  if (bytes > 0 && (src == nullptr || dst == nullptr)) {
-    return NullPointer("CopyOnDevice");
-  }
-  return absl::OkStatus();
+  return CheckCopyArgs("CopyOnDevice", bytes, src, dst).status();
 }
 
 absl::StatusOr<int64_t> CheckIm2ColArgs(const WindowGeometry& g,

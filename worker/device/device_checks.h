@@ -16,6 +16,29 @@
 
 namespace lockstep {
 
+// The dense ops. Each returns the number of elements the call computes
+// (0: a no-op, whose pointers may be null); a pointer may be null only when
+// nothing is read or written through it.
+// Copies (CopyToDevice, CopyToHost, CopyToHostAsync; `op` names which):
+// `bytes` bytes.
+absl::StatusOr<int64_t> CheckCopyArgs(const char* op, size_t bytes,
+                                      const void* src, const void* dst);
+// Gemm: c is m x n, a m x k, b k x n (before op); m * n.
+absl::StatusOr<int64_t> CheckGemmArgs(int m, int n, int k, const float* a,
+                                      const float* b, const float* c);
+// AddBias: rows * cols.
+absl::StatusOr<int64_t> CheckAddBiasArgs(int rows, int cols, const float* bias,
+                                         const float* x);
+// ReluForward(Into) (x, y) and ReluBackward(Into) (activation, dy, dx): n.
+absl::StatusOr<int64_t> CheckReluForwardArgs(size_t n, const float* x,
+                                             const float* y);
+absl::StatusOr<int64_t> CheckReluBackwardArgs(size_t n, const float* activation,
+                                              const float* dy, const float* dx);
+// BiasGradient: cols (zero rows still write zeros).
+absl::StatusOr<int64_t> CheckBiasGradientArgs(int rows, int cols,
+                                              const float* grad,
+                                              const float* bias_grad);
+
 // Device::SoftmaxCrossEntropy's shape and pointer rules. With zero rows the
 // call is a no-op and the data pointers may be null.
 absl::Status CheckSoftmaxCrossEntropyArgs(int rows, int cols,

@@ -38,24 +38,6 @@ class CpuBuffer final : public DeviceBuffer {
   const size_t bytes_;
 };
 
-absl::Status CheckShape(const char* op, int rows, int cols) {
-  if (rows < 0 || cols < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: negative shape %d x %d", op, rows, cols));
-  }
-  return absl::OkStatus();
-}
-
-// Pointers may be null only when nothing is read or written through them.
-absl::Status CheckPointer(const char* op, const char* what, const void* p,
-                          size_t elements) {
-  if (p == nullptr && elements > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s is null", op, what));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::unique_ptr<Device> CpuDevice::Create(int num_threads, CpuConv conv) {
@@ -102,41 +84,30 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CpuDevice::AllocateHost(
 }
 
 absl::Status CpuDevice::CopyToDevice(const void* src, void* dst, size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) {
-    return absl::InvalidArgumentError("CopyToDevice: null pointer");
-  }
-  std::memmove(dst, src, bytes);
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckCopyArgs("CopyToDevice", bytes, src, dst));
+  if (work > 0) std::memmove(dst, src, bytes);
   return absl::OkStatus();
 }
 
 absl::Status CpuDevice::CopyToHost(const void* src, void* dst, size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) {
-    return absl::InvalidArgumentError("CopyToHost: null pointer");
-  }
-  std::memmove(dst, src, bytes);
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckCopyArgs("CopyToHost", bytes, src, dst));
+  if (work > 0) std::memmove(dst, src, bytes);
   return absl::OkStatus();
 }
 
 absl::Status CpuDevice::CopyToHostAsync(const void* src, void* dst,
                                         size_t bytes) {
+  RETURN_IF_ERROR(CheckCopyArgs("CopyToHostAsync", bytes, src, dst).status());
   return CopyToHost(src, dst, bytes);
 }
 
 absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                              float alpha, const float* a, const float* b,
                              float beta, float* c) {
-  if (m < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("Gemm: negative size m=%d n=%d k=%d", m, n, k));
-  }
-  if (m == 0 || n == 0) return absl::OkStatus();
-  const size_t mk = static_cast<size_t>(m) * k;
-  const size_t kn = static_cast<size_t>(k) * n;
-  if (absl::Status s = CheckPointer("Gemm", "a", a, mk); !s.ok()) return s;
-  if (absl::Status s = CheckPointer("Gemm", "b", b, kn); !s.ok()) return s;
-  if (c == nullptr) return absl::InvalidArgumentError("Gemm: c is null");
+  ASSIGN_OR_RETURN(const int64_t outputs, CheckGemmArgs(m, n, k, a, b, c));
+  if (outputs == 0) return absl::OkStatus();
   // Leading dimensions of the stored row-major matrices; BLAS insists on at
   // least 1 even when k == 0.
   const int lda = std::max(trans_a ? m : k, 1);
@@ -149,12 +120,8 @@ absl::Status CpuDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
 
 absl::Status CpuDevice::AddBias(int rows, int cols, const float* bias,
                                 float* x) {
-  if (absl::Status s = CheckShape("AddBias", rows, cols); !s.ok()) return s;
-  const size_t n = static_cast<size_t>(rows) * cols;
+  ASSIGN_OR_RETURN(const int64_t n, CheckAddBiasArgs(rows, cols, bias, x));
   if (n == 0) return absl::OkStatus();
-  if (bias == nullptr || x == nullptr) {
-    return absl::InvalidArgumentError("AddBias: null pointer");
-  }
   for (int r = 0; r < rows; ++r) {
     float* __restrict row = x + static_cast<size_t>(r) * cols;
     for (int c = 0; c < cols; ++c) row[c] += bias[c];
@@ -163,18 +130,13 @@ absl::Status CpuDevice::AddBias(int rows, int cols, const float* bias,
 }
 
 absl::Status CpuDevice::ReluForward(size_t n, float* x) {
-  if (absl::Status s = CheckPointer("ReluForward", "x", x, n); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckReluForwardArgs(n, x, x).status());
   for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
   return absl::OkStatus();
 }
 
 absl::Status CpuDevice::ReluForwardInto(size_t n, const float* x, float* y) {
-  if (x == nullptr || y == nullptr) {
-    if (n == 0) return absl::OkStatus();
-    return absl::InvalidArgumentError("ReluForwardInto: null pointer");
-  }
+  RETURN_IF_ERROR(CheckReluForwardArgs(n, x, y).status());
   if (y == x) return ReluForward(n, y);
   const float* __restrict in = x;
   float* __restrict out = y;
@@ -184,10 +146,7 @@ absl::Status CpuDevice::ReluForwardInto(size_t n, const float* x, float* y) {
 
 absl::Status CpuDevice::ReluBackward(size_t n, const float* activation,
                                      float* grad) {
-  if (activation == nullptr || grad == nullptr) {
-    if (n == 0) return absl::OkStatus();
-    return absl::InvalidArgumentError("ReluBackward: null pointer");
-  }
+  RETURN_IF_ERROR(CheckReluBackwardArgs(n, activation, grad, grad).status());
   for (size_t i = 0; i < n; ++i) {
     grad[i] = activation[i] > 0.0f ? grad[i] : 0.0f;
   }
@@ -196,10 +155,7 @@ absl::Status CpuDevice::ReluBackward(size_t n, const float* activation,
 
 absl::Status CpuDevice::ReluBackwardInto(size_t n, const float* activation,
                                          const float* dy, float* dx) {
-  if (activation == nullptr || dy == nullptr || dx == nullptr) {
-    if (n == 0) return absl::OkStatus();
-    return absl::InvalidArgumentError("ReluBackwardInto: null pointer");
-  }
+  RETURN_IF_ERROR(CheckReluBackwardArgs(n, activation, dy, dx).status());
   if (dx == dy) return ReluBackward(n, activation, dx);
   // Both loads unconditional, so the loop compiles to vector blends rather
   // than a branch per element (half of them mispredicted).
@@ -215,13 +171,9 @@ absl::Status CpuDevice::ReluBackwardInto(size_t n, const float* activation,
 
 absl::Status CpuDevice::BiasGradient(int rows, int cols, const float* grad,
                                      float* bias_grad) {
-  if (absl::Status s = CheckShape("BiasGradient", rows, cols); !s.ok()) {
-    return s;
-  }
-  if (cols == 0) return absl::OkStatus();
-  if (bias_grad == nullptr || (grad == nullptr && rows > 0)) {
-    return absl::InvalidArgumentError("BiasGradient: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t outputs,
+                   CheckBiasGradientArgs(rows, cols, grad, bias_grad));
+  if (outputs == 0) return absl::OkStatus();
   // Row by row rather than column by column: the inner loop then runs over
   // contiguous memory and vectorizes.
   std::fill(bias_grad, bias_grad + cols, 0.0f);

@@ -48,14 +48,6 @@ absl::StatusOr<int> VisibleGpus() {
   return count;
 }
 
-absl::Status CheckShape(const char* op, int rows, int cols) {
-  if (rows < 0 || cols < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: negative shape %d x %d", op, rows, cols));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 namespace cuda_internal {
@@ -127,10 +119,9 @@ absl::StatusOr<std::unique_ptr<DeviceBuffer>> CudaDevice::AllocateHost(
 
 absl::Status CudaDevice::CopyToDevice(const void* src, void* dst,
                                       size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) {
-    return absl::InvalidArgumentError("CopyToDevice: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckCopyArgs("CopyToDevice", bytes, src, dst));
+  if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_.get()));
@@ -140,10 +131,9 @@ absl::Status CudaDevice::CopyToDevice(const void* src, void* dst,
 }
 
 absl::Status CudaDevice::CopyToHost(const void* src, void* dst, size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) {
-    return absl::InvalidArgumentError("CopyToHost: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckCopyArgs("CopyToHost", bytes, src, dst));
+  if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_.get()));
@@ -153,10 +143,9 @@ absl::Status CudaDevice::CopyToHost(const void* src, void* dst, size_t bytes) {
 
 absl::Status CudaDevice::CopyToHostAsync(const void* src, void* dst,
                                          size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  if (src == nullptr || dst == nullptr) {
-    return absl::InvalidArgumentError("CopyToHostAsync: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckCopyArgs("CopyToHostAsync", bytes, src, dst));
+  if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   // The copy waits for the math queued so far, and only for that: compute_
   // goes on with the next calls while copy_ moves the bytes.
@@ -170,14 +159,8 @@ absl::Status CudaDevice::CopyToHostAsync(const void* src, void* dst,
 absl::Status CudaDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
                               float alpha, const float* a, const float* b,
                               float beta, float* c) {
-  if (m < 0 || n < 0 || k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("Gemm: negative size m=%d n=%d k=%d", m, n, k));
-  }
-  if (m == 0 || n == 0) return absl::OkStatus();
-  if ((k > 0 && (a == nullptr || b == nullptr)) || c == nullptr) {
-    return absl::InvalidArgumentError("Gemm: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t outputs, CheckGemmArgs(m, n, k, a, b, c));
+  if (outputs == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   const int lda = std::max(trans_a ? m : k, 1);
   const int ldb = std::max(trans_b ? k : n, 1);
@@ -192,11 +175,8 @@ absl::Status CudaDevice::Gemm(bool trans_a, bool trans_b, int m, int n, int k,
 
 absl::Status CudaDevice::AddBias(int rows, int cols, const float* bias,
                                  float* x) {
-  RETURN_IF_ERROR(CheckShape("AddBias", rows, cols));
-  if (rows == 0 || cols == 0) return absl::OkStatus();
-  if (bias == nullptr || x == nullptr) {
-    return absl::InvalidArgumentError("AddBias: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t n, CheckAddBiasArgs(rows, cols, bias, x));
+  if (n == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(
       cuda_internal::LaunchAddBias(rows, cols, bias, x, compute_.get()));
@@ -208,10 +188,8 @@ absl::Status CudaDevice::ReluForward(size_t n, float* x) {
 }
 
 absl::Status CudaDevice::ReluForwardInto(size_t n, const float* x, float* y) {
-  if (n == 0) return absl::OkStatus();
-  if (x == nullptr || y == nullptr) {
-    return absl::InvalidArgumentError("ReluForward: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t work, CheckReluForwardArgs(n, x, y));
+  if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(
       cuda_internal::LaunchReluForward(n, x, y, compute_.get()));
@@ -225,10 +203,9 @@ absl::Status CudaDevice::ReluBackward(size_t n, const float* activation,
 
 absl::Status CudaDevice::ReluBackwardInto(size_t n, const float* activation,
                                           const float* dy, float* dx) {
-  if (n == 0) return absl::OkStatus();
-  if (activation == nullptr || dy == nullptr || dx == nullptr) {
-    return absl::InvalidArgumentError("ReluBackward: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t work,
+                   CheckReluBackwardArgs(n, activation, dy, dx));
+  if (work == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   CUDA_RETURN_IF_ERROR(cuda_internal::LaunchReluBackward(n, activation, dy, dx,
                                                          compute_.get()));
@@ -237,11 +214,9 @@ absl::Status CudaDevice::ReluBackwardInto(size_t n, const float* activation,
 
 absl::Status CudaDevice::BiasGradient(int rows, int cols, const float* grad,
                                       float* bias_grad) {
-  RETURN_IF_ERROR(CheckShape("BiasGradient", rows, cols));
-  if (cols == 0) return absl::OkStatus();
-  if (bias_grad == nullptr || (grad == nullptr && rows > 0)) {
-    return absl::InvalidArgumentError("BiasGradient: null pointer");
-  }
+  ASSIGN_OR_RETURN(const int64_t outputs,
+                   CheckBiasGradientArgs(rows, cols, grad, bias_grad));
+  if (outputs == 0) return absl::OkStatus();
   RETURN_IF_ERROR(Activate());
   RETURN_IF_ERROR(
       ReserveScratch(cuda_internal::BiasGradientScratchBytes(rows, cols)));
