@@ -4,7 +4,6 @@
 
 #include <climits>
 #include <deque>
-#include <random>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -21,31 +20,10 @@
 namespace lockstep {
 namespace {
 
-// gRPC's framing around a chunk's payload is far below this.
-constexpr int64_t kMessageOverheadBytes = 64 << 10;
 // Chunks of the next all-reduce held until it starts. An honest left
 // neighbour has at most its window (max_in_flight <= 64) in flight; the
 // bound keeps a misbehaving one from holding unbounded memory.
 constexpr size_t kMaxHeldChunks = 4096;
-
-uint64_t NewSession() {
-  std::random_device device;
-  uint64_t session = 0;
-  while (session == 0) {
-    session = (uint64_t{device()} << 32) ^ uint64_t { device() };
-  }
-  return session;
-}
-
-std::string HostPort(const std::string& host, int port) {
-  const bool ipv6 = host.find(':') != std::string::npos && host[0] != '[';
-  return ipv6 ? absl::StrCat("[", host, "]:", port)
-              : absl::StrCat(host, ":", port);
-}
-
-std::string PeerKey(const AllReduceOptions& options, int rank) {
-  return absl::StrCat(options.group, "/grpc-ring/peer/", rank);
-}
 
 }  // namespace
 
@@ -93,115 +71,6 @@ struct RingAllReducer::Op {
   absl::Status error;
 };
 
-absl::StatusOr<std::unique_ptr<AllReducer>> RingAllReducer::Create(
-    const AllReduceOptions& options) {
-  std::unique_ptr<Authorizer> authorizer;
-  if (options.size > 1) {
-    ASSIGN_OR_RETURN(authorizer,
-                     Authorizer::Create(options.tls));
-  }
-  auto reducer =
-      absl::WrapUnique(new RingAllReducer(options, std::move(authorizer)));
-  if (options.size > 1) RETURN_IF_ERROR(reducer->Start());
-  return reducer;
-}
-
-RingAllReducer::RingAllReducer(const AllReduceOptions& options,
-                               std::unique_ptr<Authorizer> authorizer)
-    : options_(options),
-      max_chunk_bytes_(options.chunk_bytes == kAutoChunkBytes
-                           ? kDefaultChunkBytes
-                           : options.chunk_bytes),
-      left_rank_((options.rank + options.size - 1) % options.size),
-      right_rank_((options.rank + 1) % options.size),
-      session_(NewSession()),
-      authorizer_(std::move(authorizer)) {}
-
-RingAllReducer::~RingAllReducer() {
-  std::vector<Held> held;
-  {
-    absl::MutexLock lock(&mu_);
-    closing_ = true;
-    held.swap(held_);
-  }
-  for (Held& h : held) h.done(absl::AbortedError("the ring is closing"));
-  if (server_ != nullptr) {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-  }
-}
-
-absl::Status RingAllReducer::Start() {
-  const int64_t max_message =
-      std::min<int64_t>(max_chunk_bytes_ + kMessageOverheadBytes, INT_MAX);
-  const TlsOptions tls = options_.tls;
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   MakeServerCredentials(tls, HostPort(options_.host, 0)));
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(HostPort(options_.host, 0), credentials, &port);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
-  ServerLimits limits;
-  // Room for the left neighbour's window several times over; a message
-  // above max_message is buffered by gRPC before it is refused, and the
-  // quota bounds that.
-  limits.max_memory_bytes = std::max<int64_t>(
-      int64_t{256} << 20, 4 * (options_.max_in_flight + 1) * max_message);
-  ApplyServerLimits(limits, &builder);
-  ListenExclusively(&builder);
-  builder.RegisterService(&service_);
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "rank ", options_.rank, " cannot listen on ", options_.host));
-  }
-
-  ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorClient> coordinator,
-                   CoordinatorClient::Create(options_.coordinator, tls));
-  const absl::Time deadline = absl::Now() + options_.rendezvous_timeout;
-  v1::RingPeer self;
-  self.set_address(HostPort(options_.host, port));
-  self.set_session(session_);
-  RETURN_IF_ERROR(coordinator->Set(PeerKey(options_, options_.rank),
-                                   self.SerializeAsString(), deadline));
-  // Every rank, not just the neighbours: a missing rank then fails creation
-  // everywhere rather than the first all-reduce somewhere.
-  std::string right_address;
-  for (int rank = 0; rank < options_.size; ++rank) {
-    if (rank == options_.rank) continue;
-    absl::StatusOr<std::string> value =
-        coordinator->Get(PeerKey(options_, rank), deadline);
-    if (!value.ok()) {
-      return absl::Status(
-          value.status().code(),
-          absl::StrCat("ring rendezvous of rank ", options_.rank, " of ",
-                       options_.size, ": waiting for rank ", rank, ": ",
-                       value.status().message()));
-    }
-    v1::RingPeer peer;
-    if (!peer.ParseFromString(*value) || peer.address().empty() ||
-        peer.session() == 0) {
-      return absl::InternalError(
-          absl::StrCat("malformed ring peer record for rank ", rank,
-                       " under \"", PeerKey(options_, rank), "\""));
-    }
-    if (rank == left_rank_) {
-      absl::MutexLock lock(&mu_);
-      left_session_ = peer.session();
-    }
-    if (rank == right_rank_) right_address = peer.address();
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(-1);
-  // Peers present worker certificates for their own address: a
-  // --tls_server_name meant for the parameter servers does not apply.
-  TlsOptions peer_tls = tls;
-  peer_tls.server_name.clear();
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                   MakeChannel(right_address, peer_tls, args));
-  right_stub_ = v1::Ring::NewStub(std::move(channel));
-  return absl::OkStatus();
-}
-
 absl::Status RingAllReducer::AllReduceSum(absl::Span<float> data) {
   if (options_.size == 1) return absl::OkStatus();
   // Every rank computes the same chunk from the same vector size.
@@ -216,33 +85,42 @@ absl::Status RingAllReducer::AllReduceSum(absl::Span<float> data) {
   }
   std::vector<Call*> to_start;
   std::vector<Held> earlier;
-  std::unique_ptr<Op> op;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!broken_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "a previous ring all-reduce failed: ", broken_.message()));
-    }
-    op = std::make_unique<Op>(
-        next_op_++, data,
-        RingPlan(options_.size, options_.rank, data.size(), chunk_elements),
-        absl::Now() + options_.op_timeout);
-    if (op->receives_left == 0 && op->sends_left == 0) {
-      return absl::OkStatus();  // Nothing to exchange (an empty vector).
-    }
-    op_ = op.get();
-    const int first = op->plan.SendSegment(0);
-    for (int64_t c = 0; c < op->plan.NumChunks(first); ++c) {
-      op->ready.emplace_back(0, c);
-    }
-    to_start = PumpLocked(*op);
-    earlier.swap(held_);
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Op> op,
+                   BeginOp(data, chunk_elements, &to_start, &earlier));
+  if (op == nullptr) return absl::OkStatus();
   StartCalls(*op, to_start);
   // Chunks that arrived before this op started; OnChunk now applies them
   // (or holds them again if they belong to a later op).
   for (Held& h : earlier) OnChunk(h.chunk, std::move(h.done));
+  return FinishOp(std::move(op));
+}
 
+absl::StatusOr<std::unique_ptr<RingAllReducer::Op>> RingAllReducer::BeginOp(
+    absl::Span<float> data, size_t chunk_elements, std::vector<Call*>* to_start,
+    std::vector<Held>* earlier) {
+  absl::MutexLock lock(&mu_);
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a previous ring all-reduce failed: ", broken_.message()));
+  }
+  auto op = std::make_unique<Op>(
+      next_op_++, data,
+      RingPlan(options_.size, options_.rank, data.size(), chunk_elements),
+      absl::Now() + options_.op_timeout);
+  if (op->receives_left == 0 && op->sends_left == 0) {
+    return nullptr;  // Nothing to exchange (an empty vector).
+  }
+  op_ = op.get();
+  const int first = op->plan.SendSegment(0);
+  for (int64_t c = 0; c < op->plan.NumChunks(first); ++c) {
+    op->ready.emplace_back(0, c);
+  }
+  *to_start = PumpLocked(*op);
+  earlier->swap(held_);
+  return op;
+}
+
+absl::Status RingAllReducer::FinishOp(std::unique_ptr<Op> op) {
   std::vector<Call*> calls;
   {
     absl::MutexLock lock(&mu_);

@@ -70,8 +70,25 @@ class RingAllReducer final : public AllReducer, private RingChunkSink {
   RingAllReducer(const AllReduceOptions& options,
                  std::unique_ptr<Authorizer> authorizer);
 
-  // Starts the service, publishes this rank and reads the others.
+  // Starts the service, publishes this rank and reads the others
+  // (ring_all_reducer_setup.cc).
   absl::Status Start();
+  // Starts the ring service on options_.host; returns its port.
+  absl::StatusOr<int> Listen();
+  // Publishes this rank's address and session, reads every other rank's,
+  // keeps the left neighbour's session and returns the right's address.
+  absl::StatusOr<std::string> Rendezvous(int port);
+
+  // AllReduceSum's parts. BeginOp makes the op over `data` the running one
+  // (null when there is nothing to exchange), with the sends to start and
+  // the chunks that came early; FinishOp waits for it to end or fail,
+  // cancels what is left of a failed one, and returns its status.
+  absl::StatusOr<std::unique_ptr<Op>> BeginOp(absl::Span<float> data,
+                                              size_t chunk_elements,
+                                              std::vector<Call*>* to_start,
+                                              std::vector<Held>* earlier)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FinishOp(std::unique_ptr<Op> op) ABSL_LOCKS_EXCLUDED(mu_);
 
   // RingChunkSink: applies a chunk of the running all-reduce, holds one of a
   // later all-reduce, refuses the rest.
