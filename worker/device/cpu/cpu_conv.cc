@@ -21,10 +21,12 @@ using conv_layout::BatchTiles;
 using conv_layout::ForEachInsideTap;
 using conv_layout::ForEachTile;
 using conv_layout::ForEachVectorBlock;
+using conv_layout::InsidePositions;
 using conv_layout::InsideTaps;
 using conv_layout::Padded;
 using conv_layout::PaddedFor;
 using conv_layout::PaddedInput;
+using conv_layout::PaddedPositions;
 using conv_layout::RoundUpToLanes;
 using conv_layout::TransposeTap;
 using conv_layout::UnpadImage;
@@ -41,47 +43,42 @@ using conv_tiles::RunTile;
 
 // The whole passes, over blocks of up to kMaxVectors vectors of output
 // channels (forward, kernel gradient) or input channels (input gradient).
-void Forward(const WindowGeometry& g, int filters, const float* x,
-             const float* kernel, float* y, ConvScratch* s) {
-  const int64_t c = g.input.channels;
-  const int64_t taps = int64_t{g.window_height} * g.window_width * c;
-  const int64_t padded_filters = RoundUpToLanes(filters);
-  // Filters padded to whole vectors, with zeros, unless they fill them.
-  if (padded_filters != filters) {
-    s->kernel.assign(taps * padded_filters, 0.0f);
-    for (int64_t t = 0; t < taps; ++t) {
-      std::memcpy(&s->kernel[t * padded_filters], kernel + t * filters,
-                  sizeof(float) * filters);
-    }
-    kernel = s->kernel.data();
-  }
-  const int64_t tap_floats = c * padded_filters;
+// Each pass has two ways through: batch tiles (a tile runs over the batch
+// at one output pixel, with only the taps inside the image) and image tiles
+// (a tile runs along an output row of one padded image).
+
+// The forward pass with batch tiles; `a` has the channels and kernel set.
+void ForwardBatchTiles(const WindowGeometry& g, int filters, const float* x,
+                       const float* kernel, float* y, int64_t tap_floats,
+                       ForwardArgs a, ConvScratch* s) {
   const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
-  ForwardArgs a;
-  a.channels = static_cast<int>(c);
-  a.kernel_row = padded_filters;
-  if (BatchTiles(g)) {
-    a.pixel_step = g.input.ImageSize();
-    a.out_pixel = out_image;
-    for (int oh = 0; oh < g.out_height; ++oh) {
-      for (int ow = 0; ow < g.out_width; ++ow) {
-        InsideTaps(g, oh, ow, tap_floats, s);
-        a.taps = static_cast<int>(s->offsets_a.size());
-        a.x_taps = s->offsets_a.data();
-        a.w_taps = s->offsets_b.data();
-        float* out = y + (int64_t{oh} * g.out_width + ow) * filters;
-        ForEachVectorBlock(filters, [&](int64_t v0, int v, __mmask16 last) {
-          a.kernel = kernel + v0 * kLanes;
-          a.last = last;
-          ForEachTile(g.input.batch, MaxTile(v), [&](int64_t n, int r) {
-            RunTile<ForwardKernel>(v, r, a, x + n * a.pixel_step,
-                                   out + n * out_image + v0 * kLanes);
-          });
+  a.pixel_step = g.input.ImageSize();
+  a.out_pixel = out_image;
+  for (int oh = 0; oh < g.out_height; ++oh) {
+    for (int ow = 0; ow < g.out_width; ++ow) {
+      InsideTaps(g, oh, ow, tap_floats, s);
+      a.taps = static_cast<int>(s->offsets_a.size());
+      a.x_taps = s->offsets_a.data();
+      a.w_taps = s->offsets_b.data();
+      float* out = y + (int64_t{oh} * g.out_width + ow) * filters;
+      ForEachVectorBlock(filters, [&](int64_t v0, int v, __mmask16 last) {
+        a.kernel = kernel + v0 * kLanes;
+        a.last = last;
+        ForEachTile(g.input.batch, MaxTile(v), [&](int64_t n, int r) {
+          RunTile<ForwardKernel>(v, r, a, x + n * a.pixel_step,
+                                 out + n * out_image + v0 * kLanes);
         });
-      }
+      });
     }
-    return;
   }
+}
+
+// The forward pass with image tiles.
+void ForwardImageTiles(const WindowGeometry& g, int filters, const float* x,
+                       const float* kernel, float* y, int64_t tap_floats,
+                       ForwardArgs a, ConvScratch* s) {
+  const int64_t c = g.input.channels;
+  const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
   const Padded p = PaddedFor(g);
   if (!p.in_place) s->image.resize(p.Size(c));
   AllTaps(g, p, tap_floats, s);
@@ -110,12 +107,38 @@ void Forward(const WindowGeometry& g, int filters, const float* x,
   }
 }
 
-void BackwardData(const WindowGeometry& g, int filters, const float* dy,
-                  const float* kernel, float* dx, ConvScratch* s) {
+void Forward(const WindowGeometry& g, int filters, const float* x,
+             const float* kernel, float* y, ConvScratch* s) {
+  const int64_t c = g.input.channels;
+  const int64_t taps = int64_t{g.window_height} * g.window_width * c;
+  const int64_t padded_filters = RoundUpToLanes(filters);
+  // Filters padded to whole vectors, with zeros, unless they fill them.
+  if (padded_filters != filters) {
+    s->kernel.assign(taps * padded_filters, 0.0f);
+    for (int64_t t = 0; t < taps; ++t) {
+      std::memcpy(&s->kernel[t * padded_filters], kernel + t * filters,
+                  sizeof(float) * filters);
+    }
+    kernel = s->kernel.data();
+  }
+  const int64_t tap_floats = c * padded_filters;
+  ForwardArgs a;
+  a.channels = static_cast<int>(c);
+  a.kernel_row = padded_filters;
+  if (BatchTiles(g)) {
+    ForwardBatchTiles(g, filters, x, kernel, y, tap_floats, a, s);
+  } else {
+    ForwardImageTiles(g, filters, x, kernel, y, tap_floats, a, s);
+  }
+}
+
+// The kernel into s->kernel, transposed to [i][j][f][c] with the channels
+// padded to whole vectors; `tap_floats` = filters x padded channels.
+void TransposeKernel(const WindowGeometry& g, int filters, const float* kernel,
+                     int64_t tap_floats, ConvScratch* s) {
   const int64_t c = g.input.channels;
   const int64_t padded_c = RoundUpToLanes(c);
   const int64_t area = int64_t{g.window_height} * g.window_width;
-  const int64_t tap_floats = filters * padded_c;
   // The kernel transposed to [i][j][f][c], channels padded with zeros: the
   // taps that some window has inside the image only (batch tiles skip the
   // others; a 3x3 window on a 1x1 map uses 1 of its 9).
@@ -137,34 +160,43 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
                    &s->kernel[t * tap_floats]);
     }
   }
+}
+
+// The input gradient with batch tiles, which add into dx itself: only taps
+// inside the image.
+void BackwardDataBatchTiles(const WindowGeometry& g, int filters,
+                            const float* dy, float* dx, int64_t tap_floats,
+                            BackwardDataArgs a, ConvScratch* s) {
+  const int64_t c = g.input.channels;
   const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
-  BackwardDataArgs a;
-  a.filters = filters;
-  a.kernel_t_row = padded_c;
-  if (BatchTiles(g)) {
-    // Batch tiles add into dx itself: only taps inside the image.
-    std::memset(dx, 0, sizeof(float) * g.input.Size());
-    a.pixel_step = g.input.ImageSize();
-    a.dy_step = out_image;
-    for (int oh = 0; oh < g.out_height; ++oh) {
-      for (int ow = 0; ow < g.out_width; ++ow) {
-        InsideTaps(g, oh, ow, tap_floats, s);
-        a.taps = static_cast<int>(s->offsets_a.size());
-        a.d_taps = s->offsets_a.data();
-        a.k_taps = s->offsets_b.data();
-        const float* g_pixel = dy + (int64_t{oh} * g.out_width + ow) * filters;
-        ForEachVectorBlock(c, [&](int64_t v0, int v, __mmask16 last) {
-          a.kernel_t = s->kernel.data() + v0 * kLanes;
-          a.last = last;
-          ForEachTile(g.input.batch, MaxTile(v), [&](int64_t n, int r) {
-            RunTile<BackwardDataKernel>(v, r, a, g_pixel + n * out_image,
-                                        dx + n * a.pixel_step + v0 * kLanes);
-          });
+  std::memset(dx, 0, sizeof(float) * g.input.Size());
+  a.pixel_step = g.input.ImageSize();
+  a.dy_step = out_image;
+  for (int oh = 0; oh < g.out_height; ++oh) {
+    for (int ow = 0; ow < g.out_width; ++ow) {
+      InsideTaps(g, oh, ow, tap_floats, s);
+      a.taps = static_cast<int>(s->offsets_a.size());
+      a.d_taps = s->offsets_a.data();
+      a.k_taps = s->offsets_b.data();
+      const float* g_pixel = dy + (int64_t{oh} * g.out_width + ow) * filters;
+      ForEachVectorBlock(c, [&](int64_t v0, int v, __mmask16 last) {
+        a.kernel_t = s->kernel.data() + v0 * kLanes;
+        a.last = last;
+        ForEachTile(g.input.batch, MaxTile(v), [&](int64_t n, int r) {
+          RunTile<BackwardDataKernel>(v, r, a, g_pixel + n * out_image,
+                                      dx + n * a.pixel_step + v0 * kLanes);
         });
-      }
+      });
     }
-    return;
   }
+}
+
+// The input gradient with image tiles, into a padded image per example.
+void BackwardDataImageTiles(const WindowGeometry& g, int filters,
+                            const float* dy, float* dx, int64_t tap_floats,
+                            BackwardDataArgs a, ConvScratch* s) {
+  const int64_t c = g.input.channels;
+  const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
   const Padded p = PaddedFor(g);
   if (!p.in_place) s->image.resize(p.Size(c));
   AllTaps(g, p, tap_floats, s);
@@ -196,20 +228,48 @@ void BackwardData(const WindowGeometry& g, int filters, const float* dy,
   }
 }
 
+void BackwardData(const WindowGeometry& g, int filters, const float* dy,
+                  const float* kernel, float* dx, ConvScratch* s) {
+  const int64_t padded_c = RoundUpToLanes(g.input.channels);
+  const int64_t tap_floats = filters * padded_c;
+  TransposeKernel(g, filters, kernel, tap_floats, s);
+  BackwardDataArgs a;
+  a.filters = filters;
+  a.kernel_t_row = padded_c;
+  if (BatchTiles(g)) {
+    BackwardDataBatchTiles(g, filters, dy, dx, tap_floats, a, s);
+  } else {
+    BackwardDataImageTiles(g, filters, dy, dx, tap_floats, a, s);
+  }
+}
+
+// Where the kernel gradient's sums go: straight to kernel_grad (zeroed) when
+// its rows fill whole vectors, else to rows padded with zeros in scratch.
+float* GradientSums(float* kernel_grad, int64_t taps, int filters,
+                    int64_t padded_filters, ConvScratch* s) {
+  if (padded_filters == filters) {
+    std::memset(kernel_grad, 0, sizeof(float) * taps * filters);
+    return kernel_grad;
+  }
+  s->kernel_grad.assign(taps * padded_filters, 0.0f);
+  return s->kernel_grad.data();
+}
+
+// dst's `rows` rows of `filters` from src's rows of padded_filters.
+void UnpadRows(const float* src, int64_t rows, int filters,
+               int64_t padded_filters, float* dst) {
+  for (int64_t t = 0; t < rows; ++t) {
+    std::memcpy(dst + t * filters, src + t * padded_filters,
+                sizeof(float) * filters);
+  }
+}
+
 void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
                     const float* dy, float* kernel_grad, ConvScratch* s) {
   const int64_t c = g.input.channels;
   const int64_t taps = int64_t{g.window_height} * g.window_width * c;
   const int64_t padded_filters = RoundUpToLanes(filters);
-  // The sums go straight to kernel_grad when its rows fill whole vectors,
-  // else to rows padded with zeros in scratch.
-  float* sums = kernel_grad;
-  if (padded_filters == filters) {
-    std::memset(kernel_grad, 0, sizeof(float) * taps * filters);
-  } else {
-    s->kernel_grad.assign(taps * padded_filters, 0.0f);
-    sums = s->kernel_grad.data();
-  }
+  float* sums = GradientSums(kernel_grad, taps, filters, padded_filters, s);
   const int64_t out_image = int64_t{g.out_height} * g.out_width * filters;
   BackwardFilterArgs a;
   a.grad_row = padded_filters;
@@ -233,19 +293,7 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
     a.dy_rep_step = out_image;
     for (int i = 0; i < g.window_height; ++i) {
       for (int j = 0; j < g.window_width; ++j) {
-        // The output pixels whose window has tap (i, j) inside the image.
-        s->offsets_a.clear();
-        s->offsets_b.clear();
-        for (int oh = 0; oh < g.out_height; ++oh) {
-          const int64_t h = int64_t{oh} * g.stride_height - g.pad_top + i;
-          if (h < 0 || h >= g.input.height) continue;
-          for (int ow = 0; ow < g.out_width; ++ow) {
-            const int64_t w = int64_t{ow} * g.stride_width - g.pad_left + j;
-            if (w < 0 || w >= g.input.width) continue;
-            s->offsets_a.push_back((h * g.input.width + w) * c);
-            s->offsets_b.push_back((int64_t{oh} * g.out_width + ow) * filters);
-          }
-        }
+        InsidePositions(g, filters, i, j, s);
         if (s->offsets_a.empty()) continue;  // Its gradient stays zero.
         a.positions = static_cast<int>(s->offsets_a.size());
         a.x_pos = s->offsets_a.data();
@@ -256,15 +304,7 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
   } else {
     const Padded p = PaddedFor(g);
     if (!p.in_place) s->image.resize(p.Size(c));
-    s->offsets_a.clear();
-    s->offsets_b.clear();
-    for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        s->offsets_a.push_back(
-            (oh * g.stride_height * p.cols + ow * g.stride_width) * c);
-        s->offsets_b.push_back((oh * g.out_width + ow) * filters);
-      }
-    }
+    PaddedPositions(g, p, filters, s);
     a.positions = static_cast<int>(s->offsets_a.size());
     a.x_pos = s->offsets_a.data();
     a.dy_pos = s->offsets_b.data();
@@ -280,10 +320,7 @@ void BackwardFilter(const WindowGeometry& g, int filters, const float* x,
     }
   }
   if (sums != kernel_grad) {
-    for (int64_t t = 0; t < taps; ++t) {
-      std::memcpy(kernel_grad + t * filters, sums + t * padded_filters,
-                  sizeof(float) * filters);
-    }
+    UnpadRows(sums, taps, filters, padded_filters, kernel_grad);
   }
 }
 

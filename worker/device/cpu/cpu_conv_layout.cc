@@ -120,6 +120,37 @@ void TransposeTap(const float* src, int64_t c, int64_t filters,
   }
 }
 
+void InsidePositions(const WindowGeometry& g, int filters, int i, int j,
+                     ConvScratch* s) {
+  const int64_t c = g.input.channels;
+  s->offsets_a.clear();
+  s->offsets_b.clear();
+  for (int oh = 0; oh < g.out_height; ++oh) {
+    const int64_t h = int64_t{oh} * g.stride_height - g.pad_top + i;
+    if (h < 0 || h >= g.input.height) continue;
+    for (int ow = 0; ow < g.out_width; ++ow) {
+      const int64_t w = int64_t{ow} * g.stride_width - g.pad_left + j;
+      if (w < 0 || w >= g.input.width) continue;
+      s->offsets_a.push_back((h * g.input.width + w) * c);
+      s->offsets_b.push_back((int64_t{oh} * g.out_width + ow) * filters);
+    }
+  }
+}
+
+void PaddedPositions(const WindowGeometry& g, const Padded& p, int filters,
+                     ConvScratch* s) {
+  const int64_t c = g.input.channels;
+  s->offsets_a.clear();
+  s->offsets_b.clear();
+  for (int64_t oh = 0; oh < g.out_height; ++oh) {
+    for (int64_t ow = 0; ow < g.out_width; ++ow) {
+      s->offsets_a.push_back(
+          (oh * g.stride_height * p.cols + ow * g.stride_width) * c);
+      s->offsets_b.push_back((oh * g.out_width + ow) * filters);
+    }
+  }
+}
+
 }  // namespace conv_layout
 }  // namespace cpu_ops
 }  // namespace lockstep

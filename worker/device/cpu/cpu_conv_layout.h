@@ -126,6 +126,15 @@ void AllTaps(const WindowGeometry& g, const Padded& p, int64_t tap_floats,
 void InsideTaps(const WindowGeometry& g, int oh, int ow, int64_t tap_floats,
                 ConvScratch* s);
 
+// The kernel gradient's positions, into s->offsets_a (x) and s->offsets_b
+// (dy, of `filters` channels). Batch tiles: those of every output pixel
+// whose window has tap (i, j) inside the image. Image tiles: those of every
+// output pixel from the padded image's corner, the same for every tap.
+void InsidePositions(const WindowGeometry& g, int filters, int i, int j,
+                     ConvScratch* s);
+void PaddedPositions(const WindowGeometry& g, const Padded& p, int filters,
+                     ConvScratch* s);
+
 // dst[f][ci] = src[ci][f] for a c x filters block, each dst row padded to
 // padded_c floats with zeros; in 16 x 16 blocks (with AVX-512 where whole),
 // so that neither side strides through memory a float at a time.

@@ -111,42 +111,44 @@ absl::Status Conv2D::RunForward(const ForwardArgs& args) {
 }
 
 absl::Status Conv2D::RunBackward(const BackwardArgs& args) {
-  const int batch = args.batch;
-  const int filters = options_.filters;
-  const float* kernel = args.params;
-  float* kernel_grad = args.param_grads;
   const int64_t pixels = int64_t{window_.out_height} * window_.out_width;
   const int patch = static_cast<int>(window_.PatchSize());
-  const float* dy = args.output_grad;
-  float* dx = args.input_grads[0];
   if (options_.use_bias) {
-    RETURN_IF_ERROR(
-        device()->BiasGradient(static_cast<int>(batch * pixels), filters, dy,
-                               kernel_grad + int64_t{patch} * filters));
+    RETURN_IF_ERROR(device()->BiasGradient(
+        static_cast<int>(args.batch * pixels), options_.filters,
+        args.output_grad,
+        args.param_grads + int64_t{patch} * options_.filters));
   }
   if (Pointwise() && !DeviceConvolves()) {
-    const int rows = static_cast<int>(batch * pixels);
+    const int rows = static_cast<int>(args.batch * pixels);
     // dW = x^T . dy; dx = dy . W^T.
     RETURN_IF_ERROR(device()->Gemm(/*trans_a=*/true, /*trans_b=*/false, patch,
-                                   filters, rows, 1.0f, args.inputs[0], dy,
-                                   0.0f, kernel_grad));
-    if (dx != nullptr) {
-      RETURN_IF_ERROR(device()->Gemm(/*trans_a=*/false, /*trans_b=*/true, rows,
-                                     patch, filters, 1.0f, dy, kernel, 0.0f,
-                                     dx));
-    }
-    return absl::OkStatus();
+                                   options_.filters, rows, 1.0f, args.inputs[0],
+                                   args.output_grad, 0.0f, args.param_grads));
+    if (args.input_grads[0] == nullptr) return absl::OkStatus();
+    return device()->Gemm(/*trans_a=*/false, /*trans_b=*/true, rows, patch,
+                          options_.filters, 1.0f, args.output_grad, args.params,
+                          0.0f, args.input_grads[0]);
   }
   if (DeviceConvolves()) {
     WindowGeometry g = window_;
-    g.input.batch = batch;
-    RETURN_IF_ERROR(device()->ConvBackwardFilter(g, filters, args.inputs[0], dy,
-                                                 kernel_grad));
-    if (dx != nullptr) {
-      RETURN_IF_ERROR(device()->ConvBackwardData(g, filters, dy, kernel, dx));
-    }
-    return absl::OkStatus();
+    g.input.batch = args.batch;
+    RETURN_IF_ERROR(
+        device()->ConvBackwardFilter(g, options_.filters, args.inputs[0],
+                                     args.output_grad, args.param_grads));
+    if (args.input_grads[0] == nullptr) return absl::OkStatus();
+    return device()->ConvBackwardData(g, options_.filters, args.output_grad,
+                                      args.params, args.input_grads[0]);
   }
+  return BackwardByColumns(args);
+}
+
+absl::Status Conv2D::BackwardByColumns(const BackwardArgs& args) {
+  const int batch = args.batch;
+  const int filters = options_.filters;
+  const int patch = static_cast<int>(window_.PatchSize());
+  const float* dy = args.output_grad;
+  float* dx = args.input_grads[0];
   const int group = GroupSize(batch);
   const int64_t in_size = input_shapes()[0].size();
   const int64_t out_size = output_shape().size();
@@ -160,12 +162,12 @@ absl::Status Conv2D::RunBackward(const BackwardArgs& args) {
     // dW = sum over groups of columns^T . dy.
     RETURN_IF_ERROR(device()->Gemm(
         /*trans_a=*/true, /*trans_b=*/false, patch, filters, rows, 1.0f,
-        args.workspace, group_dy, start == 0 ? 0.0f : 1.0f, kernel_grad));
+        args.workspace, group_dy, start == 0 ? 0.0f : 1.0f, args.param_grads));
     if (dx != nullptr) {
       // The columns' gradient reuses the workspace, then folds into dx.
       RETURN_IF_ERROR(device()->Gemm(/*trans_a=*/false, /*trans_b=*/true, rows,
-                                     patch, filters, 1.0f, group_dy, kernel,
-                                     0.0f, args.workspace));
+                                     patch, filters, 1.0f, group_dy,
+                                     args.params, 0.0f, args.workspace));
       RETURN_IF_ERROR(
           device()->Col2Im(g, args.workspace, dx + start * in_size));
     }

@@ -59,6 +59,9 @@ class Conv2D final : public Layer {
 
   absl::Status RunForward(const ForwardArgs& args) override;
   absl::Status RunBackward(const BackwardArgs& args) override;
+  // The backward pass through Im2Col, Gemm and Col2Im, over groups of the
+  // batch (GroupSize) whose columns fit the workspace.
+  absl::Status BackwardByColumns(const BackwardArgs& args);
 
   // True when the input needs no unfolding (1x1 window, stride 1, no pad).
   bool Pointwise() const;
