@@ -38,93 +38,92 @@ py::array_t<int64_t> ToArray(const std::vector<int64_t>& values) {
   return out;
 }
 
-}  // namespace
-}  // namespace lockstep
+std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
+                                  std::string wire_dtype, int push_window,
+                                  bool push_thread, double connect_timeout_s,
+                                  double rpc_timeout_s, double step_timeout_s,
+                                  double rejoin_timeout_s, uint64_t seed,
+                                  std::string tls_ca, std::string tls_cert,
+                                  std::string tls_key,
+                                  std::string tls_server_name,
+                                  std::string token_file, bool insecure) {
+  ClientOptions o;
+  o.servers = std::move(servers);
+  o.rank = rank;
+  o.wire_dtype = std::move(wire_dtype);
+  o.push_window = push_window;
+  o.push_thread = push_thread;
+  o.connect_timeout_s = connect_timeout_s;
+  o.rpc_timeout_s = rpc_timeout_s;
+  o.step_timeout_s = step_timeout_s;
+  o.rejoin_timeout_s = rejoin_timeout_s;
+  o.seed = seed;
+  o.tls.ca_file = std::move(tls_ca);
+  o.tls.cert_file = std::move(tls_cert);
+  o.tls.key_file = std::move(tls_key);
+  o.tls.server_name = std::move(tls_server_name);
+  o.tls.token_file = std::move(token_file);
+  o.tls.insecure = insecure;
+  return std::make_unique<Client>(std::move(o));
+}
 
-PYBIND11_MODULE(_native, m) {
-  using lockstep::Client;
-  m.doc() = "Lockstep's C++ worker client for Python (see lockstep/__init__.py)";
+int64_t JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
+                std::string optimizer, double learning_rate, double momentum,
+                bool nesterov, double beta_1, double beta_2, double epsilon,
+                double weight_decay, int64_t chunk_bytes, int num_workers,
+                int num_shards, std::string sync, int backup_workers,
+                int staleness, int64_t total_steps, const py::buffer& weights,
+                double timeout_s) {
+  JoinRequest r;
+  r.tensors = std::move(tensors);
+  r.state_tensors = std::move(state);
+  r.optimizer.name = std::move(optimizer);
+  r.optimizer.learning_rate = learning_rate;
+  r.optimizer.momentum = momentum;
+  r.optimizer.nesterov = nesterov;
+  r.optimizer.beta_1 = beta_1;
+  r.optimizer.beta_2 = beta_2;
+  r.optimizer.epsilon = epsilon;
+  r.optimizer.weight_decay = weight_decay;
+  r.chunk_bytes = chunk_bytes;
+  r.num_workers = num_workers;
+  r.num_shards = num_shards;
+  r.sync = std::move(sync);
+  r.backup_workers = backup_workers;
+  r.staleness = staleness;
+  r.total_steps = total_steps;
+  return c.Join(r, weights, timeout_s);
+}
 
+// absl::Status errors become lockstep.errors.LockstepError.
+void TranslateErrors() {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const lockstep::StatusError& e) {
+    } catch (const StatusError& e) {
       const absl::Status& s = e.status;
       py::object cls = py::module_::import("lockstep.errors").attr("LockstepError");
-      py::object error = cls(static_cast<int>(s.code()),
-                             lockstep::CodeName(s.code()),
-                             std::string(s.message()), lockstep::IsRetryable(s),
-                             lockstep::ExitCodeFor(s));
+      py::object error =
+          cls(static_cast<int>(s.code()), CodeName(s.code()),
+              std::string(s.message()), IsRetryable(s), ExitCodeFor(s));
       PyErr_SetObject(cls.ptr(), error.ptr());
     }
   });
+}
 
+// The parameter-server client (client.h).
+void BindClient(py::module_& m) {
   py::class_<Client>(m, "Client")
-      .def(py::init([](std::vector<std::string> servers, int rank,
-                       std::string wire_dtype, int push_window,
-                       bool push_thread, double connect_timeout_s,
-                       double rpc_timeout_s, double step_timeout_s,
-                       double rejoin_timeout_s, uint64_t seed,
-                       std::string tls_ca, std::string tls_cert,
-                       std::string tls_key, std::string tls_server_name,
-                       std::string token_file, bool insecure) {
-             lockstep::ClientOptions o;
-             o.servers = std::move(servers);
-             o.rank = rank;
-             o.wire_dtype = std::move(wire_dtype);
-             o.push_window = push_window;
-             o.push_thread = push_thread;
-             o.connect_timeout_s = connect_timeout_s;
-             o.rpc_timeout_s = rpc_timeout_s;
-             o.step_timeout_s = step_timeout_s;
-             o.rejoin_timeout_s = rejoin_timeout_s;
-             o.seed = seed;
-             o.tls.ca_file = std::move(tls_ca);
-             o.tls.cert_file = std::move(tls_cert);
-             o.tls.key_file = std::move(tls_key);
-             o.tls.server_name = std::move(tls_server_name);
-             o.tls.token_file = std::move(token_file);
-             o.tls.insecure = insecure;
-             return std::make_unique<Client>(std::move(o));
-           }),
-           py::arg("servers"), py::arg("rank"), py::arg("wire_dtype") = "fp32",
-           py::arg("push_window") = lockstep::kAutoPushWindow,
+      .def(py::init(&NewClient), py::arg("servers"), py::arg("rank"),
+           py::arg("wire_dtype") = "fp32",
+           py::arg("push_window") = kAutoPushWindow,
            py::arg("push_thread") = false, py::arg("connect_timeout_s") = 60.0,
            py::arg("rpc_timeout_s") = 60.0, py::arg("step_timeout_s") = 300.0,
            py::arg("rejoin_timeout_s") = 300.0, py::arg("seed") = 42,
            py::arg("tls_ca") = "", py::arg("tls_cert") = "",
            py::arg("tls_key") = "", py::arg("tls_server_name") = "",
            py::arg("token_file") = "", py::arg("insecure") = false)
-      .def("join",
-           [](Client& c, lockstep::NamedShapes tensors,
-              lockstep::NamedShapes state, std::string optimizer,
-              double learning_rate, double momentum, bool nesterov,
-              double beta_1, double beta_2, double epsilon,
-              double weight_decay, int64_t chunk_bytes, int num_workers,
-              int num_shards, std::string sync, int backup_workers,
-              int staleness, int64_t total_steps, const py::buffer& weights,
-              double timeout_s) {
-             lockstep::JoinRequest r;
-             r.tensors = std::move(tensors);
-             r.state_tensors = std::move(state);
-             r.optimizer.name = std::move(optimizer);
-             r.optimizer.learning_rate = learning_rate;
-             r.optimizer.momentum = momentum;
-             r.optimizer.nesterov = nesterov;
-             r.optimizer.beta_1 = beta_1;
-             r.optimizer.beta_2 = beta_2;
-             r.optimizer.epsilon = epsilon;
-             r.optimizer.weight_decay = weight_decay;
-             r.chunk_bytes = chunk_bytes;
-             r.num_workers = num_workers;
-             r.num_shards = num_shards;
-             r.sync = std::move(sync);
-             r.backup_workers = backup_workers;
-             r.staleness = staleness;
-             r.total_steps = total_steps;
-             return c.Join(r, weights, timeout_s);
-           },
-           py::arg("tensors"), py::arg("state_tensors"),
+      .def("join", &JoinJob, py::arg("tensors"), py::arg("state_tensors"),
            py::arg("optimizer"), py::arg("learning_rate"), py::arg("momentum"),
            py::arg("nesterov"), py::arg("beta_1"), py::arg("beta_2"),
            py::arg("epsilon"), py::arg("weight_decay"), py::arg("chunk_bytes"),
@@ -144,7 +143,7 @@ PYBIND11_MODULE(_native, m) {
       .def("leave", &Client::Leave)
       .def("timings",
            [](const Client& c) {
-             const lockstep::StepTimings t = c.timings();
+             const StepTimings t = c.timings();
              py::dict d;
              d["steps"] = t.steps;
              d["encode_seconds"] = t.encode_seconds;
@@ -156,31 +155,38 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("push_window", &Client::push_window)
       .def_property_readonly("in_step", &Client::in_step)
       .def_property_readonly("rejoins", &Client::rejoins);
+}
 
-  py::class_<lockstep::ShardedSampler>(m, "ShardedSampler")
+// The data sharding of lockstep_worker (worker/data/sharded_sampler.h).
+void BindSampler(py::module_& m) {
+  py::class_<ShardedSampler>(m, "ShardedSampler")
       .def(py::init([](int64_t num_examples, int num_workers, int rank,
                        int batch_size, uint64_t seed) {
-             return lockstep::ValueOrThrow(lockstep::ShardedSampler::Create(
+             return ValueOrThrow(ShardedSampler::Create(
                  num_examples, num_workers, rank, batch_size, seed));
            }),
            py::arg("num_examples"), py::arg("num_workers"), py::arg("rank"),
            py::arg("batch_size"), py::arg("seed"))
-      .def("steps_per_epoch", &lockstep::ShardedSampler::StepsPerEpoch)
-      .def("batch_indices",
-           [](lockstep::ShardedSampler& s, int64_t step) {
-             if (step < 0) throw py::value_error("step must be >= 0");
-             return lockstep::ToArray(s.BatchIndices(step));
-           },
-           py::arg("step"))
-      .def("epoch_permutation",
-           [](const lockstep::ShardedSampler& s, int64_t epoch) {
-             return lockstep::ToArray(s.EpochPermutation(epoch));
-           },
-           py::arg("epoch"));
+      .def("steps_per_epoch", &ShardedSampler::StepsPerEpoch)
+      .def(
+          "batch_indices",
+          [](ShardedSampler& s, int64_t step) {
+            if (step < 0) throw py::value_error("step must be >= 0");
+            return ToArray(s.BatchIndices(step));
+          },
+          py::arg("step"))
+      .def(
+          "epoch_permutation",
+          [](const ShardedSampler& s, int64_t epoch) {
+            return ToArray(s.EpochPermutation(epoch));
+          },
+          py::arg("epoch"));
+}
 
+// TF_CONFIG and the optimizers' defaults.
+void BindConfig(py::module_& m) {
   m.def("parse_tf_config", [](const std::string& text) {
-    const lockstep::TfConfig config =
-        lockstep::ValueOrThrow(lockstep::ParseTfConfig(text));
+    const TfConfig config = ValueOrThrow(ParseTfConfig(text));
     py::dict d;
     d["ps"] = config.PsAddresses();
     d["num_workers"] = config.NumWorkers();
@@ -192,7 +198,7 @@ PYBIND11_MODULE(_native, m) {
   });
 
   m.def("optimizer_defaults", [](const std::string& name) {
-    const lockstep::OptimizerConfig c = lockstep::OptimizerConfig::Defaults(name);
+    const OptimizerConfig c = OptimizerConfig::Defaults(name);
     py::dict d;
     d["learning_rate"] = c.learning_rate;
     d["momentum"] = c.momentum;
@@ -203,33 +209,40 @@ PYBIND11_MODULE(_native, m) {
     d["weight_decay"] = c.weight_decay;
     return d;
   });
+}
 
-  m.def("write_safetensors",
-        [](const std::string& path,
-           const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors,
-           const py::buffer& flat) {
-          lockstep::FloatBuffer f =
-              lockstep::RequestFloats(flat, /*writable=*/false, "flat");
-          lockstep::ThrowIfError(lockstep::WriteSafetensors(
-              path, lockstep::Tensors(tensors), f.span));
-        },
-        py::arg("path"), py::arg("tensors"), py::arg("flat"));
+// Weights files (common/safetensors.h).
+void BindSafetensors(py::module_& m) {
+  m.def(
+      "write_safetensors",
+      [](const std::string& path,
+         const std::vector<std::pair<std::string, std::vector<int64_t>>>&
+             tensors,
+         const py::buffer& flat) {
+        FloatBuffer f = RequestFloats(flat, /*writable=*/false, "flat");
+        ThrowIfError(WriteSafetensors(path, Tensors(tensors), f.span));
+      },
+      py::arg("path"), py::arg("tensors"), py::arg("flat"));
 
-  m.def("read_safetensors", [](const std::string& path) {
-    std::vector<lockstep::NamedTensor> tensors =
-        lockstep::ValueOrThrow(lockstep::ReadSafetensors(path));
-    py::list out;
-    for (lockstep::NamedTensor& t : tensors) {
-      py::array_t<float> values(static_cast<py::ssize_t>(t.values.size()));
-      std::copy(t.values.begin(), t.values.end(), values.mutable_data());
-      out.append(py::make_tuple(t.info.name, t.info.shape, values));
-    }
-    return out;
-  }, py::arg("path"));
+  m.def(
+      "read_safetensors",
+      [](const std::string& path) {
+        std::vector<NamedTensor> tensors = ValueOrThrow(ReadSafetensors(path));
+        py::list out;
+        for (NamedTensor& t : tensors) {
+          py::array_t<float> values(static_cast<py::ssize_t>(t.values.size()));
+          std::copy(t.values.begin(), t.values.end(), values.mutable_data());
+          out.append(py::make_tuple(t.info.name, t.info.shape, values));
+        }
+        return out;
+      },
+      py::arg("path"));
+}
 
+// The data readers, as numpy arrays.
+void BindData(py::module_& m) {
   // A data set as numpy arrays: features shaped `shape` after the count.
-  auto to_arrays = [](const lockstep::Dataset& data,
-                      std::vector<py::ssize_t> shape) {
+  auto to_arrays = [](const Dataset& data, std::vector<py::ssize_t> shape) {
     shape.insert(shape.begin(), static_cast<py::ssize_t>(data.num_examples));
     py::array_t<float> features(shape);
     std::copy(data.features.begin(), data.features.end(),
@@ -238,29 +251,52 @@ PYBIND11_MODULE(_native, m) {
     std::copy(data.labels.begin(), data.labels.end(), labels.mutable_data());
     return py::make_tuple(features, labels);
   };
-  m.def("load_idx", [to_arrays](const std::string& dir, bool train) {
-    lockstep::Dataset data;
-    {
-      py::gil_scoped_release release;
-      data = lockstep::ValueOrThrow(lockstep::LoadIdxDataset(dir, train));
-    }
-    return to_arrays(data, {data.feature_dim});
-  }, py::arg("dir"), py::arg("train"),
-  "The IDX (MNIST-format) split in dir as lockstep_worker reads it: "
-  "features scaled to [0, 1], shape (N, 784), and int32 labels.");
-  m.def("load_cifar10", [to_arrays](const std::string& dir, bool train) {
-    lockstep::Dataset data;
-    {
-      py::gil_scoped_release release;
-      data = lockstep::ValueOrThrow(lockstep::LoadCifar10(dir, train));
-    }
-    return to_arrays(data, {lockstep::kCifarHeight, lockstep::kCifarWidth,
-                            lockstep::kCifarChannels});
-  }, py::arg("dir"), py::arg("train"),
-  "CIFAR-10's binary files in dir as lockstep_worker reads them: images "
-  "(N, 32, 32, 3), normalized per channel, and int32 labels.");
+  m.def(
+      "load_idx",
+      [to_arrays](const std::string& dir, bool train) {
+        Dataset data;
+        {
+          py::gil_scoped_release release;
+          data = ValueOrThrow(LoadIdxDataset(dir, train));
+        }
+        return to_arrays(data, {data.feature_dim});
+      },
+      py::arg("dir"), py::arg("train"),
+      "The IDX (MNIST-format) split in dir as lockstep_worker reads it: "
+      "features scaled to [0, 1], shape (N, 784), and int32 labels.");
+  m.def(
+      "load_cifar10",
+      [to_arrays](const std::string& dir, bool train) {
+        Dataset data;
+        {
+          py::gil_scoped_release release;
+          data = ValueOrThrow(LoadCifar10(dir, train));
+        }
+        return to_arrays(data, {kCifarHeight, kCifarWidth, kCifarChannels});
+      },
+      py::arg("dir"), py::arg("train"),
+      "CIFAR-10's binary files in dir as lockstep_worker reads them: images "
+      "(N, 32, 32, 3), normalized per channel, and int32 labels.");
+}
 
-  m.attr("EXIT_PERMANENT") = lockstep::kExitPermanent;
-  m.attr("EXIT_RETRYABLE") = lockstep::kExitRetryable;
-  m.attr("EXIT_TERMINATED") = lockstep::kExitTerminated;
+// The exit codes of common/exit_codes.h.
+void BindExitCodes(py::module_& m) {
+  m.attr("EXIT_PERMANENT") = kExitPermanent;
+  m.attr("EXIT_RETRYABLE") = kExitRetryable;
+  m.attr("EXIT_TERMINATED") = kExitTerminated;
+}
+
+}  // namespace
+}  // namespace lockstep
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() =
+      "Lockstep's C++ worker client for Python (see lockstep/__init__.py)";
+  lockstep::TranslateErrors();
+  lockstep::BindClient(m);
+  lockstep::BindSampler(m);
+  lockstep::BindConfig(m);
+  lockstep::BindSafetensors(m);
+  lockstep::BindData(m);
+  lockstep::BindExitCodes(m);
 }
