@@ -15,7 +15,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/signature_proto.h"
 #include "common/status_macros.h"
@@ -124,14 +123,15 @@ absl::Status MakeDirs(const std::string& dir) {
 
 }  // namespace
 
-std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint) {
+std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint,
+                             absl::Time written) {
   v1::CheckpointHeader header;
   SignatureToProto(checkpoint.signature, header.mutable_signature());
   header.set_shard(checkpoint.shard);
   header.set_num_shards(checkpoint.num_shards);
   header.set_num_workers(checkpoint.num_workers);
   header.set_version(checkpoint.version);
-  header.set_written_unix_micros(absl::ToUnixMicros(absl::Now()));
+  header.set_written_unix_micros(absl::ToUnixMicros(written));
   std::string data;
   auto add = [&](const ChunkState& chunk, const std::string& name,
                  const std::vector<float>& values) {
@@ -254,7 +254,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
-    const std::string& dir, int shard, int num_shards, int keep) {
+    const std::string& dir, int shard, int num_shards, int keep, Env* env) {
   if (keep < 1) {
     return absl::InvalidArgumentError("must keep at least one checkpoint");
   }
@@ -269,7 +269,8 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint folder ", shard_dir, " is not a writable directory"));
   }
-  return std::unique_ptr<CheckpointStore>(new CheckpointStore(shard_dir, keep));
+  return std::unique_ptr<CheckpointStore>(
+      new CheckpointStore(shard_dir, keep, env));
 }
 
 std::vector<std::string> CheckpointStore::Files(
@@ -299,7 +300,7 @@ absl::StatusOr<std::string> CheckpointStore::Save(
   const std::string path =
       absl::StrFormat("%s/ckpt-%012d%s", dir_, checkpoint.version, kSuffix);
   const std::string tmp = path + ".tmp";
-  const std::string bytes = EncodeCheckpoint(checkpoint);
+  const std::string bytes = EncodeCheckpoint(checkpoint, env_->Now());
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Errno("cannot create", tmp);
   absl::Status written = WriteAll(fd, bytes, tmp);
@@ -309,11 +310,9 @@ absl::StatusOr<std::string> CheckpointStore::Save(
     unlink(tmp.c_str());
     return written;
   }
-  if (pause_ > absl::ZeroDuration()) absl::SleepFor(pause_);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status error = Errno("cannot rename", tmp);
+  if (absl::Status renamed = env_->RenameFile(tmp, path); !renamed.ok()) {
     unlink(tmp.c_str());
-    return error;
+    return absl::UnavailableError(renamed.message());
   }
   RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY));
   std::vector<std::string> all = List();
@@ -330,7 +329,7 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
   // good, one model's size per crash. Only files untouched for
   // kStaleTmpAge go: a predecessor still writing its last checkpoint on a
   // shared volume (a replacement pod started early) keeps its own.
-  const absl::Time now = absl::Now();
+  const absl::Time now = env_->Now();
   for (const std::string& path : Files(absl::StrCat(kSuffix, ".tmp"))) {
     struct stat st;
     if (stat(path.c_str(), &st) == 0 &&
@@ -359,7 +358,7 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
     // again, and never counted as one of the newest when Save prunes (which
     // could otherwise delete the good ones and keep it).
     const std::string aside = *it + ".corrupt";
-    const bool moved = rename(it->c_str(), aside.c_str()) == 0;
+    const bool moved = env_->RenameFile(*it, aside).ok();
     notes->push_back(absl::StrCat(
         *it, ": ", checkpoint.status().message(),
         moved ? absl::StrCat("; set aside as ", aside) : "",

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 #include "common/kernels.h"
 #include "common/status_macros.h"
 
@@ -29,7 +28,7 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
                            int num_workers,
                            std::unique_ptr<Optimizer> optimizer,
                            BarrierCounters* counters, BarrierObserver* observer,
-                           SumOrder sum_order, WorkPool* pool)
+                           SumOrder sum_order, WorkPool* pool, Env* env)
     : chunk_(chunk),
       policy_(policy),
       num_workers_(num_workers),
@@ -37,7 +36,8 @@ ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
                   policy.mode == SyncMode::kSync && num_workers > 2),
       counters_(counters),
       observer_(observer),
-      pool_(pool) {
+      pool_(pool),
+      env_(env) {
   absl::MutexLock lock(&mu_);
   optimizer_ = std::move(optimizer);
   accumulator_.assign(chunk.size, 0.0f);
@@ -148,11 +148,11 @@ void ChunkBarrier::AcceptLocked(int rank, int64_t step, WireDType dtype,
   if (!counted) {
     // Inside the lock: the check's and the sum's own time, not the wait for
     // the lock behind other pushes' sums and the apply.
-    const absl::Time start = absl::Now();
+    const absl::Time start = env_->Now();
     const absl::Status summed =
         rank_order_ ? SumInRankOrderLocked(rank, payload, dtype)
                     : SumLocked(payload, dtype, /*checked=*/false);
-    const absl::Time end = absl::Now();
+    const absl::Time end = env_->Now();
     counters_->accumulate_ns.fetch_add(absl::ToInt64Nanoseconds(end - start),
                                        std::memory_order_relaxed);
     if (!summed.ok()) {
@@ -291,7 +291,7 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, bool counted,
   // kSsp: the worker may start step + 1 once the slowest has pushed
   // step + 1 - k.
   ssp_waiters_.push_back(
-      SspWaiter{step + 1 - policy_.staleness, absl::Now(), std::move(done)});
+      SspWaiter{step + 1 - policy_.staleness, env_->Now(), std::move(done)});
   const int64_t slowest = MinClockLocked();
   auto ready = std::stable_partition(
       ssp_waiters_.begin(), ssp_waiters_.end(),
@@ -303,7 +303,7 @@ void ChunkBarrier::PushAsync(int rank, int64_t step, bool counted,
 }
 
 void ChunkBarrier::ApplyAndPublishLocked(float scale, Answers* answers) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = env_->Now();
   apply_start_ = start;
   // The published snapshot is the master copy: the next version is made in
   // a new buffer and published in turn, so a chunk holds one copy of its
@@ -351,7 +351,7 @@ void ChunkBarrier::ApplyAndPublishLocked(float scale, Answers* answers) {
   PublishLocked(std::move(next));
   counters_->chunk_steps.fetch_add(1, std::memory_order_relaxed);
   previous_published_at_ = published_at_;
-  published_at_ = absl::Now();
+  published_at_ = env_->Now();
   counters_->apply_ns.fetch_add(absl::ToInt64Nanoseconds(published_at_ - start),
                                 std::memory_order_relaxed);
   auto ready = std::stable_partition(

@@ -42,6 +42,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/chunk_plan.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
@@ -121,15 +122,17 @@ struct BarrierCounters {
 
 class ChunkBarrier final {
  public:
-  // `counters`, `observer` and `pool` (both may be null) are not owned and
-  // outlive the barrier. With a pool, a push's check and sum and the
-  // optimizer's step are split over its threads in blocks of
+  // `counters`, `observer` and `pool` (both may be null) and `env` are not
+  // owned and outlive the barrier. With a pool, a push's check and sum and
+  // the optimizer's step are split over its threads in blocks of
   // kParallelGrain elements (element-wise: the same bits either way).
+  // `env` is the clock of the observer's times, the counters' durations and
+  // when an SSP push began to wait.
   ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy, int num_workers,
                std::unique_ptr<Optimizer> optimizer, BarrierCounters* counters,
                BarrierObserver* observer = nullptr,
                SumOrder sum_order = SumOrder::kArrival,
-               WorkPool* pool = nullptr);
+               WorkPool* pool = nullptr, Env* env = Env::Default());
 
   // 256 Ki elements: a block is 1 MiB of fp32, some 100 us of work, far
   // more than waking a helper costs; a smaller chunk (the tutorial MLP's
@@ -274,6 +277,7 @@ class ChunkBarrier final {
   BarrierCounters* const counters_;  // Not owned.
   BarrierObserver* const observer_;  // Not owned; may be null.
   WorkPool* const pool_;             // Not owned; may be null.
+  Env* const env_;                   // Not owned.
   std::atomic<int64_t> published_version_{-1};
 
   mutable absl::Mutex mu_;

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/wire_codec.h"
 
@@ -25,7 +24,11 @@ absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
   return absl::OkStatus();
 }
 
-int64_t NewServerIncarnation() { return absl::ToUnixMicros(absl::Now()); }
+// An id told apart from an earlier server's by the real clock, whatever
+// clock the server runs on.
+int64_t NewServerIncarnation() {
+  return absl::ToUnixMicros(Env::Default()->Now());
+}
 
 }  // namespace
 
@@ -111,7 +114,7 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
         absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
   }
   ASSIGN_OR_RETURN(ChunkBarrier * barrier, FindChunk(rank, incarnation, chunk));
-  NoteContact(rank, absl::Now());
+  NoteContact(rank, options_.env->Now());
   RETURN_IF_ERROR(
       CheckPayload({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
   if (absl::Status finite = CheckFiniteEncoded(fp32_bytes, WireDType::kFloat32);
@@ -128,7 +131,7 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
                            int chunk, WireDType dtype,
                            absl::Span<const absl::string_view> payload,
                            ChunkCallback done) {
-  const absl::Time arrival = absl::Now();
+  const absl::Time arrival = options_.env->Now();
   absl::StatusOr<ChunkBarrier*> barrier =
       FindChunk(rank, incarnation, chunk, step);
   absl::Status valid = barrier.status();
@@ -170,7 +173,7 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
       return done(status);
     }
   }
-  if (incarnation != 0) NoteContact(rank, absl::Now());
+  if (incarnation != 0) NoteContact(rank, options_.env->Now());
   barrier->Pull(min_version, exact, std::move(done));
 }
 
@@ -187,7 +190,7 @@ absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
     RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
     finished_[rank] = true;
   }
-  NoteContact(rank, absl::Now());
+  NoteContact(rank, options_.env->Now());
   return absl::OkStatus();
 }
 
@@ -252,7 +255,7 @@ ServerStatus ParameterServer::GetStatus() const {
                                             n);
     }
   }
-  status.now = absl::Now();
+  status.now = options_.env->Now();
   absl::MutexLock lock(&activity_mu_);
   status.workers = activity_;
   return status;

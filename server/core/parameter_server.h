@@ -44,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
@@ -67,6 +68,9 @@ struct ParameterServerOptions {
   // needing more is refused with RESOURCE_EXHAUSTED before anything is
   // allocated. 0: no bound.
   int64_t max_state_bytes = 0;
+  // The clock of arrivals, contacts, step timeouts and the server's
+  // incarnation, and the sleeps of Snapshot's wait; not owned.
+  Env* env = Env::Default();
 };
 
 // What a shard holding `elements` of a model trained with `optimizer`

@@ -107,7 +107,8 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
                      Optimizer::Create(signature.optimizer, chunk.size));
     chunks.push_back(std::make_unique<ChunkBarrier>(
         chunk, signature.sync, options_.num_workers, std::move(optimizer),
-        &counters_, options_.observer, options_.sum_order, options_.pool));
+        &counters_, options_.observer, options_.sum_order, options_.pool,
+        options_.env));
   }
   // Barriers of an earlier, provisional configuration stay alive: a caller
   // may still hold a pointer to one (they are closed).
@@ -135,7 +136,7 @@ absl::StatusOr<Registration> ParameterServer::Register(
   std::string reason;
   absl::StatusOr<Registration> result =
       RegisterInternal(rank, signature, &revoked, &reason);
-  if (result.ok()) NoteContact(rank, absl::Now());
+  if (result.ok()) NoteContact(rank, options_.env->Now());
   // Old barriers: their waiting pulls learn why, and what they held (a
   // provisional model's weights and optimizer state) goes back.
   for (ChunkBarrier* b : revoked) {

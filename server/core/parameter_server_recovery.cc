@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "server/core/parameter_server.h"
 
@@ -110,7 +109,7 @@ absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
   }
   const bool same_version =
       checkpoint.signature.sync.mode == SyncMode::kSync;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = options_.env->Now() + timeout;
   while (true) {
     checkpoint.chunks.clear();
     int64_t low = -1, high = -1;
@@ -127,12 +126,12 @@ absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
     if (!same_version || low == high) return checkpoint;
     // In sync mode a chunk leads the others by at most one step, and only
     // until the pushes of that step reach them: a brief wait.
-    if (absl::Now() >= deadline) {
+    if (options_.env->Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "chunks stayed at versions ", low, "..", high,
           " for the whole checkpoint timeout"));
     }
-    absl::SleepFor(absl::Milliseconds(1));
+    options_.env->SleepFor(absl::Milliseconds(1));
   }
 }
 
