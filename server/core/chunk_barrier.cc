@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "server/core/push_checks.h"
 
 namespace lockstep {
 
@@ -72,10 +74,7 @@ absl::StatusOr<Admission> ChunkBarrier::AdmitLocked(int rank,
         absl::StrCat("chunk ", chunk_.index,
                      " has no weights yet: rank 0 has not initialized"));
   }
-  if (step < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push for negative step ", step));
-  }
+  RETURN_IF_ERROR(CheckStepNotNegative(step));
   return rule_->Admit(rank, step);
 }
 
@@ -87,36 +86,31 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
   {
     absl::MutexLock lock(&mu_);
     const absl::StatusOr<Admission> admission = AdmitLocked(rank, step);
-    if (!admission.ok()) {
-      counters_->CountRefused(admission.status().code());
-      answers.Add(std::move(done), admission.status());
-    } else if (*admission == Admission::kAnswerNow) {
+    absl::Status refused = admission.status();
+    if (admission.ok() && *admission == Admission::kAnswerNow) {
       answers.Add(std::move(done), core_.versions().Snapshot());
-    } else {
-      AcceptLocked(rank, step, dtype, payload, arrival, std::move(done),
-                   &answers, &report);
+    } else if (admission.ok()) {
+      refused = AcceptLocked(rank, step, dtype, payload, arrival, done,
+                             &answers, &report);
       published_version_.store(core_.versions().version());
+    }
+    if (!refused.ok()) {
+      answers.Add(std::move(done), RefusePush(counters_, std::move(refused)));
     }
   }
   Report(rank, step, report);
   answers.Run();
 }
 
-void ChunkBarrier::AcceptLocked(int rank, int64_t step, WireDType dtype,
-                                absl::Span<const absl::string_view> payload,
-                                absl::Time arrival, ChunkCallback done,
-                                ChunkAnswers* answers, PushReport* report) {
+absl::Status ChunkBarrier::AcceptLocked(
+    int rank, int64_t step, WireDType dtype,
+    absl::Span<const absl::string_view> payload, absl::Time arrival,
+    ChunkCallback& done, ChunkAnswers* answers, PushReport* report) {
   const bool counted = rule_->Counted(rank, step);
   if (!counted) {
     const absl::Status summed =
         core_.Sum(rank, payload, dtype, &report->sum_start, &report->sum_end);
-    if (!summed.ok()) {
-      counters_->CountRefused(absl::StatusCode::kInvalidArgument);
-      answers->Add(std::move(done),
-                   absl::InvalidArgumentError(absl::StrCat(
-                       "chunk ", chunk_.index, ": ", summed.message())));
-      return;
-    }
+    if (!summed.ok()) return NotFiniteError(chunk_.index, summed);
     report->summed = true;
   }
   const int64_t before = core_.versions().version();
@@ -130,6 +124,7 @@ void ChunkBarrier::AcceptLocked(int rank, int64_t step, WireDType dtype,
                                                core_.previous_published_at(),
                                                report->arrivals};
   }
+  return absl::OkStatus();
 }
 
 void ChunkBarrier::Report(int rank, int64_t step,

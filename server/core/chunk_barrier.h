@@ -126,15 +126,16 @@ class ChunkBarrier final {
     std::vector<absl::Time> arrivals;  // What applied->arrivals spans.
   };
   // A push refused (closed, no weights yet, a negative step, or by the
-  // rule), or what the rule says of it.
+  // rule: push_checks.h gives the order), or what the rule says of it.
   absl::StatusOr<Admission> AdmitLocked(int rank, int64_t step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A push the rule admitted: checks and sums it unless it was counted
-  // already, then lets the rule wait or apply.
-  void AcceptLocked(int rank, int64_t step, WireDType dtype,
-                    absl::Span<const absl::string_view> payload,
-                    absl::Time arrival, ChunkCallback done,
-                    ChunkAnswers* answers, PushReport* report)
+  // already, then hands it (and `done`) to the rule to wait or apply. A
+  // refusal (a NaN or Inf) is returned, `done` left to the caller.
+  absl::Status AcceptLocked(int rank, int64_t step, WireDType dtype,
+                            absl::Span<const absl::string_view> payload,
+                            absl::Time arrival, ChunkCallback& done,
+                            ChunkAnswers* answers, PushReport* report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `weights` version `version`, answering every waiting pull.
   void PublishLocked(int64_t version,

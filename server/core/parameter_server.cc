@@ -7,22 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/wire_codec.h"
+#include "server/core/push_checks.h"
 
 namespace lockstep {
 namespace {
-
-absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
-                          WireDType dtype, const Chunk& chunk) {
-  const size_t bytes = PiecesSize(payload);
-  const size_t expected =
-      static_cast<size_t>(chunk.size) * BytesPerElement(dtype);
-  if (bytes != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", chunk.index, " payload has ", bytes, " bytes, expected ",
-        expected, " (", chunk.size, " ", WireDTypeName(dtype), " values)"));
-  }
-  return absl::OkStatus();
-}
 
 // An id told apart from an earlier server's by the real clock, whatever
 // clock the server runs on.
@@ -116,11 +104,10 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
   ASSIGN_OR_RETURN(ChunkBarrier * barrier, FindChunk(rank, incarnation, chunk));
   NoteContact(rank, options_.env->Now());
   RETURN_IF_ERROR(
-      CheckPayload({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
+      CheckPayloadSize({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
   if (absl::Status finite = CheckFiniteEncoded(fp32_bytes, WireDType::kFloat32);
       !finite.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", barrier->chunk().index, ": ", finite.message()));
+    return NotFiniteError(barrier->chunk().index, finite);
   }
   RETURN_IF_ERROR(barrier->Initialize(fp32_bytes));
   absl::MutexLock lock(&mu_);
@@ -138,12 +125,9 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   if (valid.ok()) {
     NoteContact(rank, arrival, step);
     // The size; the barrier checks the values as it sums them.
-    valid = CheckPayload(payload, dtype, (*barrier)->chunk());
+    valid = CheckPayloadSize(payload, dtype, (*barrier)->chunk());
   }
-  if (!valid.ok()) {
-    counters_.CountRefused(valid.code());
-    return done(valid);
-  }
+  if (!valid.ok()) return done(RefusePush(&counters_, std::move(valid)));
   (*barrier)->Push(rank, step, dtype, payload, arrival, std::move(done));
 }
 

@@ -51,6 +51,7 @@
 #include "common/work_pool.h"
 #include "server/core/barrier_observer.h"
 #include "server/core/chunk_barrier.h"
+#include "server/core/push_checks.h"
 
 namespace lockstep {
 
@@ -248,11 +249,12 @@ class ParameterServer final {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckMemberLocked(int rank, int64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Validates rank/incarnation/chunk, and for a push of `step` (-1: none)
-  // that the server still takes that step (StopNewSteps); returns the
-  // chunk's barrier.
+  // Validates rank/incarnation/chunk, and for a push of `step` that the
+  // server still takes that step (StopNewSteps); returns the chunk's
+  // barrier.
   absl::StatusOr<ChunkBarrier*> FindChunk(int rank, int64_t incarnation,
-                                          int chunk, int64_t step = -1) const;
+                                          int chunk,
+                                          int64_t step = kNotAPush) const;
   // The barrier of a chunk this shard owns, or why there is none.
   absl::StatusOr<ChunkBarrier*> OwnedChunkLocked(int chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -261,7 +263,7 @@ class ParameterServer final {
   std::vector<ChunkBarrier*> OwnedChunksLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an RPC from `rank` at `when`; a push also names its step.
-  void NoteContact(int rank, absl::Time when, int64_t pushed_step = -1)
+  void NoteContact(int rank, absl::Time when, int64_t pushed_step = kNotAPush)
       ABSL_LOCKS_EXCLUDED(activity_mu_);
 
   const ParameterServerOptions options_;
