@@ -242,6 +242,27 @@ class ParameterServer final {
       int rank, const ModelSignature& signature,
       std::vector<ChunkBarrier*>* revoked, std::string* reason)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Register's checks of the caller and its signature's layout.
+  absl::Status CheckRegistrationLocked(int rank,
+                                       const ModelSignature& signature) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `signature` the job's when there is none yet, or when rank 0
+  // brings another one than the provisional one (revoking the others:
+  // `revoked`, `reason`); FAILED_PRECONDITION when it differs otherwise.
+  absl::Status AdoptSignatureLocked(int rank, const ModelSignature& signature,
+                                    std::vector<ChunkBarrier*>* revoked,
+                                    std::string* reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckStepTimeout's parts: the oldest step `chunks` wait on at `now`
+  // (expired and ssp not set); the alarm unless its step was said already
+  // (`stalled`: an SSP stall, else a warning); giving the step up.
+  std::optional<StepAlarm> OldestWait(const std::vector<ChunkBarrier*>& chunks,
+                                      absl::Time now) const;
+  std::vector<StepAlarm> AlarmOnce(const StepAlarm& alarm, bool stalled)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void GiveUpStep(const StepAlarm& alarm, bool fail_job,
+                  const std::vector<ChunkBarrier*>& chunks)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the registrations of ranks other than 0 (made under a signature
   // rank 0 overrules) and returns the barriers to close, failing their
   // waiting pulls.
