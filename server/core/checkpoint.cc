@@ -1,21 +1,17 @@
+// Checkpoints' file format (declared in checkpoint.h): EncodeCheckpoint and
+// DecodeCheckpoint. checkpoint_store.cc keeps the files.
 #include "server/core/checkpoint.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstring>
-#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/signature_proto.h"
 #include "common/status_macros.h"
@@ -26,10 +22,9 @@ namespace {
 
 constexpr char kMagic[8] = {'L', 'S', 'C', 'K', 'P', 'T', '\n', '\0'};
 constexpr size_t kPreamble = 8 + 4 + 8 + 4;  // magic, format, length, crc.
-constexpr char kSuffix[] = ".lsc";
-// A temporary checkpoint file nobody has written for this long is a
-// leftover of a writer that died.
-constexpr absl::Duration kStaleTmpAge = absl::Minutes(10);
+// More parameters than this in a checkpoint's signature is damage: 2^50
+// fp32 values would be 4 PiB.
+constexpr int64_t kMaxCheckpointParameters = int64_t{1} << 50;
 
 uint32_t Crc32(const void* data, size_t size) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -62,76 +57,17 @@ absl::Status Corrupt(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("corrupt checkpoint: ", what));
 }
 
-absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::UnavailableError(
-      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteAll(int fd, absl::string_view bytes,
-                      const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("cannot write", path);
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status FsyncPath(const std::string& path, int flags) {
-  const int fd = open(path.c_str(), flags);
-  if (fd < 0) return Errno("cannot open", path);
-  const int rc = fsync(fd);
-  close(fd);
-  return rc == 0 ? absl::OkStatus() : Errno("cannot fsync", path);
-}
-
-// The whole file, read with POSIX calls so that a failure names its errno.
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open", path);
-  std::string bytes;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const absl::Status error = Errno("cannot read", path);
-      close(fd);
-      return error;
-    }
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return bytes;
-}
-
-absl::Status MakeDirs(const std::string& dir) {
-  std::string path;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      path = dir.substr(0, i);
-      if (!path.empty() && mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-        return Errno("cannot create", path);
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
-std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint) {
+std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint,
+                             absl::Time written) {
   v1::CheckpointHeader header;
   SignatureToProto(checkpoint.signature, header.mutable_signature());
   header.set_shard(checkpoint.shard);
   header.set_num_shards(checkpoint.num_shards);
   header.set_num_workers(checkpoint.num_workers);
   header.set_version(checkpoint.version);
-  header.set_written_unix_micros(absl::ToUnixMicros(absl::Now()));
+  header.set_written_unix_micros(absl::ToUnixMicros(written));
   std::string data;
   auto add = [&](const ChunkState& chunk, const std::string& name,
                  const std::vector<float>& values) {
@@ -160,7 +96,16 @@ std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint) {
   return out;
 }
 
-absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
+namespace {
+
+// The header of a checkpoint file, its preamble and checksum checked, and
+// the tensor bytes after it (a view into the file).
+struct CheckpointParts {
+  v1::CheckpointHeader header;
+  absl::string_view data;
+};
+
+absl::StatusOr<CheckpointParts> ReadHeader(absl::string_view bytes) {
   if (bytes.size() < kPreamble) return Corrupt("shorter than its preamble");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return Corrupt("not a Lockstep checkpoint (bad magic)");
@@ -180,21 +125,25 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
   if (Crc32(header_bytes.data(), header_bytes.size()) != header_crc) {
     return Corrupt("header checksum mismatch");
   }
-  v1::CheckpointHeader header;
-  if (!header.ParseFromArray(header_bytes.data(),
-                             static_cast<int>(header_bytes.size()))) {
+  CheckpointParts parts;
+  if (!parts.header.ParseFromArray(header_bytes.data(),
+                                   static_cast<int>(header_bytes.size()))) {
     return Corrupt("unreadable header");
   }
-  const absl::string_view data = bytes.substr(kPreamble + header_size);
-  ShardCheckpoint checkpoint;
+  parts.data = bytes.substr(kPreamble + header_size);
+  return parts;
+}
+
+// The header's signature, refused when its shapes' products overflow or go
+// negative: every later size computation (NumParameters, ChunkPlan) would
+// be undefined.
+absl::StatusOr<ModelSignature> ReadSignature(
+    const v1::CheckpointHeader& header) {
   absl::StatusOr<ModelSignature> signature =
       SignatureFromProto(header.signature());
   if (!signature.ok()) return Corrupt(signature.status().message());
-  checkpoint.signature = *std::move(signature);
-  // Shapes whose products overflow or go negative would make every later
-  // size computation (NumParameters, ChunkPlan) undefined.
   int64_t parameters = 0;
-  for (const TensorInfo& t : checkpoint.signature.tensors) {
+  for (const TensorInfo& t : signature->tensors) {
     int64_t n = 1;
     for (int64_t d : t.shape) {
       if (d < 0 || __builtin_mul_overflow(n, d, &n)) {
@@ -202,175 +151,75 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
       }
     }
     if (__builtin_add_overflow(parameters, n, &parameters) ||
-        parameters > (int64_t{1} << 50)) {
+        parameters > kMaxCheckpointParameters) {
       return Corrupt("the model's parameter count overflows");
     }
   }
+  return signature;
+}
+
+// Adds tensor `t` (its bytes in `data`, checksum checked) to `checkpoint`:
+// a chunk's weights start the chunk, its slots follow them. On `end`: the
+// end of the tensor's bytes, if past it.
+absl::Status ReadTensor(const v1::CheckpointTensor& t, absl::string_view data,
+                        ShardCheckpoint* checkpoint, uint64_t* end) {
+  // Bounded by the data before multiplying: elements * 4 must not wrap.
+  if (t.offset() < 0 || t.elements() < 0 ||
+      static_cast<uint64_t>(t.offset()) > data.size() ||
+      static_cast<uint64_t>(t.elements()) >
+          (data.size() - static_cast<uint64_t>(t.offset())) / sizeof(float)) {
+    return Corrupt(absl::StrCat("tensor ", t.name(), " of chunk ", t.chunk(),
+                                " lies past the end of the file (truncated)"));
+  }
+  const uint64_t bytes_needed =
+      static_cast<uint64_t>(t.elements()) * sizeof(float);
+  *end = std::max(*end, static_cast<uint64_t>(t.offset()) + bytes_needed);
+  const char* p = data.data() + t.offset();
+  if (Crc32(p, bytes_needed) != t.crc32()) {
+    return Corrupt(absl::StrCat("checksum mismatch in tensor ", t.name(),
+                                " of chunk ", t.chunk()));
+  }
+  std::vector<float> values(static_cast<size_t>(t.elements()));
+  // memcpy from or to null is undefined even for 0 bytes.
+  if (bytes_needed > 0) std::memcpy(values.data(), p, bytes_needed);
+  if (t.name() == "weights") {
+    ChunkState chunk;
+    chunk.chunk = t.chunk();
+    chunk.version = t.chunk_version();
+    chunk.weights = std::move(values);
+    checkpoint->chunks.push_back(std::move(chunk));
+  } else if (!checkpoint->chunks.empty() &&
+             checkpoint->chunks.back().chunk == t.chunk()) {
+    checkpoint->chunks.back().slots.emplace_back(t.name(), std::move(values));
+  } else {
+    return Corrupt(absl::StrCat("slot ", t.name(), " of chunk ", t.chunk(),
+                                " comes before the chunk's weights"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes) {
+  ASSIGN_OR_RETURN(CheckpointParts parts, ReadHeader(bytes));
+  const v1::CheckpointHeader& header = parts.header;
+  ShardCheckpoint checkpoint;
+  ASSIGN_OR_RETURN(checkpoint.signature, ReadSignature(header));
   checkpoint.shard = header.shard();
   checkpoint.num_shards = header.num_shards();
   checkpoint.num_workers = header.num_workers();
   checkpoint.version = header.version();
   uint64_t end = 0;  // Of the last tensor's bytes.
   for (const v1::CheckpointTensor& t : header.tensors()) {
-    // Bounded by the data before multiplying: elements * 4 must not wrap.
-    if (t.offset() < 0 || t.elements() < 0 ||
-        static_cast<uint64_t>(t.offset()) > data.size() ||
-        static_cast<uint64_t>(t.elements()) >
-            (data.size() - static_cast<uint64_t>(t.offset())) / 4) {
-      return Corrupt(absl::StrCat("tensor ", t.name(), " of chunk ", t.chunk(),
-                                  " lies past the end of the file (truncated)"));
-    }
-    const uint64_t bytes_needed = static_cast<uint64_t>(t.elements()) * 4;
-    end = std::max(end, static_cast<uint64_t>(t.offset()) + bytes_needed);
-    const char* p = data.data() + t.offset();
-    if (Crc32(p, bytes_needed) != t.crc32()) {
-      return Corrupt(absl::StrCat("checksum mismatch in tensor ", t.name(),
-                                  " of chunk ", t.chunk()));
-    }
-    std::vector<float> values(static_cast<size_t>(t.elements()));
-    // memcpy from or to null is undefined even for 0 bytes.
-    if (bytes_needed > 0) std::memcpy(values.data(), p, bytes_needed);
-    if (t.name() == "weights") {
-      ChunkState chunk;
-      chunk.chunk = t.chunk();
-      chunk.version = t.chunk_version();
-      chunk.weights = std::move(values);
-      checkpoint.chunks.push_back(std::move(chunk));
-    } else if (!checkpoint.chunks.empty() &&
-               checkpoint.chunks.back().chunk == t.chunk()) {
-      checkpoint.chunks.back().slots.emplace_back(t.name(), std::move(values));
-    } else {
-      return Corrupt(absl::StrCat("slot ", t.name(), " of chunk ", t.chunk(),
-                                  " comes before the chunk's weights"));
-    }
+    RETURN_IF_ERROR(ReadTensor(t, parts.data, &checkpoint, &end));
   }
   // The tensors fill the file: anything after them (an appended or
   // half-overwritten tail) is damage the checksums would not see.
-  if (end != data.size()) {
-    return Corrupt(absl::StrCat(data.size() - end,
-                                " bytes after the last tensor"));
+  if (end != parts.data.size()) {
+    return Corrupt(
+        absl::StrCat(parts.data.size() - end, " bytes after the last tensor"));
   }
   return checkpoint;
-}
-
-absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
-    const std::string& dir, int shard, int num_shards, int keep) {
-  if (keep < 1) {
-    return absl::InvalidArgumentError("must keep at least one checkpoint");
-  }
-  const std::string shard_dir =
-      absl::StrCat(dir, "/shard-", shard, "-of-", num_shards);
-  RETURN_IF_ERROR(MakeDirs(shard_dir));
-  // Found now, not at the first save: a file in the way, or a folder this
-  // user cannot write.
-  struct stat st;
-  if (stat(shard_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-      access(shard_dir.c_str(), W_OK | X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint folder ", shard_dir, " is not a writable directory"));
-  }
-  return std::unique_ptr<CheckpointStore>(new CheckpointStore(shard_dir, keep));
-}
-
-std::vector<std::string> CheckpointStore::Files(
-    absl::string_view suffix) const {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir_.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, suffix)) {
-        names.push_back(name);
-      }
-    }
-    closedir(d);
-  }
-  // Zero-padded versions sort by name.
-  std::sort(names.begin(), names.end());
-  for (std::string& name : names) name = absl::StrCat(dir_, "/", name);
-  return names;
-}
-
-std::vector<std::string> CheckpointStore::List() const {
-  return Files(kSuffix);
-}
-
-absl::StatusOr<std::string> CheckpointStore::Save(
-    const ShardCheckpoint& checkpoint) {
-  const std::string path =
-      absl::StrFormat("%s/ckpt-%012d%s", dir_, checkpoint.version, kSuffix);
-  const std::string tmp = path + ".tmp";
-  const std::string bytes = EncodeCheckpoint(checkpoint);
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status written = WriteAll(fd, bytes, tmp);
-  if (written.ok() && fsync(fd) != 0) written = Errno("cannot fsync", tmp);
-  close(fd);
-  if (!written.ok()) {
-    unlink(tmp.c_str());
-    return written;
-  }
-  if (pause_ > absl::ZeroDuration()) absl::SleepFor(pause_);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status error = Errno("cannot rename", tmp);
-    unlink(tmp.c_str());
-    return error;
-  }
-  RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY));
-  std::vector<std::string> all = List();
-  for (size_t i = 0; i + keep_ < all.size(); ++i) {
-    if (all[i] != path) unlink(all[i].c_str());
-  }
-  return path;
-}
-
-absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
-    std::vector<std::string>* notes) const {
-  // A write that did not finish (the server died before its rename) left its
-  // temporary file: never read, and never pruned by Save, it would stay for
-  // good, one model's size per crash. Only files untouched for
-  // kStaleTmpAge go: a predecessor still writing its last checkpoint on a
-  // shared volume (a replacement pod started early) keeps its own.
-  const absl::Time now = absl::Now();
-  for (const std::string& path : Files(absl::StrCat(kSuffix, ".tmp"))) {
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0 &&
-        now - absl::TimeFromTimespec(st.st_mtim) >= kStaleTmpAge &&
-        unlink(path.c_str()) == 0) {
-      notes->push_back(
-          absl::StrCat("removed ", path,
-                       ", left by a checkpoint write that did not finish"));
-    }
-  }
-  std::vector<std::string> all = List();
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    // A file that cannot be read (permissions, an I/O error) is not known
-    // to be damaged: stop rather than set it aside and roll back.
-    absl::StatusOr<std::string> contents = ReadAll(*it);
-    if (!contents.ok()) {
-      return absl::Status(
-          contents.status().code(),
-          absl::StrCat(contents.status().message(),
-                       " (not set aside: it may be intact; make it readable "
-                       "or move it away)"));
-    }
-    absl::StatusOr<ShardCheckpoint> checkpoint = DecodeCheckpoint(*contents);
-    if (checkpoint.ok()) return std::optional<ShardCheckpoint>(*checkpoint);
-    // Set aside, out of the listing: it is kept for a look, never chosen
-    // again, and never counted as one of the newest when Save prunes (which
-    // could otherwise delete the good ones and keep it).
-    const std::string aside = *it + ".corrupt";
-    const bool moved = rename(it->c_str(), aside.c_str()) == 0;
-    notes->push_back(absl::StrCat(
-        *it, ": ", checkpoint.status().message(),
-        moved ? absl::StrCat("; set aside as ", aside) : "",
-        std::next(it) != all.rend() ? "; falling back to the previous one"
-                                    : "; no earlier checkpoint is left"));
-  }
-  return std::optional<ShardCheckpoint>();
-}
-
-std::vector<std::string> CheckpointStore::SetAside() const {
-  return Files(absl::StrCat(kSuffix, ".corrupt"));
 }
 
 }  // namespace lockstep

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 
 namespace lockstep {
@@ -48,7 +49,9 @@ struct ShardCheckpoint {
 
 inline constexpr uint32_t kCheckpointFormatVersion = 1;
 
-std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint);
+// `written` is recorded in the header (CheckpointHeader.written_unix_micros).
+std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint,
+                             absl::Time written = Env::Default()->Now());
 
 // DATA_LOSS for a file that is truncated, has a bad magic or unknown format
 // version, or whose header or tensor checksums do not match.
@@ -58,9 +61,12 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes);
 class CheckpointStore final {
  public:
   // Creates `dir` (and its parents) if needed; FAILED_PRECONDITION when the
-  // shard's folder is not a directory this process can write.
+  // shard's folder is not a directory this process can write. `env` (not
+  // owned) renames the files into place and aside, and is the clock of
+  // their write times and of the age of leftover temporary files.
   static absl::StatusOr<std::unique_ptr<CheckpointStore>> Create(
-      const std::string& dir, int shard, int num_shards, int keep);
+      const std::string& dir, int shard, int num_shards, int keep,
+      Env* env = Env::Default());
 
   // Writes atomically and removes all but the newest `keep`. Returns the path.
   absl::StatusOr<std::string> Save(const ShardCheckpoint& checkpoint);
@@ -83,19 +89,16 @@ class CheckpointStore final {
   // Checkpoint files, oldest first.
   std::vector<std::string> List() const;
 
-  // Test hook: pause between writing the temporary file and renaming it, to
-  // let tests kill the server mid-write.
-  void set_pause_before_rename(absl::Duration pause) { pause_ = pause; }
-
  private:
   // The shard folder's ckpt-* files ending in `suffix`, oldest first.
   std::vector<std::string> Files(absl::string_view suffix) const;
 
-  CheckpointStore(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
+  CheckpointStore(std::string dir, int keep, Env* env)
+      : dir_(std::move(dir)), keep_(keep), env_(env) {}
 
   const std::string dir_;
   const int keep_;
-  absl::Duration pause_;
+  Env* const env_;  // Not owned.
 };
 
 }  // namespace lockstep

@@ -1,8 +1,9 @@
 // ChunkBarrier's recovery duties: checkpoints (Export, Restore), shutting
-// down (Close) and step timeouts (Pending, Expire, HasPushed). Split from
-// chunk_barrier.cc to keep each file about one concern; the class is
-// declared in chunk_barrier.h.
+// down (Close, ReleaseMemory) and step timeouts (Pending, Expire,
+// HasPushed). Split from chunk_barrier.cc to keep each file about one
+// concern; the class is declared in chunk_barrier.h.
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,15 +13,39 @@
 #include "server/core/chunk_barrier.h"
 
 namespace lockstep {
+namespace {
+
+// Whether `slots` (the optimizer's) can take the checkpoint's `state`.
+absl::Status CheckSlots(
+    int chunk,
+    const std::vector<std::pair<std::string, absl::Span<float>>>& slots,
+    const ChunkState& state) {
+  if (slots.size() != state.slots.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", chunk, " optimizer has ", slots.size(),
+                     " state vectors, the checkpoint ", state.slots.size()));
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].first != state.slots[i].first ||
+        slots[i].second.size() != state.slots[i].second.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", chunk, " optimizer state ", slots[i].first,
+          " does not match the checkpoint's ", state.slots[i].first));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 std::optional<ChunkState> ChunkBarrier::Export() {
   absl::MutexLock lock(&mu_);
-  if (!initialized_) return std::nullopt;
+  if (!core_.versions().initialized()) return std::nullopt;
   ChunkState state;
   state.chunk = chunk_.index;
-  state.version = version_;
-  state.weights = *published_;
-  for (const auto& [name, values] : optimizer_->Slots()) {
+  state.version = core_.versions().version();
+  state.weights = core_.versions().weights();
+  for (const auto& [name, values] : core_.optimizer()->Slots()) {
     state.slots.emplace_back(name,
                              std::vector<float>(values.begin(), values.end()));
   }
@@ -28,7 +53,7 @@ std::optional<ChunkState> ChunkBarrier::Export() {
 }
 
 absl::Status ChunkBarrier::Restore(const ChunkState& state) {
-  Answers answers;
+  ChunkAnswers answers;
   {
     absl::MutexLock lock(&mu_);
     if (state.weights.size() != static_cast<size_t>(chunk_.size)) {
@@ -37,51 +62,34 @@ absl::Status ChunkBarrier::Restore(const ChunkState& state) {
                        " weights, the checkpoint ", state.weights.size()));
     }
     std::vector<std::pair<std::string, absl::Span<float>>> slots =
-        optimizer_->Slots();
-    if (slots.size() != state.slots.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", chunk_.index, " optimizer has ", slots.size(),
-                       " state vectors, the checkpoint ", state.slots.size()));
-    }
-    for (size_t i = 0; i < slots.size(); ++i) {
-      if (slots[i].first != state.slots[i].first ||
-          slots[i].second.size() != state.slots[i].second.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "chunk ", chunk_.index, " optimizer state ", slots[i].first,
-            " does not match the checkpoint's ", state.slots[i].first));
-      }
+        core_.optimizer()->Slots();
+    if (absl::Status fits = CheckSlots(chunk_.index, slots, state);
+        !fits.ok()) {
+      return fits;
     }
     for (size_t i = 0; i < slots.size(); ++i) {
       std::copy(state.slots[i].second.begin(), state.slots[i].second.end(),
                 slots[i].second.begin());
     }
-    version_ = state.version;
-    initialized_ = true;
-    PublishLocked(std::make_shared<const std::vector<float>>(state.weights));
-    for (auto& [min_version, cb] : pull_waiters_) {
-      answers.Add(std::move(cb), SnapshotLocked());
-    }
-    pull_waiters_.clear();
+    PublishLocked(state.version,
+                  std::make_shared<const std::vector<float>>(state.weights),
+                  &answers);
   }
   answers.Run();
   return absl::OkStatus();
 }
 
 void ChunkBarrier::Close(const absl::Status& status) {
-  Answers answers;
+  ChunkAnswers answers;
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
     close_status_ = status;
-    for (ChunkCallback& cb : push_waiters_) answers.Add(std::move(cb), status);
-    for (SspWaiter& w : ssp_waiters_) answers.Add(std::move(w.done), status);
-    for (auto& [v, cb] : pull_waiters_) answers.Add(std::move(cb), status);
-    push_waiters_.clear();
-    ssp_waiters_.clear();
-    pull_waiters_.clear();
-    ForgetHeldLocked();
-    ForgetPreviousLocked();
+    rule_->Close(status, &answers);
+    core_.versions().FailPulls(status, &answers);
+    core_.accumulator().ForgetHeld();
+    core_.versions().ForgetPrevious();
   }
   answers.Run();
 }
@@ -89,67 +97,19 @@ void ChunkBarrier::Close(const absl::Status& status) {
 void ChunkBarrier::ReleaseMemory() {
   absl::MutexLock lock(&mu_);
   if (!closed_) return;
-  std::vector<float>().swap(accumulator_);
-  optimizer_.reset();
-  published_.reset();  // Pulls already answered keep their own reference.
-  previous_.reset();
+  core_.Release();  // Pulls already answered keep their own reference.
 }
 
 std::optional<ChunkBarrier::Gathering> ChunkBarrier::Pending() const {
   absl::MutexLock lock(&mu_);
-  if (policy_.mode == SyncMode::kSsp) {
-    if (ssp_waiters_.empty()) return std::nullopt;
-    Gathering g;
-    g.step = MinClockLocked();  // The slowest ranks' next step.
-    g.since = ssp_waiters_.front().since;
-    for (const SspWaiter& w : ssp_waiters_)
-      g.since = std::min(g.since, w.since);
-    for (int r = 0; r < num_workers_; ++r) {
-      if (clock_[r] == g.step) g.missing.push_back(r);
-    }
-    return g;
-  }
-  if (policy_.mode != SyncMode::kSync || num_pushed_ == 0) {
-    return std::nullopt;
-  }
-  Gathering g;
-  g.step = version_;
-  g.since = first_push_;
-  for (int r = 0; r < num_workers_; ++r) {
-    if (!pushed_[r]) g.missing.push_back(r);
-  }
-  return g;
+  return rule_->Pending();
 }
 
 bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
-  Answers answers;
+  ChunkAnswers answers;
   {
     absl::MutexLock lock(&mu_);
-    if (policy_.mode == SyncMode::kSsp) {
-      // The held pushes were applied: only their answers are given up.
-      if (ssp_waiters_.empty() || MinClockLocked() != step) return false;
-      for (SspWaiter& w : ssp_waiters_) answers.Add(std::move(w.done), status);
-      ssp_waiters_.clear();
-    } else {
-      if (policy_.mode != SyncMode::kSync || num_pushed_ == 0 ||
-          version_ != step) {
-        return false;
-      }
-      // Nothing summed yet (every push held, in rank order): the
-      // accumulator still holds the previous version's weights, for an
-      // exact pull.
-      if (!accumulator_holds_previous_) {
-        std::fill(accumulator_.begin(), accumulator_.end(), 0.0f);
-      }
-      std::fill(pushed_.begin(), pushed_.end(), false);
-      std::fill(arrivals_.begin(), arrivals_.end(), absl::InfinitePast());
-      num_pushed_ = 0;
-      ForgetHeldLocked();
-      for (ChunkCallback& cb : push_waiters_) {
-        answers.Add(std::move(cb), status);
-      }
-      push_waiters_.clear();
-    }
+    if (!rule_->Expire(step, status, &answers)) return false;
   }
   answers.Run();
   return true;
@@ -157,11 +117,7 @@ bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
 
 bool ChunkBarrier::HasPushed(int rank) const {
   absl::MutexLock lock(&mu_);
-  if (policy_.mode == SyncMode::kSync) return pushed_[rank];
-  if (policy_.mode == SyncMode::kSsp) {
-    return clock_[rank] > MinClockLocked();
-  }
-  return false;
+  return rule_->HasPushed(rank);
 }
 
 }  // namespace lockstep

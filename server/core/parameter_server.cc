@@ -5,27 +5,18 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/wire_codec.h"
+#include "server/core/push_checks.h"
 
 namespace lockstep {
 namespace {
 
-absl::Status CheckPayload(absl::Span<const absl::string_view> payload,
-                          WireDType dtype, const Chunk& chunk) {
-  const size_t bytes = PiecesSize(payload);
-  const size_t expected =
-      static_cast<size_t>(chunk.size) * BytesPerElement(dtype);
-  if (bytes != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", chunk.index, " payload has ", bytes, " bytes, expected ",
-        expected, " (", chunk.size, " ", WireDTypeName(dtype), " values)"));
-  }
-  return absl::OkStatus();
+// An id told apart from an earlier server's by the real clock, whatever
+// clock the server runs on.
+int64_t NewServerIncarnation() {
+  return absl::ToUnixMicros(Env::Default()->Now());
 }
-
-int64_t NewServerIncarnation() { return absl::ToUnixMicros(absl::Now()); }
 
 }  // namespace
 
@@ -111,13 +102,12 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
         absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
   }
   ASSIGN_OR_RETURN(ChunkBarrier * barrier, FindChunk(rank, incarnation, chunk));
-  NoteContact(rank, absl::Now());
+  NoteContact(rank, options_.env->Now());
   RETURN_IF_ERROR(
-      CheckPayload({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
+      CheckPayloadSize({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
   if (absl::Status finite = CheckFiniteEncoded(fp32_bytes, WireDType::kFloat32);
       !finite.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk ", barrier->chunk().index, ": ", finite.message()));
+    return NotFiniteError(barrier->chunk().index, finite);
   }
   RETURN_IF_ERROR(barrier->Initialize(fp32_bytes));
   absl::MutexLock lock(&mu_);
@@ -128,19 +118,16 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
                            int chunk, WireDType dtype,
                            absl::Span<const absl::string_view> payload,
                            ChunkCallback done) {
-  const absl::Time arrival = absl::Now();
+  const absl::Time arrival = options_.env->Now();
   absl::StatusOr<ChunkBarrier*> barrier =
       FindChunk(rank, incarnation, chunk, step);
   absl::Status valid = barrier.status();
   if (valid.ok()) {
     NoteContact(rank, arrival, step);
     // The size; the barrier checks the values as it sums them.
-    valid = CheckPayload(payload, dtype, (*barrier)->chunk());
+    valid = CheckPayloadSize(payload, dtype, (*barrier)->chunk());
   }
-  if (!valid.ok()) {
-    counters_.CountRefused(valid.code());
-    return done(valid);
-  }
+  if (!valid.ok()) return done(RefusePush(&counters_, std::move(valid)));
   (*barrier)->Push(rank, step, dtype, payload, arrival, std::move(done));
 }
 
@@ -170,7 +157,7 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
       return done(status);
     }
   }
-  if (incarnation != 0) NoteContact(rank, absl::Now());
+  if (incarnation != 0) NoteContact(rank, options_.env->Now());
   barrier->Pull(min_version, exact, std::move(done));
 }
 
@@ -187,7 +174,7 @@ absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
     RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
     finished_[rank] = true;
   }
-  NoteContact(rank, absl::Now());
+  NoteContact(rank, options_.env->Now());
   return absl::OkStatus();
 }
 
@@ -252,7 +239,7 @@ ServerStatus ParameterServer::GetStatus() const {
                                             n);
     }
   }
-  status.now = absl::Now();
+  status.now = options_.env->Now();
   absl::MutexLock lock(&activity_mu_);
   status.workers = activity_;
   return status;

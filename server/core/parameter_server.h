@@ -44,12 +44,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
 #include "common/work_pool.h"
 #include "server/core/barrier_observer.h"
 #include "server/core/chunk_barrier.h"
+#include "server/core/push_checks.h"
 
 namespace lockstep {
 
@@ -67,6 +69,9 @@ struct ParameterServerOptions {
   // needing more is refused with RESOURCE_EXHAUSTED before anything is
   // allocated. 0: no bound.
   int64_t max_state_bytes = 0;
+  // The clock of arrivals, contacts, step timeouts and the server's
+  // incarnation, and the sleeps of Snapshot's wait; not owned.
+  Env* env = Env::Default();
 };
 
 // What a shard holding `elements` of a model trained with `optimizer`
@@ -237,6 +242,27 @@ class ParameterServer final {
       int rank, const ModelSignature& signature,
       std::vector<ChunkBarrier*>* revoked, std::string* reason)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Register's checks of the caller and its signature's layout.
+  absl::Status CheckRegistrationLocked(int rank,
+                                       const ModelSignature& signature) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `signature` the job's when there is none yet, or when rank 0
+  // brings another one than the provisional one (revoking the others:
+  // `revoked`, `reason`); FAILED_PRECONDITION when it differs otherwise.
+  absl::Status AdoptSignatureLocked(int rank, const ModelSignature& signature,
+                                    std::vector<ChunkBarrier*>* revoked,
+                                    std::string* reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckStepTimeout's parts: the oldest step `chunks` wait on at `now`
+  // (expired and ssp not set); the alarm unless its step was said already
+  // (`stalled`: an SSP stall, else a warning); giving the step up.
+  std::optional<StepAlarm> OldestWait(const std::vector<ChunkBarrier*>& chunks,
+                                      absl::Time now) const;
+  std::vector<StepAlarm> AlarmOnce(const StepAlarm& alarm, bool stalled)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void GiveUpStep(const StepAlarm& alarm, bool fail_job,
+                  const std::vector<ChunkBarrier*>& chunks)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets the registrations of ranks other than 0 (made under a signature
   // rank 0 overrules) and returns the barriers to close, failing their
   // waiting pulls.
@@ -244,11 +270,12 @@ class ParameterServer final {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckMemberLocked(int rank, int64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Validates rank/incarnation/chunk, and for a push of `step` (-1: none)
-  // that the server still takes that step (StopNewSteps); returns the
-  // chunk's barrier.
+  // Validates rank/incarnation/chunk, and for a push of `step` that the
+  // server still takes that step (StopNewSteps); returns the chunk's
+  // barrier.
   absl::StatusOr<ChunkBarrier*> FindChunk(int rank, int64_t incarnation,
-                                          int chunk, int64_t step = -1) const;
+                                          int chunk,
+                                          int64_t step = kNotAPush) const;
   // The barrier of a chunk this shard owns, or why there is none.
   absl::StatusOr<ChunkBarrier*> OwnedChunkLocked(int chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -257,7 +284,7 @@ class ParameterServer final {
   std::vector<ChunkBarrier*> OwnedChunksLocked() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records an RPC from `rank` at `when`; a push also names its step.
-  void NoteContact(int rank, absl::Time when, int64_t pushed_step = -1)
+  void NoteContact(int rank, absl::Time when, int64_t pushed_step = kNotAPush)
       ABSL_LOCKS_EXCLUDED(activity_mu_);
 
   const ParameterServerOptions options_;

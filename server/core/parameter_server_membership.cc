@@ -107,7 +107,8 @@ absl::Status ParameterServer::ConfigureLocked(const ModelSignature& signature) {
                      Optimizer::Create(signature.optimizer, chunk.size));
     chunks.push_back(std::make_unique<ChunkBarrier>(
         chunk, signature.sync, options_.num_workers, std::move(optimizer),
-        &counters_, options_.observer, options_.sum_order, options_.pool));
+        &counters_, options_.observer, options_.sum_order, options_.pool,
+        options_.env));
   }
   // Barriers of an earlier, provisional configuration stay alive: a caller
   // may still hold a pointer to one (they are closed).
@@ -135,7 +136,7 @@ absl::StatusOr<Registration> ParameterServer::Register(
   std::string reason;
   absl::StatusOr<Registration> result =
       RegisterInternal(rank, signature, &revoked, &reason);
-  if (result.ok()) NoteContact(rank, absl::Now());
+  if (result.ok()) NoteContact(rank, options_.env->Now());
   // Old barriers: their waiting pulls learn why, and what they held (a
   // provisional model's weights and optimizer state) goes back.
   for (ChunkBarrier* b : revoked) {
@@ -146,10 +147,8 @@ absl::StatusOr<Registration> ParameterServer::Register(
   return result;
 }
 
-absl::StatusOr<Registration> ParameterServer::RegisterInternal(
-    int rank, const ModelSignature& signature,
-    std::vector<ChunkBarrier*>* revoked, std::string* reason) {
-  absl::MutexLock lock(&mu_);
+absl::Status ParameterServer::CheckRegistrationLocked(
+    int rank, const ModelSignature& signature) const {
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   if (draining_) {
     // Its steps are over: a worker waits for the server that follows.
@@ -172,23 +171,34 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
         options_.shard, " of ", options_.num_shards, ", worker says ",
         signature.num_shards, " shard(s)"));
   }
-  if (!signature_.has_value()) {
-    RETURN_IF_ERROR(ConfigureLocked(signature));
-  } else if (const std::string diff =
-                 DescribeDifference(*signature_, signature);
-             !diff.empty()) {
-    if (rank != 0 || signature_from_rank0_ || VersionLocked() >= 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model signature differs from the job's: ", diff));
-    }
-    // Rank 0 defines the model. Workers that registered another one before
-    // it are refused now, rather than left waiting for a version 0 that
-    // would not fit them.
-    *reason = absl::StrCat("model signature differs from rank 0's: ",
-                           DescribeDifference(signature, *signature_));
-    *revoked = RevokeProvisionalLocked(*reason);
-    RETURN_IF_ERROR(ConfigureLocked(signature));
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServer::AdoptSignatureLocked(
+    int rank, const ModelSignature& signature,
+    std::vector<ChunkBarrier*>* revoked, std::string* reason) {
+  if (!signature_.has_value()) return ConfigureLocked(signature);
+  const std::string diff = DescribeDifference(*signature_, signature);
+  if (diff.empty()) return absl::OkStatus();
+  if (rank != 0 || signature_from_rank0_ || VersionLocked() >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model signature differs from the job's: ", diff));
   }
+  // Rank 0 defines the model. Workers that registered another one before
+  // it are refused now, rather than left waiting for a version 0 that
+  // would not fit them.
+  *reason = absl::StrCat("model signature differs from rank 0's: ",
+                         DescribeDifference(signature, *signature_));
+  *revoked = RevokeProvisionalLocked(*reason);
+  return ConfigureLocked(signature);
+}
+
+absl::StatusOr<Registration> ParameterServer::RegisterInternal(
+    int rank, const ModelSignature& signature,
+    std::vector<ChunkBarrier*>* revoked, std::string* reason) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckRegistrationLocked(rank, signature));
+  RETURN_IF_ERROR(AdoptSignatureLocked(rank, signature, revoked, reason));
   if (rank == 0) signature_from_rank0_ = true;
   Registration reg;
   do {

@@ -9,19 +9,24 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "server/core/parameter_server.h"
 
 namespace lockstep {
 
-std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
-    absl::Time now, absl::Duration timeout, bool fail_job) {
-  std::vector<ChunkBarrier*> chunks;
-  {
-    absl::MutexLock lock(&mu_);
-    chunks = OwnedChunksLocked();
-  }
+namespace {
+
+// "1,3": the ranks, for a message.
+std::string RankList(const std::vector<int>& ranks) {
+  std::string list;
+  for (int r : ranks) absl::StrAppend(&list, list.empty() ? "" : ",", r);
+  return list;
+}
+
+}  // namespace
+
+std::optional<ParameterServer::StepAlarm> ParameterServer::OldestWait(
+    const std::vector<ChunkBarrier*>& chunks, absl::Time now) const {
   // The oldest waiting step over all chunks, and who is missing from it.
   std::optional<ChunkBarrier::Gathering> oldest;
   std::vector<bool> missing(options_.num_workers, false);
@@ -31,45 +36,34 @@ std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
     if (!oldest.has_value() || g->since < oldest->since) oldest = g;
     for (int r : g->missing) missing[r] = true;
   }
-  std::vector<StepAlarm> alarms;
-  if (!oldest.has_value() || now - oldest->since < timeout / 2) return alarms;
+  if (!oldest.has_value()) return std::nullopt;
   StepAlarm alarm;
   alarm.step = oldest->step;
   alarm.waited = now - oldest->since;
   for (int r = 0; r < options_.num_workers; ++r) {
     if (missing[r]) alarm.missing.push_back(r);
   }
-  alarm.expired = alarm.waited >= timeout;
-  {
-    absl::MutexLock lock(&mu_);
-    alarm.ssp = signature_.has_value() &&
-                signature_->sync.mode == SyncMode::kSsp;
-  }
-  if (!alarm.expired) {
-    absl::MutexLock lock(&mu_);
-    if (warned_step_ == alarm.step) return alarms;
-    warned_step_ = alarm.step;
-    alarms.push_back(alarm);
-    return alarms;
-  }
-  if (alarm.ssp && !fail_job) {
-    // The held pushes were applied; nothing to give up on. The others wait
-    // for the slowest (a replacement resumes the job): said once.
-    absl::MutexLock lock(&mu_);
-    if (ssp_stalled_step_ == alarm.step) return alarms;
-    ssp_stalled_step_ = alarm.step;
-    alarms.push_back(alarm);
-    return alarms;
-  }
-  std::string ranks;
-  for (int r : alarm.missing) absl::StrAppend(&ranks, ranks.empty() ? "" : ",", r);
+  return alarm;
+}
+
+std::vector<ParameterServer::StepAlarm> ParameterServer::AlarmOnce(
+    const StepAlarm& alarm, bool stalled) {
+  absl::MutexLock lock(&mu_);
+  int64_t& said = stalled ? ssp_stalled_step_ : warned_step_;
+  if (said == alarm.step) return {};
+  said = alarm.step;
+  return {alarm};
+}
+
+void ParameterServer::GiveUpStep(const StepAlarm& alarm, bool fail_job,
+                                 const std::vector<ChunkBarrier*>& chunks) {
+  const std::string ranks = RankList(alarm.missing);
   if (fail_job) {
     const absl::Status cancelled = absl::CancelledError(absl::StrCat(
         "the job failed: step ", alarm.step, " timed out waiting for rank(s) ",
         ranks, " (--on_worker_loss=fail)"));
     for (ChunkBarrier* c : chunks) c->Expire(alarm.step, cancelled);
-    alarms.push_back(alarm);
-    return alarms;
+    return;
   }
   // Give up on the step everywhere; evict those who never came, so a late
   // push of theirs is refused and they register again.
@@ -88,8 +82,29 @@ std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
       absl::FormatDuration(alarm.waited), " waiting for rank(s) ", ranks,
       "; it was not applied: register again and push it again"));
   for (ChunkBarrier* c : chunks) c->Expire(alarm.step, aborted);
-  alarms.push_back(alarm);
-  return alarms;
+}
+
+std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
+    absl::Time now, absl::Duration timeout, bool fail_job) {
+  std::vector<ChunkBarrier*> chunks;
+  {
+    absl::MutexLock lock(&mu_);
+    chunks = OwnedChunksLocked();
+  }
+  std::optional<StepAlarm> alarm = OldestWait(chunks, now);
+  if (!alarm.has_value() || alarm->waited < timeout / 2) return {};
+  alarm->expired = alarm->waited >= timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    alarm->ssp =
+        signature_.has_value() && signature_->sync.mode == SyncMode::kSsp;
+  }
+  if (!alarm->expired) return AlarmOnce(*alarm, /*stalled=*/false);
+  // The held pushes were applied; nothing to give up on. The others wait
+  // for the slowest (a replacement resumes the job): said once.
+  if (alarm->ssp && !fail_job) return AlarmOnce(*alarm, /*stalled=*/true);
+  GiveUpStep(*alarm, fail_job, chunks);
+  return {*alarm};
 }
 
 absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
@@ -110,7 +125,7 @@ absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
   }
   const bool same_version =
       checkpoint.signature.sync.mode == SyncMode::kSync;
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = options_.env->Now() + timeout;
   while (true) {
     checkpoint.chunks.clear();
     int64_t low = -1, high = -1;
@@ -127,12 +142,12 @@ absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
     if (!same_version || low == high) return checkpoint;
     // In sync mode a chunk leads the others by at most one step, and only
     // until the pushes of that step reach them: a brief wait.
-    if (absl::Now() >= deadline) {
+    if (options_.env->Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "chunks stayed at versions ", low, "..", high,
           " for the whole checkpoint timeout"));
     }
-    absl::SleepFor(absl::Milliseconds(1));
+    options_.env->SleepFor(absl::Milliseconds(1));
   }
 }
 

@@ -211,15 +211,14 @@ int Daemon::Run() {
 
   if (!options_.checkpoint_dir.empty()) {
     absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
-        CheckpointStore::Create(options_.checkpoint_dir, options_.shard,
-                                options_.num_shards,
-                                options_.checkpoints_to_keep);
+        CheckpointStore::Create(
+            options_.checkpoint_dir, options_.shard, options_.num_shards,
+            options_.checkpoints_to_keep, options_.checkpoint_env);
     if (!store.ok()) {
       Log(store.status().ToString());
       return kExitPermanent;
     }
     checkpoints_ = std::move(*store);
-    checkpoints_->set_pause_before_rename(options_.checkpoint_pause_for_tests);
   }
 
   // What lockstep_ctl checkpoint asks for: a checkpoint (with

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "common/exit_codes.h"
 #include "common/grpc_limits.h"
 #include "common/tls_options.h"
@@ -58,9 +59,9 @@ struct DaemonOptions {
   // without a call from any worker, the job unfinished (every worker lost
   // and none replaced). Zero: wait for them forever.
   absl::Duration no_worker_timeout = absl::Seconds(600);
-  absl::Duration checkpoint_pause_for_tests = absl::ZeroDuration();
-  // For tests: a pause after reading the newest checkpoint at start.
-  absl::Duration restore_pause_for_tests = absl::ZeroDuration();
+  // The checkpoint store's renames and clock (CheckpointStore::Create); not
+  // owned. A test binary's may pause them.
+  Env* checkpoint_env = Env::Default();
   // --metrics_port and --trace; Run() fills in the shard and checkpoints.
   ServerTelemetryOptions telemetry;
   absl::Duration step_timeout = absl::ZeroDuration();  // Zero: none.

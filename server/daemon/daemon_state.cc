@@ -133,7 +133,6 @@ absl::Status Daemon::RestoreNewestCheckpoint() {
     Log(std::string(refused.message()));
     return refused;
   }
-  absl::SleepFor(options_.restore_pause_for_tests);
   if (absl::Status s = core_->Restore(**newest); !s.ok()) {
     Log(absl::StrCat("cannot restore the checkpoint in ",
                      options_.checkpoint_dir, ": ", s.message()));

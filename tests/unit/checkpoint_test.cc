@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/parameter_server.h"
@@ -215,6 +216,38 @@ TEST(CheckpointStoreTest, AFolderInTheWayIsRefusedAtCreate) {
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(store.status().message()),
               HasSubstr("is not a writable directory"));
+}
+
+// An Env whose renames fail: a save through it is refused and leaves no
+// file, complete or temporary.
+class RenameRefusingEnv final : public FakeEnv {
+ public:
+  absl::Status RenameFile(const std::string& from,
+                          const std::string& to) override {
+    ++renames;
+    return absl::InternalError(absl::StrCat("refused ", from, " -> ", to));
+  }
+  int renames = 0;
+};
+
+TEST(CheckpointStoreTest, SaveRenamesIntoPlaceThroughItsEnv) {
+  const std::string dir = TempDir();
+  RenameRefusingEnv env;
+  auto store = CheckpointStore::Create(dir, 0, 1, 3, &env);
+  ASSERT_TRUE(store.ok());
+  const absl::StatusOr<std::string> saved = (*store)->Save(Example(7));
+  ASSERT_FALSE(saved.ok());
+  EXPECT_EQ(saved.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(saved.status().message()),
+              HasSubstr("ckpt-000000000007.lsc.tmp -> "));
+  EXPECT_EQ(env.renames, 1);
+  EXPECT_THAT((*store)->List(), SizeIs(0));
+  EXPECT_NE(
+      access(
+          absl::StrCat(dir, "/shard-0-of-1/ckpt-000000000007.lsc.tmp").c_str(),
+          F_OK),
+      0)
+      << "the temporary file is removed";
 }
 
 // A checkpoint that cannot be read is not known to be damaged: the load

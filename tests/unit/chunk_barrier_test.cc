@@ -1,5 +1,6 @@
 #include "server/core/chunk_barrier.h"
 
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -138,6 +139,42 @@ TEST_F(ChunkBarrierTest, SyncWithoutBackupsRefusesWrongSteps) {
   EXPECT_EQ(behind.result->status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(counters_.pushes_refused.load(), 2);
+}
+
+// Every refusal of the barrier's checks (push_checks.h) answers the push
+// and is counted once, by its code; nothing is summed.
+TEST_F(ChunkBarrierTest, EveryRefusalIsCountedOnceByItsCode) {
+  auto b = Make(SyncPolicy(), 2);
+  OptimizerConfig sgd = OptimizerConfig::Defaults("sgd");
+  ChunkBarrier empty(Chunk{0, 0, 2, 0}, SyncPolicy(), 2,
+                     *Optimizer::Create(sgd, 2), &counters_);
+  Reply negative, nan, ahead, uninitialized, closed;
+  Push(*b, 0, -1, {1, 1}, &negative);
+  Push(*b, 0, 0, {1, std::nanf("")}, &nan);
+  Push(*b, 0, 1, {1, 1}, &ahead);
+  Push(empty, 0, 0, {1, 1}, &uninitialized);
+  b->Close(absl::UnavailableError("closed"));
+  Push(*b, 1, 0, {1, 1}, &closed);
+  const auto expect = [](const Reply& r, absl::StatusCode code,
+                         const std::string& words) {
+    ASSERT_TRUE(r.result.has_value()) << words;
+    EXPECT_EQ(r.result->status().code(), code) << words;
+    EXPECT_THAT(std::string(r.result->status().message()), HasSubstr(words));
+  };
+  expect(negative, absl::StatusCode::kInvalidArgument, "negative step -1");
+  expect(nan, absl::StatusCode::kInvalidArgument, "chunk 0: ");
+  expect(ahead, absl::StatusCode::kFailedPrecondition, "expected step 0");
+  expect(uninitialized, absl::StatusCode::kFailedPrecondition,
+         "has no weights yet");
+  expect(closed, absl::StatusCode::kUnavailable, "closed");
+  EXPECT_EQ(counters_.pushes_refused.load(), 5);
+  const auto by_code = [&](absl::StatusCode code) {
+    return counters_.pushes_refused_by_code[static_cast<int>(code)].load();
+  };
+  EXPECT_EQ(by_code(absl::StatusCode::kInvalidArgument), 2);
+  EXPECT_EQ(by_code(absl::StatusCode::kFailedPrecondition), 2);
+  EXPECT_EQ(by_code(absl::StatusCode::kUnavailable), 1);
+  EXPECT_EQ(counters_.pushes_accepted.load(), 0);
 }
 
 // A replaced configuration's barriers give their memory back; a caller

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/chunk_reply_test_util.h"
@@ -58,7 +59,11 @@ TEST(ParameterServerPolicyTest, AnAllReduceSignatureIsRefused) {
 TEST(ParameterServerSspTest, AStalledSlowestRankIsReportedOrFailsTheJob) {
   for (const bool fail : {false, true}) {
     SCOPED_TRACE(fail ? "fail" : "wait");
-    auto ps = ParameterServer::Create({/*num_workers=*/2});
+    FakeEnv env;  // The held push's wait is timed on its clock.
+    ParameterServerOptions options;
+    options.num_workers = 2;
+    options.env = &env;
+    auto ps = ParameterServer::Create(options);
     ASSERT_TRUE(ps.ok());
     ModelSignature signature = SmallSignature(2);
     signature.sync.mode = SyncMode::kSsp;
@@ -75,12 +80,13 @@ TEST(ParameterServerSspTest, AStalledSlowestRankIsReportedOrFailsTheJob) {
     (*ps)->Push(0, r0->incarnation, 1, 0, WireDType::kFloat32, Bytes(g),
                 step1.Callback());
     EXPECT_FALSE(step1.result.has_value()) << "held for rank 1's step 0";
-    const absl::Time start = absl::Now();
+    const absl::Time start = env.Now();
     const absl::Duration timeout = absl::Seconds(10);
     auto warn =
         (*ps)->CheckStepTimeout(start + absl::Seconds(6), timeout, fail);
     ASSERT_EQ(warn.size(), 1u);
     EXPECT_FALSE(warn[0].expired);
+    EXPECT_EQ(warn[0].waited, absl::Seconds(6));
     EXPECT_TRUE(warn[0].ssp);
     EXPECT_EQ(warn[0].step, 0);
     EXPECT_THAT(warn[0].missing, ElementsAre(1));

@@ -359,48 +359,6 @@ TEST_F(ParameterServerTest, ShardOwnsOnlyItsChunks) {
   EXPECT_FALSE(ParameterServer::Create({1, 2, 2}).ok());
 }
 
-TEST_F(ParameterServerTest, StepTimeoutWarnsThenExpiresAndEvicts) {
-  SetUpJob();
-  const std::vector<float> g0 = {2, 2, 2, 2, 2}, g1 = {4, 4, 4, 4, 4};
-  Reply first;
-  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g0), first.Callback());
-  const absl::Time start = absl::Now();
-  const absl::Duration timeout = absl::Seconds(10);
-  EXPECT_TRUE(ps_->CheckStepTimeout(start, timeout).empty());
-  auto warn = ps_->CheckStepTimeout(start + absl::Seconds(6), timeout);
-  ASSERT_EQ(warn.size(), 1u);
-  EXPECT_FALSE(warn[0].expired);
-  EXPECT_EQ(warn[0].step, 0);
-  EXPECT_THAT(warn[0].missing, ElementsAre(1));
-  EXPECT_TRUE(ps_->CheckStepTimeout(start + absl::Seconds(7), timeout).empty())
-      << "warned once per step";
-  auto expired = ps_->CheckStepTimeout(start + absl::Seconds(11), timeout);
-  ASSERT_EQ(expired.size(), 1u);
-  EXPECT_TRUE(expired[0].expired);
-  ASSERT_TRUE(first.result.has_value());
-  EXPECT_EQ(first.result->status().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(std::string(first.result->status().message()),
-              HasSubstr("rank(s) 1"));
-  EXPECT_EQ(ps_->GetStatus().version, 0) << "nothing was applied";
-  // The missing rank was evicted; its late push is refused.
-  Reply late;
-  ps_->Push(1, inc1_, 0, 0, WireDType::kFloat32, Bytes(g1), late.Callback());
-  EXPECT_EQ(late.result->status().code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(std::string(late.result->status().message()),
-              HasSubstr("evicted"));
-  // Registered again, both push step 0; rank 0's first gradient is gone.
-  auto again = ps_->Register(1, SmallSignature(2));
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->version, 0);
-  Reply a, b;
-  ps_->Push(1, again->incarnation, 0, 0, WireDType::kFloat32, Bytes(g1),
-            b.Callback());
-  ps_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(g0), a.Callback());
-  ASSERT_TRUE(a.result.has_value() && a.result->ok());
-  // w - 0.5 * (2 + 4) / 2.
-  EXPECT_THAT(*(*a.result)->values, ElementsAre(-0.5f, 0.5f, 1.5f, 2.5f, 3.5f));
-}
-
 TEST_F(ParameterServerTest, LeaveAndShutdown) {
   SetUpJob();
   Reply waiting;
