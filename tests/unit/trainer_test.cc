@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/env.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -237,6 +238,29 @@ TEST_F(TrainerTest, AWorkerJoiningLateStartsAtTheJobsVersion) {
   EXPECT_EQ(exchanger_.steps, Range(10, 16));
   EXPECT_EQ(summary->steps, 6);
   EXPECT_EQ(summary->final_version, 16);
+}
+
+// On a fake clock the loop's sleeps take no time and its times are exact:
+// a 50 ms straggle before each of the 16 steps is all the time that passes.
+TEST_F(TrainerTest, StragglingAndTheTimesItReportsRunOnTheEnvsClock) {
+  FakeEnv env;
+  options_.env = &env;
+  options_.straggle_ms = 50;
+  std::vector<double> seconds;
+  options_.on_step = [&](int64_t, double s, double) { seconds.push_back(s); };
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(env.slept(), absl::Milliseconds(16 * 50));
+  ASSERT_EQ(seconds.size(), 16u);
+  for (int s = 0; s < 16; ++s) {
+    EXPECT_EQ(seconds[s],
+              absl::ToDoubleSeconds(absl::Milliseconds(50 * (s + 1))))
+        << "step " << s;
+  }
+  EXPECT_EQ(summary->wall_seconds,
+            absl::ToDoubleSeconds(absl::Milliseconds(800)));
+  // 16 steps of 8 examples in 0.8 s.
+  EXPECT_DOUBLE_EQ(summary->examples_per_sec, 16 * 8 / 0.8);
 }
 
 // The weights shard `job` holds at its latest version, by the plan of a

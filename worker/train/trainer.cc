@@ -24,7 +24,8 @@ Trainer::Trainer(const TrainerOptions& options, Model* model,
       own_weights_(model->NumParameters() + model->StateSize()),
       gradient_(own_weights_.size() + exchanger->GradientTailSlots()),
       rejoiner_(absl::StrCat("lockstep_worker ", options.rank), options.seed,
-                options.rank, options.rejoin_timeout, "--rejoin_timeout_s") {
+                options.rank, options.rejoin_timeout, "--rejoin_timeout_s",
+                options.env) {
   weights_ = absl::MakeSpan(own_weights_);
 }
 
@@ -85,7 +86,7 @@ void Trainer::Straggle(int64_t step) const {
         static_cast<uint64_t>(step)));
     ms += static_cast<int64_t>(random.UniformInt(options_.straggle_random_ms + 1));
   }
-  if (ms > 0) absl::SleepFor(absl::Milliseconds(ms));
+  if (ms > 0) options_.env->SleepFor(absl::Milliseconds(ms));
 }
 
 absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
@@ -237,7 +238,7 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
                          epoch_end - epoch * steps_per_epoch);
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
-  const absl::Time epoch_start = absl::Now();
+  const absl::Time epoch_start = options_.env->Now();
   while (*step < epoch_end && !StopRequested()) {
     BatchStats stats;
     absl::StatusOr<int64_t> version = TrainStep(*step, sampler, batch, &stats);
@@ -248,7 +249,8 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
     }
     rejoiner_.StepSucceeded();
     if (options_.on_step && stats.examples > 0) {
-      options_.on_step(*step, absl::ToDoubleSeconds(absl::Now() - loop_start_),
+      options_.on_step(*step,
+                       absl::ToDoubleSeconds(options_.env->Now() - loop_start_),
                        stats.loss_sum / stats.examples);
     }
     ASSIGN_OR_RETURN(*step, NextStep(*step, *version));
@@ -258,11 +260,12 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
     seen += stats.examples;
     ++summary->steps;
     const int64_t done = std::min(*step, epoch_end) - epoch * steps_per_epoch;
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+    const double seconds =
+        absl::ToDoubleSeconds(options_.env->Now() - epoch_start);
     progress.Update(done, loss_sum / seen, static_cast<double>(correct) / seen,
                     seconds > 0 ? done * global_batch / seconds : 0);
   }
-  const absl::Duration epoch_time = absl::Now() - epoch_start;
+  const absl::Duration epoch_time = options_.env->Now() - epoch_start;
   training_time_ += epoch_time;
   summary->train_loss = seen > 0 ? loss_sum / seen : 0;
   summary->train_accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0;
@@ -343,7 +346,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   // modes each worker walks its own steps from 0.
   int64_t step = synchronous ? version : 0;
   rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
-  loop_start_ = absl::Now();
+  loop_start_ = options_.env->Now();
   training_time_ = absl::ZeroDuration();
   while (step < total_steps_ && !summary.stopped) {
     if (StopRequested()) {

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 #include "worker/data/dataset.h"
 #include "worker/data/image_data.h"
@@ -77,6 +78,11 @@ struct TrainerOptions {
   // seconds since the training loop began and the step's mean batch loss:
   // what loss-against-time curves need (--step_log). May be empty.
   std::function<void(int64_t step, double seconds, double loss)> on_step;
+  // The clock of the loop's times (on_step, the epochs' rates, the
+  // summary) and of its sleeps (straggling, the rejoins' backoff); the
+  // observer's phases are timed on the real clock, as its metrics and
+  // traces are. Not owned.
+  Env* env = Env::Default();
 };
 
 struct TrainSummary {
