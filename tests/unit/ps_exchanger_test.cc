@@ -200,6 +200,50 @@ TEST(PsExchangerFailureTest, AFailedComputationPushesNothing) {
   EXPECT_EQ(status.counters.chunk_steps, 1);
 }
 
+// The exchanger owns the sync mode's step rules, from the signature it
+// joined with: synchronous steps follow the version, asynchronous ones are
+// the worker's own count.
+TEST(PsExchangerStepsTest, TheNextStepFollowsTheJobsSyncMode) {
+  struct Case {
+    SyncPolicy sync;
+    int64_t next_after_3_at_4;  // NextStep(3, 4).
+    int64_t next_after_3_at_6;  // NextStep(3, 6); -1: an error.
+    int64_t after_join_at_9;    // StepAfterJoin(2, 9).
+  };
+  const Case cases[] = {
+      {{SyncMode::kSync, 0, 0}, 4, -1, 9},
+      {{SyncMode::kSync, 1, 0}, 4, 6, 9},
+      {{SyncMode::kAsync, 0, 0}, 4, 4, 2},
+      {{SyncMode::kSsp, 0, 2}, 4, 4, 2},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<InProcessJob> job = InProcessJob::Create(2, 1);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        job->NewClient(PsClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    PsExchanger exchanger(client->get(), 0);
+    ModelSignature signature = TwoChunkSignature(2, 1);
+    signature.sync = c.sync;
+    std::vector<float> weights(kElements);
+    ASSERT_TRUE(exchanger
+                    .Join(signature, InitialWeights, absl::MakeSpan(weights),
+                          absl::Seconds(30))
+                    .ok());
+    const std::string mode = SyncModeName(c.sync.mode);
+    EXPECT_EQ(*exchanger.NextStep(3, 4), c.next_after_3_at_4) << mode;
+    absl::StatusOr<int64_t> next = exchanger.NextStep(3, 6);
+    if (c.next_after_3_at_6 < 0) {
+      EXPECT_EQ(next.status().code(), absl::StatusCode::kInternal) << mode;
+      EXPECT_THAT(next.status().message(),
+                  HasSubstr("step 3 was answered with version 6"));
+    } else {
+      EXPECT_EQ(*next, c.next_after_3_at_6) << mode;
+    }
+    EXPECT_EQ(exchanger.StepAfterJoin(2, 9), c.after_join_at_9) << mode;
+  }
+}
+
 // Registering with a client of the wrong shard count says so.
 TEST(PsExchangerFailureTest, AShardCountThatDiffersIsRefused) {
   absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);

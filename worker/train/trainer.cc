@@ -89,26 +89,6 @@ void Trainer::Straggle(int64_t step) const {
   if (ms > 0) options_.env->SleepFor(absl::Milliseconds(ms));
 }
 
-absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
-  switch (options_.sync) {
-    case SyncMode::kAllReduce:
-      return version;
-    case SyncMode::kSync:
-      // With backup workers a straggler may be answered with a later
-      // version; its data position follows the version, so it skips the
-      // batches the others already trained on.
-      if (options_.backup_workers == 0 && version != step + 1) {
-        return absl::InternalError(
-            absl::StrCat("step ", step, " was answered with version ", version));
-      }
-      return std::max(step + 1, version);
-    case SyncMode::kAsync:
-    case SyncMode::kSsp:
-      return step + 1;  // Each worker walks its own steps.
-  }
-  return step + 1;
-}
-
 absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
                                           absl::Span<const float> features,
                                           absl::Span<const int32_t> labels,
@@ -222,7 +202,7 @@ absl::Status Trainer::OnFailedStep(const absl::Status& failed, int64_t* step,
                      return JoinJob(timeout);
                    }));
   ++summary->rejoins;
-  if (options_.sync == SyncMode::kSync) *step = version;
+  *step = exchanger_->StepAfterJoin(*step, version);
   return absl::OkStatus();
 }
 
@@ -253,7 +233,7 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
                        absl::ToDoubleSeconds(options_.env->Now() - loop_start_),
                        stats.loss_sum / stats.examples);
     }
-    ASSIGN_OR_RETURN(*step, NextStep(*step, *version));
+    ASSIGN_OR_RETURN(*step, exchanger_->NextStep(*step, *version));
     summary->final_version = std::max(summary->final_version, *version);
     loss_sum += stats.loss_sum;
     correct += stats.correct;
@@ -320,12 +300,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   }
   RETURN_IF_ERROR(UseModelWeightBuffer());
   ASSIGN_OR_RETURN(const int64_t version, JoinJob());
-  const bool synchronous =
-      options_.sync == SyncMode::kSync || options_.sync == SyncMode::kAllReduce;
-  // Only there is the version the next global step. In async and SSP it
-  // counts every worker's pushes, so a worker that joins late (slow to load
-  // its data) may find it past its own step count and must still train.
-  if (synchronous && version > total_steps_) {
+  // Synchronous steps follow the server's version; in the asynchronous
+  // modes each worker walks its own steps from 0, so a worker that joins
+  // late (slow to load its data) may find the version past its own step
+  // count and must still train.
+  int64_t step = exchanger_->StepAfterJoin(0, version);
+  if (step > total_steps_) {
     return absl::FailedPreconditionError(
         absl::StrCat("the server is at version ", version, ", past this job's ",
                      total_steps_, " steps"));
@@ -342,9 +322,6 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
 
   TrainSummary summary;
   summary.final_version = version;
-  // Synchronous steps follow the server's version; in the asynchronous
-  // modes each worker walks its own steps from 0.
-  int64_t step = synchronous ? version : 0;
   rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
   loop_start_ = options_.env->Now();
   training_time_ = absl::ZeroDuration();

@@ -124,8 +124,6 @@ class Trainer final {
   ModelSignature Signature() const;
   // Sleeps as --straggle asks for this step.
   void Straggle(int64_t step) const;
-  // The step after `step`, given the version the server answered with.
-  absl::StatusOr<int64_t> NextStep(int64_t step, int64_t version) const;
   absl::StatusOr<BatchStats> EvaluateTest();
 
   // Run's parts, in order.
@@ -141,7 +139,7 @@ class Trainer final {
   absl::StatusOr<int64_t> TrainStep(int64_t step, ShardedSampler* sampler,
                                     Batch* batch, BatchStats* stats);
   // After a failed step: stop (a stop signal: summary->stopped), rejoin (a
-  // retryable failure, moving *step to the job's version in sync mode), or
+  // retryable failure, moving *step to where the exchanger resumes), or
   // return the failure.
   absl::Status OnFailedStep(const absl::Status& failed, int64_t* step,
                             TrainSummary* summary);
