@@ -123,7 +123,6 @@ void PushStep::Ready(int index) {
 }
 
 void PushStep::Prepare(const Chunk& chunk) {
-  auto call = std::make_unique<Call>();
   Env* const env = target_.env;
   const absl::Time encode_start = env->Now();
   const absl::Span<const float> values =
@@ -144,14 +143,13 @@ void PushStep::Prepare(const Chunk& chunk) {
     EncodeTensor(values, args.dtype, &encoded);
     args.payload = encoded;
   }
-  call->push = target_.shards[chunk.shard]->PreparePush(args);
+  calls_[chunk.index].push = target_.shards[chunk.shard]->PreparePush(args);
   target_.timings->encode_seconds +=
       absl::ToDoubleSeconds(env->Now() - encode_start);
-  calls_[chunk.index] = std::move(call);
 }
 
 void PushStep::Start(const Chunk& chunk, bool caller_thread) {
-  Call* c = calls_[chunk.index].get();
+  Call* c = &calls_[chunk.index];
   c->started = true;
   Env* const env = target_.env;
   const absl::Time send_start = env->Now();
@@ -197,7 +195,7 @@ absl::Status PushStep::Decode(int index, const WeightsPieces& reply,
 }
 
 void PushStep::Replied(int index, int shard) {
-  const Call& call = *calls_[index];
+  const Call& call = calls_[index];
   int next = -1;
   int dropped = 0;
   {
@@ -231,7 +229,7 @@ absl::StatusOr<int64_t> PushStep::Result() {
   }
   absl::StatusOr<int64_t> result = absl::InternalError("a step without chunks");
   for (const Chunk& chunk : target_.plan->chunks()) {
-    const Call& call = *calls_[chunk.index];
+    const Call& call = calls_[chunk.index];
     if (!call.started) {
       return absl::InternalError(absl::StrCat("chunk ", chunk.index,
                                               " of step ", step_,

@@ -131,8 +131,9 @@ class PushStep final {
   const absl::Span<float> weights_;
   const absl::Time deadline_;
   std::vector<int64_t> missing_;  // Elements not yet ready, by chunk.
-  // Stay put until their push completes, as the transports require.
-  std::vector<std::unique_ptr<Call>> calls_;
+  // By chunk; each push (the transport's, one allocation) stays put until
+  // it completes, as the transports require.
+  std::vector<Call> calls_;
   absl::BlockingCounter pending_;  // Chunks not yet answered or dropped.
   bool finished_ = false;
   absl::Mutex mu_;
