@@ -1,9 +1,11 @@
-// The push window the worker picks by default (worker/exchange/ps/ps_client.h).
+// The push window the worker picks by default
+// (worker/exchange/ps/push_window.h).
+#include "worker/exchange/ps/push_window.h"
+
 #include <cstdint>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker/exchange/ps/ps_client.h"
 
 namespace lockstep {
 namespace {

@@ -1,9 +1,10 @@
 #include "worker/exchange/rejoiner.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/time/clock.h"
-
+#include "common/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,6 +60,55 @@ TEST(RejoinerTest, TheDeadlineCountsFromTheLastStepThatSucceeded) {
   }
   EXPECT_EQ(late.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(late.message(), HasSubstr("(the_timeout)"));
+  rejoiner.StepSucceeded();
+  EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
+}
+
+// On a fake clock: between attempts it sleeps half to all of a backoff that
+// starts at 100 ms and doubles up to 5 s, and it gives up when the next
+// backoff would pass the deadline; the deadline counts from the last step
+// that succeeded.
+TEST(RejoinerTest, BacksOffDoublingWithJitterUntilTheDeadlineOnAFakeClock) {
+  FakeEnv env;
+  const absl::Time start = env.Now();
+  Rejoiner rejoiner("test", 1, 0, absl::Seconds(20), "the_timeout", &env);
+  std::vector<absl::Time> attempts;
+  std::vector<absl::Duration> timeouts;
+  absl::StatusOr<int64_t> version = rejoiner.Rejoin(
+      absl::UnavailableError("gone"), [&](absl::Duration timeout) {
+        attempts.push_back(env.Now());
+        timeouts.push_back(timeout);
+        return absl::StatusOr<int64_t>(absl::UnavailableError("still gone"));
+      });
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(version.status().message(),
+              HasSubstr("gave up registering again after 20s"));
+  std::vector<absl::Duration> backoffs = {absl::Milliseconds(100)};
+  while (backoffs.size() < 20) {
+    backoffs.push_back(std::min(backoffs.back() * 2, absl::Seconds(5)));
+  }
+  ASSERT_GE(attempts.size(), 2u);
+  ASSERT_LT(attempts.size(), backoffs.size());
+  EXPECT_EQ(attempts[0], start);  // The first attempt does not wait.
+  EXPECT_EQ(timeouts[0], absl::Seconds(20));
+  for (size_t i = 1; i < attempts.size(); ++i) {
+    const absl::Duration gap = attempts[i] - attempts[i - 1];
+    EXPECT_GE(gap, backoffs[i - 1] / 2) << "attempt " << i;
+    EXPECT_LE(gap, backoffs[i - 1]) << "attempt " << i;
+    // Each attempt may wait for what is left of the deadline.
+    EXPECT_EQ(timeouts[i], std::max(start + absl::Seconds(20) - attempts[i],
+                                    absl::Milliseconds(100)));
+  }
+  // It stopped because the next backoff would have passed the deadline.
+  EXPECT_GE(attempts.back() + backoffs[attempts.size() - 1],
+            start + absl::Seconds(20));
+  EXPECT_EQ(env.slept(), attempts.back() - start);
+  const absl::Status cause = absl::UnavailableError("gone");
+  env.Advance(start + absl::Seconds(20) - env.Now() - absl::Nanoseconds(1));
+  EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
+  env.Advance(absl::Nanoseconds(1));
+  EXPECT_THAT(rejoiner.CheckDeadline(cause).message(),
+              HasSubstr("no step succeeded in 20s (the_timeout)"));
   rejoiner.StepSucceeded();
   EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
 }

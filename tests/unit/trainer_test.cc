@@ -1,26 +1,33 @@
 // Trainer's loop in one process: a real MLP on the CPU device, synthetic
-// data, and an in-process Exchanger that plays a one-worker synchronous
-// job (SGD on the gradient it is handed, version = step + 1) and fails the
-// steps a test asks it to.
+// data, and either an in-process Exchanger that plays a one-worker
+// synchronous job (SGD on the gradient it is handed, version = step + 1)
+// and fails the steps a test asks it to, or the real PsExchanger over
+// ParameterServer shards in this process (workers on threads).
 #include "worker/train/trainer.h"
 
 #include <atomic>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/env.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/in_process_job.h"
 #include "worker/data/dataset.h"
 #include "worker/device/device_factory.h"
 #include "worker/exchange/exchanger.h"
+#include "worker/exchange/ps_exchanger.h"
 #include "worker/model/mlp.h"
 
 namespace lockstep {
 namespace {
 
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 constexpr int kBatch = 8;
@@ -81,18 +88,28 @@ class LocalExchanger final : public Exchanger {
   int64_t version_ = 0;
 };
 
+// A CPU device and an MLP of 16-8-4 (172 parameters) on it.
+struct CpuMlp {
+  static absl::StatusOr<CpuMlp> Create() {
+    DeviceOptions options;
+    options.kind = "cpu";
+    CpuMlp made;
+    ASSIGN_OR_RETURN(made.device, CreateDevice(options));
+    ASSIGN_OR_RETURN(made.model,
+                     CreateMlp({16, 8, 4}, kBatch, made.device.get()));
+    return made;
+  }
+  std::unique_ptr<Device> device;
+  std::unique_ptr<GraphModel> model;
+};
+
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DeviceOptions device;
-    device.kind = "cpu";
-    absl::StatusOr<std::unique_ptr<Device>> created = CreateDevice(device);
-    ASSERT_TRUE(created.ok()) << created.status();
-    device_ = *std::move(created);
-    absl::StatusOr<std::unique_ptr<GraphModel>> mlp =
-        CreateMlp({16, 8, 4}, kBatch, device_.get());
+    absl::StatusOr<CpuMlp> mlp = CpuMlp::Create();
     ASSERT_TRUE(mlp.ok()) << mlp.status();
-    model_ = *std::move(mlp);
+    device_ = std::move(mlp->device);
+    model_ = std::move(mlp->model);
     train_ = MakeSyntheticDataset(kExamples, 16, 4, 1);
     test_ = MakeSyntheticDataset(32, 16, 4, 2);
     options_.batch_size = kBatch;
@@ -221,6 +238,104 @@ TEST_F(TrainerTest, AWorkerJoiningLateStartsAtTheJobsVersion) {
   EXPECT_EQ(exchanger_.steps, Range(10, 16));
   EXPECT_EQ(summary->steps, 6);
   EXPECT_EQ(summary->final_version, 16);
+}
+
+// On a fake clock the loop's sleeps take no time and its times are exact:
+// a 50 ms straggle before each of the 16 steps is all the time that passes.
+TEST_F(TrainerTest, StragglingAndTheTimesItReportsRunOnTheEnvsClock) {
+  FakeEnv env;
+  options_.env = &env;
+  options_.straggle_ms = 50;
+  std::vector<double> seconds;
+  options_.on_step = [&](int64_t, double s, double) { seconds.push_back(s); };
+  absl::StatusOr<TrainSummary> summary = Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(env.slept(), absl::Milliseconds(16 * 50));
+  ASSERT_EQ(seconds.size(), 16u);
+  for (int s = 0; s < 16; ++s) {
+    EXPECT_EQ(seconds[s],
+              absl::ToDoubleSeconds(absl::Milliseconds(50 * (s + 1))))
+        << "step " << s;
+  }
+  EXPECT_EQ(summary->wall_seconds,
+            absl::ToDoubleSeconds(absl::Milliseconds(800)));
+  // 16 steps of 8 examples in 0.8 s.
+  EXPECT_DOUBLE_EQ(summary->examples_per_sec, 16 * 8 / 0.8);
+}
+
+// The weights shard `job` holds at its latest version, by the plan of a
+// 172-parameter model in chunks of `chunk_bytes` over `num_shards`.
+std::vector<float> ServerWeights(const InProcessJob& job, int num_shards,
+                                 int64_t chunk_bytes) {
+  absl::StatusOr<ChunkPlan> plan =
+      ChunkPlan::Create(172, chunk_bytes, num_shards, 0);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  std::vector<float> weights(plan->num_elements());
+  for (const Chunk& chunk : plan->chunks()) {
+    job.server(chunk.shard)
+        ->Pull(0, 0, chunk.index, 0, false,
+               [&](absl::StatusOr<ChunkSnapshot> snapshot) {
+                 ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+                 std::copy(snapshot->values->begin(), snapshot->values->end(),
+                           weights.begin() + chunk.offset);
+               });
+  }
+  return weights;
+}
+
+// Two workers on threads train through the real PsExchanger and two
+// in-process shards: each takes the job's 8 steps (64 examples, 2 x 8 a
+// step, 2 epochs) and both end with the very weights the shards hold.
+TEST_F(TrainerTest, TwoWorkersTrainThroughInProcessShards) {
+  constexpr int kWorkers = 2, kShards = 2;
+  constexpr int64_t kChunkBytes = 64 * sizeof(float);  // 3 chunks.
+  absl::StatusOr<InProcessJob> job = InProcessJob::Create(kWorkers, kShards);
+  ASSERT_TRUE(job.ok()) << job.status();
+  options_.num_workers = kWorkers;
+  options_.num_shards = kShards;
+  options_.chunk_bytes = kChunkBytes;
+  options_.optimizer = OptimizerConfig::Defaults("sgd");
+  options_.optimizer.learning_rate = kLearningRate;
+  options_.on_step = nullptr;
+  absl::StatusOr<TrainSummary> summaries[kWorkers];
+  std::vector<float> weights[kWorkers];
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    threads.emplace_back([&, rank] {
+      absl::StatusOr<CpuMlp> mlp = CpuMlp::Create();
+      absl::StatusOr<std::unique_ptr<PsClient>> client =
+          job->NewClient(PsClientOptions());
+      if (!mlp.ok() || !client.ok()) {
+        summaries[rank] = mlp.ok() ? client.status() : mlp.status();
+        return;
+      }
+      PsExchanger exchanger(client->get(), rank);
+      TrainerOptions options = options_;
+      options.rank = rank;
+      Trainer trainer(options, mlp->model.get(), &exchanger, &train_, &test_);
+      summaries[rank] = trainer.Run();
+      weights[rank].assign(trainer.weights().begin(), trainer.weights().end());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int rank = 0; rank < kWorkers; ++rank) {
+    ASSERT_TRUE(summaries[rank].ok()) << summaries[rank].status();
+    EXPECT_EQ(summaries[rank]->steps, 8) << "rank " << rank;
+    EXPECT_EQ(summaries[rank]->final_version, 8) << "rank " << rank;
+    EXPECT_EQ(summaries[rank]->rejoins, 0) << "rank " << rank;
+  }
+  EXPECT_GT(summaries[0]->test_loss, 0);       // Rank 0 evaluated,
+  EXPECT_EQ(summaries[1]->test_accuracy, -1);  // rank 1 did not.
+  const std::vector<float> held = ServerWeights(*job, kShards, kChunkBytes);
+  EXPECT_THAT(weights[0], ElementsAreArray(held));
+  EXPECT_THAT(weights[1], ElementsAreArray(held));
+  std::vector<float> initial = model_->InitialWeights(options_.seed);
+  EXPECT_NE(held, initial);  // Trained.
+  for (int shard = 0; shard < kShards; ++shard) {
+    const ServerStatus status = job->server(shard)->GetStatus();
+    EXPECT_EQ(status.version, 8) << "shard " << shard;
+    EXPECT_THAT(status.finished_ranks, ElementsAre(0, 1)) << "shard " << shard;
+  }
 }
 
 }  // namespace

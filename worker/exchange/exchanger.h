@@ -1,7 +1,8 @@
 // How a worker's gradients meet the other workers' each step: through the
 // parameter servers (PsExchanger) or by all-reduce among the workers
 // (AllReduceExchanger). The Trainer owns the data loop; an Exchanger owns
-// the job's membership and the step's exchange.
+// the job's membership, the step's exchange and the sync semantics: which
+// step a worker trains next, given the versions it is answered with.
 //
 // Vectors are the flat layout of the model signature: the trainable
 // parameters, then the model's state (batch-norm moving statistics). In a
@@ -57,6 +58,20 @@ class Exchanger {
   // Floats the exchanger may use after the gradient and the state in the
   // vector Step gets (which is that much longer than `weights`).
   virtual int GradientTailSlots() const { return 0; }
+
+  // The step this worker trains after `step`, which Step answered with
+  // `version`; an error when the answer breaks the sync mode's rules. By
+  // default steps are the job's global steps: the version is the next.
+  virtual absl::StatusOr<int64_t> NextStep(int64_t step,
+                                           int64_t version) const {
+    return version;
+  }
+
+  // The step this worker trains after Join returned `version`, having got
+  // to `step` before (0 at the start). By default: the version.
+  virtual int64_t StepAfterJoin(int64_t step, int64_t version) const {
+    return version;
+  }
 };
 
 }  // namespace lockstep

@@ -11,6 +11,7 @@ absl::StatusOr<int64_t> PsExchanger::Join(
     const ModelSignature& signature,
     const std::function<std::vector<float>()>& initial,
     absl::Span<float> weights, absl::Duration timeout) {
+  sync_ = signature.sync;
   ASSIGN_OR_RETURN(RegisterResult reg,
                    client_->Register(rank_, signature, timeout));
   if (reg.version < 0 && seen_version_ > 0) {
@@ -74,6 +75,27 @@ absl::StatusOr<int64_t> PsExchanger::FinishStep() {
   absl::StatusOr<int64_t> version = client_->FinishStep();
   if (version.ok()) seen_version_ = std::max(seen_version_, *version);
   return version;
+}
+
+absl::StatusOr<int64_t> PsExchanger::NextStep(int64_t step,
+                                              int64_t version) const {
+  if (sync_.mode != SyncMode::kSync) return step + 1;  // Its own steps.
+  // With backup workers a straggler may be answered with a later version;
+  // its data position follows the version, so it skips the batches the
+  // others already trained on.
+  if (sync_.backup_workers == 0 && version != step + 1) {
+    return absl::InternalError(
+        absl::StrCat("step ", step, " was answered with version ", version));
+  }
+  return std::max(step + 1, version);
+}
+
+int64_t PsExchanger::StepAfterJoin(int64_t step, int64_t version) const {
+  // Synchronous steps follow the server's version (the data order follows
+  // it, so no batch is skipped or repeated); in the asynchronous modes the
+  // version counts every worker's pushes and each worker walks its own
+  // steps.
+  return sync_.mode == SyncMode::kSync ? version : step;
 }
 
 }  // namespace lockstep

@@ -1,7 +1,9 @@
 // Exchanges gradients through the parameter-server shards (PS modes: sync,
 // async, ssp). Each chunk is pushed as soon as backprop has it, and the
-// replies are decoded into the weights as they arrive. Externally
-// synchronized.
+// replies are decoded into the weights as they arrive. The sync mode is
+// the one the job's signature names at Join: in kSync steps are global
+// (the version is the next step), in kAsync and kSsp each worker counts
+// its own. Externally synchronized.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_PS_EXCHANGER_H_
 #define LOCKSTEP_WORKER_EXCHANGE_PS_EXCHANGER_H_
 
@@ -25,6 +27,9 @@ class PsExchanger final : public Exchanger {
                                BatchStats* stats) override;
   absl::Status Leave() override { return client_->Leave(); }
   bool CanRejoin() const override { return true; }
+  absl::StatusOr<int64_t> NextStep(int64_t step,
+                                   int64_t version) const override;
+  int64_t StepAfterJoin(int64_t step, int64_t version) const override;
 
   // Step in pieces, for a caller whose backward pass runs outside (the
   // Python package, worker/python): BeginStep, GradientReady as ranges
@@ -43,6 +48,7 @@ class PsExchanger final : public Exchanger {
  private:
   PsClient* const client_;  // Not owned.
   const int rank_;
+  SyncPolicy sync_;  // The job's, from the signature of the last Join.
   // The newest version this worker has pulled or stepped to. When it
   // registers again and a shard has no weights at all, the server lost
   // them (restarted without its checkpoint): initializing again would

@@ -5,29 +5,30 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/exit_codes.h"
 #include "common/random.h"
 
 namespace lockstep {
 
 Rejoiner::Rejoiner(std::string who, uint64_t seed, int rank,
-                   absl::Duration rejoin_timeout, std::string timeout_name)
+                   absl::Duration rejoin_timeout, std::string timeout_name,
+                   Env* env)
     : who_(std::move(who)),
       timeout_name_(std::move(timeout_name)),
       seed_(seed),
       rank_(rank),
       rejoin_timeout_(rejoin_timeout),
-      last_success_(absl::Now()) {}
+      env_(env),
+      last_success_(env->Now()) {}
 
 void Rejoiner::StepSucceeded() {
-  last_success_ = absl::Now();
+  last_success_ = env_->Now();
   backoff_ = kFirstBackoff;
   rejoined_without_a_step_ = false;
 }
 
 absl::Status Rejoiner::CheckDeadline(const absl::Status& cause) const {
-  if (absl::Now() < last_success_ + rejoin_timeout_) return absl::OkStatus();
+  if (env_->Now() < last_success_ + rejoin_timeout_) return absl::OkStatus();
   return absl::Status(
       cause.code(),
       absl::StrCat("no step succeeded in ", absl::FormatDuration(rejoin_timeout_),
@@ -38,7 +39,7 @@ void Rejoiner::Backoff(uint64_t jitter_seed) {
   Random jitter(jitter_seed);
   // Jitter (half to all of the backoff): the workers of a restarted server
   // do not all come back in the same instant.
-  absl::SleepFor(backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
+  env_->SleepFor(backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
   backoff_ = std::min(backoff_ * 2, kMostBackoff);
 }
 
@@ -54,13 +55,13 @@ absl::StatusOr<int64_t> Rejoiner::Rejoin(const absl::Status& cause,
   const absl::Time deadline = last_success_ + rejoin_timeout_;
   while (true) {
     absl::StatusOr<int64_t> version =
-        join(std::max(deadline - absl::Now(), absl::Milliseconds(100)));
+        join(std::max(deadline - env_->Now(), absl::Milliseconds(100)));
     if (version.ok()) {
       rejoined_without_a_step_ = true;
       return version;
     }
     if (!IsRetryable(version.status())) return version;
-    if (absl::Now() + backoff_ >= deadline) {
+    if (env_->Now() + backoff_ >= deadline) {
       return absl::Status(
           version.status().code(),
           absl::StrCat("gave up registering again after ",

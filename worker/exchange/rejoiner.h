@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 
 namespace lockstep {
 
@@ -25,9 +26,11 @@ class Rejoiner final {
   // `who` starts the line printed for each rejoin ("lockstep_worker 1");
   // `seed` and `rank` seed the jitter, so ranks back off apart;
   // `timeout_name` is what errors call the rejoin timeout (the setting a
-  // user changes).
+  // user changes); `env` (not owned) is the clock of the deadline and
+  // the backoff's sleeps.
   Rejoiner(std::string who, uint64_t seed, int rank,
-           absl::Duration rejoin_timeout, std::string timeout_name);
+           absl::Duration rejoin_timeout, std::string timeout_name,
+           Env* env = Env::Default());
 
   // A step succeeded: the backoff starts over, the deadline counts from now.
   void StepSucceeded();
@@ -56,6 +59,7 @@ class Rejoiner final {
   const uint64_t seed_;
   const int rank_;
   const absl::Duration rejoin_timeout_;
+  Env* const env_;  // Not owned.
   absl::Time last_success_;
   absl::Duration backoff_ = kFirstBackoff;
   // A rejoin has registered and no step has succeeded since: the next one

@@ -24,7 +24,8 @@ Trainer::Trainer(const TrainerOptions& options, Model* model,
       own_weights_(model->NumParameters() + model->StateSize()),
       gradient_(own_weights_.size() + exchanger->GradientTailSlots()),
       rejoiner_(absl::StrCat("lockstep_worker ", options.rank), options.seed,
-                options.rank, options.rejoin_timeout, "--rejoin_timeout_s") {
+                options.rank, options.rejoin_timeout, "--rejoin_timeout_s",
+                options.env) {
   weights_ = absl::MakeSpan(own_weights_);
 }
 
@@ -85,27 +86,7 @@ void Trainer::Straggle(int64_t step) const {
         static_cast<uint64_t>(step)));
     ms += static_cast<int64_t>(random.UniformInt(options_.straggle_random_ms + 1));
   }
-  if (ms > 0) absl::SleepFor(absl::Milliseconds(ms));
-}
-
-absl::StatusOr<int64_t> Trainer::NextStep(int64_t step, int64_t version) const {
-  switch (options_.sync) {
-    case SyncMode::kAllReduce:
-      return version;
-    case SyncMode::kSync:
-      // With backup workers a straggler may be answered with a later
-      // version; its data position follows the version, so it skips the
-      // batches the others already trained on.
-      if (options_.backup_workers == 0 && version != step + 1) {
-        return absl::InternalError(
-            absl::StrCat("step ", step, " was answered with version ", version));
-      }
-      return std::max(step + 1, version);
-    case SyncMode::kAsync:
-    case SyncMode::kSsp:
-      return step + 1;  // Each worker walks its own steps.
-  }
-  return step + 1;
+  if (ms > 0) options_.env->SleepFor(absl::Milliseconds(ms));
 }
 
 absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
@@ -221,7 +202,7 @@ absl::Status Trainer::OnFailedStep(const absl::Status& failed, int64_t* step,
                      return JoinJob(timeout);
                    }));
   ++summary->rejoins;
-  if (options_.sync == SyncMode::kSync) *step = version;
+  *step = exchanger_->StepAfterJoin(*step, version);
   return absl::OkStatus();
 }
 
@@ -237,7 +218,7 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
                          epoch_end - epoch * steps_per_epoch);
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
-  const absl::Time epoch_start = absl::Now();
+  const absl::Time epoch_start = options_.env->Now();
   while (*step < epoch_end && !StopRequested()) {
     BatchStats stats;
     absl::StatusOr<int64_t> version = TrainStep(*step, sampler, batch, &stats);
@@ -248,21 +229,23 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
     }
     rejoiner_.StepSucceeded();
     if (options_.on_step && stats.examples > 0) {
-      options_.on_step(*step, absl::ToDoubleSeconds(absl::Now() - loop_start_),
+      options_.on_step(*step,
+                       absl::ToDoubleSeconds(options_.env->Now() - loop_start_),
                        stats.loss_sum / stats.examples);
     }
-    ASSIGN_OR_RETURN(*step, NextStep(*step, *version));
+    ASSIGN_OR_RETURN(*step, exchanger_->NextStep(*step, *version));
     summary->final_version = std::max(summary->final_version, *version);
     loss_sum += stats.loss_sum;
     correct += stats.correct;
     seen += stats.examples;
     ++summary->steps;
     const int64_t done = std::min(*step, epoch_end) - epoch * steps_per_epoch;
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - epoch_start);
+    const double seconds =
+        absl::ToDoubleSeconds(options_.env->Now() - epoch_start);
     progress.Update(done, loss_sum / seen, static_cast<double>(correct) / seen,
                     seconds > 0 ? done * global_batch / seconds : 0);
   }
-  const absl::Duration epoch_time = absl::Now() - epoch_start;
+  const absl::Duration epoch_time = options_.env->Now() - epoch_start;
   training_time_ += epoch_time;
   summary->train_loss = seen > 0 ? loss_sum / seen : 0;
   summary->train_accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0;
@@ -317,12 +300,12 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
   }
   RETURN_IF_ERROR(UseModelWeightBuffer());
   ASSIGN_OR_RETURN(const int64_t version, JoinJob());
-  const bool synchronous =
-      options_.sync == SyncMode::kSync || options_.sync == SyncMode::kAllReduce;
-  // Only there is the version the next global step. In async and SSP it
-  // counts every worker's pushes, so a worker that joins late (slow to load
-  // its data) may find it past its own step count and must still train.
-  if (synchronous && version > total_steps_) {
+  // Synchronous steps follow the server's version; in the asynchronous
+  // modes each worker walks its own steps from 0, so a worker that joins
+  // late (slow to load its data) may find the version past its own step
+  // count and must still train.
+  int64_t step = exchanger_->StepAfterJoin(0, version);
+  if (step > total_steps_) {
     return absl::FailedPreconditionError(
         absl::StrCat("the server is at version ", version, ", past this job's ",
                      total_steps_, " steps"));
@@ -339,11 +322,8 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
 
   TrainSummary summary;
   summary.final_version = version;
-  // Synchronous steps follow the server's version; in the asynchronous
-  // modes each worker walks its own steps from 0.
-  int64_t step = synchronous ? version : 0;
   rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
-  loop_start_ = absl::Now();
+  loop_start_ = options_.env->Now();
   training_time_ = absl::ZeroDuration();
   while (step < total_steps_ && !summary.stopped) {
     if (StopRequested()) {

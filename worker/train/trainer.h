@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 #include "worker/data/dataset.h"
 #include "worker/data/image_data.h"
@@ -77,6 +78,11 @@ struct TrainerOptions {
   // seconds since the training loop began and the step's mean batch loss:
   // what loss-against-time curves need (--step_log). May be empty.
   std::function<void(int64_t step, double seconds, double loss)> on_step;
+  // The clock of the loop's times (on_step, the epochs' rates, the
+  // summary) and of its sleeps (straggling, the rejoins' backoff); the
+  // observer's phases are timed on the real clock, as its metrics and
+  // traces are. Not owned.
+  Env* env = Env::Default();
 };
 
 struct TrainSummary {
@@ -118,8 +124,6 @@ class Trainer final {
   ModelSignature Signature() const;
   // Sleeps as --straggle asks for this step.
   void Straggle(int64_t step) const;
-  // The step after `step`, given the version the server answered with.
-  absl::StatusOr<int64_t> NextStep(int64_t step, int64_t version) const;
   absl::StatusOr<BatchStats> EvaluateTest();
 
   // Run's parts, in order.
@@ -135,7 +139,7 @@ class Trainer final {
   absl::StatusOr<int64_t> TrainStep(int64_t step, ShardedSampler* sampler,
                                     Batch* batch, BatchStats* stats);
   // After a failed step: stop (a stop signal: summary->stopped), rejoin (a
-  // retryable failure, moving *step to the job's version in sync mode), or
+  // retryable failure, moving *step to where the exchanger resumes), or
   // return the failure.
   absl::Status OnFailedStep(const absl::Status& failed, int64_t* step,
                             TrainSummary* summary);

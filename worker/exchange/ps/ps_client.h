@@ -1,12 +1,14 @@
 // A worker's connection to the parameter-server shards.
 //
-// PsClient speaks the lockstep.v1 protocol (see server/core/parameter_server.h for
-// the sequence) and hides chunking and sharding: callers hand it whole flat
-// vectors, and it sends one RPC per chunk to the shard that owns it (see
+// PsClient speaks the lockstep.v1 protocol (see server/core/parameter_server.h
+// for the sequence) and hides chunking and sharding: callers hand it whole flat
+// vectors, and it sends one call per chunk to the shard that owns it (see
 // common/chunk_plan.h), up to max_pushes_in_flight pushes at once to each
-// shard (the push window). Every RPC has a deadline; a step's pushes share
-// one, step_timeout after BeginStep. Protobuf and gRPC types stay inside.
-// Externally synchronized (one training thread uses it).
+// shard (the push window). Each shard is reached through a ShardTransport
+// (shard_transport.h): gRPC (Create) or any given ones (CreateOver; the
+// tests' in-process shards). Every call has a deadline; a step's pushes
+// share one, step_timeout after BeginStep. Protobuf and gRPC types stay
+// inside. Externally synchronized (one training thread uses it).
 #ifndef LOCKSTEP_WORKER_EXCHANGE_PS_PS_CLIENT_H_
 #define LOCKSTEP_WORKER_EXCHANGE_PS_PS_CLIENT_H_
 
@@ -20,32 +22,14 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/chunk_plan.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 #include "common/tls_options.h"
 #include "common/wire_codec.h"
+#include "worker/exchange/ps/push_window.h"
+#include "worker/exchange/ps/shard_transport.h"
 
 namespace lockstep {
-
-// PsClientOptions::max_pushes_in_flight's default: AutoPushWindow's.
-inline constexpr int kAutoPushWindow = -1;
-
-// The push window `auto` picks for a job of `num_workers` whose largest
-// chunk is `chunk_wire_bytes` on the wire: as many pushes per worker as keep
-// every worker's pushes at a shard within 32 MiB, at least 1 and at most 4
-// (4 MiB chunks: 2 workers 4, 4 workers 2, 8 or more 1). Measured in
-// docs/benchmarks.md: with 8 workers a window of 1 is both faster and 30%
-// lighter on the server than 4; with 2 workers 1 is slower.
-int AutoPushWindow(int num_workers, int64_t chunk_wire_bytes);
-
-// The window a client uses: `requested`, or AutoPushWindow's choice for
-// chunks of `chunk_elements` values sent as `dtype` when it is
-// kAutoPushWindow.
-int ResolvePushWindow(int requested, int num_workers, int64_t chunk_elements,
-                      WireDType dtype);
-
-// "auto" (kAutoPushWindow) or a count >= 0, as the --push_window flags take
-// it; INVALID_ARGUMENT otherwise.
-absl::StatusOr<int> ParsePushWindow(absl::string_view text);
 
 struct PsClientOptions {
   // host:port of every parameter-server shard, in shard order.
@@ -75,6 +59,8 @@ struct PsClientOptions {
   // TLS, client certificate and bearer token (common/tls.h); the default
   // is plaintext. Binaries fill it from their flags (common/tls_flags.h).
   TlsOptions tls;
+  // The clock of deadlines and step timings. Not owned.
+  Env* env = Env::Default();
 };
 
 // Where a worker's steps spent their time on the client side, summed over
@@ -86,14 +72,15 @@ struct StepTimings {
   // the push thread).
   double encode_seconds = 0;
   // Starting the push RPCs on the caller's thread or the push thread
-  // (pushes the window held back start on gRPC's threads, inside the wait,
-  // and are not counted).
+  // (pushes the window held back start on the transport's threads, inside the
+  // wait, and are not counted).
   double send_seconds = 0;
   // FinishStep blocked until the last reply arrived: the server's barrier,
   // summing and optimizer, the transfers, and the decoding of replies that
   // arrived meanwhile.
   double wait_seconds = 0;
-  // Decoding reply weights, summed over gRPC's threads (overlaps the wait).
+  // Decoding reply weights, summed over the threads that complete pushes
+  // (overlaps the wait).
   double decode_seconds = 0;
 };
 
@@ -110,6 +97,12 @@ class PsClient final {
   // FAILED_PRECONDITION for a token that would travel in plaintext.
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       const PsClientOptions& options);
+  // A client over `shards`, one transport per shard in shard order
+  // (options.servers and the channel settings are not used).
+  // INVALID_ARGUMENT without shards.
+  static absl::StatusOr<std::unique_ptr<PsClient>> CreateOver(
+      const PsClientOptions& options,
+      std::vector<std::unique_ptr<ShardTransport>> shards);
   ~PsClient();
 
   // Joins the job as `rank`; waits up to connect_timeout for the server.

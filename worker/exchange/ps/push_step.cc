@@ -4,18 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "common/wire_dtype_proto.h"
-#include "common/wire_format.h"
+#include "common/wire_dtype_proto.h"  // ChunkWireDType
 
 namespace lockstep {
 namespace ps_client_internal {
-namespace {
-
-constexpr char kPushMethod[] = "/lockstep.v1.ParameterServer/Push";
-
-}  // namespace
 
 PushStep::PushStep(const PushTarget& target, int64_t step,
                    absl::Span<const float> gradient, absl::Span<float> weights,
@@ -28,9 +21,9 @@ PushStep::PushStep(const PushTarget& target, int64_t step,
       missing_(target.plan->num_chunks()),
       calls_(target.plan->num_chunks()),
       pending_(target.plan->num_chunks()),
-      queued_(target.stubs.size()),
-      in_flight_(target.stubs.size(), 0),
-      failed_(target.stubs.size(), false) {
+      queued_(target.shards.size()),
+      in_flight_(target.shards.size(), 0),
+      failed_(target.shards.size(), false) {
   for (const Chunk& chunk : target_.plan->chunks()) {
     missing_[chunk.index] = chunk.size;
   }
@@ -102,10 +95,11 @@ absl::StatusOr<int64_t> PushStep::Finish() {
   // last: the pusher must be done with the step before pending_ may end it.
   // Its encoding and sending are counted as such, not as waiting.
   if (target_.pusher != nullptr) target_.pusher->WaitIdle();
-  const absl::Time wait_start = absl::Now();
+  Env* const env = target_.env;
+  const absl::Time wait_start = env->Now();
   pending_.Wait();
   target_.timings->wait_seconds +=
-      absl::ToDoubleSeconds(absl::Now() - wait_start);
+      absl::ToDoubleSeconds(env->Now() - wait_start);
   finished_ = true;
   return Result();
 }
@@ -129,57 +123,53 @@ void PushStep::Ready(int index) {
 }
 
 void PushStep::Prepare(const Chunk& chunk) {
-  auto call = std::make_unique<Call>();
-  call->context.set_deadline(absl::ToChronoTime(deadline_));
-  const absl::Time encode_start = absl::Now();
+  Env* const env = target_.env;
+  const absl::Time encode_start = env->Now();
   const absl::Span<const float> values =
       gradient_.subspan(chunk.offset, chunk.size);
-  absl::string_view payload;
-  const WireDType dtype = ChunkWireDType(chunk, target_.wire_dtype);
-  if (dtype == WireDType::kFloat32) {
-    payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
-                                values.size() * sizeof(float));
+  PushArgs args;
+  args.rank = target_.rank;
+  args.incarnation = target_.incarnations[chunk.shard];
+  args.step = step_;
+  args.chunk = chunk.index;
+  args.dtype = ChunkWireDType(chunk, target_.wire_dtype);
+  args.deadline = deadline_;
+  if (args.dtype == WireDType::kFloat32) {
+    args.payload =
+        absl::string_view(reinterpret_cast<const char*>(values.data()),
+                          values.size() * sizeof(float));
   } else {
     std::string& encoded = (*target_.encoded)[chunk.index];
-    EncodeTensor(values, dtype, &encoded);
-    payload = encoded;
+    EncodeTensor(values, args.dtype, &encoded);
+    args.payload = encoded;
   }
-  call->request =
-      MakePushRequest(target_.rank, target_.incarnations[chunk.shard], step_,
-                      chunk.index, ToProtoDType(dtype), payload);
+  calls_[chunk.index].push = target_.shards[chunk.shard]->PreparePush(args);
   target_.timings->encode_seconds +=
-      absl::ToDoubleSeconds(absl::Now() - encode_start);
-  calls_[chunk.index] = std::move(call);
+      absl::ToDoubleSeconds(env->Now() - encode_start);
 }
 
 void PushStep::Start(const Chunk& chunk, bool caller_thread) {
-  Call* c = calls_[chunk.index].get();
+  Call* c = &calls_[chunk.index];
   c->started = true;
-  const absl::Time send_start = absl::Now();
-  // The reply is decoded on gRPC's thread as soon as it arrives; chunks
-  // write disjoint ranges of the weights.
+  Env* const env = target_.env;
+  const absl::Time send_start = env->Now();
+  // The reply is decoded on the thread that completes the push as soon as
+  // it arrives; chunks write disjoint ranges of the weights.
   const absl::Span<float> out = weights_.subspan(chunk.offset, chunk.size);
   const int index = chunk.index;
   const int shard = chunk.shard;
   const WireDType dtype = ChunkWireDType(chunk, target_.wire_dtype);
-  target_.stubs[shard]->UnaryCall(
-      &c->context, kPushMethod, grpc::StubOptions(), &c->request, &c->response,
-      [this, c, index, shard, out, dtype](grpc::Status s) {
-        c->status = std::move(s);
-        if (c->status.ok()) {
-          const absl::Time start = absl::Now();
-          c->decoded = [&]() -> absl::Status {
-            ASSIGN_OR_RETURN(WeightsView reply, ParseWeightsReply(c->response));
-            if (target_.synchronous && reply.version < step_ + 1) {
-              return absl::InternalError(absl::StrCat(
-                  "push of chunk ", index, " was answered with version ",
-                  reply.version, ", expected at least ", step_ + 1));
-            }
-            c->version = reply.version;
-            return DecodePieces(reply.data, dtype, out);
-          }();
+  target_.shards[shard]->StartPush(
+      c->push.get(), [this, c, index, shard, out, dtype](
+                         const absl::Status& status,
+                         const absl::StatusOr<WeightsPieces>& reply) {
+        c->status = status;
+        if (status.ok()) {
+          const absl::Time start = target_.env->Now();
+          c->decoded = reply.ok() ? Decode(index, *reply, dtype, out, c)
+                                  : reply.status();
           target_.decode_ns->fetch_add(
-              absl::ToInt64Nanoseconds(absl::Now() - start),
+              absl::ToInt64Nanoseconds(target_.env->Now() - start),
               std::memory_order_relaxed);
         }
         Replied(index, shard);
@@ -188,12 +178,24 @@ void PushStep::Start(const Chunk& chunk, bool caller_thread) {
   // Only the caller's time: a held-back push starts inside the wait.
   if (caller_thread) {
     target_.timings->send_seconds +=
-        absl::ToDoubleSeconds(absl::Now() - send_start);
+        absl::ToDoubleSeconds(env->Now() - send_start);
   }
 }
 
+absl::Status PushStep::Decode(int index, const WeightsPieces& reply,
+                              WireDType dtype, absl::Span<float> out,
+                              Call* call) {
+  if (target_.synchronous && reply.version < step_ + 1) {
+    return absl::InternalError(
+        absl::StrCat("push of chunk ", index, " was answered with version ",
+                     reply.version, ", expected at least ", step_ + 1));
+  }
+  call->version = reply.version;
+  return DecodePieces(reply.data, dtype, out);
+}
+
 void PushStep::Replied(int index, int shard) {
-  const Call& call = *calls_[index];
+  const Call& call = calls_[index];
   int next = -1;
   int dropped = 0;
   {
@@ -202,7 +204,7 @@ void PushStep::Replied(int index, int shard) {
     --in_flight_[shard];
     if (!call.status.ok()) {
       if (first_failure_.ok()) {
-        const absl::Status s = FromGrpcStatus(call.status);
+        const absl::Status& s = call.status;
         first_failure_ = absl::Status(
             s.code(), absl::StrCat("Push of step ", step_, " of chunk ", index,
                                    ": ", s.message()));
@@ -227,7 +229,7 @@ absl::StatusOr<int64_t> PushStep::Result() {
   }
   absl::StatusOr<int64_t> result = absl::InternalError("a step without chunks");
   for (const Chunk& chunk : target_.plan->chunks()) {
-    const Call& call = *calls_[chunk.index];
+    const Call& call = calls_[chunk.index];
     if (!call.started) {
       return absl::InternalError(absl::StrCat("chunk ", chunk.index,
                                               " of step ", step_,

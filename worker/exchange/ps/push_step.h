@@ -2,22 +2,20 @@
 // which chunks are ready, the push window, and the replies decoded into
 // the weights.
 //
-// A push travels as raw bytes (common/wire_format.h): fp32 gradients are
-// sent from the caller's buffer, replies decoded from gRPC's slices. At most
+// Pushes go through each shard's ShardTransport (shard_transport.h): fp32
+// gradients are sent from the caller's buffer, replies decoded from the
+// transport's pieces (gRPC's slices, or the server's snapshot). At most
 // `window` pushes are out to each shard at once. A chunk is encoded and
 // framed when it becomes ready (on the caller's thread, or in order on the
 // target's PushThread where it has one); if its shard's window is full it
 // waits in the shard's queue, in the order chunks became ready, and each
-// reply (on gRPC's thread) starts the next. Every worker
+// reply (on the thread that completes it) starts the next. Every worker
 // readies its chunks in the same order (see Finish), so every barrier the
 // windows wait on is one that every worker pushes to. A failed push stops
 // its shard only: the other shards still get every chunk, which the other
 // workers' pushes there are waiting for.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_PS_PUSH_STEP_H_
 #define LOCKSTEP_WORKER_EXCHANGE_PS_PUSH_STEP_H_
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <cstdint>
@@ -34,9 +32,11 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/chunk_plan.h"
+#include "common/env.h"
 #include "common/wire_codec.h"
 #include "worker/exchange/ps/ps_client.h"
 #include "worker/exchange/ps/push_thread.h"
+#include "worker/exchange/ps/shard_transport.h"
 
 namespace lockstep {
 namespace ps_client_internal {
@@ -44,7 +44,7 @@ namespace ps_client_internal {
 // What every step pushes with; PsClient owns it, and it outlives the steps.
 struct PushTarget {
   const ChunkPlan* plan = nullptr;
-  std::vector<grpc::GenericStub*> stubs;  // By shard.
+  std::vector<ShardTransport*> shards;  // By shard; not owned.
   int rank = -1;
   std::vector<int64_t> incarnations;  // By shard.
   // Parameters travel as wire_dtype, state chunks as fp32 (ChunkWireDType).
@@ -63,9 +63,10 @@ struct PushTarget {
   // on the thread that readies them (GradientReady, Finish).
   PushThread* pusher = nullptr;
   // Client-side time (PushStep adds encode, send and wait; not steps) and,
-  // from gRPC's threads, decoding.
+  // from the threads that complete pushes, decoding; measured on env.
   StepTimings* timings = nullptr;
   std::atomic<int64_t>* decode_ns = nullptr;
+  Env* env = Env::Default();
 };
 
 class PushStep final {
@@ -78,7 +79,7 @@ class PushStep final {
            absl::Span<const float> gradient, absl::Span<float> weights,
            absl::Time deadline);
   // Without Finish (an abandoned step): drops what was not sent and waits
-  // for the pushes already out, so no gRPC callback outlives the step.
+  // for the pushes already out, so no transport callback outlives the step.
   ~PushStep();
   PushStep(const PushStep&) = delete;
   PushStep& operator=(const PushStep&) = delete;
@@ -97,10 +98,8 @@ class PushStep final {
 
  private:
   struct Call {
-    grpc::ClientContext context;
-    grpc::ByteBuffer request;
-    grpc::ByteBuffer response;
-    grpc::Status status;
+    std::unique_ptr<ShardTransport::PreparedPush> push;
+    absl::Status status;   // The transport's outcome.
     absl::Status decoded;  // Outcome of decoding the reply's weights.
     int64_t version = 0;   // The reply's version.
     bool started = false;  // False: never sent (its shard failed first).
@@ -117,8 +116,12 @@ class PushStep final {
   // Starts the prepared push of `chunk` (any thread: a reply's callback
   // starts the next push of its shard; caller_thread: Ready's).
   void Start(const Chunk& chunk, bool caller_thread);
-  // The push of chunk `index` to `shard` was answered (on gRPC's thread,
-  // before its pending count is released, so the step stays alive).
+  // Checks and decodes the weights chunk `index`'s push was answered with
+  // into `out`.
+  absl::Status Decode(int index, const WeightsPieces& reply, WireDType dtype,
+                      absl::Span<float> out, Call* call);
+  // The push of chunk `index` to `shard` was answered (on the transport's
+  // thread, before its pending count is released, so the step stays alive).
   void Replied(int index, int shard);
   absl::StatusOr<int64_t> Result();
 
@@ -128,8 +131,9 @@ class PushStep final {
   const absl::Span<float> weights_;
   const absl::Time deadline_;
   std::vector<int64_t> missing_;  // Elements not yet ready, by chunk.
-  // Stay put until their call completes, as gRPC requires.
-  std::vector<std::unique_ptr<Call>> calls_;
+  // By chunk; each push (the transport's, one allocation) stays put until
+  // it completes, as the transports require.
+  std::vector<Call> calls_;
   absl::BlockingCounter pending_;  // Chunks not yet answered or dropped.
   bool finished_ = false;
   absl::Mutex mu_;

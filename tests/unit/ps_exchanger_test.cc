@@ -1,0 +1,262 @@
+// PsExchanger and PsClient against real ParameterServer shards in this
+// process (InProcessShardTransport): workers on threads run synchronous
+// steps, and the weights they receive are checked against SGD worked out
+// by hand. No sockets, no subprocesses.
+#include "worker/exchange/ps_exchanger.h"
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/unit/in_process_job.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+constexpr int kElements = 8;
+constexpr int kSteps = 3;
+constexpr float kLearningRate = 0.5f;
+
+// Two tensors of 4 values, in chunks of 4 values: chunk 0 holds "a" and
+// chunk 1 "b", one per shard when there are two.
+ModelSignature TwoChunkSignature(int num_workers, int num_shards) {
+  ModelSignature signature;
+  signature.tensors = {{"a", {4}}, {"b", {4}}};
+  signature.optimizer = OptimizerConfig::Defaults("sgd");
+  signature.optimizer.learning_rate = kLearningRate;
+  signature.chunk_bytes = 4 * sizeof(float);
+  signature.num_workers = num_workers;
+  signature.num_shards = num_shards;
+  signature.total_steps = kSteps;
+  return signature;
+}
+
+std::vector<float> InitialWeights() {
+  std::vector<float> w(kElements);
+  for (int j = 0; j < kElements; ++j) w[j] = 16.0f * (j + 1);
+  return w;
+}
+
+// Rank r's gradient at step s: (r + 1)(j + 1)(s + 1) for element j.
+float GradientValue(int rank, int64_t step, int j) {
+  return static_cast<float>((rank + 1) * (j + 1) * (step + 1));
+}
+
+// What every worker should hold after `steps` steps of two workers:
+// w - lr * (g0 + g1) / 2 each step. Every value is exact in fp32.
+std::vector<float> ExpectedWeights(int steps) {
+  std::vector<float> w = InitialWeights();
+  for (int s = 0; s < steps; ++s) {
+    for (int j = 0; j < kElements; ++j) {
+      const float mean = (GradientValue(0, s, j) + GradientValue(1, s, j)) / 2;
+      w[j] -= kLearningRate * mean;
+    }
+  }
+  return w;
+}
+
+// What one worker saw.
+struct WorkerRun {
+  absl::Status status;
+  int64_t joined_version = -1;
+  std::vector<int64_t> versions;            // Step's result, by step.
+  std::vector<std::vector<float>> weights;  // After each step.
+  int initial_calls = 0;
+};
+
+// Joins as `rank`, runs kSteps steps (handing the gradient over in two
+// halves, the second first, as backprop does), and leaves.
+absl::Status RunWorker(PsClient* client, int rank,
+                       const ModelSignature& signature, WorkerRun* run) {
+  PsExchanger exchanger(client, rank);
+  std::vector<float> weights(kElements);
+  std::vector<float> gradient(kElements);
+  auto initial = [run] {
+    ++run->initial_calls;
+    return InitialWeights();
+  };
+  ASSIGN_OR_RETURN(run->joined_version,
+                   exchanger.Join(signature, initial, absl::MakeSpan(weights),
+                                  absl::Seconds(30)));
+  for (int64_t step = 0; step < kSteps; ++step) {
+    auto compute =
+        [&](const Model::GradientReadyFn& ready) -> absl::StatusOr<BatchStats> {
+      for (int j = 0; j < kElements; ++j) {
+        gradient[j] = GradientValue(rank, step, j);
+      }
+      ready(4, 8);
+      ready(0, 4);
+      return BatchStats{};
+    };
+    BatchStats stats;
+    ASSIGN_OR_RETURN(const int64_t version,
+                     exchanger.Step(step, absl::MakeSpan(gradient),
+                                    absl::MakeSpan(weights), compute, &stats));
+    run->versions.push_back(version);
+    run->weights.push_back(weights);
+  }
+  return exchanger.Leave();
+}
+
+struct ClientSetting {
+  int num_shards;
+  int push_window;  // PsClientOptions::max_pushes_in_flight.
+  bool push_thread;
+};
+
+class PsExchangerTest : public ::testing::TestWithParam<ClientSetting> {};
+
+TEST_P(PsExchangerTest, TwoWorkersStepInLockstepWithTheMeanGradient) {
+  const ClientSetting setting = GetParam();
+  absl::StatusOr<InProcessJob> job =
+      InProcessJob::Create(/*num_workers=*/2, setting.num_shards);
+  ASSERT_TRUE(job.ok()) << job.status();
+  PsClientOptions options;
+  options.max_pushes_in_flight = setting.push_window;
+  options.push_thread = setting.push_thread;
+  const ModelSignature signature = TwoChunkSignature(2, setting.num_shards);
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int rank = 0; rank < 2; ++rank) {
+    absl::StatusOr<std::unique_ptr<PsClient>> client = job->NewClient(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    clients.push_back(*std::move(client));
+  }
+  WorkerRun runs[2];
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      runs[rank].status =
+          RunWorker(clients[rank].get(), rank, signature, &runs[rank]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  for (int rank = 0; rank < 2; ++rank) {
+    const WorkerRun& run = runs[rank];
+    ASSERT_TRUE(run.status.ok()) << "rank " << rank << ": " << run.status;
+    EXPECT_EQ(run.joined_version, 0);
+    // Only rank 0 defines version 0.
+    EXPECT_EQ(run.initial_calls, rank == 0 ? 1 : 0);
+    EXPECT_THAT(run.versions, ElementsAre(1, 2, 3));
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_THAT(run.weights[s], ElementsAreArray(ExpectedWeights(s + 1)))
+          << "rank " << rank << " after step " << s;
+    }
+  }
+  // Every shard got its chunks from both workers every step.
+  const int chunks_per_shard = 2 / setting.num_shards;
+  for (int shard = 0; shard < setting.num_shards; ++shard) {
+    const ServerStatus status = job->server(shard)->GetStatus();
+    EXPECT_EQ(status.version, kSteps) << "shard " << shard;
+    EXPECT_EQ(status.counters.pushes_accepted, 2 * kSteps * chunks_per_shard)
+        << "shard " << shard;
+    EXPECT_EQ(status.counters.chunk_steps, kSteps * chunks_per_shard)
+        << "shard " << shard;
+    EXPECT_THAT(status.finished_ranks, ElementsAre(0, 1)) << "shard " << shard;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Settings, PsExchangerTest,
+    ::testing::Values(ClientSetting{1, kAutoPushWindow, false},
+                      ClientSetting{2, kAutoPushWindow, false},
+                      ClientSetting{2, 1, false}, ClientSetting{2, 0, true}));
+
+// A computation that fails abandons the step: nothing of it is pushed, and
+// the shard still waits for that step.
+TEST(PsExchangerFailureTest, AFailedComputationPushesNothing) {
+  absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      job->NewClient(PsClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  PsExchanger exchanger(client->get(), 0);
+  std::vector<float> weights(kElements), gradient(kElements, 1.0f);
+  ASSERT_TRUE(exchanger
+                  .Join(TwoChunkSignature(1, 1), InitialWeights,
+                        absl::MakeSpan(weights), absl::Seconds(30))
+                  .ok());
+  auto failing =
+      [&](const Model::GradientReadyFn& ready) -> absl::StatusOr<BatchStats> {
+    ready(4, 8);  // Chunk 1 is pushed before the failure.
+    return absl::InternalError("out of memory");
+  };
+  BatchStats stats;
+  absl::StatusOr<int64_t> version = exchanger.Step(
+      0, absl::MakeSpan(gradient), absl::MakeSpan(weights), failing, &stats);
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(version.status().message(), HasSubstr("out of memory"));
+  const ServerStatus status = job->server(0)->GetStatus();
+  EXPECT_EQ(status.version, 0);
+  EXPECT_EQ(status.counters.pushes_accepted, 1);
+  EXPECT_EQ(status.counters.chunk_steps, 1);
+}
+
+// The exchanger owns the sync mode's step rules, from the signature it
+// joined with: synchronous steps follow the version, asynchronous ones are
+// the worker's own count.
+TEST(PsExchangerStepsTest, TheNextStepFollowsTheJobsSyncMode) {
+  struct Case {
+    SyncPolicy sync;
+    int64_t next_after_3_at_4;  // NextStep(3, 4).
+    int64_t next_after_3_at_6;  // NextStep(3, 6); -1: an error.
+    int64_t after_join_at_9;    // StepAfterJoin(2, 9).
+  };
+  const Case cases[] = {
+      {{SyncMode::kSync, 0, 0}, 4, -1, 9},
+      {{SyncMode::kSync, 1, 0}, 4, 6, 9},
+      {{SyncMode::kAsync, 0, 0}, 4, 4, 2},
+      {{SyncMode::kSsp, 0, 2}, 4, 4, 2},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<InProcessJob> job = InProcessJob::Create(2, 1);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<std::unique_ptr<PsClient>> client =
+        job->NewClient(PsClientOptions());
+    ASSERT_TRUE(client.ok()) << client.status();
+    PsExchanger exchanger(client->get(), 0);
+    ModelSignature signature = TwoChunkSignature(2, 1);
+    signature.sync = c.sync;
+    std::vector<float> weights(kElements);
+    ASSERT_TRUE(exchanger
+                    .Join(signature, InitialWeights, absl::MakeSpan(weights),
+                          absl::Seconds(30))
+                    .ok());
+    const std::string mode = SyncModeName(c.sync.mode);
+    EXPECT_EQ(*exchanger.NextStep(3, 4), c.next_after_3_at_4) << mode;
+    absl::StatusOr<int64_t> next = exchanger.NextStep(3, 6);
+    if (c.next_after_3_at_6 < 0) {
+      EXPECT_EQ(next.status().code(), absl::StatusCode::kInternal) << mode;
+      EXPECT_THAT(next.status().message(),
+                  HasSubstr("step 3 was answered with version 6"));
+    } else {
+      EXPECT_EQ(*next, c.next_after_3_at_6) << mode;
+    }
+    EXPECT_EQ(exchanger.StepAfterJoin(2, 9), c.after_join_at_9) << mode;
+  }
+}
+
+// Registering with a client of the wrong shard count says so.
+TEST(PsExchangerFailureTest, AShardCountThatDiffersIsRefused) {
+  absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      job->NewClient(PsClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<RegisterResult> reg =
+      (*client)->Register(0, TwoChunkSignature(1, 2));
+  EXPECT_EQ(reg.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(reg.status().message(),
+              HasSubstr("the signature says 2 shard(s) but 1 server"));
+}
+
+}  // namespace
+}  // namespace lockstep

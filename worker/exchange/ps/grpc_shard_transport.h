@@ -1,0 +1,29 @@
+// The gRPC ShardTransport: one shard's lockstep.v1 stubs over one channel.
+// Pushes travel as raw bytes (common/wire_format.h): the request refers to
+// the caller's payload in place and the reply's weights are handed over in
+// gRPC's own slices. Register waits for a server that is still starting
+// (wait_for_ready). gRPC types stay inside grpc_shard_transport.cc.
+#ifndef LOCKSTEP_WORKER_EXCHANGE_PS_GRPC_SHARD_TRANSPORT_H_
+#define LOCKSTEP_WORKER_EXCHANGE_PS_GRPC_SHARD_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/tls_options.h"
+#include "worker/exchange/ps/shard_transport.h"
+
+namespace lockstep {
+
+// One transport per address in `servers`, in order, over channels with
+// `tls` and messages of up to `max_message_bytes`. INVALID_ARGUMENT with
+// bad TLS settings or files; FAILED_PRECONDITION for a token that would
+// travel in plaintext.
+absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>>
+MakeGrpcShardTransports(const std::vector<std::string>& servers,
+                        const TlsOptions& tls, int max_message_bytes);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_EXCHANGE_PS_GRPC_SHARD_TRANSPORT_H_
