@@ -118,35 +118,36 @@ int Abort(ProcessGroup& group, const RunResult& result, absl::Duration grace) {
 
 }  // namespace
 
-absl::Status ValidateLaunchOptions(const LaunchOptions& options) {
+std::optional<InvalidLaunchOption> ValidateLaunchOptions(
+    const LaunchOptions& options) {
   if (options.workers < 1) {
-    return absl::InvalidArgumentError("--workers must be at least 1");
+    return InvalidLaunchOption{"workers", "must be at least 1"};
   }
-  if (options.ps < 1) {
-    return absl::InvalidArgumentError("--ps must be at least 1");
-  }
+  if (options.ps < 1) return InvalidLaunchOption{"ps", "must be at least 1"};
   if (options.startup_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--startup_timeout must be positive");
+    return InvalidLaunchOption{"startup_timeout", "must be positive"};
   }
   if (options.grace_period < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--grace_period must not be negative");
+    return InvalidLaunchOption{"grace_period", "must not be negative"};
   }
   if (options.sum_order != "arrival" && options.sum_order != "rank") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--sum_order must be arrival or rank, got \"",
-                     options.sum_order, "\""));
+    return InvalidLaunchOption{"sum_order",
+                               absl::StrCat("must be arrival or rank, got \"",
+                                            options.sum_order, "\"")};
   }
   if (!options.tls_dir.empty()) {
     for (const char* name : kTlsFiles) {
       const std::string path = absl::StrCat(options.tls_dir, "/", name);
       if (access(path.c_str(), R_OK) != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--tls: cannot read ", path, " (make the certificates with "
-            "deploy/tls/make_certs.sh ", options.tls_dir, ")"));
+        return InvalidLaunchOption{"tls_dir",
+                                   absl::StrCat("cannot read ", path,
+                                                " (make the certificates with "
+                                                "deploy/tls/make_certs.sh ",
+                                                options.tls_dir, ")")};
       }
     }
   }
-  return absl::OkStatus();
+  return std::nullopt;
 }
 
 absl::StatusOr<std::string> ExecutableDir() {
@@ -263,7 +264,7 @@ std::optional<int> WaitForPorts(const LaunchOptions& options,
       if (ports[i] == 0) waiting.push_back(absl::StrCat("ps", i));
     }
     group.Log(absl::StrCat("no port file from ", absl::StrJoin(waiting, ", "),
-                           " within --startup_timeout=",
+                           " within the startup timeout of ",
                            absl::FormatDuration(options.startup_timeout)));
     return Abort(group, result, options.grace_period);
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,6 +148,12 @@ absl::StatusOr<lockstep::LaunchOptions> OptionsFromFlags(
   return options;
 }
 
+// The flag that sets LaunchOptions' field `option`.
+std::string FlagOf(absl::string_view option) {
+  if (option == "tls_dir") return "--tls";
+  return absl::StrCat("--", option);
+}
+
 // The token, sum order and TLS folder (beside the binaries by default),
 // then the whole of `options` checked.
 absl::Status FinishOptions(lockstep::LaunchOptions* options) {
@@ -160,7 +167,11 @@ absl::Status FinishOptions(lockstep::LaunchOptions* options) {
   } else if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
     return absl::InvalidArgumentError("--tls_dir needs --tls");
   }
-  return lockstep::ValidateLaunchOptions(*options);
+  std::optional<lockstep::InvalidLaunchOption> invalid =
+      lockstep::ValidateLaunchOptions(*options);
+  if (!invalid.has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(FlagOf(invalid->option), ": ", invalid->problem));
 }
 
 // Runs the job with SIGINT, SIGTERM and SIGHUP turned into its stop.
