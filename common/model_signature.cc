@@ -1,7 +1,11 @@
 #include "common/model_signature.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 
 namespace lockstep {
 namespace {
@@ -83,6 +87,46 @@ std::vector<int64_t> ModelSignature::TensorOffsets() const {
   return offsets;
 }
 
+namespace {
+
+// The first difference between two lists of tensors ("tensor" or "state
+// tensor", `what`); empty when they match.
+std::string TensorsDifference(absl::string_view what,
+                              const std::vector<TensorInfo>& expected,
+                              const std::vector<TensorInfo>& got) {
+  if (expected.size() != got.size()) {
+    return absl::StrCat(what, " count: job has ", expected.size(),
+                        ", worker has ", got.size());
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const TensorInfo& e = expected[i];
+    const TensorInfo& g = got[i];
+    if (!(e == g)) {
+      return absl::StrCat(what, " ", i, ": job has ", e.name,
+                          ShapeString(e.shape), ", worker has ", g.name,
+                          ShapeString(g.shape));
+    }
+  }
+  return "";
+}
+
+// "adam(lr=... weight_decay=...)".
+std::string OptimizerString(const OptimizerConfig& o) {
+  return absl::StrCat(o.name, "(lr=", o.learning_rate, " momentum=", o.momentum,
+                      " nesterov=", o.nesterov, " beta_1=", o.beta_1,
+                      " beta_2=", o.beta_2, " epsilon=", o.epsilon,
+                      " weight_decay=", o.weight_decay, ")");
+}
+
+// "ps (backup_workers=0 staleness=0)".
+std::string SyncString(const SyncPolicy& sync) {
+  return absl::StrCat(SyncModeName(sync.mode),
+                      " (backup_workers=", sync.backup_workers,
+                      " staleness=", sync.staleness, ")");
+}
+
+}  // namespace
+
 std::string DescribeDifference(const ModelSignature& expected,
                                const ModelSignature& got) {
   if (expected.num_workers != got.num_workers) {
@@ -93,53 +137,24 @@ std::string DescribeDifference(const ModelSignature& expected,
     return absl::StrCat("num_shards: job has ", expected.num_shards,
                         ", worker says ", got.num_shards);
   }
-  if (expected.tensors.size() != got.tensors.size()) {
-    return absl::StrCat("tensor count: job has ", expected.tensors.size(),
-                        ", worker has ", got.tensors.size());
+  if (std::string d =
+          TensorsDifference("tensor", expected.tensors, got.tensors);
+      !d.empty()) {
+    return d;
   }
-  for (size_t i = 0; i < expected.tensors.size(); ++i) {
-    const TensorInfo& e = expected.tensors[i];
-    const TensorInfo& g = got.tensors[i];
-    if (!(e == g)) {
-      return absl::StrCat("tensor ", i, ": job has ", e.name,
-                          ShapeString(e.shape), ", worker has ", g.name,
-                          ShapeString(g.shape));
-    }
+  if (std::string d = TensorsDifference("state tensor", expected.state_tensors,
+                                        got.state_tensors);
+      !d.empty()) {
+    return d;
   }
-  if (expected.state_tensors.size() != got.state_tensors.size()) {
-    return absl::StrCat("state tensor count: job has ",
-                        expected.state_tensors.size(), ", worker has ",
-                        got.state_tensors.size());
-  }
-  for (size_t i = 0; i < expected.state_tensors.size(); ++i) {
-    const TensorInfo& e = expected.state_tensors[i];
-    const TensorInfo& g = got.state_tensors[i];
-    if (!(e == g)) {
-      return absl::StrCat("state tensor ", i, ": job has ", e.name,
-                          ShapeString(e.shape), ", worker has ", g.name,
-                          ShapeString(g.shape));
-    }
-  }
-  const OptimizerConfig& eo = expected.optimizer;
-  const OptimizerConfig& go = got.optimizer;
-  if (!(eo == go)) {
-    return absl::StrCat(
-        "optimizer: job has ", eo.name, "(lr=", eo.learning_rate,
-        " momentum=", eo.momentum, " nesterov=", eo.nesterov,
-        " beta_1=", eo.beta_1, " beta_2=", eo.beta_2, " epsilon=", eo.epsilon,
-        " weight_decay=", eo.weight_decay, "), worker has ", go.name,
-        "(lr=", go.learning_rate, " momentum=", go.momentum,
-        " nesterov=", go.nesterov, " beta_1=", go.beta_1, " beta_2=",
-        go.beta_2, " epsilon=", go.epsilon, " weight_decay=", go.weight_decay,
-        ")");
+  if (!(expected.optimizer == got.optimizer)) {
+    return absl::StrCat("optimizer: job has ",
+                        OptimizerString(expected.optimizer), ", worker has ",
+                        OptimizerString(got.optimizer));
   }
   if (!(expected.sync == got.sync)) {
-    return absl::StrCat("sync: job has ", SyncModeName(expected.sync.mode),
-                        " (backup_workers=", expected.sync.backup_workers,
-                        " staleness=", expected.sync.staleness,
-                        "), worker has ", SyncModeName(got.sync.mode),
-                        " (backup_workers=", got.sync.backup_workers,
-                        " staleness=", got.sync.staleness, ")");
+    return absl::StrCat("sync: job has ", SyncString(expected.sync),
+                        ", worker has ", SyncString(got.sync));
   }
   if (expected.total_steps != got.total_steps) {
     return absl::StrCat("total_steps: job has ", expected.total_steps,

@@ -138,8 +138,11 @@ absl::Status WriteSafetensors(const std::string& path,
   return WriteFileAtomically(path, bytes);
 }
 
-absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
-    const std::string& bytes) {
+namespace {
+
+// The header's length from the first 8 bytes, checked against the limit
+// and the file's size.
+absl::StatusOr<uint64_t> HeaderLength(const std::string& bytes) {
   if (bytes.size() < 8) {
     return absl::DataLossError(absl::StrCat(
         "safetensors: ", bytes.size(), " bytes, too short for the header length"));
@@ -158,8 +161,13 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
                                             " bytes, the file has ",
                                             bytes.size() - 8, " after it"));
   }
-  ASSIGN_OR_RETURN(const JsonValue header,
-                   JsonValue::Parse(absl::string_view(bytes).substr(8, n)));
+  return n;
+}
+
+// The header's tensors by their byte range in the data, which they must
+// cover, `data_bytes` long, without gaps or overlaps.
+absl::StatusOr<std::vector<Entry>> SortedEntries(const JsonValue& header,
+                                                 int64_t data_bytes) {
   if (header.type() != JsonValue::Type::kObject) {
     return absl::InvalidArgumentError("safetensors: the header is not an object");
   }
@@ -174,7 +182,6 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return std::make_pair(a.begin, a.end) < std::make_pair(b.begin, b.end);
   });
-  const int64_t data_bytes = static_cast<int64_t>(bytes.size() - 8 - n);
   int64_t expect = 0;
   for (const Entry& e : entries) {
     if (e.begin != expect) {
@@ -189,6 +196,19 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
         absl::StrCat("safetensors: the tensors cover ", expect,
                      " bytes of data, the file holds ", data_bytes));
   }
+  return entries;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
+    const std::string& bytes) {
+  ASSIGN_OR_RETURN(const uint64_t n, HeaderLength(bytes));
+  ASSIGN_OR_RETURN(const JsonValue header,
+                   JsonValue::Parse(absl::string_view(bytes).substr(8, n)));
+  ASSIGN_OR_RETURN(
+      std::vector<Entry> entries,
+      SortedEntries(header, static_cast<int64_t>(bytes.size() - 8 - n)));
   std::vector<NamedTensor> out;
   out.reserve(entries.size());
   const char* data = bytes.data() + 8 + n;

@@ -52,29 +52,10 @@ absl::Status CheckTensors(const std::vector<TensorInfo>& tensors,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status ValidateSignature(const ModelSignature& s,
-                               const SignatureLimits& limits) {
-  if (s.tensors.empty()) return OutOfBounds("no tensors");
-  if (s.tensors.size() + s.state_tensors.size() >
-      static_cast<size_t>(limits.max_tensors)) {
-    return OutOfBounds(absl::StrCat(s.tensors.size() + s.state_tensors.size(),
-                                    " tensors, at most ", limits.max_tensors));
-  }
-  int64_t total = 0;
-  if (absl::Status st = CheckTensors(s.tensors, "tensor", limits, &total);
-      !st.ok()) {
-    return st;
-  }
-  if (total == 0) return OutOfBounds("the model has no parameters");
-  const int64_t parameters = total;
-  if (absl::Status st =
-          CheckTensors(s.state_tensors, "state tensor", limits, &total);
-      !st.ok()) {
-    return st;
-  }
-  const int64_t state = total - parameters;
+// Checks the chunk size, workers and shards, and the chunks that the
+// model's `parameters` and `state` values make.
+absl::Status CheckChunks(const ModelSignature& s, int64_t parameters,
+                         int64_t state, const SignatureLimits& limits) {
   if (s.chunk_bytes < 4 || s.chunk_bytes > limits.max_chunk_bytes) {
     return OutOfBounds(absl::StrCat("chunk_bytes ", s.chunk_bytes,
                                     " is outside [4, ", limits.max_chunk_bytes,
@@ -108,6 +89,13 @@ absl::Status ValidateSignature(const ModelSignature& s,
         "about ", chunks, " chunks x ", s.num_workers, " workers, at most ",
         limits.max_chunk_workers, " (use a larger chunk size)"));
   }
+  return absl::OkStatus();
+}
+
+// Checks the optimizer's name and settings, the step count and the sync
+// settings.
+absl::Status CheckSettings(const ModelSignature& s,
+                           const SignatureLimits& limits) {
   const OptimizerConfig& o = s.optimizer;
   if (o.name.size() > static_cast<size_t>(limits.max_name_bytes)) {
     return OutOfBounds("optimizer name too long");
@@ -123,6 +111,35 @@ absl::Status ValidateSignature(const ModelSignature& s,
     return OutOfBounds("negative backup_workers or staleness");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSignature(const ModelSignature& s,
+                               const SignatureLimits& limits) {
+  if (s.tensors.empty()) return OutOfBounds("no tensors");
+  if (s.tensors.size() + s.state_tensors.size() >
+      static_cast<size_t>(limits.max_tensors)) {
+    return OutOfBounds(absl::StrCat(s.tensors.size() + s.state_tensors.size(),
+                                    " tensors, at most ", limits.max_tensors));
+  }
+  int64_t total = 0;
+  if (absl::Status st = CheckTensors(s.tensors, "tensor", limits, &total);
+      !st.ok()) {
+    return st;
+  }
+  if (total == 0) return OutOfBounds("the model has no parameters");
+  const int64_t parameters = total;
+  if (absl::Status st =
+          CheckTensors(s.state_tensors, "state tensor", limits, &total);
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = CheckChunks(s, parameters, total - parameters, limits);
+      !st.ok()) {
+    return st;
+  }
+  return CheckSettings(s, limits);
 }
 
 }  // namespace lockstep

@@ -7,7 +7,6 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
-#include <grpcpp/support/client_interceptor.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -17,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -25,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/bearer_token.h"
 #include "common/status_macros.h"
 
 namespace lockstep {
@@ -137,67 +136,31 @@ unsigned int RefreshSeconds(const TlsOptions& o) {
   return static_cast<unsigned int>(std::clamp<int64_t>(s, 1, 86400));
 }
 
-// Adds "authorization: Bearer <token>" to every call. The header value is
-// the only copy of the token the client keeps.
-class BearerTokenPlugin final : public grpc::MetadataCredentialsPlugin {
- public:
-  explicit BearerTokenPlugin(const std::string& token)
-      : header_(absl::StrCat("Bearer ", token)) {}
-
-  bool IsBlocking() const override { return false; }
-  const char* GetType() const override { return "lockstep.bearer"; }
-  grpc::Status GetMetadata(
-      grpc::string_ref service_url, grpc::string_ref method_name,
-      const grpc::AuthContext& channel_auth_context,
-      std::multimap<grpc::string, grpc::string>* metadata) override {
-    metadata->emplace("authorization", header_);
-    return grpc::Status::OK;
+// The client's channel credentials: TLS when options.ClientTls() (with
+// the client certificate, if given), else plaintext; null when gRPC cannot
+// make them. Sets the target name override on `args`.
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(
+    const TlsOptions& options, grpc::ChannelArguments* args) {
+  if (!options.ClientTls()) return grpc::InsecureChannelCredentials();
+  auto provider = options.cert_file.empty()
+                      ? std::make_shared<
+                            grpc::experimental::FileWatcherCertificateProvider>(
+                            options.ca_file, RefreshSeconds(options))
+                      : std::make_shared<
+                            grpc::experimental::FileWatcherCertificateProvider>(
+                            options.key_file, options.cert_file,
+                            options.ca_file, RefreshSeconds(options));
+  grpc::experimental::TlsChannelCredentialsOptions tls_options;
+  tls_options.set_certificate_provider(provider);
+  tls_options.watch_root_certs();
+  if (!options.cert_file.empty()) {
+    tls_options.watch_identity_key_cert_pairs();
   }
-  grpc::string DebugString() override {
-    return "lockstep bearer token (withheld)";
+  if (!options.server_name.empty()) {
+    args->SetSslTargetNameOverride(options.server_name);
   }
-
- private:
-  const std::string header_;
-};
-
-// The same header on a plaintext channel, where gRPC sends no call
-// credentials: added to every call's initial metadata. MakeChannel allows
-// it on loopback or with --insecure only.
-class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
- public:
-  explicit BearerTokenInterceptor(std::shared_ptr<const std::string> header)
-      : header_(std::move(header)) {}
-
-  void Intercept(
-      grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::
-                PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace("authorization", *header_);
-    }
-    methods->Proceed();
-  }
-
- private:
-  const std::shared_ptr<const std::string> header_;
-};
-
-class BearerTokenInterceptorFactory final
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  explicit BearerTokenInterceptorFactory(const std::string& token)
-      : header_(std::make_shared<const std::string>(
-            absl::StrCat("Bearer ", token))) {}
-
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo* info) override {
-    return new BearerTokenInterceptor(header_);  // gRPC owns it.
-  }
-
- private:
-  const std::shared_ptr<const std::string> header_;
-};
+  return grpc::experimental::TlsCredentials(tls_options);
+}
 
 }  // namespace
 
@@ -303,65 +266,23 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectFirst)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectMost)));
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
   const bool tls = options.ClientTls();
-  if (tls) {
-    auto provider =
-        options.cert_file.empty()
-            ? std::make_shared<
-                  grpc::experimental::FileWatcherCertificateProvider>(
-                  options.ca_file, RefreshSeconds(options))
-            : std::make_shared<
-                  grpc::experimental::FileWatcherCertificateProvider>(
-                  options.key_file, options.cert_file, options.ca_file,
-                  RefreshSeconds(options));
-    grpc::experimental::TlsChannelCredentialsOptions tls_options;
-    tls_options.set_certificate_provider(provider);
-    tls_options.watch_root_certs();
-    if (!options.cert_file.empty()) {
-      tls_options.watch_identity_key_cert_pairs();
-    }
-    if (!options.server_name.empty()) {
-      args.SetSslTargetNameOverride(options.server_name);
-    }
-    credentials = grpc::experimental::TlsCredentials(tls_options);
-  } else {
-    credentials = grpc::InsecureChannelCredentials();
-  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      ClientCredentials(options, &args);
   if (credentials == nullptr) {
     return absl::InternalError("gRPC could not make channel credentials");
   }
-  if (!options.token_file.empty()) {
-    if (!tls && !options.insecure && !IsLoopbackAddress(target)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "refusing to send the bearer token in plaintext to ", target,
-          ": give --tls_ca (TLS), or --insecure on a trusted network"));
-    }
-    ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file));
-    if (!tls) {
-      std::vector<std::unique_ptr<
-          grpc::experimental::ClientInterceptorFactoryInterface>>
-          interceptors;
-      interceptors.push_back(
-          std::make_unique<BearerTokenInterceptorFactory>(token));
-      std::fill(token.begin(), token.end(), '\0');
-      return grpc::experimental::CreateCustomChannelWithInterceptors(
-          target, credentials, args, std::move(interceptors));
-    }
-    // Call credentials: gRPC itself refuses to send them over a channel
-    // less secure than privacy and integrity.
-    std::shared_ptr<grpc::CallCredentials> call =
-        grpc::experimental::MetadataCredentialsFromPlugin(
-            std::make_unique<BearerTokenPlugin>(token),
-            GRPC_PRIVACY_AND_INTEGRITY);
-    std::fill(token.begin(), token.end(), '\0');
-    credentials = grpc::CompositeChannelCredentials(credentials, call);
-    if (credentials == nullptr) {
-      return absl::InternalError(
-          "gRPC could not combine the channel and token credentials");
-    }
+  if (options.token_file.empty()) {
+    return grpc::CreateCustomChannel(target, credentials, args);
   }
-  return grpc::CreateCustomChannel(target, credentials, args);
+  if (!tls && !options.insecure && !IsLoopbackAddress(target)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to send the bearer token in plaintext to ", target,
+        ": give --tls_ca (TLS), or --insecure on a trusted network"));
+  }
+  ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file));
+  return ChannelWithToken(target, std::move(credentials), args, tls,
+                          std::move(token));
 }
 
 absl::Status CheckTraceKeepsTokens(const char* grpc_trace) {

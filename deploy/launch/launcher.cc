@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -117,35 +118,36 @@ int Abort(ProcessGroup& group, const RunResult& result, absl::Duration grace) {
 
 }  // namespace
 
-absl::Status ValidateLaunchOptions(const LaunchOptions& options) {
+std::optional<InvalidLaunchOption> ValidateLaunchOptions(
+    const LaunchOptions& options) {
   if (options.workers < 1) {
-    return absl::InvalidArgumentError("--workers must be at least 1");
+    return InvalidLaunchOption{"workers", "must be at least 1"};
   }
-  if (options.ps < 1) {
-    return absl::InvalidArgumentError("--ps must be at least 1");
-  }
+  if (options.ps < 1) return InvalidLaunchOption{"ps", "must be at least 1"};
   if (options.startup_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--startup_timeout must be positive");
+    return InvalidLaunchOption{"startup_timeout", "must be positive"};
   }
   if (options.grace_period < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("--grace_period must not be negative");
+    return InvalidLaunchOption{"grace_period", "must not be negative"};
   }
   if (options.sum_order != "arrival" && options.sum_order != "rank") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--sum_order must be arrival or rank, got \"",
-                     options.sum_order, "\""));
+    return InvalidLaunchOption{"sum_order",
+                               absl::StrCat("must be arrival or rank, got \"",
+                                            options.sum_order, "\"")};
   }
   if (!options.tls_dir.empty()) {
     for (const char* name : kTlsFiles) {
       const std::string path = absl::StrCat(options.tls_dir, "/", name);
       if (access(path.c_str(), R_OK) != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--tls: cannot read ", path, " (make the certificates with "
-            "deploy/tls/make_certs.sh ", options.tls_dir, ")"));
+        return InvalidLaunchOption{"tls_dir",
+                                   absl::StrCat("cannot read ", path,
+                                                " (make the certificates with "
+                                                "deploy/tls/make_certs.sh ",
+                                                options.tls_dir, ")")};
       }
     }
   }
-  return absl::OkStatus();
+  return std::nullopt;
 }
 
 absl::StatusOr<std::string> ExecutableDir() {
@@ -188,38 +190,58 @@ absl::StatusOr<int> ReadPortFile(const std::string& path) {
   return port;
 }
 
-int Launch(const LaunchOptions& options,
-           const ProcessGroupOptions& group_options) {
-  // Declared before the group, so the children are gone before it is removed.
-  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create();
-  ProcessGroup group(group_options);
-  if (!dir.ok()) {
-    group.Log(dir.status().message());
-    return 1;
-  }
+namespace {
 
-  // Servers first: workers need their addresses.
-  std::vector<pid_t> servers;
+// The servers the launcher started: their pids, port files and, once
+// written, ports (0 before).
+struct Servers {
+  std::vector<pid_t> pids;
   std::vector<std::string> port_files;
+  std::vector<int> ports;
+};
+
+// Starts every shard with its port file in `dir`; the exit code when one
+// cannot be started.
+std::optional<int> StartServers(const LaunchOptions& options,
+                                const std::string& dir, ProcessGroup& group,
+                                Servers* servers) {
   for (int i = 0; i < options.ps; ++i) {
-    port_files.push_back(absl::StrCat((*dir)->path(), "/ps", i, ".port"));
-    absl::StatusOr<pid_t> pid = group.Start(
-        absl::StrCat("ps", i), ServerArgv(options, i, port_files.back()));
+    servers->port_files.push_back(absl::StrCat(dir, "/ps", i, ".port"));
+    absl::StatusOr<pid_t> pid =
+        group.Start(absl::StrCat("ps", i),
+                    ServerArgv(options, i, servers->port_files.back()));
     if (!pid.ok()) {
       group.Log(pid.status().message());
       return Abort(group, RunResult(), options.grace_period);
     }
-    servers.push_back(*pid);
+    servers->pids.push_back(*pid);
   }
+  servers->ports.assign(options.ps, 0);
+  return std::nullopt;
+}
 
-  std::vector<int> ports(options.ps, 0);
+// Logs how the first server without a port, shard `i`, exited.
+void LogServerGoneBeforePort(const Servers& servers, size_t i,
+                             ProcessGroup& group) {
+  for (const ChildExit& exit : group.exits()) {
+    if (exit.pid != servers.pids[i]) continue;
+    group.Log(absl::StrCat(exit.name, " (pid ", exit.pid, ") ", exit.Describe(),
+                           " before it wrote its port file"));
+  }
+}
+
+// Waits (options.startup_timeout) until every server has written its
+// port; the exit code when one fails or does not in time.
+std::optional<int> WaitForPorts(const LaunchOptions& options,
+                                ProcessGroup& group, Servers* servers) {
+  std::vector<int>& ports = servers->ports;
   absl::Status port_error;
   auto listening_or_gone = [&] {
     bool all = true;
     for (int i = 0; i < options.ps; ++i) {
       if (ports[i] != 0) continue;
-      if (!group.IsRunning(servers[i])) return true;
-      absl::StatusOr<int> port = ReadPortFile(port_files[i]);
+      if (!group.IsRunning(servers->pids[i])) return true;
+      absl::StatusOr<int> port = ReadPortFile(servers->port_files[i]);
       if (port.ok()) {
         ports[i] = *port;
       } else if (absl::IsNotFound(port.status())) {
@@ -242,7 +264,7 @@ int Launch(const LaunchOptions& options,
       if (ports[i] == 0) waiting.push_back(absl::StrCat("ps", i));
     }
     group.Log(absl::StrCat("no port file from ", absl::StrJoin(waiting, ", "),
-                           " within --startup_timeout=",
+                           " within the startup timeout of ",
                            absl::FormatDuration(options.startup_timeout)));
     return Abort(group, result, options.grace_period);
   }
@@ -253,34 +275,34 @@ int Launch(const LaunchOptions& options,
     group.Log(port_error.message());
     return Abort(group, result, options.grace_period);
   }
-  for (int i = 0; i < options.ps; ++i) {
-    if (ports[i] != 0) continue;
-    for (const ChildExit& exit : group.exits()) {
-      if (exit.pid != servers[i]) continue;
-      group.Log(absl::StrCat(exit.name, " (pid ", exit.pid, ") ",
-                             exit.Describe(),
-                             " before it wrote its port file"));
-    }
+  if (auto gone = std::find(ports.begin(), ports.end(), 0);
+      gone != ports.end()) {
+    LogServerGoneBeforePort(*servers, gone - ports.begin(), group);
     return Abort(group, result, options.grace_period);
   }
-  std::vector<std::string> addresses;
-  for (int i = 0; i < options.ps; ++i) {
-    addresses.push_back(absl::StrCat("127.0.0.1:", ports[i]));
-    group.Log(absl::StrCat("ps", i, ": pid ", servers[i], ", listening on ",
-                           addresses.back()));
-  }
-  const std::string server_list = absl::StrJoin(addresses, ",");
-  // The Python package beside the binaries (build/python), for commands.
-  std::string python_dir;
-  if (!options.command.empty()) {
-    const std::string dir = absl::StrCat(options.bin_dir, "/../python");
-    if (access(absl::StrCat(dir, "/lockstep/__init__.py").c_str(), R_OK) == 0) {
-      char resolved[PATH_MAX];
-      python_dir = realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
-    }
-  }
+  return std::nullopt;
+}
 
-  std::vector<pid_t> workers;
+// The Python package beside the binaries (build/python), for commands;
+// empty when there is none or no command.
+std::string PythonDir(const LaunchOptions& options) {
+  if (options.command.empty()) return "";
+  const std::string dir = absl::StrCat(options.bin_dir, "/../python");
+  if (access(absl::StrCat(dir, "/lockstep/__init__.py").c_str(), R_OK) != 0) {
+    return "";
+  }
+  char resolved[PATH_MAX];
+  return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
+}
+
+// Starts every worker against `addresses`; the exit code when one cannot
+// be started.
+std::optional<int> StartWorkers(const LaunchOptions& options,
+                                const std::vector<std::string>& addresses,
+                                ProcessGroup& group,
+                                std::vector<pid_t>* workers) {
+  const std::string server_list = absl::StrJoin(addresses, ",");
+  const std::string python_dir = PythonDir(options);
   for (int rank = 0; rank < options.workers; ++rank) {
     const std::string name = absl::StrCat("worker", rank);
     absl::StatusOr<pid_t> pid = group.Start(
@@ -293,20 +315,28 @@ int Launch(const LaunchOptions& options,
       group.Log(pid.status().message());
       return Abort(group, RunResult(), options.grace_period);
     }
-    workers.push_back(*pid);
+    workers->push_back(*pid);
     group.Log(absl::StrCat(
         name, ": pid ", *pid, ", servers ", server_list,
         options.gpus > 0 ? absl::StrCat(", GPU ", rank % options.gpus)
                          : std::string(", device chosen by the worker")));
   }
+  return std::nullopt;
+}
 
+// Waits for the workers to finish, then gives the servers the grace
+// period to exit by themselves; returns the launcher's exit code.
+int WaitForJobEnd(const LaunchOptions& options,
+                  const std::vector<pid_t>& workers,
+                  const std::vector<pid_t>& servers, ProcessGroup& group) {
   auto none_running = [&group](const std::vector<pid_t>& pids) {
     for (pid_t pid : pids) {
       if (group.IsRunning(pid)) return false;
     }
     return true;
   };
-  result = group.Run([&] { return none_running(workers); }, RunOptions());
+  RunResult result =
+      group.Run([&] { return none_running(workers); }, RunOptions());
   if (result.reason != RunResult::Reason::kDone) {
     return Abort(group, result, options.grace_period);
   }
@@ -327,6 +357,40 @@ int Launch(const LaunchOptions& options,
     group.Terminate(options.grace_period);
   }
   return 0;
+}
+
+}  // namespace
+
+int Launch(const LaunchOptions& options,
+           const ProcessGroupOptions& group_options) {
+  // Declared before the group, so the children are gone before it is removed.
+  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create();
+  ProcessGroup group(group_options);
+  if (!dir.ok()) {
+    group.Log(dir.status().message());
+    return 1;
+  }
+  // Servers first: workers need their addresses.
+  Servers servers;
+  if (std::optional<int> code =
+          StartServers(options, (*dir)->path(), group, &servers)) {
+    return *code;
+  }
+  if (std::optional<int> code = WaitForPorts(options, group, &servers)) {
+    return *code;
+  }
+  std::vector<std::string> addresses;
+  for (int i = 0; i < options.ps; ++i) {
+    addresses.push_back(absl::StrCat("127.0.0.1:", servers.ports[i]));
+    group.Log(absl::StrCat("ps", i, ": pid ", servers.pids[i],
+                           ", listening on ", addresses.back()));
+  }
+  std::vector<pid_t> workers;
+  if (std::optional<int> code =
+          StartWorkers(options, addresses, group, &workers)) {
+    return *code;
+  }
+  return WaitForJobEnd(options, workers, servers.pids, group);
 }
 
 }  // namespace lockstep

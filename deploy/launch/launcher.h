@@ -2,6 +2,7 @@
 #ifndef LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_H_
 #define LOCKSTEP_DEPLOY_LAUNCH_LAUNCHER_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,17 @@ struct LaunchOptions {
   std::string sum_order = "arrival";
 };
 
-absl::Status ValidateLaunchOptions(const LaunchOptions& options);
+// A LaunchOptions field out of range: which, and what is wrong with it.
+struct InvalidLaunchOption {
+  std::string option;   // The field's name: "workers", "tls_dir", ...
+  std::string problem;  // E.g. "must be at least 1".
+};
+
+// The first field of `options` out of range (a TLS folder whose files
+// cannot be read included); none when all are fine. The caller names the
+// field as its user knows it.
+std::optional<InvalidLaunchOption> ValidateLaunchOptions(
+    const LaunchOptions& options);
 
 // The directory holding the running executable (from /proc/self/exe).
 absl::StatusOr<std::string> ExecutableDir();

@@ -6,12 +6,18 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/exit_codes.h"
 #include "common/flags.h"
@@ -110,24 +116,17 @@ lockstep::FlagKind LookupFlag(absl::string_view name) {
                                 : lockstep::FlagKind::kValued;
 }
 
-}  // namespace
+// "lockstep_launch: MESSAGE" on stderr; returns `code`.
+int Fail(const absl::Status& status, int code) {
+  fprintf(stderr, "lockstep_launch: %s\n",
+          std::string(status.message()).c_str());
+  return code;
+}
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
-
-  absl::StatusOr<lockstep::SplitArgs> split = lockstep::SplitLauncherArgs(
-      std::vector<std::string>(argv, argv + argc), LookupFlag);
-  if (!split.ok()) {
-    fprintf(stderr, "lockstep_launch: %s\n",
-            std::string(split.status().message()).c_str());
-    return lockstep::kExitPermanent;
-  }
-  std::vector<char*> launcher_argv;
-  for (std::string& arg : split->launcher) launcher_argv.push_back(arg.data());
-  launcher_argv.push_back(nullptr);
-  lockstep::ParseFlags(static_cast<int>(split->launcher.size()),
-                       launcher_argv.data(), {"deploy/launch/"});
-
+// The launch's options from the launcher's flags and the split command
+// line, up to the folder of the binaries.
+absl::StatusOr<lockstep::LaunchOptions> OptionsFromFlags(
+    lockstep::SplitArgs split) {
   lockstep::LaunchOptions options;
   options.workers = absl::GetFlag(FLAGS_workers);
   options.ps = absl::GetFlag(FLAGS_ps);
@@ -138,52 +137,80 @@ int main(int argc, char** argv) {
   options.progress_bar = isatty(STDOUT_FILENO) == 1;
   options.gpus = absl::GetFlag(FLAGS_gpus);
   if (options.gpus < 0) options.gpus = lockstep::CountVisibleGpus();
-  options.worker_args = std::move(split->passthrough);
-  options.command = std::move(split->command);
+  options.worker_args = std::move(split.passthrough);
+  options.command = std::move(split.command);
   if (!options.command.empty() && !options.worker_args.empty()) {
-    fprintf(stderr,
-            "lockstep_launch: %s is a lockstep_worker flag, but the workers "
-            "run %s: give the command its arguments after it\n",
-            options.worker_args.front().c_str(),
-            options.command.front().c_str());
-    return lockstep::kExitPermanent;
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.worker_args.front(),
+        " is a lockstep_worker flag, but the workers run ",
+        options.command.front(), ": give the command its arguments after it"));
   }
-  if (options.bin_dir.empty()) {
-    absl::StatusOr<std::string> dir = lockstep::ExecutableDir();
-    if (!dir.ok()) {
-      fprintf(stderr, "lockstep_launch: %s\n",
-              std::string(dir.status().message()).c_str());
-      return 1;
-    }
-    options.bin_dir = *dir;
-  }
-  options.token_file = absl::GetFlag(FLAGS_token_file);
-  options.sum_order = absl::GetFlag(FLAGS_sum_order);
-  if (absl::GetFlag(FLAGS_tls)) {
-    options.tls_dir = absl::GetFlag(FLAGS_tls_dir);
-    if (options.tls_dir.empty()) options.tls_dir = options.bin_dir + "/../tls";
-  } else if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
-    fprintf(stderr, "lockstep_launch: --tls_dir needs --tls\n");
-    return lockstep::kExitPermanent;
-  }
-  if (absl::Status status = lockstep::ValidateLaunchOptions(options);
-      !status.ok()) {
-    fprintf(stderr, "lockstep_launch: %s\n",
-            std::string(status.message()).c_str());
-    return lockstep::kExitPermanent;
-  }
+  return options;
+}
 
+// The flag that sets LaunchOptions' field `option`.
+std::string FlagOf(absl::string_view option) {
+  if (option == "tls_dir") return "--tls";
+  return absl::StrCat("--", option);
+}
+
+// The token, sum order and TLS folder (beside the binaries by default),
+// then the whole of `options` checked.
+absl::Status FinishOptions(lockstep::LaunchOptions* options) {
+  options->token_file = absl::GetFlag(FLAGS_token_file);
+  options->sum_order = absl::GetFlag(FLAGS_sum_order);
+  if (absl::GetFlag(FLAGS_tls)) {
+    options->tls_dir = absl::GetFlag(FLAGS_tls_dir);
+    if (options->tls_dir.empty()) {
+      options->tls_dir = options->bin_dir + "/../tls";
+    }
+  } else if (!absl::GetFlag(FLAGS_tls_dir).empty()) {
+    return absl::InvalidArgumentError("--tls_dir needs --tls");
+  }
+  std::optional<lockstep::InvalidLaunchOption> invalid =
+      lockstep::ValidateLaunchOptions(*options);
+  if (!invalid.has_value()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(FlagOf(invalid->option), ": ", invalid->problem));
+}
+
+// Runs the job with SIGINT, SIGTERM and SIGHUP turned into its stop.
+int RunJob(const lockstep::LaunchOptions& options) {
   // A closed stdout must not kill the launcher while it has children to stop.
   signal(SIGPIPE, SIG_IGN);
   absl::StatusOr<std::unique_ptr<lockstep::SignalPipe>> signals =
       lockstep::SignalPipe::Create({SIGINT, SIGTERM, SIGHUP});
-  if (!signals.ok()) {
-    fprintf(stderr, "lockstep_launch: %s\n",
-            std::string(signals.status().message()).c_str());
-    return 1;
-  }
+  if (!signals.ok()) return Fail(signals.status(), 1);
   lockstep::ProcessGroupOptions group;
   group.output_fd = STDOUT_FILENO;
   group.interrupt_fd = (*signals)->read_fd();
   return lockstep::Launch(options, group);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+
+  absl::StatusOr<lockstep::SplitArgs> split = lockstep::SplitLauncherArgs(
+      std::vector<std::string>(argv, argv + argc), LookupFlag);
+  if (!split.ok()) return Fail(split.status(), lockstep::kExitPermanent);
+  std::vector<char*> launcher_argv;
+  for (std::string& arg : split->launcher) launcher_argv.push_back(arg.data());
+  launcher_argv.push_back(nullptr);
+  lockstep::ParseFlags(static_cast<int>(split->launcher.size()),
+                       launcher_argv.data(), {"deploy/launch/"});
+
+  absl::StatusOr<lockstep::LaunchOptions> options =
+      OptionsFromFlags(*std::move(split));
+  if (!options.ok()) return Fail(options.status(), lockstep::kExitPermanent);
+  if (options->bin_dir.empty()) {
+    absl::StatusOr<std::string> dir = lockstep::ExecutableDir();
+    if (!dir.ok()) return Fail(dir.status(), 1);
+    options->bin_dir = *dir;
+  }
+  if (absl::Status status = FinishOptions(&*options); !status.ok()) {
+    return Fail(status, lockstep::kExitPermanent);
+  }
+  return RunJob(*options);
 }

@@ -1,26 +1,24 @@
 #include "deploy/launch/process_group.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <string>
-#include <vector>
 #include <cmath>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 #include "deploy/launch/line_prefixer.h"
+#include "deploy/launch/spawn.h"
 
 namespace lockstep {
 namespace {
@@ -28,10 +26,6 @@ namespace {
 // Without a pidfd, exits are noticed by checking this often.
 constexpr absl::Duration kReapTick = absl::Milliseconds(50);
 constexpr size_t kReadChunk = 64 * 1024;
-
-absl::Status ErrnoError(absl::string_view what, int err) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(err)));
-}
 
 void CloseFd(int& fd) {
   if (fd >= 0) close(fd);
@@ -72,42 +66,6 @@ int PollTimeoutMs(absl::Time until, bool need_tick) {
   // Round up so we do not wake just before `until` and spin.
   return static_cast<int>(
       std::min(std::ceil(absl::ToDoubleMilliseconds(wait)), 1e9));
-}
-
-// `program` itself when it names a path (holds a '/'), else the first
-// executable file of that name in PATH's folders; empty when there is none.
-std::string ResolveProgram(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  const char* path = getenv("PATH");
-  for (absl::string_view dir :
-       absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
-    const std::string candidate =
-        absl::StrCat(dir.empty() ? "." : dir, "/", program);
-    struct stat st;
-    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-  }
-  return "";
-}
-
-// This process's environment with `overrides` ("NAME=VALUE") set on top.
-std::vector<std::string> MergeEnvironment(
-    const std::vector<std::string>& overrides) {
-  auto name_of = [](absl::string_view entry) {
-    return entry.substr(0, entry.find('='));
-  };
-  std::vector<std::string> out;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const absl::string_view entry(*e);
-    const bool replaced =
-        std::any_of(overrides.begin(), overrides.end(),
-                    [&](const std::string& o) { return name_of(o) == name_of(entry); });
-    if (!replaced) out.emplace_back(entry);
-  }
-  out.insert(out.end(), overrides.begin(), overrides.end());
-  return out;
 }
 
 }  // namespace
@@ -159,84 +117,10 @@ ProcessGroup::~ProcessGroup() {
 absl::StatusOr<pid_t> ProcessGroup::Start(
     absl::string_view name, const std::vector<std::string>& argv,
     const std::vector<std::string>& env) {
-  if (argv.empty()) return absl::InvalidArgumentError("empty argv");
-  // Everything the child needs is allocated before fork(): after it, only
-  // async-signal-safe calls.
-  const std::string path = ResolveProgram(argv[0]);
-  if (path.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot execute ", argv[0], " for ", name, ": not found in PATH"));
-  }
-  std::vector<char*> c_argv;
-  for (const std::string& arg : argv) {
-    c_argv.push_back(const_cast<char*>(arg.c_str()));
-  }
-  c_argv.push_back(nullptr);
-  const std::vector<std::string> environment = MergeEnvironment(env);
-  std::vector<char*> c_env;
-  for (const std::string& entry : environment) {
-    c_env.push_back(const_cast<char*>(entry.c_str()));
-  }
-  c_env.push_back(nullptr);
-
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return ErrnoError("pipe2", errno);
-  // Closed by a successful exec (CLOEXEC); carries errno if exec fails.
-  int exec_err[2];
-  if (pipe2(exec_err, O_CLOEXEC) != 0) {
-    const int err = errno;
-    close(out[0]);
-    close(out[1]);
-    return ErrnoError("pipe2", err);
-  }
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const int err = errno;
-    for (int fd : {out[0], out[1], exec_err[0], exec_err[1]}) close(fd);
-    return ErrnoError("fork", err);
-  }
-  if (pid == 0) {
-    // If the launcher dies without cleaning up (SIGKILL), so does the child.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);  // The launcher died before prctl.
-    // The launcher ignores SIGPIPE and may block signals; ignored and blocked
-    // signals survive exec, so give the child the defaults back.
-    struct sigaction dfl = {};
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGPIPE, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    dup2(out[1], STDOUT_FILENO);
-    dup2(out[1], STDERR_FILENO);
-    execve(path.c_str(), c_argv.data(), c_env.data());
-    const int err = errno;
-    ssize_t ignored = write(exec_err[1], &err, sizeof(err));
-    (void)ignored;
-    _exit(127);
-  }
-  close(out[1]);
-  close(exec_err[1]);
-  int child_errno = 0;
-  ssize_t n;
-  do {
-    n = read(exec_err[0], &child_errno, sizeof(child_errno));
-  } while (n < 0 && errno == EINTR);
-  close(exec_err[0]);
-  if (n == static_cast<ssize_t>(sizeof(child_errno))) {
-    close(out[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot execute ", argv[0], " for ", name, ": ",
-                     strerror(child_errno)));
-  }
-  fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
-  children_.push_back(
-      std::make_unique<Child>(std::string(name), pid, out[0], PidfdOpen(pid)));
-  return pid;
+  ASSIGN_OR_RETURN(const SpawnedChild spawned, SpawnChild(name, argv, env));
+  children_.push_back(std::make_unique<Child>(
+      std::string(name), spawned.pid, spawned.out_fd, PidfdOpen(spawned.pid)));
+  return spawned.pid;
 }
 
 RunResult ProcessGroup::Run(absl::FunctionRef<bool()> done,

@@ -88,41 +88,37 @@ bool JobFinished(const std::vector<ShardReading>& shards) {
   return any;
 }
 
-std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
-  std::vector<const ShardStatus*> ok;
-  for (const ShardReading& r : shards) {
-    if (r.status.ok()) ok.push_back(&*r.status);
-  }
-  std::string out;
-  if (ok.empty()) {
-    absl::StrAppend(&out, "Lockstep job: no server shard answered\n");
-    for (const ShardReading& r : shards) {
-      absl::StrAppend(&out, "  ", r.status.status().message(), "\n");
-    }
-    return out;
-  }
-  int64_t version = ok[0]->version;
-  for (const ShardStatus* s : ok) version = std::min(version, s->version);
+namespace {
+
+// The job's first lines: its version, workers, shards and server time, and
+// the model.
+std::string JobHeader(const std::vector<const ShardStatus*>& ok,
+                      size_t num_shards, int64_t version) {
   const int workers = ok[0]->num_workers;
-  absl::StrAppend(&out, "Lockstep job: ",
-                  version >= 0 ? absl::StrCat("version ", version, " (step ",
-                                              version, ")")
-                               : std::string("no weights yet"),
-                  ", ", workers, workers == 1 ? " worker, " : " workers, ",
-                  shards.size(), shards.size() == 1 ? " shard" : " shards",
-                  "  [",
-                  absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", ok[0]->server_time,
-                                   absl::UTCTimeZone()),
-                  "]\n");
+  std::string out = absl::StrCat(
+      "Lockstep job: ",
+      version >= 0 ? absl::StrCat("version ", version, " (step ", version, ")")
+                   : std::string("no weights yet"),
+      ", ", workers, workers == 1 ? " worker, " : " workers, ", num_shards,
+      num_shards == 1 ? " shard" : " shards", "  [",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", ok[0]->server_time,
+                       absl::UTCTimeZone()),
+      "]\n");
   for (const ShardStatus* s : ok) {
     if (!s->model.empty()) {
       absl::StrAppend(&out, "Model: ", s->model, "\n");
       break;
     }
   }
+  return out;
+}
 
-  std::vector<RankView> ranks(workers);
-  for (int r = 0; r < workers; ++r) {
+// Each rank as the shards that answered see it together; `version` is the
+// lowest of theirs.
+std::vector<RankView> ViewRanks(const std::vector<const ShardStatus*>& ok,
+                                int64_t version) {
+  std::vector<RankView> ranks(ok[0]->num_workers);
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     RankView& v = ranks[r];
     for (const ShardStatus* s : ok) {
       v.registered |= Contains(s->registered_ranks, r);
@@ -140,29 +136,39 @@ std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
       }
     }
   }
+  return ranks;
+}
 
+// The line on where the job stands: done, waiting for version 0, or who
+// has pushed the step under way.
+std::string StepLine(const std::vector<ShardReading>& shards,
+                     const ShardStatus& first,
+                     const std::vector<RankView>& ranks, int64_t version) {
   std::vector<int> pushed, awaited;
-  for (int r = 0; r < workers; ++r) {
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     if (ranks[r].finished) continue;
     (ranks[r].pushed && version >= 0 ? pushed : awaited).push_back(r);
   }
-  if (JobFinished(shards)) {
-    absl::StrAppend(&out, "Every worker has left: the job is done\n");
-  } else if (version < 0) {
-    absl::StrAppend(&out, "Waiting for version 0 (rank 0 uploads it); "
-                          "registered: ",
-                    Ranks(ok[0]->registered_ranks), "\n");
-  } else {
-    absl::StrAppend(&out, "Step ", version, ": pushed by ", pushed.size(),
-                    " of ", pushed.size() + awaited.size(),
-                    " (", Ranks(pushed), "); awaiting ", Ranks(awaited), "\n");
+  if (JobFinished(shards)) return "Every worker has left: the job is done\n";
+  if (version < 0) {
+    return absl::StrCat(
+        "Waiting for version 0 (rank 0 uploads it); "
+        "registered: ",
+        Ranks(first.registered_ranks), "\n");
   }
+  return absl::StrCat("Step ", version, ": pushed by ", pushed.size(), " of ",
+                      pushed.size() + awaited.size(), " (", Ranks(pushed),
+                      "); awaiting ", Ranks(awaited), "\n");
+}
 
+// A row per rank: its state, the step under way, its last contact and
+// step.
+std::string RankTable(const std::vector<RankView>& ranks, int64_t version) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"RANK", "STATE",
                   version >= 0 ? absl::StrCat("STEP ", version) : "STEP",
                   "LAST CONTACT", "STEP TIME", "LAST STEP"});
-  for (int r = 0; r < workers; ++r) {
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankView& v = ranks[r];
     const bool seen = v.age != absl::InfiniteDuration();
     const char* state = v.finished     ? "finished"
@@ -182,9 +188,13 @@ std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
                             : "-",
          v.last_step >= 0 ? absl::StrCat(v.last_step) : "-"});
   }
-  absl::StrAppend(&out, "\n", Table(rows), "\n");
+  return Table(rows);
+}
 
-  rows.clear();
+// A row per shard (question marks for one that did not answer), the
+// refused pushes by code, and the shards' errors.
+std::string ShardTable(const std::vector<ShardReading>& shards) {
+  std::vector<std::vector<std::string>> rows;
   rows.push_back({"SHARD", "ADDRESS", "HEALTH", "VERSION", "PUSHES", "REFUSED",
                   "DROPPED", "IN", "OUT"});
   std::vector<std::string> errors;
@@ -207,7 +217,7 @@ std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
                     FormatBytes(s.bytes_received), FormatBytes(s.bytes_sent)});
     for (const auto& [code, n] : s.pushes_refused_by_code) refused[code] += n;
   }
-  absl::StrAppend(&out, Table(rows));
+  std::string out = Table(rows);
   if (!refused.empty()) {
     std::vector<std::string> parts;
     for (const auto& [code, n] : refused) parts.push_back(absl::StrCat(code, " ", n));
@@ -215,6 +225,28 @@ std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
   }
   for (const std::string& e : errors) absl::StrAppend(&out, "error: ", e, "\n");
   return out;
+}
+
+}  // namespace
+
+std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
+  std::vector<const ShardStatus*> ok;
+  for (const ShardReading& r : shards) {
+    if (r.status.ok()) ok.push_back(&*r.status);
+  }
+  if (ok.empty()) {
+    std::string out = "Lockstep job: no server shard answered\n";
+    for (const ShardReading& r : shards) {
+      absl::StrAppend(&out, "  ", r.status.status().message(), "\n");
+    }
+    return out;
+  }
+  int64_t version = ok[0]->version;
+  for (const ShardStatus* s : ok) version = std::min(version, s->version);
+  const std::vector<RankView> ranks = ViewRanks(ok, version);
+  return absl::StrCat(JobHeader(ok, shards.size(), version),
+                      StepLine(shards, *ok[0], ranks, version), "\n",
+                      RankTable(ranks, version), "\n", ShardTable(shards));
 }
 
 }  // namespace lockstep

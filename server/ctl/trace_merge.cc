@@ -9,6 +9,36 @@
 #include "common/json_value.h"
 
 namespace lockstep {
+namespace {
+
+// The pids of one file's events (`list`), each to itself or, where an
+// earlier file has it (`used`), to the next pid free in both; advances
+// *next_pid past those taken.
+std::map<int64_t, int64_t> RenumberPids(const JsonValue& list,
+                                        const std::set<int64_t>& used,
+                                        int64_t* next_pid) {
+  std::set<int64_t> mine;
+  for (const JsonValue& e : list.array()) {
+    const JsonValue* pid = e.Find("pid");
+    if (pid != nullptr && pid->type() == JsonValue::Type::kNumber) {
+      mine.insert(static_cast<int64_t>(pid->number()));
+    }
+  }
+  std::map<int64_t, int64_t> renumber;
+  for (int64_t p : mine) {
+    int64_t to = p;
+    if (used.count(p) > 0) {
+      while (used.count(*next_pid) > 0 || mine.count(*next_pid) > 0) {
+        ++*next_pid;
+      }
+      to = (*next_pid)++;
+    }
+    renumber[p] = to;
+  }
+  return renumber;
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> MergeTraces(
     const std::vector<std::pair<std::string, std::string>>& files) {
@@ -30,25 +60,8 @@ absl::StatusOr<std::string> MergeTraces(
       return absl::InvalidArgumentError(absl::StrCat(
           name, ": not a trace (no traceEvents array)"));
     }
-    // This file's pids, renumbered where an earlier file has them.
-    std::set<int64_t> mine;
-    for (const JsonValue& e : list->array()) {
-      const JsonValue* pid = e.Find("pid");
-      if (pid != nullptr && pid->type() == JsonValue::Type::kNumber) {
-        mine.insert(static_cast<int64_t>(pid->number()));
-      }
-    }
-    std::map<int64_t, int64_t> renumber;
-    for (int64_t p : mine) {
-      int64_t to = p;
-      if (used.count(p) > 0) {
-        while (used.count(next_pid) > 0 || mine.count(next_pid) > 0) {
-          ++next_pid;
-        }
-        to = next_pid++;
-      }
-      renumber[p] = to;
-    }
+    const std::map<int64_t, int64_t> renumber =
+        RenumberPids(*list, used, &next_pid);
     for (JsonValue& e : list->mutable_array()) {
       if (e.type() != JsonValue::Type::kObject) {
         return absl::InvalidArgumentError(
@@ -57,8 +70,8 @@ absl::StatusOr<std::string> MergeTraces(
       JsonValue* pid = e.FindMutable("pid");
       if (pid != nullptr && pid->type() == JsonValue::Type::kNumber) {
         const auto p = static_cast<int64_t>(pid->number());
-        if (renumber[p] != p) {
-          *pid = JsonValue::Number(static_cast<double>(renumber[p]));
+        if (const int64_t to = renumber.at(p); to != p) {
+          *pid = JsonValue::Number(static_cast<double>(to));
         }
       }
       absl::StrAppend(&events, count++ > 0 ? ",\n" : "");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -81,102 +82,130 @@ absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
   return security;
 }
 
+// Listens on options.listen with `services`; null (said on stderr) when
+// the port cannot be had. Sets *port to the port bound.
+std::unique_ptr<grpc::Server> StartServer(
+    const DaemonOptions& options,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    const std::vector<grpc::Service*>& services, int* port) {
+  grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1, for probes.
+  WaitForPort(options.listen);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, credentials, port);
+  builder.SetMaxReceiveMessageSize(MaxRequestBytes(options.max_chunk_bytes));
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  ApplyServerLimits(options.limits, &builder);
+  ListenExclusively(&builder);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    Log(absl::StrCat("cannot listen on ", options.listen,
+                     " (is another process using the port?)"));
+    return nullptr;
+  }
+  return server;
+}
+
 }  // namespace
 
 Daemon::Daemon(DaemonOptions options) : options_(std::move(options)) {}
 Daemon::~Daemon() = default;
 
-std::optional<int> Daemon::Tick(absl::Time now) {
-  if (options_.step_timeout > absl::ZeroDuration()) {
-    for (const ParameterServer::StepAlarm& alarm :
-         core_->CheckStepTimeout(now, options_.step_timeout,
-                                 options_.fail_on_worker_loss)) {
-      if (!alarm.expired) {
-        Log(absl::StrCat("warning: step ", alarm.step, " has waited ",
-                         absl::FormatDuration(alarm.waited),
-                         " for rank(s) ", Ranks(alarm.missing)));
-        continue;
-      }
-      if (alarm.ssp && !options_.fail_on_worker_loss) {
-        Log(absl::StrCat(
-            "ssp: rank(s) ", Ranks(alarm.missing), " have not pushed step ",
-            alarm.step, " in ", absl::FormatDuration(alarm.waited),
-            "; the others, --staleness steps ahead, wait for them or a "
-            "replacement for as long as their own --rejoin_timeout_s allows "
-            "(--on_worker_loss=fail would end the job now)"));
-        continue;
-      }
-      Log(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",
-                       Ranks(alarm.missing), alarm.ssp ? "" : "; not applied",
-                       options_.fail_on_worker_loss
-                           ? "; failing the job (--on_worker_loss=fail)"
-                           : "; waiting for a replacement"));
-      if (options_.fail_on_worker_loss) {
-        core_->Shutdown(absl::CancelledError(absl::StrCat(
-            "the job failed: rank(s) ", Ranks(alarm.missing),
-            " were lost (--on_worker_loss=fail)")));
-        return kExitRetryable;
-      }
+std::optional<int> Daemon::CheckStepTimeouts(absl::Time now) {
+  if (options_.step_timeout <= absl::ZeroDuration()) return std::nullopt;
+  for (const ParameterServer::StepAlarm& alarm : core_->CheckStepTimeout(
+           now, options_.step_timeout, options_.fail_on_worker_loss)) {
+    if (!alarm.expired) {
+      Log(absl::StrCat("warning: step ", alarm.step, " has waited ",
+                       absl::FormatDuration(alarm.waited), " for rank(s) ",
+                       Ranks(alarm.missing)));
+      continue;
     }
-  }
-  if (checkpoints_ != nullptr) {
-    const int64_t version = core_->GetStatus().version;
-    bool due = false;
-    {
-      absl::MutexLock lock(&checkpoint_mu_);
-      due = version > last_saved_version_ && now >= retry_checkpoint_at_ &&
-            ((options_.checkpoint_every_steps > 0 &&
-              version - std::max<int64_t>(last_saved_version_, 0) >=
-                  options_.checkpoint_every_steps) ||
-             (options_.checkpoint_every > absl::ZeroDuration() &&
-              now - last_saved_ >= options_.checkpoint_every));
+    if (alarm.ssp && !options_.fail_on_worker_loss) {
+      Log(absl::StrCat(
+          "ssp: rank(s) ", Ranks(alarm.missing), " have not pushed step ",
+          alarm.step, " in ", absl::FormatDuration(alarm.waited),
+          "; the others, --staleness steps ahead, wait for them or a "
+          "replacement for as long as their own --rejoin_timeout_s allows "
+          "(--on_worker_loss=fail would end the job now)"));
+      continue;
     }
-    if (due) {
-      absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
-      if (!saved.ok()) {
-        // Each try snapshots and encodes the whole shard: not every tick.
-        absl::Duration backoff;
-        {
-          absl::MutexLock lock(&checkpoint_mu_);
-          checkpoint_backoff_ =
-              std::min(absl::Minutes(5),
-                       std::max(absl::Seconds(5), 2 * checkpoint_backoff_));
-          retry_checkpoint_at_ = now + checkpoint_backoff_;
-          backoff = checkpoint_backoff_;
-        }
-        Log(absl::StrCat("checkpoint failed: ", saved.status().ToString(),
-                         "; next try in ", absl::FormatDuration(backoff)));
-      }
+    Log(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",
+                     Ranks(alarm.missing), alarm.ssp ? "" : "; not applied",
+                     options_.fail_on_worker_loss
+                         ? "; failing the job (--on_worker_loss=fail)"
+                         : "; waiting for a replacement"));
+    if (options_.fail_on_worker_loss) {
+      core_->Shutdown(absl::CancelledError(
+          absl::StrCat("the job failed: rank(s) ", Ranks(alarm.missing),
+                       " were lost (--on_worker_loss=fail)")));
+      return kExitRetryable;
     }
-  }
-  if (std::optional<int> code = CheckWorkersGone(now); code.has_value()) {
-    return code;
-  }
-  if (options_.exit_when_done && core_->WaitUntilDone(absl::ZeroDuration())) {
-    Log("every worker has left");
-    // The trained model is saved whatever the interval.
-    if (absl::Status saved = SaveUnsavedProgress(); !saved.ok()) {
-      Log(absl::StrCat("final checkpoint failed: ", saved.ToString()));
-      return kExitFailure;
-    }
-    if (!options_.weights_file.empty()) {
-      if (absl::StatusOr<int64_t> v = WriteWeightsFile(); !v.ok()) {
-        Log(absl::StrCat("writing the weights file failed: ",
-                         v.status().ToString()));
-        return kExitFailure;
-      }
-    }
-    return kExitOk;
   }
   return std::nullopt;
 }
 
-int Daemon::Run() {
-  absl::StatusOr<Security> security = MakeSecurity(options_);
-  if (!security.ok()) {
-    Log(std::string(security.status().message()));
-    return kExitPermanent;
+void Daemon::CheckpointIfDue(absl::Time now) {
+  if (checkpoints_ == nullptr) return;
+  const int64_t version = core_->GetStatus().version;
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    const bool due = version > last_saved_version_ &&
+                     now >= retry_checkpoint_at_ &&
+                     ((options_.checkpoint_every_steps > 0 &&
+                       version - std::max<int64_t>(last_saved_version_, 0) >=
+                           options_.checkpoint_every_steps) ||
+                      (options_.checkpoint_every > absl::ZeroDuration() &&
+                       now - last_saved_ >= options_.checkpoint_every));
+    if (!due) return;
   }
+  absl::StatusOr<std::pair<std::string, int64_t>> saved = SaveCheckpoint();
+  if (saved.ok()) return;
+  // Each try snapshots and encodes the whole shard: not every tick.
+  absl::Duration backoff;
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    checkpoint_backoff_ = std::min(
+        absl::Minutes(5), std::max(absl::Seconds(5), 2 * checkpoint_backoff_));
+    retry_checkpoint_at_ = now + checkpoint_backoff_;
+    backoff = checkpoint_backoff_;
+  }
+  Log(absl::StrCat("checkpoint failed: ", saved.status().ToString(),
+                   "; next try in ", absl::FormatDuration(backoff)));
+}
+
+std::optional<int> Daemon::FinishIfDone() {
+  if (!options_.exit_when_done || !core_->WaitUntilDone(absl::ZeroDuration())) {
+    return std::nullopt;
+  }
+  Log("every worker has left");
+  // The trained model is saved whatever the interval.
+  if (absl::Status saved = SaveUnsavedProgress(); !saved.ok()) {
+    Log(absl::StrCat("final checkpoint failed: ", saved.ToString()));
+    return kExitFailure;
+  }
+  if (!options_.weights_file.empty()) {
+    if (absl::StatusOr<int64_t> v = WriteWeightsFile(); !v.ok()) {
+      Log(absl::StrCat("writing the weights file failed: ",
+                       v.status().ToString()));
+      return kExitFailure;
+    }
+  }
+  return kExitOk;
+}
+
+std::optional<int> Daemon::Tick(absl::Time now) {
+  if (std::optional<int> code = CheckStepTimeouts(now); code.has_value()) {
+    return code;
+  }
+  CheckpointIfDue(now);
+  if (std::optional<int> code = CheckWorkersGone(now); code.has_value()) {
+    return code;
+  }
+  return FinishIfDone();
+}
+
+absl::Status Daemon::CreateCore() {
   ServerTelemetryOptions telemetry_options = options_.telemetry;
   telemetry_options.shard = options_.shard;
   telemetry_options.checkpoints = !options_.checkpoint_dir.empty();
@@ -184,13 +213,7 @@ int Daemon::Run() {
        {telemetry_options.health_port, telemetry_options.metrics_port}) {
     if (port > 0) WaitForPort(absl::StrCat("0.0.0.0:", port));
   }
-  absl::StatusOr<std::unique_ptr<ServerTelemetry>> telemetry =
-      ServerTelemetry::Create(telemetry_options);
-  if (!telemetry.ok()) {
-    Log(telemetry.status().ToString());
-    return kExitPermanent;
-  }
-  telemetry_ = std::move(*telemetry);
+  ASSIGN_OR_RETURN(telemetry_, ServerTelemetry::Create(telemetry_options));
   ParameterServerOptions core_options;
   core_options.num_workers = options_.workers;
   core_options.shard = options_.shard;
@@ -200,69 +223,95 @@ int Daemon::Run() {
   core_options.max_state_bytes = options_.max_state_bytes;
   pool_ = std::make_unique<WorkPool>(options_.server_threads);
   core_options.pool = pool_.get();
-  absl::StatusOr<std::unique_ptr<ParameterServer>> core =
-      ParameterServer::Create(core_options);
-  if (!core.ok()) {
-    Log(core.status().ToString());
-    return kExitPermanent;
-  }
-  core_ = std::move(*core);
+  ASSIGN_OR_RETURN(core_, ParameterServer::Create(core_options));
   telemetry_->AttachCore(core_.get(), options_.workers);
+  if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(checkpoints_,
+                   CheckpointStore::Create(options_.checkpoint_dir,
+                                           options_.shard, options_.num_shards,
+                                           options_.checkpoints_to_keep,
+                                           options_.checkpoint_env));
+  return absl::OkStatus();
+}
 
-  if (!options_.checkpoint_dir.empty()) {
-    absl::StatusOr<std::unique_ptr<CheckpointStore>> store =
-        CheckpointStore::Create(
-            options_.checkpoint_dir, options_.shard, options_.num_shards,
-            options_.checkpoints_to_keep, options_.checkpoint_env);
-    if (!store.ok()) {
-      Log(store.status().ToString());
-      return kExitPermanent;
-    }
-    checkpoints_ = std::move(*store);
-  }
-
+std::function<absl::StatusOr<Daemon::Saved>()> Daemon::SaveOnRequest() {
   // What lockstep_ctl checkpoint asks for: a checkpoint (with
   // --checkpoint_dir) and the weights file (with --weights_file).
-  ParameterServerService::SaveCheckpointFn save_on_request;
-  if (checkpoints_ != nullptr || !options_.weights_file.empty()) {
-    save_on_request = [this]() -> absl::StatusOr<ParameterServerService::Saved> {
-      ParameterServerService::Saved saved;
+  if (checkpoints_ == nullptr && options_.weights_file.empty()) return nullptr;
+  return [this]() -> absl::StatusOr<Saved> {
+    Saved saved;
+    if (checkpoints_ != nullptr) {
+      ASSIGN_OR_RETURN(std::tie(saved.checkpoint, saved.version),
+                       SaveCheckpoint());
+    }
+    if (!options_.weights_file.empty()) {
+      ASSIGN_OR_RETURN(saved.version, WriteWeightsFile());
+      saved.weights_file = options_.weights_file;
+    }
+    return saved;
+  };
+}
+
+bool Daemon::AnnounceListening(int port) {
+  const std::string host =
+      options_.listen.substr(0, options_.listen.rfind(':'));
+  Log(absl::StrCat("shard ", options_.shard, " of ", options_.num_shards,
+                   " listening on ", host, ":", port, " (",
+                   DescribeServerSecurity(options_.tls), ") for ",
+                   options_.workers, " worker(s)"));
+  if (options_.port_file.empty()) return true;
+  absl::Status s =
+      WriteFileAtomically(options_.port_file, absl::StrCat(port, "\n"));
+  if (!s.ok()) Log(s.ToString());
+  return s.ok();
+}
+
+int Daemon::ServeUntilDone(absl::FunctionRef<void(bool)> set_serving) {
+  while (true) {
+    if (stop_.WaitForNotificationWithTimeout(kTick)) {
+      // Drain: no new steps, but the step some chunks have closed and others
+      // still gather may finish, so that the last checkpoint takes every
+      // chunk at one version; then a clean exit.
+      Log("stopping: no new steps are taken");
+      set_serving(false);
+      core_->StopNewSteps();
       if (checkpoints_ != nullptr) {
-        ASSIGN_OR_RETURN(std::tie(saved.checkpoint, saved.version),
-                         SaveCheckpoint());
+        absl::StatusOr<std::pair<std::string, int64_t>> saved =
+            SaveCheckpoint(kDrainCheckpointWait);
+        if (!saved.ok()) {
+          Log(absl::StrCat("last checkpoint failed: ",
+                           saved.status().ToString()));
+        }
       }
-      if (!options_.weights_file.empty()) {
-        ASSIGN_OR_RETURN(saved.version, WriteWeightsFile());
-        saved.weights_file = options_.weights_file;
-      }
-      return saved;
-    };
+      core_->Shutdown();
+      return kExitOk;
+    }
+    if (std::optional<int> code = Tick(absl::Now())) return *code;
   }
-  ParameterServerService service(
-      core_.get(), std::move(save_on_request),
-      security->authorizer.get(), SignatureLimitsOf(options_));
+}
+
+int Daemon::Run() {
+  absl::StatusOr<Security> security = MakeSecurity(options_);
+  if (!security.ok()) {
+    Log(std::string(security.status().message()));
+    return kExitPermanent;
+  }
+  if (absl::Status created = CreateCore(); !created.ok()) {
+    Log(created.ToString());
+    return kExitPermanent;
+  }
+  ParameterServerService service(core_.get(), SaveOnRequest(),
+                                 security->authorizer.get(),
+                                 SignatureLimitsOf(options_));
   service.HoldRegistration();  // Until the checkpoint is restored (below).
-  grpc::EnableDefaultHealthCheckService(true);  // grpc.health.v1, for probes.
-  WaitForPort(options_.listen);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options_.listen, security->credentials, &port);
-  builder.SetMaxReceiveMessageSize(MaxRequestBytes(options_.max_chunk_bytes));
-  builder.SetMaxSendMessageSize(options_.max_message_bytes);
-  ApplyServerLimits(options_.limits, &builder);
-  ListenExclusively(&builder);
-  builder.RegisterService(&service);
   // Rendezvous for --sync=allreduce workers (worker/exchange/allreduce).
   CoordinationStore coordination_store;
   CoordinatorService coordinator(&coordination_store,
                                  security->authorizer.get());
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    Log(absl::StrCat("cannot listen on ", options_.listen,
-                     " (is another process using the port?)"));
-    return kExitPermanent;
-  }
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(
+      options_, security->credentials, {&service, &coordinator}, &port);
+  if (server == nullptr) return kExitPermanent;
   // However Run() ends, requested checkpoints are finished before the
   // server (and then the service) goes: runs before `server` is destroyed.
   absl::Cleanup stop_saving = [&]() { service.StopSaving(); };
@@ -278,19 +327,7 @@ int Daemon::Run() {
     core_->Shutdown();
     service.OpenRegistration();
   };
-  const std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
-  Log(absl::StrCat("shard ", options_.shard, " of ", options_.num_shards,
-                   " listening on ", host, ":", port, " (",
-                   DescribeServerSecurity(options_.tls), ") for ",
-                   options_.workers, " worker(s)"));
-  if (!options_.port_file.empty()) {
-    absl::Status s =
-        WriteFileAtomically(options_.port_file, absl::StrCat(port, "\n"));
-    if (!s.ok()) {
-      Log(s.ToString());
-      return kExitPermanent;
-    }
-  }
+  if (!AnnounceListening(port)) return kExitPermanent;
 
   // Listening already: probes see NOT_SERVING rather than a closed port,
   // and GetStatus answers, while the newest checkpoint loads.
@@ -299,29 +336,7 @@ int Daemon::Run() {
   set_serving(true);
 
   const absl::Time start = absl::Now();
-  int exit_code = kExitOk;
-  while (true) {
-    if (stop_.WaitForNotificationWithTimeout(kTick)) {
-      // Drain: no new steps, but the step some chunks have closed and others
-      // still gather may finish, so that the last checkpoint takes every
-      // chunk at one version; then a clean exit.
-      Log("stopping: no new steps are taken");
-      set_serving(false);
-      core_->StopNewSteps();
-      if (checkpoints_ != nullptr) {
-        absl::StatusOr<std::pair<std::string, int64_t>> saved =
-            SaveCheckpoint(kDrainCheckpointWait);
-        if (!saved.ok()) Log(absl::StrCat("last checkpoint failed: ",
-                                          saved.status().ToString()));
-      }
-      core_->Shutdown();
-      break;
-    }
-    if (std::optional<int> code = Tick(absl::Now())) {
-      exit_code = *code;
-      break;
-    }
-  }
+  const int exit_code = ServeUntilDone(set_serving);
   Log(absl::StrCat("final version ", core_->GetStatus().version, " after ",
                    absl::FormatDuration(absl::Now() - start), "; exiting"));
   set_serving(false);  // Also when Tick ended the job.

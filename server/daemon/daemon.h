@@ -9,12 +9,14 @@
 #ifndef LOCKSTEP_SERVER_DAEMON_DAEMON_H_
 #define LOCKSTEP_SERVER_DAEMON_DAEMON_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
@@ -26,6 +28,7 @@
 #include "server/core/checkpoint.h"
 #include "server/core/parameter_server.h"
 #include "server/daemon/server_telemetry.h"
+#include "server/rpc/grpc_service.h"
 
 namespace lockstep {
 
@@ -88,8 +91,24 @@ class Daemon final {
   // Waits up to `wait` for the chunks to line up at one version.
   absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(
       absl::Duration wait = absl::Seconds(30));
+  using Saved = ParameterServerService::Saved;
+
   // One pass of the periodic duties; returns an exit code to stop with.
   std::optional<int> Tick(absl::Time now);
+  // Tick's parts: the step-timeout watchdog (the exit code when a lost
+  // worker fails the job), the periodic checkpoint, and the job's end once
+  // every worker has left (exit_when_done).
+  std::optional<int> CheckStepTimeouts(absl::Time now);
+  void CheckpointIfDue(absl::Time now);
+  std::optional<int> FinishIfDone();
+  // Run's parts: the telemetry, the core and the checkpoint store; what
+  // lockstep_ctl checkpoint runs (null when there is nothing to save); the
+  // "listening" line and the port file (false when that cannot be
+  // written); the ticks until a stop (drained) or Tick's exit code.
+  absl::Status CreateCore();
+  std::function<absl::StatusOr<Saved>()> SaveOnRequest();
+  bool AnnounceListening(int port);
+  int ServeUntilDone(absl::FunctionRef<void(bool)> set_serving);
   // A checkpoint of the newest version when it is not saved yet (OK when
   // there is nothing to save or no checkpoint_dir).
   absl::Status SaveUnsavedProgress();

@@ -153,8 +153,40 @@ int64_t MachineMemoryBytes() {
   return bytes;
 }
 
-absl::StatusOr<DaemonOptions> ParseOptions() {
-  DaemonOptions options;
+// The address, workers and shard that --listen, --workers, --shard and
+// --num_shards leave unset, from TF_CONFIG's ps task `env`.
+absl::Status ApplyTfConfig(const char* env, DaemonOptions* options_out) {
+  DaemonOptions& options = *options_out;
+  ASSIGN_OR_RETURN(TfConfig tf, ParseTfConfig(env));
+  if (tf.task_type != "ps") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TF_CONFIG says this task is a ", tf.task_type,
+                     "; lockstep_server runs ps tasks"));
+  }
+  if (options.listen.empty()) {
+    const std::string own = tf.PsAddresses()[tf.task_index];
+    const size_t colon = own.rfind(':');
+    if (colon == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TF_CONFIG ps address \"", own, "\" has no port"));
+    }
+    // All interfaces, unless the cluster reaches this task on loopback
+    // (then plaintext needs no --insecure).
+    options.listen = lockstep::IsLoopbackAddress(own)
+                         ? own
+                         : absl::StrCat("0.0.0.0", own.substr(colon));
+  }
+  if (options.workers == 0) options.workers = tf.NumWorkers();
+  if (options.shard < 0) options.shard = tf.task_index;
+  if (options.num_shards == 0) {
+    options.num_shards = static_cast<int>(tf.PsAddresses().size());
+  }
+  return absl::OkStatus();
+}
+
+// The job's shape and this shard's place in it (flags, else TF_CONFIG).
+absl::Status ParseTopology(DaemonOptions* options_out) {
+  DaemonOptions& options = *options_out;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.shard = absl::GetFlag(FLAGS_shard);
@@ -162,30 +194,7 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   options.port_file = absl::GetFlag(FLAGS_port_file);
   options.exit_when_done = absl::GetFlag(FLAGS_exit_when_done);
   if (const char* env = std::getenv("TF_CONFIG"); env != nullptr && *env) {
-    ASSIGN_OR_RETURN(TfConfig tf, ParseTfConfig(env));
-    if (tf.task_type != "ps") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TF_CONFIG says this task is a ", tf.task_type,
-          "; lockstep_server runs ps tasks"));
-    }
-    if (options.listen.empty()) {
-      const std::string own = tf.PsAddresses()[tf.task_index];
-      const size_t colon = own.rfind(':');
-      if (colon == std::string::npos) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("TF_CONFIG ps address \"", own, "\" has no port"));
-      }
-      // All interfaces, unless the cluster reaches this task on loopback
-      // (then plaintext needs no --insecure).
-      options.listen = lockstep::IsLoopbackAddress(own)
-                           ? own
-                           : absl::StrCat("0.0.0.0", own.substr(colon));
-    }
-    if (options.workers == 0) options.workers = tf.NumWorkers();
-    if (options.shard < 0) options.shard = tf.task_index;
-    if (options.num_shards == 0) {
-      options.num_shards = static_cast<int>(tf.PsAddresses().size());
-    }
+    RETURN_IF_ERROR(ApplyTfConfig(env, &options));
   }
   if (options.shard < 0) options.shard = 0;
   if (options.num_shards == 0) options.num_shards = 1;
@@ -199,6 +208,12 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
     return absl::InvalidArgumentError(
         "--workers must be at least 1 (or come from TF_CONFIG)");
   }
+  return absl::OkStatus();
+}
+
+// What one request, one model and one connection may take.
+absl::Status ParseLimits(DaemonOptions* options_out) {
+  DaemonOptions& options = *options_out;
   const int mb = absl::GetFlag(FLAGS_max_message_mb);
   if (mb < 1 || mb > 1024) {
     return absl::InvalidArgumentError("--max_message_mb must be in [1, 1024]");
@@ -237,7 +252,12 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   options.limits.max_memory_bytes = int64_t{memory_mb} << 20;
   options.limits.max_connection_idle = absl::Seconds(idle);
   options.limits.max_connection_age = absl::Seconds(age);
-  ASSIGN_OR_RETURN(options.tls, lockstep::TlsOptionsFromFlags());
+  return absl::OkStatus();
+}
+
+// Checkpoints, the weights file, and the wait for workers that are gone.
+absl::Status ParseCheckpoints(DaemonOptions* options_out) {
+  DaemonOptions& options = *options_out;
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.weights_file = absl::GetFlag(FLAGS_weights_file);
   if (!options.weights_file.empty() && options.num_shards > 1) {
@@ -260,6 +280,12 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   }
   options.no_worker_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_no_worker_timeout_s));
+  return absl::OkStatus();
+}
+
+// Metrics, the plaintext health port and the trace.
+absl::Status ParseTelemetry(DaemonOptions* options_out) {
+  DaemonOptions& options = *options_out;
   options.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.telemetry.health_port = absl::GetFlag(FLAGS_health_port);
   options.telemetry.trace_path =
@@ -272,13 +298,12 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
           "--metrics_port and --health_port must be in [0, 65535]");
     }
   }
-  if (options.checkpoint_every_steps < 0 ||
-      options.checkpoint_every < absl::ZeroDuration() ||
-      options.checkpoints_to_keep < 1) {
-    return absl::InvalidArgumentError(
-        "checkpoint intervals must not be negative and at least one "
-        "checkpoint is kept");
-  }
+  return absl::OkStatus();
+}
+
+// The step timeout, what a lost worker does, sum order, server threads.
+absl::Status ParseStepRules(DaemonOptions* options_out) {
+  DaemonOptions& options = *options_out;
   const int timeout = absl::GetFlag(FLAGS_step_timeout_s);
   if (timeout < 0) {
     return absl::InvalidArgumentError("--step_timeout_s must not be negative");
@@ -306,6 +331,24 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
         absl::StrCat("--server_threads must be in [0, 1024], got ", threads));
   }
   options.server_threads = threads == 0 ? WorkPool::AvailableCores() : threads;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DaemonOptions> ParseOptions() {
+  DaemonOptions options;
+  RETURN_IF_ERROR(ParseTopology(&options));
+  RETURN_IF_ERROR(ParseLimits(&options));
+  ASSIGN_OR_RETURN(options.tls, lockstep::TlsOptionsFromFlags());
+  RETURN_IF_ERROR(ParseCheckpoints(&options));
+  RETURN_IF_ERROR(ParseTelemetry(&options));
+  if (options.checkpoint_every_steps < 0 ||
+      options.checkpoint_every < absl::ZeroDuration() ||
+      options.checkpoints_to_keep < 1) {
+    return absl::InvalidArgumentError(
+        "checkpoint intervals must not be negative and at least one "
+        "checkpoint is kept");
+  }
+  RETURN_IF_ERROR(ParseStepRules(&options));
   return options;
 }
 

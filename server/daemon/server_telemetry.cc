@@ -148,21 +148,7 @@ void ServerTelemetry::Collect() {
     absl::MutexLock lock(&mu_);
     core = core_;
   }
-  const absl::Time now = absl::Now();
-  if (options_.checkpoints) {
-    const int64_t saved = checkpoint_unix_micros_.load();
-    registry_
-        .GetGauge("lockstep_server_checkpoint_age_seconds",
-                  "Seconds since the last checkpoint was written or restored "
-                  "(since the server started, before the first).")
-        ->Set(absl::ToDoubleSeconds(
-            now - (saved > 0 ? absl::FromUnixMicros(saved) : start_)));
-    registry_
-        .GetGauge("lockstep_server_checkpoint_version",
-                  "Version in the last checkpoint written or restored (-1: "
-                  "none).")
-        ->Set(static_cast<double>(checkpoint_version_.load()));
-  }
+  if (options_.checkpoints) CollectCheckpoint(absl::Now());
   if (core == nullptr) return;
   const ServerStatus s = core->GetStatus();
   registry_
@@ -170,7 +156,26 @@ void ServerTelemetry::Collect() {
                 "Latest version this shard has published (-1 before version "
                 "0).")
       ->Set(static_cast<double>(s.version));
-  const ServerCounters& c = s.counters;
+  CollectCounters(s.counters);
+  CollectWorkers(s);
+}
+
+void ServerTelemetry::CollectCheckpoint(absl::Time now) {
+  const int64_t saved = checkpoint_unix_micros_.load();
+  registry_
+      .GetGauge("lockstep_server_checkpoint_age_seconds",
+                "Seconds since the last checkpoint was written or restored "
+                "(since the server started, before the first).")
+      ->Set(absl::ToDoubleSeconds(
+          now - (saved > 0 ? absl::FromUnixMicros(saved) : start_)));
+  registry_
+      .GetGauge("lockstep_server_checkpoint_version",
+                "Version in the last checkpoint written or restored (-1: "
+                "none).")
+      ->Set(static_cast<double>(checkpoint_version_.load()));
+}
+
+void ServerTelemetry::CollectCounters(const ServerCounters& c) {
   auto counter = [this](const char* name, const char* help, double total,
                         const MetricLabels& labels = {}) {
     registry_.GetCounter(name, help, labels)->IncrementTo(total);
@@ -200,6 +205,9 @@ void ServerTelemetry::Collect() {
   counter("lockstep_server_accumulate_seconds_total",
           "Time spent checking and summing pushed gradients.",
           c.accumulate_seconds);
+}
+
+void ServerTelemetry::CollectWorkers(const ServerStatus& s) {
   const char* kWorkersHelp =
       "Workers of the job by state: registered (holding a registration), "
       "pushed (the step being gathered), finished (left).";

@@ -75,6 +75,11 @@ class ServerTelemetry final : public BarrierObserver {
   explicit ServerTelemetry(const ServerTelemetryOptions& options);
   // Copies the core's status into the registry (a scrape's collector).
   void Collect();
+  // Collect's parts: the checkpoint's age and version, the core's counters,
+  // and the workers by state and by rank.
+  void CollectCheckpoint(absl::Time now);
+  void CollectCounters(const ServerCounters& counters);
+  void CollectWorkers(const ServerStatus& status);
   Histogram* BarrierWait(int rank);
 
   const ServerTelemetryOptions options_;

@@ -183,7 +183,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"launch_no_workers",
                {kLaunch, "--workers=0"},
                {},
-               "--workers must be at least 1"},
+               "--workers: must be at least 1"},
         BadRun{"launch_tls_dir_alone",
                {kLaunch, "--tls_dir=/tmp"},
                {},

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -144,10 +145,12 @@ TEST(LauncherTest, CommandLines) {
   options.sum_order = "rank";
   EXPECT_THAT(ServerArgv(options, 0, "/t/ps0.port"),
               testing::Contains("--sum_order=rank"));
-  EXPECT_TRUE(ValidateLaunchOptions(options).ok());
+  EXPECT_FALSE(ValidateLaunchOptions(options).has_value());
   options.sum_order = "random";
-  EXPECT_THAT(ValidateLaunchOptions(options).message(),
-              HasSubstr("--sum_order must be arrival or rank"));
+  std::optional<InvalidLaunchOption> invalid = ValidateLaunchOptions(options);
+  ASSERT_TRUE(invalid.has_value());
+  EXPECT_EQ(invalid->option, "sum_order");
+  EXPECT_EQ(invalid->problem, "must be arrival or rank, got \"random\"");
 }
 
 TEST(LauncherTest, ACommandGetsTheJobInItsEnvironment) {

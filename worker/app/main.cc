@@ -109,11 +109,113 @@ void HandleSignals() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+// Says `s` on stderr as rank `rank`'s; returns `code`.
+int Fail(int rank, const absl::Status& s, int code) {
+  std::fprintf(stderr, "lockstep_worker %d: %s\n", rank, s.ToString().c_str());
+  return code;
+}
+
+// --init_weights' file, in the order of the model's flat weights.
+absl::StatusOr<std::vector<float>> ReadInitialWeights(const std::string& path,
+                                                      const Model& model) {
+  ASSIGN_OR_RETURN(std::vector<NamedTensor> file, ReadSafetensors(path));
+  return FlattenByName(AllTensors(model), file);
+}
+
+// The exchanger of o->trainer.sync over `client`; in all-reduce mode,
+// once every worker has arrived at the rendezvous.
+absl::StatusOr<std::unique_ptr<Exchanger>> MakeExchanger(WorkerMainOptions* o,
+                                                         PsClient* client) {
+  if (o->trainer.sync != SyncMode::kAllReduce) {
+    return std::make_unique<PsExchanger>(client, o->trainer.rank);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<AllReducer> reducer,
+                   CreateAllReducer(o->allreduce));
+  // The trainer stops on the ranks' agreed stop, not on its own signal
+  // (which still makes a failed step a stop).
+  o->trainer.stop = &stop_agreed;
+  o->trainer.stop_signal = &stop_requested;
+  return std::make_unique<AllReduceExchanger>(
+      std::move(reducer), client, o->trainer.rank, o->trainer.num_workers,
+      &stop_requested, &stop_agreed);
+}
+
+// The line each rank prints before training; rank 0's describes the job.
+void PrintStart(const WorkerMainOptions& o, const Model& model,
+                const Dataset& train, const Device& device) {
+  if (o.trainer.rank == 0) {
+    std::printf(
+        "Training %s%s (%lld parameters) on %lld examples with %d "
+        "worker(s) x batch %d, %s, %s, device %s\n",
+        o.model.name.c_str(),
+        o.model.name == "mlp" ? (" " + o.layers).c_str() : "",
+        static_cast<long long>(model.NumParameters()),
+        static_cast<long long>(train.num_examples), o.trainer.num_workers,
+        o.trainer.batch_size, o.trainer.optimizer.name.c_str(), o.sync.c_str(),
+        device.Name().c_str());
+  } else {
+    std::printf("Rank %d on device %s\n", o.trainer.rank,
+                device.Name().c_str());
+  }
+  std::fflush(stdout);
+}
+
+using StepLog = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
+
+// Rank 0 only: in the synchronous modes every replica holds the same
+// weights, so its batches sample the job's loss. Opens --step_log (none
+// when it is not set) and has the trainer write a line per step to it.
+absl::StatusOr<StepLog> OpenStepLog(WorkerMainOptions* o) {
+  StepLog step_log(nullptr, &std::fclose);
+  if (o->step_log.empty() || o->trainer.rank != 0) return step_log;
+  step_log.reset(std::fopen(o->step_log.c_str(), "w"));
+  if (step_log == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot write ", o->step_log));
+  }
+  std::fputs("step,seconds,loss\n", step_log.get());
+  o->trainer.on_step = [file = step_log.get()](int64_t step, double seconds,
+                                               double loss) {
+    std::fprintf(file, "%lld,%.6f,%.6f\n", static_cast<long long>(step),
+                 seconds, loss);
+  };
+  return step_log;
+}
+
+// After a successful run: the test result, the summary and weights files,
+// and the exit code (kExitTerminated after a stop signal).
+int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
+           const Model& model, const Trainer& trainer) {
+  if (summary.test_accuracy >= 0) {
+    std::printf(
+        "Test accuracy %.4f - test loss %.4f - %.0f examples/s over "
+        "%lld steps\n",
+        summary.test_accuracy, summary.test_loss, summary.examples_per_sec,
+        static_cast<long long>(summary.steps));
+  }
+  std::fflush(stdout);
+  if (!o.summary_json.empty()) {
+    if (absl::Status s = WriteSummary(o.summary_json, summary, o); !s.ok()) {
+      return Fail(o.trainer.rank, s, kExitFailure);
+    }
+  }
+  if (!o.dump_weights.empty()) {
+    if (absl::Status s =
+            DumpWeights(o.dump_weights, AllTensors(model), trainer.weights());
+        !s.ok()) {
+      return Fail(o.trainer.rank, s, kExitFailure);
+    }
+  }
+  if (summary.stopped) {
+    std::printf("Left the job after a stop signal at version %lld\n",
+                static_cast<long long>(summary.final_version));
+    return kExitTerminated;
+  }
+  return kExitOk;
+}
+
 int Run(WorkerMainOptions o) {
   auto fail = [&](const absl::Status& s, int code) {
-    std::fprintf(stderr, "lockstep_worker %d: %s\n", o.trainer.rank,
-                 s.ToString().c_str());
-    return code;
+    return Fail(o.trainer.rank, s, code);
   };
   HandleSignals();
   o.trainer.stop = &stop_requested;
@@ -133,11 +235,8 @@ int Run(WorkerMainOptions o) {
       CreateModel(o.model, o.trainer.batch_size, device->get());
   if (!model.ok()) return fail(model.status(), kExitPermanent);
   if (!o.init_weights.empty()) {
-    absl::StatusOr<std::vector<NamedTensor>> file =
-        ReadSafetensors(o.init_weights);
-    if (!file.ok()) return fail(file.status(), kExitPermanent);
     absl::StatusOr<std::vector<float>> initial =
-        FlattenByName(AllTensors(**model), *file);
+        ReadInitialWeights(o.init_weights, **model);
     if (!initial.ok()) return fail(initial.status(), kExitPermanent);
     o.trainer.initial_weights = *std::move(initial);
   }
@@ -147,93 +246,25 @@ int Run(WorkerMainOptions o) {
       o.push_thread.value_or(!(*device)->BuffersAreHostMemory());
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(o.client);
   if (!client.ok()) return fail(client.status(), kExitPermanent);
-  std::unique_ptr<Exchanger> exchanger;
-  if (o.trainer.sync == SyncMode::kAllReduce) {
-    // Returns once every worker has arrived at the rendezvous.
-    absl::StatusOr<std::unique_ptr<AllReducer>> reducer =
-        CreateAllReducer(o.allreduce);
-    if (!reducer.ok()) {
-      return fail(reducer.status(), ExitCodeFor(reducer.status()));
-    }
-    // The trainer stops on the ranks' agreed stop, not on its own signal
-    // (which still makes a failed step a stop).
-    o.trainer.stop = &stop_agreed;
-    o.trainer.stop_signal = &stop_requested;
-    exchanger = std::make_unique<AllReduceExchanger>(
-        *std::move(reducer), client->get(), o.trainer.rank,
-        o.trainer.num_workers, &stop_requested, &stop_agreed);
-  } else {
-    exchanger = std::make_unique<PsExchanger>(client->get(), o.trainer.rank);
+  absl::StatusOr<std::unique_ptr<Exchanger>> exchanger =
+      MakeExchanger(&o, client->get());
+  if (!exchanger.ok()) {
+    return fail(exchanger.status(), ExitCodeFor(exchanger.status()));
   }
-  if (o.trainer.rank == 0) {
-    std::printf(
-        "Training %s%s (%lld parameters) on %lld examples with %d "
-        "worker(s) x batch %d, %s, %s, device %s\n",
-        o.model.name.c_str(),
-        o.model.name == "mlp" ? (" " + o.layers).c_str() : "",
-        static_cast<long long>((*model)->NumParameters()),
-        static_cast<long long>(train.num_examples), o.trainer.num_workers,
-        o.trainer.batch_size, o.trainer.optimizer.name.c_str(), o.sync.c_str(),
-        (*device)->Name().c_str());
-    std::fflush(stdout);
-  } else {
-    std::printf("Rank %d on device %s\n", o.trainer.rank,
-                (*device)->Name().c_str());
-    std::fflush(stdout);
-  }
-  // Rank 0 only: in the synchronous modes every replica holds the same
-  // weights, so its batches sample the job's loss; closed by the deleter.
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr,
-                                                           &std::fclose);
-  if (!o.step_log.empty() && o.trainer.rank == 0) {
-    step_log.reset(std::fopen(o.step_log.c_str(), "w"));
-    if (step_log == nullptr) {
-      return fail(
-          absl::InternalError(absl::StrCat("cannot write ", o.step_log)),
-          kExitPermanent);
-    }
-    std::fputs("step,seconds,loss\n", step_log.get());
-    o.trainer.on_step = [file = step_log.get()](int64_t step, double seconds,
-                                                double loss) {
-      std::fprintf(file, "%lld,%.6f,%.6f\n", static_cast<long long>(step),
-                   seconds, loss);
-    };
-  }
-  Trainer trainer(o.trainer, model->get(), exchanger.get(), &train, &test);
+  PrintStart(o, **model, train, **device);
+  // Closed by its deleter.
+  absl::StatusOr<StepLog> step_log = OpenStepLog(&o);
+  if (!step_log.ok()) return fail(step_log.status(), kExitPermanent);
+  Trainer trainer(o.trainer, model->get(), exchanger->get(), &train, &test);
   (*telemetry)->SetTraining(true);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
   (*telemetry)->SetTraining(false);
   // Complete before the summary appears, for readers that wait on it.
-  step_log.reset();
+  step_log->reset();
   if (!summary.ok()) {
     return fail(summary.status(), ExitCodeFor(summary.status()));
   }
-  if (summary->test_accuracy >= 0) {
-    std::printf(
-        "Test accuracy %.4f - test loss %.4f - %.0f examples/s over "
-        "%lld steps\n",
-        summary->test_accuracy, summary->test_loss, summary->examples_per_sec,
-        static_cast<long long>(summary->steps));
-  }
-  std::fflush(stdout);
-  if (!o.summary_json.empty()) {
-    if (absl::Status s = WriteSummary(o.summary_json, *summary, o); !s.ok()) {
-      return fail(s, kExitFailure);
-    }
-  }
-  if (!o.dump_weights.empty()) {
-    if (absl::Status s =
-            DumpWeights(o.dump_weights, AllTensors(**model), trainer.weights());
-        !s.ok()) {
-      return fail(s, kExitFailure);
-    }
-  }
-  if (summary->stopped) {
-    std::printf("Left the job after a stop signal at version %lld\n",
-                static_cast<long long>(summary->final_version));
-    return kExitTerminated;
-  }
-  return kExitOk;
+  return Finish(o, *summary, **model, trainer);
 }
 
 }  // namespace

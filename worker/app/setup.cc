@@ -81,26 +81,78 @@ absl::StatusOr<ModelSpec> MakeModelSpec(const std::string& model,
   return spec;
 }
 
-absl::Status LoadData(const DataOptions& data, const ModelSpec& spec,
-                      Dataset* train, Dataset* test) {
+namespace {
+
+// The synthetic train and test sets for `spec`'s input and classes.
+void MakeSyntheticData(const DataOptions& data, const ModelSpec& spec,
+                       Dataset* train, Dataset* test) {
   const int64_t features = Elements(spec.input);
   const int classes = spec.num_classes;
   const int64_t test_examples = std::max<int64_t>(1, data.synthetic_examples / 5);
+  if (spec.name == "mlp") {
+    *train =
+        MakeSyntheticDataset(data.synthetic_examples,
+                             static_cast<int>(features), classes, data.seed);
+    *test = MakeSyntheticDataset(test_examples, static_cast<int>(features),
+                                 classes, data.seed + 1);
+    return;
+  }
+  // One draw split in two, so the test images share the classes'
+  // templates (the seed) with the training images.
+  Dataset all = MakeSyntheticImages(data.synthetic_examples + test_examples,
+                                    ImageSizeOf(spec), classes, data.seed);
+  *train = Split(all, 0, data.synthetic_examples);
+  *test = Split(all, data.synthetic_examples, test_examples);
+}
+
+// Checks the loaded sets against the model's input and classes; an error
+// names the mismatch (and the test split's files).
+absl::Status CheckAgainstModel(const DataOptions& data, const ModelSpec& spec,
+                               const Dataset& train, const Dataset& test) {
+  const int64_t features = Elements(spec.input);
+  const int classes = spec.num_classes;
+  if (train.feature_dim != features) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data has ", train.feature_dim,
+        " values per example but the model takes ", features,
+        spec.name == "mlp" ? " (the first of --layers)" : " (--input_shape)"));
+  }
+  if (train.num_classes > classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data has ", train.num_classes,
+                     " classes but the model has ", classes));
+  }
+  // The test split is only read at the end: check it now, not after
+  // training.
+  const std::string test_files =
+      absl::StrCat("the test split (",
+                   data.dataset == "cifar10"
+                       ? "test_batch.bin"
+                       : "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte",
+                   " in ", data.data_dir, ")");
+  if (test.num_examples == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(test_files, " has no examples"));
+  }
+  if (test.feature_dim != train.feature_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        test_files, " has ", test.feature_dim,
+        " values per example, the training split ", train.feature_dim));
+  }
+  if (test.num_classes > classes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(test_files, " has ", test.num_classes,
+                     " classes but the model has ", classes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LoadData(const DataOptions& data, const ModelSpec& spec,
+                      Dataset* train, Dataset* test) {
   if (data.dataset == "synthetic") {
-    if (spec.name == "mlp") {
-      *train = MakeSyntheticDataset(data.synthetic_examples,
-                                    static_cast<int>(features), classes,
-                                    data.seed);
-      *test = MakeSyntheticDataset(test_examples, static_cast<int>(features),
-                                   classes, data.seed + 1);
-    } else {
-      // One draw split in two, so the test images share the classes'
-      // templates (the seed) with the training images.
-      Dataset all = MakeSyntheticImages(data.synthetic_examples + test_examples,
-                                        ImageSizeOf(spec), classes, data.seed);
-      *train = Split(all, 0, data.synthetic_examples);
-      *test = Split(all, data.synthetic_examples, test_examples);
-    }
+    MakeSyntheticData(data, spec, train, test);
     return absl::OkStatus();
   }
   if (data.dataset == "cifar10") {
@@ -115,44 +167,11 @@ absl::Status LoadData(const DataOptions& data, const ModelSpec& spec,
     ASSIGN_OR_RETURN(*train, LoadIdxDataset(data.data_dir, /*train=*/true));
     ASSIGN_OR_RETURN(*test, LoadIdxDataset(data.data_dir, /*train=*/false));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--dataset must be idx, cifar10 or synthetic, got \"", data.dataset,
-        "\""));
-  }
-  if (train->feature_dim != features) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data has ", train->feature_dim,
-        " values per example but the model takes ", features,
-        spec.name == "mlp" ? " (the first of --layers)" : " (--input_shape)"));
-  }
-  if (train->num_classes > classes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data has ", train->num_classes, " classes but the model has ",
-        classes));
-  }
-  // The test split is only read at the end: check it now, not after
-  // training.
-  const std::string test_files =
-      absl::StrCat("the test split (",
-                   data.dataset == "cifar10"
-                       ? "test_batch.bin"
-                       : "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte",
-                   " in ", data.data_dir, ")");
-  if (test->num_examples == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(test_files, " has no examples"));
+        absl::StrCat("--dataset must be idx, cifar10 or synthetic, got \"",
+                     data.dataset, "\""));
   }
-  if (test->feature_dim != train->feature_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        test_files, " has ", test->feature_dim,
-        " values per example, the training split ", train->feature_dim));
-  }
-  if (test->num_classes > classes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(test_files, " has ", test->num_classes,
-                     " classes but the model has ", classes));
-  }
-  return absl::OkStatus();
+  return CheckAgainstModel(data, spec, *train, *test);
 }
 
 absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text) {

@@ -173,10 +173,9 @@ absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
   return config;
 }
 
-}  // namespace
-
-absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
-  WorkerMainOptions o;
+// The servers, this worker's rank and the job's workers (flags, TF_CONFIG).
+absl::Status ParseJob(WorkerMainOptions* options) {
+  WorkerMainOptions& o = *options;
   std::string servers = absl::GetFlag(FLAGS_servers);
   int rank = absl::GetFlag(FLAGS_rank);
   int workers = absl::GetFlag(FLAGS_workers);
@@ -204,6 +203,12 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   }
   o.trainer.rank = rank;
   o.trainer.num_workers = workers;
+  return absl::OkStatus();
+}
+
+// The model, its data and how it is trained.
+absl::Status ParseTraining(WorkerMainOptions* options) {
+  WorkerMainOptions& o = *options;
   ASSIGN_OR_RETURN(const std::vector<int> layers,
                    ParseLayers(absl::GetFlag(FLAGS_layers)));
   ASSIGN_OR_RETURN(o.trainer.optimizer, OptimizerFromFlags());
@@ -246,6 +251,13 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
     o.trainer.augmentation.random_crop = absl::GetFlag(FLAGS_augment);
     o.trainer.augmentation.horizontal_flip = absl::GetFlag(FLAGS_augment);
   }
+  return absl::OkStatus();
+}
+
+// The device, and what the worker writes and serves besides training.
+absl::Status ParseDeviceAndOutputs(WorkerMainOptions* options) {
+  WorkerMainOptions& o = *options;
+  const int rank = o.trainer.rank;
   o.device.kind = absl::GetFlag(FLAGS_device);
   o.device.gpu = absl::GetFlag(FLAGS_gpu);
   o.device.tf32 = absl::GetFlag(FLAGS_tf32);
@@ -267,6 +279,12 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
   o.init_weights = absl::GetFlag(FLAGS_init_weights);
   o.step_log = absl::GetFlag(FLAGS_step_log);
+  return absl::OkStatus();
+}
+
+// How the worker exchanges: its deadlines, credentials and sync mode.
+absl::Status ParseExchange(WorkerMainOptions* options) {
+  WorkerMainOptions& o = *options;
   for (const auto& [name, value] :
        {std::pair<const char*, int>{"connect_timeout_s",
                                     absl::GetFlag(FLAGS_connect_timeout_s)},
@@ -287,6 +305,8 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
   o.trainer.rejoin_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout_s));
   const std::string sync = absl::GetFlag(FLAGS_sync);
+  const int rank = o.trainer.rank;
+  const int workers = o.trainer.num_workers;
   if (sync == "ps") {
     o.trainer.sync = SyncMode::kSync;
   } else if (sync == "async") {
@@ -311,6 +331,14 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync must be ps, allreduce, async or ssp, got \"", sync, "\""));
   }
+  return absl::OkStatus();
+}
+
+// Backup workers, staleness, stragglers, and how pushes go on the wire.
+absl::Status ParseStepFlags(WorkerMainOptions* options) {
+  WorkerMainOptions& o = *options;
+  const int rank = o.trainer.rank;
+  const int workers = o.trainer.num_workers;
   o.trainer.backup_workers = absl::GetFlag(FLAGS_backup_workers);
   if (o.trainer.backup_workers < 0 || o.trainer.backup_workers >= workers) {
     return absl::InvalidArgumentError(
@@ -351,6 +379,18 @@ absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--push_thread must be on, off or auto, got \"", push_thread, "\""));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags() {
+  WorkerMainOptions o;
+  RETURN_IF_ERROR(ParseJob(&o));
+  RETURN_IF_ERROR(ParseTraining(&o));
+  RETURN_IF_ERROR(ParseDeviceAndOutputs(&o));
+  RETURN_IF_ERROR(ParseExchange(&o));
+  RETURN_IF_ERROR(ParseStepFlags(&o));
   o.sync = absl::GetFlag(FLAGS_sync);
   o.layers = absl::GetFlag(FLAGS_layers);
   return o;

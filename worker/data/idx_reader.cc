@@ -75,11 +75,9 @@ uint32_t BigEndian32(const uint8_t* p) {
          (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-}  // namespace
-
-absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
-  // gzopen reads gzip and plain files alike (transparent mode), which is
-  // what lets us detect compression by content rather than by name.
+// Opens `path`, gzip or plain: gzopen reads both (transparent mode), which
+// is what lets us detect compression by content rather than by name.
+absl::StatusOr<GzFilePtr> OpenIdx(const std::string& path) {
   errno = 0;
   GzFilePtr file(gzopen(path.c_str(), "rb"));
   if (file == nullptr) {
@@ -94,9 +92,13 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   }
   // The default 8 KiB buffer makes reading a 47 MB file needlessly slow.
   gzbuffer(file.get(), 1 << 17);
+  return file;
+}
 
+// Reads the magic and returns the number of dimensions it announces.
+absl::StatusOr<int> ReadMagic(gzFile file, const std::string& path) {
   uint8_t magic[4];
-  ASSIGN_OR_RETURN(size_t got, ReadUpTo(file.get(), path, magic, 4));
+  ASSIGN_OR_RETURN(size_t got, ReadUpTo(file, path, magic, 4));
   if (got < 4) {
     return Malformed(
         path, absl::StrFormat("truncated header: %d of 4 magic bytes", got));
@@ -118,24 +120,28 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     return Malformed(path, absl::StrFormat("%d dimensions (expected 1 to %d)",
                                            ndims, kMaxDims));
   }
+  return ndims;
+}
 
+// Reads `ndims` dimensions into array->dims; returns the data's bytes.
+absl::StatusOr<uint64_t> ReadDims(gzFile file, const std::string& path,
+                                  int ndims, IdxArray* array) {
   uint8_t dim_bytes[4 * kMaxDims];
   const size_t dim_len = 4 * static_cast<size_t>(ndims);
-  ASSIGN_OR_RETURN(got, ReadUpTo(file.get(), path, dim_bytes, dim_len));
+  ASSIGN_OR_RETURN(size_t got, ReadUpTo(file, path, dim_bytes, dim_len));
   if (got < dim_len) {
     return Malformed(path,
                      absl::StrFormat("truncated header: %d of %d dimension "
                                      "bytes",
                                      got, dim_len));
   }
-  IdxArray array;
-  array.dims.reserve(ndims);
+  array->dims.reserve(ndims);
   // Every partial product stays <= kMaxBytes (2^31) and each dimension is
   // < 2^32, so the next multiplication cannot overflow 64 bits.
   uint64_t total = 1;
   for (int i = 0; i < ndims; ++i) {
     const uint32_t dim = BigEndian32(dim_bytes + 4 * i);
-    array.dims.push_back(dim);
+    array->dims.push_back(dim);
     total *= dim;
     if (total > kMaxBytes) {
       return Malformed(
@@ -143,29 +149,46 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
                                 kMaxBytes));
     }
   }
+  return total;
+}
 
-  while (array.data.size() < total) {
-    const size_t start = array.data.size();
+// Reads the `total` data bytes into array->data, and checks that nothing
+// follows them.
+absl::Status ReadBody(gzFile file, const std::string& path, uint64_t total,
+                      IdxArray* array) {
+  while (array->data.size() < total) {
+    const size_t start = array->data.size();
     const size_t want = std::min<size_t>(total - start, kReadChunk);
-    array.data.resize(start + want);
-    ASSIGN_OR_RETURN(
-        got, ReadUpTo(file.get(), path, array.data.data() + start, want));
+    array->data.resize(start + want);
+    ASSIGN_OR_RETURN(const size_t got,
+                     ReadUpTo(file, path, array->data.data() + start, want));
     if (got < want) {
       return Malformed(path,
                        absl::StrFormat("truncated body: %d of %d data bytes",
                                        start + got, total));
     }
   }
-
   // Data after the body means the header does not describe the file; using
   // it anyway would silently read the wrong shape.
   uint8_t extra;
-  ASSIGN_OR_RETURN(got, ReadUpTo(file.get(), path, &extra, 1));
+  ASSIGN_OR_RETURN(const size_t got, ReadUpTo(file, path, &extra, 1));
   if (got != 0) {
     return Malformed(path, absl::StrFormat("trailing bytes after the %d data "
                                            "bytes the header describes",
                                            total));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
+  ASSIGN_OR_RETURN(GzFilePtr file, OpenIdx(path));
+  ASSIGN_OR_RETURN(const int ndims, ReadMagic(file.get(), path));
+  IdxArray array;
+  ASSIGN_OR_RETURN(const uint64_t total,
+                   ReadDims(file.get(), path, ndims, &array));
+  RETURN_IF_ERROR(ReadBody(file.get(), path, total, &array));
   return array;
 }
 
