@@ -9,13 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
 #include "deploy/launch/launcher.h"
 #include "lockstep/v1/lockstep.pb.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/child_runner.h"
+#include "tests/bench/comm_launch.h"
 #include "tests/bench/comm_worker.h"
 #include "tests/bench/server_counters.h"
 
@@ -47,6 +47,95 @@ void AddDelta(const v1::ServerCounters& before, const v1::ServerCounters& after,
                   (after.bytes_sent() - before.bytes_sent());
 }
 
+// Sums the first `shards` shards' counters between the readings into *delta and
+// appends each shard's peak RSS to *peak_rss_bytes.
+absl::Status AddShardDeltas(const std::vector<v1::ServerCounters>& before,
+                            const std::vector<v1::ServerCounters>& after,
+                            const std::vector<pid_t>& pids, int shards,
+                            CounterDelta* delta,
+                            std::vector<int64_t>* peak_rss_bytes) {
+  for (int shard = 0; shard < shards; ++shard) {
+    AddDelta(before[shard], after[shard], delta);
+    ASSIGN_OR_RETURN(int64_t rss, PeakRssBytes(pids[shard]));
+    peak_rss_bytes->push_back(rss);
+  }
+  return absl::OkStatus();
+}
+
+// Every worker's step times (the slowest rank's per step) and its mean
+// client timings per step, from the result files in `dir`.
+absl::Status ReadWorkerResults(const CommOptions& options,
+                               const std::string& dir, CommResult* result) {
+  const double steps = options.iters;
+  result->step_seconds.assign(options.iters, 0.0);
+  for (int rank = 0; rank < options.workers; ++rank) {
+    ASSIGN_OR_RETURN(std::string text, ReadWholeFile(ResultFile(dir, rank)));
+    ASSIGN_OR_RETURN(CommWorkerResult r, ParseWorkerResult(text));
+    if (static_cast<int>(r.step_seconds.size()) != options.iters) {
+      return absl::InternalError(absl::StrCat("worker ", rank, " timed ",
+                                              r.step_seconds.size(),
+                                              " steps, not ", options.iters));
+    }
+    for (int i = 0; i < options.iters; ++i) {
+      result->step_seconds[i] =
+          std::max(result->step_seconds[i], r.step_seconds[i]);
+    }
+    const double share = 1.0 / (steps * options.workers);
+    result->client_encode_seconds += r.timings.encode_seconds * share;
+    result->client_send_seconds += r.timings.send_seconds * share;
+    result->client_wait_seconds += r.timings.wait_seconds * share;
+    result->client_decode_seconds += r.timings.decode_seconds * share;
+  }
+  return absl::OkStatus();
+}
+
+// The per-step figures from the step times and the servers' counters.
+void SummarizeSteps(const CommOptions& options, const CounterDelta& delta,
+                    CommResult* result) {
+  const double steps = options.iters;
+  result->median_step_seconds = Median(result->step_seconds);
+  result->p90_step_seconds = Quantile(result->step_seconds, 0.9);
+  result->min_step_seconds = *std::min_element(result->step_seconds.begin(),
+                                               result->step_seconds.end());
+  for (double s : result->step_seconds) result->mean_step_seconds += s / steps;
+  result->model_bytes = options.params * 4;
+  result->bytes_per_step = static_cast<double>(delta.bytes) / steps;
+  result->algbw_gbps = static_cast<double>(result->model_bytes) /
+                       result->median_step_seconds / 1e9;
+  result->server_accumulate_seconds = delta.accumulate_seconds / steps;
+  result->server_barrier_wait_seconds =
+      delta.barrier_wait_seconds /
+      static_cast<double>(std::max<int64_t>(delta.chunk_barriers, 1));
+  result->chunk_barriers_per_step =
+      static_cast<double>(delta.chunk_barriers) / steps;
+  result->server_apply_seconds = delta.apply_seconds / steps;
+  if (result->loopback.has_value()) {
+    result->loopback_floor_seconds =
+        result->bytes_per_step / result->loopback->TotalBytesPerSecond();
+  }
+}
+
+// The hosts of the run: --hosts, or loopback ones; workers start at
+// *worker_base (colocated: shard i shares worker i's host, so the workers
+// take the first hosts too).
+absl::StatusOr<std::vector<BenchHost>> RunHosts(const CommOptions& options,
+                                                int* worker_base) {
+  *worker_base = options.colocate ? 0 : options.ps;
+  std::vector<BenchHost> hosts =
+      options.hosts.empty() ? LoopbackHosts(*worker_base + options.workers)
+                            : options.hosts;
+  if (options.colocate && options.ps > options.workers) {
+    return absl::InvalidArgumentError(
+        "colocated shards need at least as many workers as shards");
+  }
+  if (static_cast<int>(hosts.size()) < *worker_base + options.workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.ps, " server(s) and ", options.workers,
+        " worker(s) need that many hosts; there are ", hosts.size()));
+  }
+  return hosts;
+}
+
 // The measurement itself, with scratch files in `dir`. Children are started
 // before this process makes any gRPC channel: it forks.
 absl::StatusOr<CommResult> Measure(const CommOptions& options,
@@ -63,21 +152,9 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
   ASSIGN_OR_RETURN(std::unique_ptr<ChildRunner> runner,
                    ChildRunner::Create(absl::StrCat(dir, "/comm.log"),
                                        options.interrupt_fd));
-  // Colocated: shard i shares worker i's host, so the workers take the
-  // first hosts too.
-  const int worker_base = options.colocate ? 0 : options.ps;
-  const std::vector<BenchHost> hosts =
-      options.hosts.empty() ? LoopbackHosts(worker_base + options.workers)
-                            : options.hosts;
-  if (options.colocate && options.ps > options.workers) {
-    return absl::InvalidArgumentError(
-        "colocated shards need at least as many workers as shards");
-  }
-  if (static_cast<int>(hosts.size()) < worker_base + options.workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.ps, " server(s) and ", options.workers,
-        " worker(s) need that many hosts; there are ", hosts.size()));
-  }
+  int worker_base = 0;
+  ASSIGN_OR_RETURN(const std::vector<BenchHost> hosts,
+                   RunHosts(options, &worker_base));
   ASSIGN_OR_RETURN(
       ServerSet servers,
       StartServers(runner.get(), options.bin_dir,
@@ -90,43 +167,11 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
   const BenchHost& reader = hosts[worker_base];  // Reaches every server.
   const absl::Duration read_timeout = absl::Seconds(60);
 
-  std::vector<pid_t> workers;
-  for (int rank = 0; rank < options.workers; ++rank) {
-    const BenchHost& host = hosts[worker_base + rank];
-    std::vector<std::string> argv = {
-        options.self_exe,
-        "comm-worker",
-        absl::StrCat("--servers=", absl::StrJoin(addresses, ",")),
-        absl::StrCat("--rank=", rank),
-        absl::StrCat("--workers=", options.workers),
-        absl::StrCat("--params=", options.params),
-        absl::StrCat("--wire_dtype=", WireDTypeName(options.wire_dtype)),
-        absl::StrCat("--chunk_bytes=", options.chunk_bytes == kAutoChunkBytes
-                                           ? std::string("auto")
-                                           : absl::StrCat(options.chunk_bytes)),
-        absl::StrCat("--warmup=", options.warmup),
-        absl::StrCat("--iters=", options.iters),
-        absl::StrCat("--push_window=", options.push_window == kAutoPushWindow
-                                           ? std::string("auto")
-                                           : absl::StrCat(options.push_window)),
-        absl::StrCat("--out_dir=", dir),
-        absl::StrCat("--allreduce_backend=", options.allreduce),
-        absl::StrCat("--host=", host.address)};
-    AllowPlaintextOn(host, &argv);
-    ASSIGN_OR_RETURN(pid_t pid,
-                     runner->Start(absl::StrCat("worker", rank),
-                                   OnHost(host, std::move(argv))));
-    workers.push_back(pid);
-  }
-  RETURN_IF_ERROR(runner->WaitUntil(
-      "warming up",
-      [&]() {
-        for (int rank = 0; rank < options.workers; ++rank) {
-          if (!std::filesystem::exists(ReadyFile(dir, rank))) return false;
-        }
-        return true;
-      },
-      Left(deadline)));
+  ASSIGN_OR_RETURN(
+      const std::vector<pid_t> workers,
+      StartWorkers(runner.get(), options, hosts, worker_base, addresses, dir));
+  RETURN_IF_ERROR(WaitForEveryWorker(runner.get(), "warming up", options, dir,
+                                     ReadyFile, Left(deadline)));
 
   // Every worker is parked before its first timed step: the counters hold
   // exactly the warmup.
@@ -138,67 +183,18 @@ absl::StatusOr<CommResult> Measure(const CommOptions& options,
   // Done when every worker has written its result, not when every worker
   // has exited: gRPC 1.51's grpc_shutdown at exit sometimes waits ~10 s for
   // an executor thread's poll. StopAll below ends such a worker.
-  RETURN_IF_ERROR(runner->WaitUntil(
-      "running the timed steps",
-      [&]() {
-        for (int rank = 0; rank < options.workers; ++rank) {
-          if (!std::filesystem::exists(ResultFile(dir, rank))) return false;
-        }
-        return true;
-      },
-      Left(deadline)));
+  RETURN_IF_ERROR(WaitForEveryWorker(runner.get(), "running the timed steps",
+                                     options, dir, ResultFile, Left(deadline)));
   result.cpu_busy = CpuBusyFraction(cpu_before, ReadCpuTimes());
   CounterDelta delta;
   ASSIGN_OR_RETURN(std::vector<v1::ServerCounters> after,
                    ReadServerCounters(runner.get(), reader, options.self_exe,
                                       addresses, dir, read_timeout));
-  for (int shard = 0; shard < options.ps; ++shard) {
-    AddDelta(before[shard], after[shard], &delta);
-    ASSIGN_OR_RETURN(int64_t rss, PeakRssBytes(servers.pids[shard]));
-    result.server_peak_rss_bytes.push_back(rss);
-  }
+  RETURN_IF_ERROR(AddShardDeltas(before, after, servers.pids, options.ps,
+                                 &delta, &result.server_peak_rss_bytes));
   runner->StopAll();
-
-  const double steps = options.iters;
-  result.step_seconds.assign(options.iters, 0.0);
-  for (int rank = 0; rank < options.workers; ++rank) {
-    ASSIGN_OR_RETURN(std::string text, ReadWholeFile(ResultFile(dir, rank)));
-    ASSIGN_OR_RETURN(CommWorkerResult r, ParseWorkerResult(text));
-    if (static_cast<int>(r.step_seconds.size()) != options.iters) {
-      return absl::InternalError(absl::StrCat("worker ", rank, " timed ",
-                                              r.step_seconds.size(),
-                                              " steps, not ", options.iters));
-    }
-    for (int i = 0; i < options.iters; ++i) {
-      result.step_seconds[i] =
-          std::max(result.step_seconds[i], r.step_seconds[i]);
-    }
-    const double share = 1.0 / (steps * options.workers);
-    result.client_encode_seconds += r.timings.encode_seconds * share;
-    result.client_send_seconds += r.timings.send_seconds * share;
-    result.client_wait_seconds += r.timings.wait_seconds * share;
-    result.client_decode_seconds += r.timings.decode_seconds * share;
-  }
-  result.median_step_seconds = Median(result.step_seconds);
-  result.p90_step_seconds = Quantile(result.step_seconds, 0.9);
-  result.min_step_seconds =
-      *std::min_element(result.step_seconds.begin(), result.step_seconds.end());
-  for (double s : result.step_seconds) result.mean_step_seconds += s / steps;
-  result.model_bytes = options.params * 4;
-  result.bytes_per_step = static_cast<double>(delta.bytes) / steps;
-  result.algbw_gbps = static_cast<double>(result.model_bytes) /
-                      result.median_step_seconds / 1e9;
-  result.server_accumulate_seconds = delta.accumulate_seconds / steps;
-  result.server_barrier_wait_seconds =
-      delta.barrier_wait_seconds /
-      static_cast<double>(std::max<int64_t>(delta.chunk_barriers, 1));
-  result.chunk_barriers_per_step =
-      static_cast<double>(delta.chunk_barriers) / steps;
-  result.server_apply_seconds = delta.apply_seconds / steps;
-  if (result.loopback.has_value()) {
-    result.loopback_floor_seconds =
-        result.bytes_per_step / result.loopback->TotalBytesPerSecond();
-  }
+  RETURN_IF_ERROR(ReadWorkerResults(options, dir, &result));
+  SummarizeSteps(options, delta, &result);
   return result;
 }
 

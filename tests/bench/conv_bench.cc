@@ -110,6 +110,73 @@ bool Pointwise(const WindowGeometry& g) {
          g.stride_width == 1 && g.pad_top == 0 && g.pad_left == 0;
 }
 
+// A row's two runs: the direct convolutions' and im2col's.
+using RunPair = std::pair<ConvRun, ConvRun>;
+
+// One row per distinct convolution geometry of direct_graph (a repeated one
+// counts its layers), with the runs that time it on both devices.
+absl::Status PlanRows(const ConvBenchOptions& options,
+                      const Graph& direct_graph, const Graph& im2col_graph,
+                      Device* direct, Device* im2col, Device* automatic,
+                      ConvBenchResult* result, std::vector<RunPair>* runs) {
+  const std::vector<bool> needs_gradient =
+      direct_graph.TensorsNeedingGradients();
+  std::map<std::string, size_t> row_of;
+  for (size_t i = 0; i < direct_graph.nodes().size(); ++i) {
+    auto* conv = dynamic_cast<Conv2D*>(direct_graph.nodes()[i].layer.get());
+    if (conv == nullptr) continue;
+    // As training runs it: the input gradient only where the model needs it
+    // (not for the first convolution).
+    const bool input_gradient =
+        needs_gradient[direct_graph.nodes()[i].inputs[0]];
+    const std::string geometry =
+        Geometry(*conv) + (input_gradient ? "" : " (no dx)");
+    auto [it, added] = row_of.emplace(geometry, result->rows.size());
+    if (!added) {
+      ++result->rows[it->second].layers;
+      continue;
+    }
+    ConvBenchRow row;
+    row.geometry = geometry;
+    row.layers = 1;
+    const int filters = conv->output_shape().channels;
+    row.chosen = automatic->HasDirectConv(conv->window(), filters) ? "direct"
+                 : Pointwise(conv->window())                       ? "gemm"
+                                                                   : "im2col";
+    result->rows.push_back(row);
+    ASSIGN_OR_RETURN(ConvRun a, ConvRun::Create(conv, direct, options.batch,
+                                                input_gradient));
+    ASSIGN_OR_RETURN(
+        ConvRun b, ConvRun::Create(im2col_graph.nodes()[i].layer.get(), im2col,
+                                   options.batch, input_gradient));
+    runs->emplace_back(std::move(a), std::move(b));
+  }
+  return absl::OkStatus();
+}
+
+// Times one row: one untimed pass each first (fresh buffers fault their
+// pages in), then the rounds alternate which way goes first (AB, BA, ...).
+absl::Status TimeRow(int reps, RunPair* run, ConvBenchRow* row) {
+  RETURN_IF_ERROR(run->first.Time().status());
+  RETURN_IF_ERROR(run->second.Time().status());
+  std::vector<double> direct_s, im2col_s;
+  for (int rep = 0; rep < reps; ++rep) {
+    double d = 0, m = 0;
+    if (rep % 2 == 0) {
+      ASSIGN_OR_RETURN(d, run->first.Time());
+      ASSIGN_OR_RETURN(m, run->second.Time());
+    } else {
+      ASSIGN_OR_RETURN(m, run->second.Time());
+      ASSIGN_OR_RETURN(d, run->first.Time());
+    }
+    direct_s.push_back(d);
+    im2col_s.push_back(m);
+  }
+  row->direct_ms = 1e3 * Median(direct_s);
+  row->im2col_ms = 1e3 * Median(im2col_s);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
@@ -139,65 +206,16 @@ absl::StatusOr<ConvBenchResult> RunConvBench(const ConvBenchOptions& options) {
   ConvBenchResult result;
   result.load_average = LoadAverage();
   result.options = options;
-  const std::vector<bool> needs_gradient =
-      direct_graph.TensorsNeedingGradients();
-  std::map<std::string, size_t> row_of;
-  std::vector<std::pair<ConvRun, ConvRun>> runs;  // Per row.
-  for (size_t i = 0; i < direct_graph.nodes().size(); ++i) {
-    auto* conv = dynamic_cast<Conv2D*>(direct_graph.nodes()[i].layer.get());
-    if (conv == nullptr) continue;
-    // As training runs it: the input gradient only where the model needs it
-    // (not for the first convolution).
-    const bool input_gradient =
-        needs_gradient[direct_graph.nodes()[i].inputs[0]];
-    const std::string geometry =
-        Geometry(*conv) + (input_gradient ? "" : " (no dx)");
-    auto [it, added] = row_of.emplace(geometry, result.rows.size());
-    if (!added) {
-      ++result.rows[it->second].layers;
-      continue;
-    }
-    ConvBenchRow row;
-    row.geometry = geometry;
-    row.layers = 1;
-    const int filters = conv->output_shape().channels;
-    row.chosen = automatic->HasDirectConv(conv->window(), filters) ? "direct"
-                 : Pointwise(conv->window())                       ? "gemm"
-                                                                   : "im2col";
-    result.rows.push_back(row);
-    ASSIGN_OR_RETURN(ConvRun a, ConvRun::Create(conv, direct.get(),
-                                                options.batch, input_gradient));
-    ASSIGN_OR_RETURN(
-        ConvRun b,
-        ConvRun::Create(im2col_graph.nodes()[i].layer.get(), im2col.get(),
-                        options.batch, input_gradient));
-    runs.emplace_back(std::move(a), std::move(b));
-  }
+  std::vector<RunPair> runs;  // Per row.
+  RETURN_IF_ERROR(PlanRows(options, direct_graph, im2col_graph, direct.get(),
+                           im2col.get(), automatic.get(), &result, &runs));
   if (result.rows.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("conv: model ", options.model, " has no convolution"));
   }
   for (size_t r = 0; r < result.rows.size(); ++r) {
-    // One untimed pass each first (fresh buffers fault their pages in),
-    // then the rounds alternate which way goes first (AB, BA, ...).
-    RETURN_IF_ERROR(runs[r].first.Time().status());
-    RETURN_IF_ERROR(runs[r].second.Time().status());
-    std::vector<double> direct_s, im2col_s;
-    for (int rep = 0; rep < options.reps; ++rep) {
-      double d = 0, m = 0;
-      if (rep % 2 == 0) {
-        ASSIGN_OR_RETURN(d, runs[r].first.Time());
-        ASSIGN_OR_RETURN(m, runs[r].second.Time());
-      } else {
-        ASSIGN_OR_RETURN(m, runs[r].second.Time());
-        ASSIGN_OR_RETURN(d, runs[r].first.Time());
-      }
-      direct_s.push_back(d);
-      im2col_s.push_back(m);
-    }
     ConvBenchRow& row = result.rows[r];
-    row.direct_ms = 1e3 * Median(direct_s);
-    row.im2col_ms = 1e3 * Median(im2col_s);
+    RETURN_IF_ERROR(TimeRow(options.reps, &runs[r], &row));
     result.direct_total_ms += row.layers * row.direct_ms;
     result.im2col_total_ms += row.layers * row.im2col_ms;
     result.chosen_total_ms +=

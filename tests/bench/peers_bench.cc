@@ -161,6 +161,62 @@ std::string Ms(double seconds) {
   return absl::StrFormat("%.3f ms", seconds * 1e3);
 }
 
+// (a) Communication of a large model: torch's RPC parameter server,
+// lockstep in fp32 and bf16, torch's all-reduce and the loopback floor.
+absl::Status RunLargeComm(const PeersOptions& options, PeersSession* session) {
+  const std::string large = absl::StrCat(kLargeParams);
+  std::fprintf(stderr, "peers: (a) comm 2 x %s fp32 params, %d rounds\n",
+               large.c_str(), options.rounds);
+  return session->Alternate({
+      session->Python("a.torch_rpc_ps", "rpc-ps-comm",
+                      {"--workers=2", "--params=" + large,
+                       absl::StrCat("--iters=", options.large_iters)},
+                      {"step_seconds"}),
+      session->LockstepComm("a.lockstep_fp32", kLargeParams, "fp32",
+                            options.large_iters, 2),
+      session->LockstepComm("a.lockstep_bf16", kLargeParams, "bf16",
+                            options.large_iters, 2),
+      session->Python("a.torch_allreduce", "allreduce-comm",
+                      {"--workers=2", "--params=" + large,
+                       absl::StrCat("--iters=", options.large_iters)},
+                      {"step_seconds"}),
+      session->Loopback("a.loopback"),
+  });
+}
+
+// (b) Communication of a small model, where latency dominates.
+absl::Status RunSmallComm(const PeersOptions& options, PeersSession* session) {
+  const std::string small = absl::StrCat(kSmallParams);
+  std::fprintf(stderr, "peers: (b) comm 2 x %s fp32 params\n", small.c_str());
+  return session->Alternate({
+      session->Python(
+          "b.torch_rpc_ps", "rpc-ps-comm",
+          {"--workers=2", "--params=" + small,
+           absl::StrCat("--iters=", options.small_iters), "--warmup=20"},
+          {"step_seconds"}),
+      session->LockstepComm("b.lockstep_fp32", kSmallParams, "fp32",
+                            options.small_iters, 20),
+      session->Python(
+          "b.torch_allreduce", "allreduce-comm",
+          {"--workers=2", "--params=" + small,
+           absl::StrCat("--iters=", options.small_iters), "--warmup=20"},
+          {"step_seconds"}),
+  });
+}
+
+// (c) Training the MLP: torch's DDP against lockstep end to end.
+absl::Status RunMlp(const PeersOptions& options, PeersSession* session) {
+  std::fprintf(stderr, "peers: (c) MLP 2 workers x 64, %d epochs\n",
+               options.mlp_epochs);
+  return session->Alternate({
+      session->Python("c.torch_ddp", "ddp-mlp",
+                      {"--workers=2", "--batch=64",
+                       absl::StrCat("--epochs=", options.mlp_epochs)},
+                      {"examples_per_sec", "test_accuracy"}),
+      session->LockstepE2e("c.lockstep"),
+  });
+}
+
 }  // namespace
 
 double PeersResult::MedianOf(const std::string& name) const {
@@ -182,49 +238,9 @@ absl::StatusOr<PeersResult> RunPeersBench(const PeersOptions& options) {
   ASSIGN_OR_RETURN(std::string dir, MakeScratchDir("lockstep_bench_peers"));
   PeersSession session(options, dir);
   session.result().load_average_before = LoadAverage();
-  const std::string large = absl::StrCat(kLargeParams);
-  const std::string small = absl::StrCat(kSmallParams);
-  std::fprintf(stderr, "peers: (a) comm 2 x %s fp32 params, %d rounds\n",
-               large.c_str(), options.rounds);
-  RETURN_IF_ERROR(session.Alternate({
-      session.Python("a.torch_rpc_ps", "rpc-ps-comm",
-                     {"--workers=2", "--params=" + large,
-                      absl::StrCat("--iters=", options.large_iters)},
-                     {"step_seconds"}),
-      session.LockstepComm("a.lockstep_fp32", kLargeParams, "fp32",
-                           options.large_iters, 2),
-      session.LockstepComm("a.lockstep_bf16", kLargeParams, "bf16",
-                           options.large_iters, 2),
-      session.Python("a.torch_allreduce", "allreduce-comm",
-                     {"--workers=2", "--params=" + large,
-                      absl::StrCat("--iters=", options.large_iters)},
-                     {"step_seconds"}),
-      session.Loopback("a.loopback"),
-  }));
-  std::fprintf(stderr, "peers: (b) comm 2 x %s fp32 params\n", small.c_str());
-  RETURN_IF_ERROR(session.Alternate({
-      session.Python("b.torch_rpc_ps", "rpc-ps-comm",
-                     {"--workers=2", "--params=" + small,
-                      absl::StrCat("--iters=", options.small_iters),
-                      "--warmup=20"},
-                     {"step_seconds"}),
-      session.LockstepComm("b.lockstep_fp32", kSmallParams, "fp32",
-                           options.small_iters, 20),
-      session.Python("b.torch_allreduce", "allreduce-comm",
-                     {"--workers=2", "--params=" + small,
-                      absl::StrCat("--iters=", options.small_iters),
-                      "--warmup=20"},
-                     {"step_seconds"}),
-  }));
-  std::fprintf(stderr, "peers: (c) MLP 2 workers x 64, %d epochs\n",
-               options.mlp_epochs);
-  RETURN_IF_ERROR(session.Alternate({
-      session.Python("c.torch_ddp", "ddp-mlp",
-                     {"--workers=2", "--batch=64",
-                      absl::StrCat("--epochs=", options.mlp_epochs)},
-                     {"examples_per_sec", "test_accuracy"}),
-      session.LockstepE2e("c.lockstep"),
-  }));
+  RETURN_IF_ERROR(RunLargeComm(options, &session));
+  RETURN_IF_ERROR(RunSmallComm(options, &session));
+  RETURN_IF_ERROR(RunMlp(options, &session));
   session.result().load_average_after = LoadAverage();
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);

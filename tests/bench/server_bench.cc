@@ -71,6 +71,86 @@ void Blocks(WorkPool* pool, int64_t n,
   pool->ParallelFor(n, kGrain, [&](int64_t b, int64_t e) { fn(b, e); });
 }
 
+// An accumulation kernel: its name, the pushes' dtype, and whether the
+// pushes are checked for non-finite values first.
+struct SumKernel {
+  const char* name;
+  int dtype;
+  bool checked;
+};
+
+// sum += push over n elements, chunk by chunk, as pushes arrive: the check
+// reads a chunk's payload, then the sum reads it again, from cache.
+void AccumulateChunks(const kernels::Table& t, Arrays* x, const SumKernel& s,
+                      bool real_paths, WorkPool* pool, int64_t n) {
+  const std::string& bytes = s.dtype == kernels::kF32 ? x->fp32 : x->bf16;
+  const WireDType dtype =
+      s.dtype == kernels::kF32 ? WireDType::kFloat32 : WireDType::kBfloat16;
+  const size_t w = BytesPerElement(dtype);
+  const int64_t chunk = x->chunk_elements;
+  for (int64_t at = 0; at < n; at += chunk) {
+    const int64_t len = std::min(chunk, n - at);
+    const absl::string_view piece(bytes.data() + at * w,
+                                  static_cast<size_t>(len) * w);
+    absl::Span<float> sum = absl::MakeSpan(x->a.data() + at, len);
+    if (real_paths) {
+      if (s.checked) {
+        AccumulateCheckedPieces({piece}, dtype, sum, false, pool, kGrain)
+            .IgnoreError();  // Finite by construction.
+      } else {
+        AccumulateUncheckedPieces({piece}, dtype, sum, false, pool, kGrain);
+      }
+      continue;
+    }
+    std::atomic<bool> bad{false};
+    if (s.checked) {
+      Blocks(pool, len, [&](int64_t b, int64_t e) {
+        if (t.any_nonfinite[s.dtype](piece.data() + b * w, e - b)) {
+          bad = true;
+        }
+      });
+    }
+    if (bad) continue;
+    Blocks(pool, len, [&](int64_t b, int64_t e) {
+      t.accumulate[s.dtype](piece.data() + b * w, e - b, sum.data() + b);
+    });
+  }
+}
+
+// An optimizer step: its name, the optimizer, and the bytes it moves per
+// element.
+struct StepKernel {
+  const char* name;
+  const char* optimizer;
+  double traffic;
+};
+
+// The optimizer's step `name` over n elements, through `opt` or the
+// variant's table.
+void OptimizerStep(const kernels::Table& t, Arrays* x, Optimizer* opt,
+                   const std::string& name, bool real_paths, WorkPool* pool,
+                   int64_t n) {
+  Blocks(pool, n, [&](int64_t b, int64_t e) {
+    const size_t len = static_cast<size_t>(e - b);
+    if (real_paths) {
+      opt->ApplyMean(7, b, absl::MakeConstSpan(x->b.data() + b, len),
+                     absl::MakeSpan(x->a.data() + b, len),
+                     absl::MakeConstSpan(x->c.data() + b, len), 0.5f);
+    } else if (name == "sgd") {
+      t.sgd[0][0](len, 1e-6f, 0, 0.5f, x->c.data() + b, x->b.data() + b,
+                  x->a.data() + b);
+    } else if (name == "momentum") {
+      t.momentum[0][0][0](len, 1e-6f, 0, 0.9f, 0.5f, x->c.data() + b,
+                          x->m.data() + b, x->b.data() + b, x->a.data() + b);
+    } else {
+      const kernels::AdamFactors f{0.9f,  0.999f, 0.1f, 0.001f,
+                                   1e-6f, 1e-7f,  0.0f, 1e-6f};
+      t.adam[0][0](len, f, 0.5f, x->c.data() + b, x->m.data() + b,
+                   x->v.data() + b, x->b.data() + b, x->a.data() + b);
+    }
+  });
+}
+
 // The kernels as the given variant computes them. With `real_paths`, the
 // sums and updates go through the server's own functions
 // (AccumulateCheckedPieces, Optimizer::ApplyMean), which use the active
@@ -91,99 +171,32 @@ std::vector<Kernel> Kernels(const kernels::Table& t, Arrays* x, bool real_paths,
                  }});
   // sum += push: reads the push and the sum, writes the sum; the check
   // reads the push again (from cache, block by block).
-  struct Sum {
-    const char* name;
-    int dtype;
-    bool checked;
-  };
-  for (const Sum s : {Sum{"accumulate fp32", kernels::kF32, true},
-                      Sum{"accumulate fp32 unchecked", kernels::kF32, false},
-                      Sum{"accumulate bf16", kernels::kBf16, true}}) {
+  for (const SumKernel s :
+       {SumKernel{"accumulate fp32", kernels::kF32, true},
+        SumKernel{"accumulate fp32 unchecked", kernels::kF32, false},
+        SumKernel{"accumulate bf16", kernels::kBf16, true}}) {
     const double width = s.dtype == kernels::kF32 ? 4 : 2;
-    out.push_back(
-        {s.name, width, width + 8,
-         [&t, x, s, real_paths](WorkPool* pool, int64_t n) {
-           const std::string& bytes =
-               s.dtype == kernels::kF32 ? x->fp32 : x->bf16;
-           const WireDType dtype = s.dtype == kernels::kF32
-                                       ? WireDType::kFloat32
-                                       : WireDType::kBfloat16;
-           const size_t w = BytesPerElement(dtype);
-           // Chunk by chunk, as pushes arrive: the check reads a chunk's
-           // payload, then the sum reads it again, from cache.
-           const int64_t chunk = x->chunk_elements;
-           for (int64_t at = 0; at < n; at += chunk) {
-             const int64_t len = std::min(chunk, n - at);
-             const absl::string_view piece(bytes.data() + at * w,
-                                           static_cast<size_t>(len) * w);
-             absl::Span<float> sum = absl::MakeSpan(x->a.data() + at, len);
-             if (real_paths) {
-               if (s.checked) {
-                 AccumulateCheckedPieces({piece}, dtype, sum, false, pool,
-                                         kGrain)
-                     .IgnoreError();  // Finite by construction.
-               } else {
-                 AccumulateUncheckedPieces({piece}, dtype, sum, false, pool,
-                                           kGrain);
-               }
-               continue;
-             }
-             std::atomic<bool> bad{false};
-             if (s.checked) {
-               Blocks(pool, len, [&](int64_t b, int64_t e) {
-                 if (t.any_nonfinite[s.dtype](piece.data() + b * w, e - b)) {
-                   bad = true;
-                 }
-               });
-             }
-             if (bad) continue;
-             Blocks(pool, len, [&](int64_t b, int64_t e) {
-               t.accumulate[s.dtype](piece.data() + b * w, e - b,
-                                     sum.data() + b);
-             });
-           }
-         }});
+    out.push_back({s.name, width, width + 8,
+                   [&t, x, s, real_paths](WorkPool* pool, int64_t n) {
+                     AccumulateChunks(t, x, s, real_paths, pool, n);
+                   }});
   }
   // The optimizer's step, as a synchronous chunk applies it: reads the
   // published weights and the sum (and slots), writes the new weights (and
   // slots).
-  struct Step {
-    const char* name;
-    const char* optimizer;
-    double traffic;
-  };
-  for (const Step s : {Step{"sgd", "sgd", 12}, Step{"momentum", "momentum", 20},
-                       Step{"adam", "adam", 28}}) {
+  for (const StepKernel s :
+       {StepKernel{"sgd", "sgd", 12}, StepKernel{"momentum", "momentum", 20},
+        StepKernel{"adam", "adam", 28}}) {
     OptimizerConfig config = OptimizerConfig::Defaults(s.optimizer);
     config.learning_rate = 1e-6;  // The weights stay finite pass after pass.
     keep->push_back(
         *Optimizer::Create(config, static_cast<int64_t>(x->a.size())));
     Optimizer* opt = keep->back().get();
     const std::string name = s.name;
-    out.push_back(
-        {name, 4, s.traffic,
-         [&t, x, opt, name, real_paths](WorkPool* pool, int64_t n) {
-           Blocks(pool, n, [&](int64_t b, int64_t e) {
-             const size_t len = static_cast<size_t>(e - b);
-             if (real_paths) {
-               opt->ApplyMean(7, b, absl::MakeConstSpan(x->b.data() + b, len),
-                              absl::MakeSpan(x->a.data() + b, len),
-                              absl::MakeConstSpan(x->c.data() + b, len), 0.5f);
-             } else if (name == "sgd") {
-               t.sgd[0][0](len, 1e-6f, 0, 0.5f, x->c.data() + b,
-                           x->b.data() + b, x->a.data() + b);
-             } else if (name == "momentum") {
-               t.momentum[0][0][0](len, 1e-6f, 0, 0.9f, 0.5f, x->c.data() + b,
-                                   x->m.data() + b, x->b.data() + b,
-                                   x->a.data() + b);
-             } else {
-               const kernels::AdamFactors f{0.9f,  0.999f, 0.1f, 0.001f,
-                                            1e-6f, 1e-7f,  0.0f, 1e-6f};
-               t.adam[0][0](len, f, 0.5f, x->c.data() + b, x->m.data() + b,
-                            x->v.data() + b, x->b.data() + b, x->a.data() + b);
-             }
-           });
-         }});
+    out.push_back({name, 4, s.traffic,
+                   [&t, x, opt, name, real_paths](WorkPool* pool, int64_t n) {
+                     OptimizerStep(t, x, opt, name, real_paths, pool, n);
+                   }});
   }
   return out;
 }

@@ -214,6 +214,127 @@ absl::Status Plot(const StudyOptions& o, const std::string& scratch,
   return absl::OkStatus();
 }
 
+// The links to study: --links, or loopback and (as root) the simulated
+// cluster; a note in *meta says why the cluster is left out otherwise.
+std::vector<std::string> StudyLinks(const StudyOptions& o, StudyMeta* meta) {
+  std::vector<std::string> links = o.links;
+  if (links.empty()) {
+    links = {"loopback"};
+    if (geteuid() == 0) {
+      links.push_back("sim");
+    } else {
+      meta->notes.push_back(
+          "not root: no simulated cluster (deploy/sim/cluster.sh needs "
+          "network namespaces); loopback only, so no cost-model check");
+    }
+  }
+  return links;
+}
+
+// Starts the simulated cluster into *cluster. One that cannot be made is
+// noted in *meta, with loopback appended to *links when they lack it, and
+// leaves *cluster null; a cancelled start is returned.
+absl::Status OpenSimCluster(const StudyOptions& o, const std::string& scratch,
+                            std::vector<std::string>* links, StudyMeta* meta,
+                            std::unique_ptr<SimCluster>* cluster) {
+  absl::StatusOr<std::unique_ptr<SimCluster>> made =
+      SimCluster::Create(o, scratch);
+  if (absl::IsCancelled(made.status())) return made.status();
+  if (!made.ok()) {
+    // The script's last words say why (not root, no `ip`, ...).
+    std::vector<absl::string_view> lines =
+        absl::StrSplit(made.status().message(), '\n', absl::SkipWhitespace());
+    const bool fallback =
+        std::find(links->begin(), links->end(), "loopback") == links->end();
+    meta->notes.push_back(absl::StrCat(
+        "no simulated cluster (",
+        lines.empty() ? "" : absl::StripPrefix(lines.back(), "[tool] "),
+        fallback ? "); loopback instead, so no cost-model check"
+                 : "); its runs are left out"));
+    if (fallback) links->push_back("loopback");
+    return absl::OkStatus();
+  }
+  *cluster = *std::move(made);
+  meta->sim_delay_applied = (*cluster)->delay_applied();
+  if (!meta->sim_delay_applied && o.sim_delay_ms > 0) {
+    meta->notes.push_back(absl::StrFormat(
+        "this kernel has no sch_netem: simulated links are rate-limited "
+        "to %g Mbit/s but get no added %g ms delay",
+        o.sim_rate_mbit, o.sim_delay_ms));
+  }
+  return absl::OkStatus();
+}
+
+// The study's rows and steps so far, its failed runs, and the
+// interruption that stops it (OK while none).
+struct StudyRuns {
+  std::vector<StudyRow> rows;
+  std::vector<StepRow> steps;
+  int failures = 0;
+  absl::Status interrupted;
+};
+
+// Runs `spec` on `hosts` into runs->rows, or records it as skipped once the
+// study is interrupted or past `deadline`.
+void RunOne(const StudyOptions& o, const RunSpec& spec,
+            const std::vector<BenchHost>& hosts, absl::Time deadline,
+            StudyRuns* runs) {
+  StudyRow row = spec.row;
+  if (!runs->interrupted.ok() || absl::Now() >= deadline) {
+    row.status = runs->interrupted.ok() ? "skipped: the study's time is spent"
+                                        : "skipped: interrupted";
+    runs->rows.push_back(row);
+    return;
+  }
+  row.load_average = LoadAverage();
+  std::printf("[%s] %s %s, %d worker(s), %lld bytes ...", row.run_id.c_str(),
+              row.kind.c_str(), row.label.c_str(), row.workers,
+              static_cast<long long>(row.model_bytes));
+  std::fflush(stdout);
+  const absl::Status s = row.kind == "comm"
+                             ? RunComm(o, spec, hosts, &row)
+                             : RunMlp(o, spec, hosts, &row, &runs->steps);
+  if (!s.ok()) {
+    row.status = absl::StrCat("failed: ", s.message());
+    ++runs->failures;
+    if (absl::IsCancelled(s)) runs->interrupted = s;
+  }
+  std::printf(" %s\n",
+              s.ok()
+                  ? absl::StrFormat("median %.6f s", row.median_step_s).c_str()
+                  : row.status.c_str());
+  std::fflush(stdout);
+  runs->rows.push_back(row);
+}
+
+// Writes the CSVs and JSON (and the plots) into --out_dir and prints the
+// table; then the interruption, the failed runs or OK.
+absl::Status WriteStudy(const StudyOptions& o, const std::string& scratch,
+                        StudyMeta* meta, const StudyRuns& runs) {
+  const std::string csv = absl::StrCat(o.out_dir, "/study.csv");
+  RETURN_IF_ERROR(WriteFileAtomically(csv, RowsCsv(runs.rows)));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      absl::StrCat(o.out_dir, "/study_steps.csv"), StepsCsv(runs.steps)));
+  const std::string json = absl::StrCat(o.out_dir, "/study.json");
+  RETURN_IF_ERROR(WriteFileAtomically(json, StudyJson(*meta, runs.rows)));
+  if (o.plots && runs.interrupted.ok()) {
+    // The script reads the files above; its notes go into the JSON too.
+    RETURN_IF_ERROR(Plot(o, scratch, &meta->notes));
+    RETURN_IF_ERROR(WriteFileAtomically(json, StudyJson(*meta, runs.rows)));
+  }
+  PrintStudyTable(*meta, runs.rows, stdout);
+  std::printf("\nwritten to %s: study.csv, study_steps.csv, study.json\n",
+              o.out_dir.c_str());
+  std::error_code error;
+  std::filesystem::remove_all(scratch, error);
+  if (!runs.interrupted.ok()) return runs.interrupted;
+  if (runs.failures > 0) {
+    return absl::InternalError(absl::StrCat(
+        runs.failures, " run(s) failed; see the status column of ", csv));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunStudy(const StudyOptions& o) {
@@ -226,17 +347,7 @@ absl::Status RunStudy(const StudyOptions& o) {
   meta.load_average_start = LoadAverage();
   meta.sim_rate_gbit = o.sim_rate_mbit / 1000;
   meta.sim_delay_ms = o.sim_delay_ms;
-  std::vector<std::string> links = o.links;
-  if (links.empty()) {
-    links = {"loopback"};
-    if (geteuid() == 0) {
-      links.push_back("sim");
-    } else {
-      meta.notes.push_back(
-          "not root: no simulated cluster (deploy/sim/cluster.sh needs "
-          "network namespaces); loopback only, so no cost-model check");
-    }
-  }
+  std::vector<std::string> links = StudyLinks(o, &meta);
   std::error_code error;
   std::filesystem::create_directories(o.out_dir, error);
   if (error) {
@@ -246,45 +357,21 @@ absl::Status RunStudy(const StudyOptions& o) {
   ASSIGN_OR_RETURN(std::string scratch, MakeScratchDir("lockstep_study"));
   const std::vector<std::string> data_flags = DataFlags(o, &meta.notes);
 
-  std::vector<StudyRow> rows;
-  std::vector<StepRow> steps;
-  int failures = 0;
-  absl::Status interrupted;
+  StudyRuns runs;
   // By index: a failed simulated cluster appends loopback.
   for (size_t i = 0; i < links.size(); ++i) {
     const std::string link = links[i];
     std::unique_ptr<SimCluster> cluster;
     std::vector<BenchHost> hosts = LoopbackHosts(kStudyMaxHosts);
     if (link == "sim") {
-      absl::StatusOr<std::unique_ptr<SimCluster>> made =
-          SimCluster::Create(o, scratch);
-      if (absl::IsCancelled(made.status())) {
-        interrupted = made.status();
+      const absl::Status opened =
+          OpenSimCluster(o, scratch, &links, &meta, &cluster);
+      if (!opened.ok()) {
+        runs.interrupted = opened;
         break;
       }
-      if (!made.ok()) {
-        // The script's last words say why (not root, no `ip`, ...).
-        std::vector<absl::string_view> lines = absl::StrSplit(
-            made.status().message(), '\n', absl::SkipWhitespace());
-        const bool fallback =
-            std::find(links.begin(), links.end(), "loopback") == links.end();
-        meta.notes.push_back(absl::StrCat(
-            "no simulated cluster (",
-            lines.empty() ? "" : absl::StripPrefix(lines.back(), "[tool] "),
-            fallback ? "); loopback instead, so no cost-model check"
-                     : "); its runs are left out"));
-        if (fallback) links.push_back("loopback");
-        continue;
-      }
-      cluster = *std::move(made);
+      if (cluster == nullptr) continue;
       hosts = cluster->hosts();
-      meta.sim_delay_applied = cluster->delay_applied();
-      if (!meta.sim_delay_applied && o.sim_delay_ms > 0) {
-        meta.notes.push_back(absl::StrFormat(
-            "this kernel has no sch_netem: simulated links are rate-limited "
-            "to %g Mbit/s but get no added %g ms delay",
-            o.sim_rate_mbit, o.sim_delay_ms));
-      }
     }
     meta.links.push_back(link);
     for (const RunSpec& spec : StudyMatrix(link, o.quick, data_flags)) {
@@ -292,58 +379,12 @@ absl::Status RunStudy(const StudyOptions& o) {
                                         spec.row.kind) == o.kinds.end()) {
         continue;
       }
-      StudyRow row = spec.row;
-      if (!interrupted.ok() || absl::Now() >= deadline) {
-        row.status = interrupted.ok() ? "skipped: the study's time is spent"
-                                      : "skipped: interrupted";
-        rows.push_back(row);
-        continue;
-      }
-      row.load_average = LoadAverage();
-      std::printf("[%s] %s %s, %d worker(s), %lld bytes ...",
-                  row.run_id.c_str(), row.kind.c_str(), row.label.c_str(),
-                  row.workers, static_cast<long long>(row.model_bytes));
-      std::fflush(stdout);
-      const absl::Status s = row.kind == "comm"
-                                 ? RunComm(o, spec, hosts, &row)
-                                 : RunMlp(o, spec, hosts, &row, &steps);
-      if (!s.ok()) {
-        row.status = absl::StrCat("failed: ", s.message());
-        ++failures;
-        if (absl::IsCancelled(s)) interrupted = s;
-      }
-      std::printf(
-          " %s\n",
-          s.ok() ? absl::StrFormat("median %.6f s", row.median_step_s).c_str()
-                 : row.status.c_str());
-      std::fflush(stdout);
-      rows.push_back(row);
+      RunOne(o, spec, hosts, deadline, &runs);
     }
   }
   meta.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   meta.load_average_end = LoadAverage();
-
-  const std::string csv = absl::StrCat(o.out_dir, "/study.csv");
-  RETURN_IF_ERROR(WriteFileAtomically(csv, RowsCsv(rows)));
-  RETURN_IF_ERROR(WriteFileAtomically(
-      absl::StrCat(o.out_dir, "/study_steps.csv"), StepsCsv(steps)));
-  const std::string json = absl::StrCat(o.out_dir, "/study.json");
-  RETURN_IF_ERROR(WriteFileAtomically(json, StudyJson(meta, rows)));
-  if (o.plots && interrupted.ok()) {
-    // The script reads the files above; its notes go into the JSON too.
-    RETURN_IF_ERROR(Plot(o, scratch, &meta.notes));
-    RETURN_IF_ERROR(WriteFileAtomically(json, StudyJson(meta, rows)));
-  }
-  PrintStudyTable(meta, rows, stdout);
-  std::printf("\nwritten to %s: study.csv, study_steps.csv, study.json\n",
-              o.out_dir.c_str());
-  std::filesystem::remove_all(scratch, error);
-  if (!interrupted.ok()) return interrupted;
-  if (failures > 0) {
-    return absl::InternalError(absl::StrCat(
-        failures, " run(s) failed; see the status column of ", csv));
-  }
-  return absl::OkStatus();
+  return WriteStudy(o, scratch, &meta, runs);
 }
 
 }  // namespace lockstep

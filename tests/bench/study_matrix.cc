@@ -104,15 +104,17 @@ RunSpec WithStraggle(RunSpec spec, int rank, int ms, bool random) {
   return spec;
 }
 
-}  // namespace
+// The MLP jobs' worker count.
+int MlpWorkers(bool quick) { return quick ? 2 : 4; }
 
-std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
-                                 const std::vector<std::string>& data_flags) {
-  std::vector<RunSpec> specs;
+// The comm-only runs: every PS shard count (and, on simulated links, the
+// colocated shards) and both all-reduce backends, per size and worker count.
+void AppendCommRuns(const std::string& link, bool quick,
+                    std::vector<RunSpec>* specs) {
   for (const CommSize& size : CommSizes(link, quick)) {
     for (int n : size.workers) {
       for (int k : ShardCounts(n, quick)) {
-        specs.push_back(Comm(link, size, n, "ps", k));
+        specs->push_back(Comm(link, size, n, "ps", k));
       }
       if (link == "sim" || quick) {
         // BytePS's usual deployment when no spare hosts exist: a shard on
@@ -123,15 +125,19 @@ std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
         colocated.colocate = true;
         colocated.row.placement = "colocated";
         colocated.row.label = absl::StrCat("ps k=", n, " colocated");
-        specs.push_back(colocated);
+        specs->push_back(colocated);
       }
-      specs.push_back(Comm(link, size, n, "gloo", 1));
-      specs.push_back(Comm(link, size, n, "grpc-ring", 1));
+      specs->push_back(Comm(link, size, n, "gloo", 1));
+      specs->push_back(Comm(link, size, n, "grpc-ring", 1));
     }
   }
+}
 
-  // Loss curves: every sync mode on the same model, data and seed.
-  const int n = quick ? 2 : 4;
+// Loss curves: every sync mode on the same model, data and seed.
+void AppendLossCurves(const std::string& link, bool quick,
+                      const std::vector<std::string>& data_flags,
+                      std::vector<RunSpec>* specs) {
+  const int n = MlpWorkers(quick);
   const auto mlp = [&](const std::string& label, const std::string& sync,
                        int shards) {
     return Mlp(link, "mlp", label, sync, n, shards, data_flags);
@@ -148,12 +154,17 @@ std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
   for (RunSpec& spec : curves) {
     // Quick: a few steps; full: one epoch (234 steps of 4 x 64).
     spec.job.max_steps = quick ? 10 : 0;
-    specs.push_back(spec);
+    specs->push_back(spec);
   }
+}
 
-  // Stragglers: the last rank sleeps before every step, or every rank a
-  // random 0..ms; synchronous training waits for the slowest, backup
-  // workers let a step close without it.
+// Stragglers: the last rank sleeps before every step, or every rank a
+// random 0..ms; synchronous training waits for the slowest, backup
+// workers let a step close without it.
+void AppendStragglers(const std::string& link, bool quick,
+                      const std::vector<std::string>& data_flags,
+                      std::vector<RunSpec>* specs) {
+  const int n = MlpWorkers(quick);
   const int slow = n - 1;
   const int ms = quick ? 5 : 40;
   const auto straggler = [&](const std::string& what, const std::string& sync,
@@ -180,8 +191,17 @@ std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
     stragglers.push_back(straggler(random, "ps", 0, true));
     stragglers.push_back(straggler(random, "ps", 1, true));
   }
-  for (RunSpec& spec : stragglers) specs.push_back(spec);
+  for (RunSpec& spec : stragglers) specs->push_back(spec);
+}
 
+}  // namespace
+
+std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
+                                 const std::vector<std::string>& data_flags) {
+  std::vector<RunSpec> specs;
+  AppendCommRuns(link, quick, &specs);
+  AppendLossCurves(link, quick, data_flags, &specs);
+  AppendStragglers(link, quick, data_flags, &specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     specs[i].row.run_id =
         absl::StrFormat("%s-%s-%03d", link, specs[i].row.kind, i);

@@ -90,6 +90,21 @@ std::vector<std::string> WorkerArgs(const MlpJob& job, int rank,
   return argv;
 }
 
+// Rank 0's step log, from `dir`, and its summary at `summary_path`.
+absl::StatusOr<MlpJobResult> ReadJobResult(const std::string& dir,
+                                           const std::string& summary_path) {
+  MlpJobResult result;
+  ASSIGN_OR_RETURN(std::string log,
+                   ReadWholeFile(absl::StrCat(dir, "/steps.csv")));
+  RETURN_IF_ERROR(ParseStepLog(log, &result));
+  ASSIGN_OR_RETURN(std::string summary, ReadWholeFile(summary_path));
+  ASSIGN_OR_RETURN(result.test_accuracy,
+                   FindJsonNumber(summary, {"test_accuracy"}));
+  ASSIGN_OR_RETURN(result.wall_seconds,
+                   FindJsonNumber(summary, {"wall_seconds"}));
+  return result;
+}
+
 }  // namespace
 
 absl::StatusOr<MlpJobResult> RunMlpJob(const MlpJob& job,
@@ -149,16 +164,7 @@ absl::StatusOr<MlpJobResult> RunMlpJob(const MlpJob& job,
   }
   // A worker stuck there ignores its first SIGTERM (it only asks to leave).
   runner->StopAll(absl::Milliseconds(500));
-  MlpJobResult result;
-  ASSIGN_OR_RETURN(std::string log,
-                   ReadWholeFile(absl::StrCat(dir, "/steps.csv")));
-  RETURN_IF_ERROR(ParseStepLog(log, &result));
-  ASSIGN_OR_RETURN(std::string summary, ReadWholeFile(summary_path));
-  ASSIGN_OR_RETURN(result.test_accuracy,
-                   FindJsonNumber(summary, {"test_accuracy"}));
-  ASSIGN_OR_RETURN(result.wall_seconds,
-                   FindJsonNumber(summary, {"wall_seconds"}));
-  return result;
+  return ReadJobResult(dir, summary_path);
 }
 
 }  // namespace lockstep

@@ -245,21 +245,16 @@ std::string StudyJson(const StudyMeta& meta,
                       absl::StrJoin(crossovers, ",\n"), "\n]\n}\n");
 }
 
-void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
-                     std::FILE* out) {
-  std::string text = absl::StrFormat(
-      "\nstudy: %d runs in %.0f s on %d CPU(s), load average %.2f -> %.2f\n",
-      rows.size(), meta.seconds, meta.cpus, meta.load_average_start,
-      meta.load_average_end);
-  for (const std::string& note : meta.notes) {
-    absl::StrAppend(&text, "  note: ", note, "\n");
-  }
-  absl::StrAppend(&text,
+namespace {
+
+// One line per run under a header line.
+void AppendRunsTable(const std::vector<StudyRow>& rows, std::string* text) {
+  absl::StrAppend(text,
                   "  link      kind       label                      n  k  "
                   "M          median s   p90 s      model s    ratio  loss\n");
   for (const StudyRow& r : rows) {
     absl::StrAppendFormat(
-        &text,
+        text,
         "  %-9s %-10s %-26s %-2d %-2d %-10s %-10s %-10s %-10s %-6s %s%s\n",
         r.link, r.kind, r.label, r.workers, r.shards,
         Bytes(static_cast<double>(r.model_bytes)), Number(r.median_step_s),
@@ -269,19 +264,24 @@ void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
             : "",
         Number(r.final_loss), r.status == "ok" ? "" : "  " + r.status);
   }
+}
+
+// The cost-model check: how many simulated-link comm runs held, then each.
+void AppendModelChecks(const StudyMeta& meta, const std::vector<StudyRow>& rows,
+                       std::string* text) {
   const std::vector<ModelCheck> checks = ModelChecks(rows);
   const int held = static_cast<int>(
       std::count_if(checks.begin(), checks.end(),
                     [](const ModelCheck& c) { return c.held; }));
   absl::StrAppendFormat(
-      &text,
+      text,
       "\ncost-model check (simulated %.3g Gbit/s links, M >= 10 MB, measured "
       "median within 15%% of the model with headers and chunks): %d of %d "
       "held\n",
       meta.sim_rate_gbit, held, checks.size());
   for (const ModelCheck& c : checks) {
     absl::StrAppendFormat(
-        &text,
+        text,
         "  %-26s n=%d M=%-9s measured %.4f s  model %.4f s (bandwidth only "
         "%.4f)  ratio %.2f  cpu %3.0f%%  %s\n",
         c.row->label, c.row->workers,
@@ -291,17 +291,21 @@ void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
   }
   if (checks.empty()) {
     absl::StrAppend(
-        &text,
+        text,
         "  (no simulated-link comm run with M >= 10 MB: nothing to check)\n");
   }
+}
+
+// Each PS run against gloo's ring all-reduce, when there are any.
+void AppendCrossovers(const std::vector<StudyRow>& rows, std::string* text) {
   const std::vector<Crossover> crossovers = Crossovers(rows);
   if (!crossovers.empty()) {
-    absl::StrAppend(&text,
+    absl::StrAppend(text,
                     "\ncrossover (simulated links): each PS run against gloo's "
                     "ring all-reduce at the same n and M\n");
     for (const Crossover& c : crossovers) {
       absl::StrAppendFormat(
-          &text, "  %-26s n=%d M=%-9s PS %.4f s  gloo %s  grpc-ring %s  %s\n",
+          text, "  %-26s n=%d M=%-9s PS %.4f s  gloo %s  grpc-ring %s  %s\n",
           c.ps->label, c.ps->workers,
           Bytes(static_cast<double>(c.ps->model_bytes)), c.ps->median_step_s,
           c.gloo_s > 0 ? absl::StrFormat("%.4f s", c.gloo_s) : "-",
@@ -313,6 +317,22 @@ void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
                                              c.ps->median_step_s / c.gloo_s));
     }
   }
+}
+
+}  // namespace
+
+void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
+                     std::FILE* out) {
+  std::string text = absl::StrFormat(
+      "\nstudy: %d runs in %.0f s on %d CPU(s), load average %.2f -> %.2f\n",
+      rows.size(), meta.seconds, meta.cpus, meta.load_average_start,
+      meta.load_average_end);
+  for (const std::string& note : meta.notes) {
+    absl::StrAppend(&text, "  note: ", note, "\n");
+  }
+  AppendRunsTable(rows, &text);
+  AppendModelChecks(meta, rows, &text);
+  AppendCrossovers(rows, &text);
   std::fputs(text.c_str(), out);
   std::fflush(out);
 }

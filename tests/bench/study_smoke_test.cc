@@ -104,73 +104,63 @@ std::vector<std::vector<std::string>> ReadCsv(const std::string& path) {
   return rows;
 }
 
-TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
-  const std::string dir = MakeTempDir() + "/study";
-  const RunResult run =
-      RunProcess({kBench, "study", "--quick", "--links=loopback", "--noplots",
-                  "--out_dir=" + dir, "--timeout_s=60"},
-                 {}, absl::Seconds(120));
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+// The index of column `name` in `header`; 0, with a failure, if none.
+size_t Column(const std::vector<std::string>& header, const std::string& name) {
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (header[i] == name) return i;
+  }
+  ADD_FAILURE() << "no column " << name;
+  return size_t{0};
+}
 
-  const std::vector<std::vector<std::string>> csv = ReadCsv(dir + "/study.csv");
-  ASSERT_FALSE(csv.empty());
-  EXPECT_EQ(csv[0], StudyColumns());
-  std::vector<std::string> header = csv[0];
-  auto column = [&](const std::string& name) {
-    for (size_t i = 0; i < header.size(); ++i) {
-      if (header[i] == name) return i;
-    }
-    ADD_FAILURE() << "no column " << name;
-    return size_t{0};
-  };
-  // Quick matrix: ps k=1, ps k=2 on shards of their own and k=2 colocated,
-  // gloo and grpc-ring with synthetic gradients; the MLP with ps and gloo;
-  // a straggler without and with a backup worker.
+// What the quick study's rows hold, counted.
+struct RowCounts {
   std::multiset<std::string> kinds, modes, placements;
-  for (size_t i = 1; i < csv.size(); ++i) {
-    ASSERT_EQ(csv[i].size(), header.size()) << "row " << i;
-    kinds.insert(csv[i][column("kind")]);
-    modes.insert(csv[i][column("kind")] + "/" + csv[i][column("mode")]);
-    EXPECT_EQ(csv[i][column("link")], "loopback");
-    EXPECT_EQ(csv[i][column("status")], "ok");
-    EXPECT_GT(std::stod(csv[i][column("median_step_s")]), 0) << "row " << i;
-    // No cost model on loopback.
-    EXPECT_EQ(csv[i][column("model_step_s")], "") << "row " << i;
-    const bool ps_comm = csv[i][column("kind")] == "comm" &&
-                         csv[i][column("mode")] == "ps";
-    placements.insert(csv[i][column("placement")]);
-    if (ps_comm) {
-      // 10,000 parameters: 40 KB, one chunk per shard (auto).
-      EXPECT_EQ(csv[i][column("chunk_bytes")], "4194304") << "row " << i;
+};
+
+// Row i of study.csv (csv[0] is the header) as a quick study on loopback
+// writes it; its kind, kind/mode and placement go into *counts.
+void ExpectQuickRow(const std::vector<std::vector<std::string>>& csv, size_t i,
+                    RowCounts* counts) {
+  const std::vector<std::string>& header = csv[0];
+  auto column = [&](const std::string& name) { return Column(header, name); };
+  ASSERT_EQ(csv[i].size(), header.size()) << "row " << i;
+  counts->kinds.insert(csv[i][column("kind")]);
+  counts->modes.insert(csv[i][column("kind")] + "/" + csv[i][column("mode")]);
+  EXPECT_EQ(csv[i][column("link")], "loopback");
+  EXPECT_EQ(csv[i][column("status")], "ok");
+  EXPECT_GT(std::stod(csv[i][column("median_step_s")]), 0) << "row " << i;
+  // No cost model on loopback.
+  EXPECT_EQ(csv[i][column("model_step_s")], "") << "row " << i;
+  const bool ps_comm =
+      csv[i][column("kind")] == "comm" && csv[i][column("mode")] == "ps";
+  counts->placements.insert(csv[i][column("placement")]);
+  if (ps_comm) {
+    // 10,000 parameters: 40 KB, one chunk per shard (auto).
+    EXPECT_EQ(csv[i][column("chunk_bytes")], "4194304") << "row " << i;
+  } else {
+    EXPECT_EQ(csv[i][column("placement")], "") << "row " << i;
+  }
+  if (csv[i][column("kind")] == "comm") {
+    const std::string& busy = csv[i][column("cpu_busy")];
+    if (busy.empty()) {
+      // Left out only when /proc/stat's clock (a few ms a tick) did not
+      // advance over the timed steps: a window that short.
+      EXPECT_LT(std::stod(csv[i][column("median_step_s")]) *
+                    std::stod(csv[i][column("steps")]),
+                0.1)
+          << "row " << i;
     } else {
-      EXPECT_EQ(csv[i][column("placement")], "") << "row " << i;
-    }
-    if (csv[i][column("kind")] == "comm") {
-      const std::string& busy = csv[i][column("cpu_busy")];
-      if (busy.empty()) {
-        // Left out only when /proc/stat's clock (a few ms a tick) did not
-        // advance over the timed steps: a window that short.
-        EXPECT_LT(std::stod(csv[i][column("median_step_s")]) *
-                      std::stod(csv[i][column("steps")]),
-                  0.1)
-            << "row " << i;
-      } else {
-        EXPECT_GE(std::stod(busy), 0) << "row " << i;
-        EXPECT_LE(std::stod(busy), 1) << "row " << i;
-      }
+      EXPECT_GE(std::stod(busy), 0) << "row " << i;
+      EXPECT_LE(std::stod(busy), 1) << "row " << i;
     }
   }
-  EXPECT_EQ(kinds.count("comm"), 5u);
-  EXPECT_EQ(placements.count("dedicated"), 2u);
-  EXPECT_EQ(placements.count("colocated"), 1u);
-  EXPECT_EQ(kinds.count("mlp"), 2u);
-  EXPECT_EQ(kinds.count("straggler"), 2u);
-  EXPECT_EQ(modes.count("comm/ps"), 3u);
-  EXPECT_EQ(modes.count("comm/gloo"), 1u);
-  EXPECT_EQ(modes.count("comm/grpc-ring"), 1u);
-  EXPECT_EQ(modes.count("mlp/gloo"), 1u);
+}
 
-  // Every MLP run left its per-step log: 10 steps for the loss curves.
+// Every MLP run of study.csv left its per-step log: 10 steps for the loss
+// curves.
+void ExpectStepLogs(const std::string& dir,
+                    const std::vector<std::vector<std::string>>& csv) {
   const std::vector<std::vector<std::string>> steps =
       ReadCsv(dir + "/study_steps.csv");
   ASSERT_FALSE(steps.empty());
@@ -183,9 +173,39 @@ TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
     EXPECT_GT(std::stod(steps[i][3]), 0);
   }
   for (size_t i = 1; i < csv.size(); ++i) {
-    if (csv[i][column("kind")] != "mlp") continue;
-    EXPECT_EQ(runs.count(csv[i][column("run_id")]), 10u);
+    if (csv[i][Column(csv[0], "kind")] != "mlp") continue;
+    EXPECT_EQ(runs.count(csv[i][Column(csv[0], "run_id")]), 10u);
   }
+}
+
+TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
+  const std::string dir = MakeTempDir() + "/study";
+  const RunResult run =
+      RunProcess({kBench, "study", "--quick", "--links=loopback", "--noplots",
+                  "--out_dir=" + dir, "--timeout_s=60"},
+                 {}, absl::Seconds(120));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+
+  const std::vector<std::vector<std::string>> csv = ReadCsv(dir + "/study.csv");
+  ASSERT_FALSE(csv.empty());
+  EXPECT_EQ(csv[0], StudyColumns());
+  // Quick matrix: ps k=1, ps k=2 on shards of their own and k=2 colocated,
+  // gloo and grpc-ring with synthetic gradients; the MLP with ps and gloo;
+  // a straggler without and with a backup worker.
+  RowCounts counts;
+  for (size_t i = 1; i < csv.size(); ++i) {
+    ASSERT_NO_FATAL_FAILURE(ExpectQuickRow(csv, i, &counts));
+  }
+  EXPECT_EQ(counts.kinds.count("comm"), 5u);
+  EXPECT_EQ(counts.placements.count("dedicated"), 2u);
+  EXPECT_EQ(counts.placements.count("colocated"), 1u);
+  EXPECT_EQ(counts.kinds.count("mlp"), 2u);
+  EXPECT_EQ(counts.kinds.count("straggler"), 2u);
+  EXPECT_EQ(counts.modes.count("comm/ps"), 3u);
+  EXPECT_EQ(counts.modes.count("comm/gloo"), 1u);
+  EXPECT_EQ(counts.modes.count("comm/grpc-ring"), 1u);
+  EXPECT_EQ(counts.modes.count("mlp/gloo"), 1u);
+  ASSERT_NO_FATAL_FAILURE(ExpectStepLogs(dir, csv));
 
   const std::string json = ReadFile(dir + "/study.json");
   for (const char* key :

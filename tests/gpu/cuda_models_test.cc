@@ -52,46 +52,41 @@ std::vector<float> RandomWeights(const Model& mlp, uint64_t seed) {
   return w;
 }
 
-TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
-  const std::vector<int> sizes = {37, 45, 29, 11};
-  const int max_batch = 53;
-  auto cpu_mlp = CreateMlp(sizes, max_batch, cpu_.get());
-  auto cuda_mlp = CreateMlp(sizes, max_batch, cuda_.get());
-  ASSERT_TRUE(cpu_mlp.ok()) << cpu_mlp.status();
-  ASSERT_TRUE(cuda_mlp.ok()) << cuda_mlp.status();
-  GraphModel* mlps[2] = {cpu_mlp->get(), cuda_mlp->get()};
-  const std::vector<float> x = RandomFloats(size_t{max_batch} * sizes[0], 41);
-  const std::vector<int32_t> y = RandomLabels(max_batch, sizes.back(), 42);
-
-  // A full batch, then a smaller one through the same buffers.
-  const std::vector<float> w0 = RandomWeights(*mlps[0], 43);
-  for (const int rows : {max_batch, 19}) {
-    std::vector<float> grad[2];
-    BatchStats stats[2];
-    for (int d = 0; d < 2; ++d) {
-      grad[d].assign(w0.size(), std::nanf(""));
-      ASSERT_TRUE(mlps[d]->SetWeights(w0).ok());
-      auto s = mlps[d]->ComputeGradients(
-          absl::MakeConstSpan(x).subspan(0,
-                                         static_cast<size_t>(rows) * sizes[0]),
-          absl::MakeConstSpan(y).subspan(0, rows), absl::MakeSpan(grad[d]));
-      ASSERT_TRUE(s.ok()) << s.status();
-      stats[d] = *s;
-    }
-    EXPECT_NEAR(stats[1].loss_sum, stats[0].loss_sum,
-                kTolerance * stats[0].loss_sum);
-    EXPECT_EQ(stats[1].correct, stats[0].correct);
-    EXPECT_EQ(stats[1].examples, rows);
-    const auto want = cuda_test::ByTensor(*mlps[0], grad[0]);
-    const auto got = cuda_test::ByTensor(*mlps[0], grad[1]);
-    const std::vector<TensorInfo> tensors = mlps[0]->Tensors();
-    for (size_t t = 0; t < tensors.size(); ++t) {
-      ExpectClose(got[t], want[t],
-                  absl::StrCat(tensors[t].name, " gradient, ", rows, " rows"));
-    }
+// The first `rows` examples' gradients and batch statistics on the CPU
+// (mlps[0]) and CUDA (mlps[1]) models, both from weights w0.
+void ExpectGradientsAgree(GraphModel* const mlps[2], int features,
+                          const std::vector<float>& x,
+                          const std::vector<int32_t>& y,
+                          const std::vector<float>& w0, int rows) {
+  std::vector<float> grad[2];
+  BatchStats stats[2];
+  for (int d = 0; d < 2; ++d) {
+    grad[d].assign(w0.size(), std::nanf(""));
+    ASSERT_TRUE(mlps[d]->SetWeights(w0).ok());
+    auto s = mlps[d]->ComputeGradients(
+        absl::MakeConstSpan(x).subspan(0, static_cast<size_t>(rows) * features),
+        absl::MakeConstSpan(y).subspan(0, rows), absl::MakeSpan(grad[d]));
+    ASSERT_TRUE(s.ok()) << s.status();
+    stats[d] = *s;
   }
+  EXPECT_NEAR(stats[1].loss_sum, stats[0].loss_sum,
+              kTolerance * stats[0].loss_sum);
+  EXPECT_EQ(stats[1].correct, stats[0].correct);
+  EXPECT_EQ(stats[1].examples, rows);
+  const auto want = cuda_test::ByTensor(*mlps[0], grad[0]);
+  const auto got = cuda_test::ByTensor(*mlps[0], grad[1]);
+  const std::vector<TensorInfo> tensors = mlps[0]->Tensors();
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    ExpectClose(got[t], want[t],
+                absl::StrCat(tensors[t].name, " gradient, ", rows, " rows"));
+  }
+}
 
-  // A few SGD steps, each device on its own weights.
+// A few SGD steps from w0, each device on its own weights: the same losses
+// and weights on both.
+void ExpectSgdStepsAgree(GraphModel* const mlps[2], const std::vector<float>& x,
+                         const std::vector<int32_t>& y,
+                         const std::vector<float>& w0) {
   std::vector<float> w[2] = {w0, w0};
   for (int step = 0; step < 5; ++step) {
     double loss[2];
@@ -110,6 +105,26 @@ TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
   for (size_t t = 0; t < want.size(); ++t) {
     ExpectClose(got[t], want[t], absl::StrCat("weights after 5 steps, ", t));
   }
+}
+
+TEST_F(CudaVsCpuTest, MlpGradientsAndTrainingSteps) {
+  const std::vector<int> sizes = {37, 45, 29, 11};
+  const int max_batch = 53;
+  auto cpu_mlp = CreateMlp(sizes, max_batch, cpu_.get());
+  auto cuda_mlp = CreateMlp(sizes, max_batch, cuda_.get());
+  ASSERT_TRUE(cpu_mlp.ok()) << cpu_mlp.status();
+  ASSERT_TRUE(cuda_mlp.ok()) << cuda_mlp.status();
+  GraphModel* const mlps[2] = {cpu_mlp->get(), cuda_mlp->get()};
+  const std::vector<float> x = RandomFloats(size_t{max_batch} * sizes[0], 41);
+  const std::vector<int32_t> y = RandomLabels(max_batch, sizes.back(), 42);
+
+  // A full batch, then a smaller one through the same buffers.
+  const std::vector<float> w0 = RandomWeights(*mlps[0], 43);
+  for (const int rows : {max_batch, 19}) {
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectGradientsAgree(mlps, sizes[0], x, y, w0, rows));
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSgdStepsAgree(mlps, x, y, w0));
 
   // Evaluate splits more rows than max_batch the same way on both.
   const std::vector<float> ex = RandomFloats(size_t{131} * sizes[0], 44);

@@ -34,9 +34,9 @@ set -euo pipefail
 
 readonly kMaxBundleBytes=$((40 * 1024 * 1024))
 readonly kTests=(cuda_device_test cuda_models_test device_copies_test device_checks_test
-  cpu_device_test image_op_elements_test conv2d_test pooling_layers_test
-  batch_normalization_test basic_layers_test graph_model_test
-  all_reducer_test kernels_test chunk_barrier_parallel_test)
+  cpu_device_test device_factory_test image_op_elements_test conv2d_test
+  pooling_layers_test batch_normalization_test basic_layers_test
+  graph_model_test all_reducer_test kernels_test chunk_barrier_parallel_test)
 readonly kTools=(lockstep_gpu_bench lockstep_server lockstep_worker
   lockstep_launch lockstep_bench)
 readonly kBinaries=("${kTests[@]}" "${kTools[@]}")

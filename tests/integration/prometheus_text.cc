@@ -68,95 +68,104 @@ struct Buckets {
   double count = -1;
 };
 
-}  // namespace
-
-absl::StatusOr<PrometheusSamples> ParsePrometheusText(absl::string_view text) {
+// What the lines so far have declared and sampled.
+struct ParseState {
   PrometheusSamples samples;
   std::map<std::string, Family> families;
   std::map<std::string, Buckets> histograms;  // By family + labels.
-  std::string current;  // Family of the previous line.
-  int line_number = 0;
-  if (!text.empty() && text.back() != '\n') {
-    return absl::InvalidArgumentError("the text does not end with a newline");
+  std::string current;                        // Family of the previous line.
+};
+
+bool IsMetadata(absl::string_view line) {
+  return absl::StartsWith(line, "# HELP ") || absl::StartsWith(line, "# TYPE ");
+}
+
+// A HELP or TYPE line of *family; null, or why it is wrong.
+const char* ParseMetadata(absl::string_view line, ParseState* state,
+                          std::string* family) {
+  std::vector<std::string> parts =
+      absl::StrSplit(line.substr(7), absl::MaxSplits(' ', 1));
+  if (parts.size() != 2 || parts[1].empty()) return "no name or text";
+  *family = parts[0];
+  Family& f = state->families[*family];
+  if (f.done || (!state->current.empty() && state->current != *family &&
+                 (f.help || !f.type.empty()))) {
+    return "family split in two";
   }
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    if (line.empty()) continue;
-    auto fail = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line_number, " (", line, "): ", why));
-    };
-    std::string family;
-    if (absl::StartsWith(line, "# HELP ") || absl::StartsWith(line, "# TYPE ")) {
-      std::vector<std::string> parts =
-          absl::StrSplit(line.substr(7), absl::MaxSplits(' ', 1));
-      if (parts.size() != 2 || parts[1].empty()) return fail("no name or text");
-      family = parts[0];
-      Family& f = families[family];
-      if (f.done || (!current.empty() && current != family &&
-                     (f.help || !f.type.empty()))) {
-        return fail("family split in two");
-      }
-      if (absl::StartsWith(line, "# HELP ")) {
-        if (f.help) return fail("second HELP");
-        f.help = true;
-      } else {
-        if (!f.type.empty()) return fail("second TYPE");
-        if (parts[1] != "counter" && parts[1] != "gauge" &&
-            parts[1] != "histogram") {
-          return fail("unknown type");
-        }
-        f.type = parts[1];
-      }
-    } else if (absl::StartsWith(line, "#")) {
-      continue;  // A comment.
-    } else {
-      std::smatch m;
-      const std::string l(line);
-      if (!std::regex_match(l, m, SampleLine())) return fail("not a sample");
-      const std::string name = m[1];
-      const std::string labels = m[2];
-      double value;
-      if (!ParseValue(m[7], &value)) return fail("bad value");
-      family = name;
-      for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-        const std::string base(absl::StripSuffix(name, suffix));
-        if (base != name && families.count(base) > 0 &&
-            families[base].type == "histogram") {
-          family = base;
-        }
-      }
-      Family& f = families[family];
-      if (f.type.empty() || !f.help) return fail("sample before HELP/TYPE");
-      if (f.done) return fail("family split in two");
-      if (samples.count(name + labels) > 0) return fail("repeated series");
-      samples[name + labels] = value;
-      if (f.type == "counter" && !(value >= 0)) return fail("negative counter");
-      if (f.type == "histogram") {
-        if (family == name) return fail("histogram sample without suffix");
-        std::string rest, le;
-        SplitLe(labels, &rest, &le);
-        Buckets& b = histograms[family + rest];
-        if (absl::EndsWith(name, "_bucket")) {
-          double bound;
-          if (le.empty() || !ParseValue(le, &bound)) return fail("bad le");
-          if (!b.le_count.empty() && !(bound > b.le_count.back().first)) {
-            return fail("le not increasing");
-          }
-          if (!b.le_count.empty() && value < b.le_count.back().second) {
-            return fail("bucket count decreases");
-          }
-          b.le_count.emplace_back(bound, value);
-        } else if (absl::EndsWith(name, "_sum")) {
-          b.has_sum = true;
-        } else {
-          b.count = value;
-        }
-      }
+  if (absl::StartsWith(line, "# HELP ")) {
+    if (f.help) return "second HELP";
+    f.help = true;
+    return nullptr;
+  }
+  if (!f.type.empty()) return "second TYPE";
+  if (parts[1] != "counter" && parts[1] != "gauge" && parts[1] != "histogram") {
+    return "unknown type";
+  }
+  f.type = parts[1];
+  return nullptr;
+}
+
+// A _bucket, _sum or _count sample of histogram `family`; null, or why it
+// is wrong.
+const char* AddHistogramSample(const std::string& family,
+                               const std::string& name,
+                               const std::string& labels, double value,
+                               ParseState* state) {
+  if (family == name) return "histogram sample without suffix";
+  std::string rest, le;
+  SplitLe(labels, &rest, &le);
+  Buckets& b = state->histograms[family + rest];
+  if (absl::EndsWith(name, "_bucket")) {
+    double bound;
+    if (le.empty() || !ParseValue(le, &bound)) return "bad le";
+    if (!b.le_count.empty() && !(bound > b.le_count.back().first)) {
+      return "le not increasing";
     }
-    if (!current.empty() && current != family) families[current].done = true;
-    current = family;
+    if (!b.le_count.empty() && value < b.le_count.back().second) {
+      return "bucket count decreases";
+    }
+    b.le_count.emplace_back(bound, value);
+  } else if (absl::EndsWith(name, "_sum")) {
+    b.has_sum = true;
+  } else {
+    b.count = value;
   }
+  return nullptr;
+}
+
+// A sample line of *family; null, or why it is wrong.
+const char* ParseSample(absl::string_view line, ParseState* state,
+                        std::string* family) {
+  std::smatch m;
+  const std::string l(line);
+  if (!std::regex_match(l, m, SampleLine())) return "not a sample";
+  const std::string name = m[1];
+  const std::string labels = m[2];
+  double value;
+  if (!ParseValue(m[7], &value)) return "bad value";
+  *family = name;
+  for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+    const std::string base(absl::StripSuffix(name, suffix));
+    if (base != name && state->families.count(base) > 0 &&
+        state->families[base].type == "histogram") {
+      *family = base;
+    }
+  }
+  Family& f = state->families[*family];
+  if (f.type.empty() || !f.help) return "sample before HELP/TYPE";
+  if (f.done) return "family split in two";
+  if (state->samples.count(name + labels) > 0) return "repeated series";
+  state->samples[name + labels] = value;
+  if (f.type == "counter" && !(value >= 0)) return "negative counter";
+  if (f.type == "histogram") {
+    return AddHistogramSample(*family, name, labels, value, state);
+  }
+  return nullptr;
+}
+
+// Every histogram ends in a +Inf bucket and has a _sum and a _count equal
+// to that bucket.
+absl::Status CheckHistograms(const std::map<std::string, Buckets>& histograms) {
   for (const auto& [series, b] : histograms) {
     if (b.le_count.empty() || !std::isinf(b.le_count.back().first)) {
       return absl::InvalidArgumentError(
@@ -167,7 +176,37 @@ absl::StatusOr<PrometheusSamples> ParsePrometheusText(absl::string_view text) {
           series, ": _count missing or not the +Inf bucket, or no _sum"));
     }
   }
-  return samples;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PrometheusSamples> ParsePrometheusText(absl::string_view text) {
+  ParseState state;
+  int line_number = 0;
+  if (!text.empty() && text.back() != '\n') {
+    return absl::InvalidArgumentError("the text does not end with a newline");
+  }
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (line.empty()) continue;
+    const bool metadata = IsMetadata(line);
+    if (!metadata && absl::StartsWith(line, "#")) continue;  // A comment.
+    std::string family;
+    const char* why = metadata ? ParseMetadata(line, &state, &family)
+                               : ParseSample(line, &state, &family);
+    if (why != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_number, " (", line, "): ", why));
+    }
+    if (!state.current.empty() && state.current != family) {
+      state.families[state.current].done = true;
+    }
+    state.current = family;
+  }
+  const absl::Status histograms = CheckHistograms(state.histograms);
+  if (!histograms.ok()) return histograms;
+  return state.samples;
 }
 
 }  // namespace lockstep

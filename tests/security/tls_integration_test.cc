@@ -23,6 +23,67 @@ using ::testing::Not;
 
 const std::string kBin = LOCKSTEP_BIN_DIR;
 
+// What lockstep_worker printed with the wrong token, with the right one
+// under gRPC's http tracer, and with the right one.
+struct TokenWorkerRuns {
+  RunResult refused, traced, trained;
+};
+
+// Workers against the token server at `address`: the wrong token is
+// refused, the http tracer is refused with a token, the right token trains.
+TokenWorkerRuns RunTokenWorkers(const std::string& address, const CertSet& ca,
+                                const std::string& good_file,
+                                const std::string& bad_file,
+                                const std::vector<std::string>& env) {
+  const std::vector<std::string> worker = {kBin + "/lockstep_worker",
+                                           "--servers=" + address,
+                                           "--workers=1",
+                                           "--rank=0",
+                                           "--dataset=synthetic",
+                                           "--synthetic_examples=640",
+                                           "--max_steps=2",
+                                           "--progress=none",
+                                           "--connect_timeout_s=10",
+                                           "--tls_ca=" + ca.File("ca.pem")};
+  std::vector<std::string> wrong = worker;
+  wrong.push_back("--token_file=" + bad_file);
+  RunResult refused = RunProcess(wrong, env, absl::Seconds(60));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.output, HasSubstr("UNAUTHENTICATED"));
+  std::vector<std::string> right = worker;
+  right.push_back("--token_file=" + good_file);
+  // gRPC's http tracer logs every header: a token file is refused with it.
+  std::vector<std::string> traced_env = env;
+  traced_env.push_back("GRPC_TRACE=http");
+  RunResult traced = RunProcess(right, traced_env, absl::Seconds(60));
+  EXPECT_NE(traced.exit_code, 0) << traced.output;
+  EXPECT_THAT(traced.output, HasSubstr("GRPC_TRACE=http"));
+  RunResult trained = RunProcess(right, env, absl::Seconds(60));
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  return {refused, traced, trained};
+}
+
+// A plaintext server on loopback with the token in `good_file`: the
+// interceptor's path refuses the wrong token and takes the right one.
+// *output gets what the server printed.
+void CheckPlaintextTokenServer(const std::string& dir,
+                               const std::string& good_file,
+                               const std::string& bad_file,
+                               const std::vector<std::string>& env,
+                               std::string* output) {
+  ServerProcess plain =
+      StartServer({"--token_file=" + good_file, "--workers=1"}, dir, env);
+  ASSERT_FALSE(plain.address.empty());
+  TlsOptions loopback;
+  loopback.token_file = bad_file;
+  EXPECT_EQ(CallGetStatus(*Stub(plain.address, loopback)).code(),
+            absl::StatusCode::kUnauthenticated);
+  loopback.token_file = good_file;
+  EXPECT_TRUE(CallGetStatus(*Stub(plain.address, loopback)).ok());
+  plain.process.Kill();
+  *output = plain.process.Output();
+}
+
 class TlsIntegrationTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -165,48 +226,17 @@ TEST_F(TlsIntegrationTest, WrongTokenIsUnauthenticatedAndNeverPrinted) {
   client.token_file = good_file;
   EXPECT_TRUE(CallGetStatus(*Stub(server.address, client)).ok());
 
-  const std::vector<std::string> worker = {kBin + "/lockstep_worker",
-                                           "--servers=" + server.address,
-                                           "--workers=1",
-                                           "--rank=0",
-                                           "--dataset=synthetic",
-                                           "--synthetic_examples=640",
-                                           "--max_steps=2",
-                                           "--progress=none",
-                                           "--connect_timeout_s=10",
-                                           "--tls_ca=" + a_->File("ca.pem")};
-  std::vector<std::string> wrong = worker;
-  wrong.push_back("--token_file=" + bad_file);
-  RunResult refused = RunProcess(wrong, env, absl::Seconds(60));
-  EXPECT_NE(refused.exit_code, 0);
-  EXPECT_THAT(refused.output, HasSubstr("UNAUTHENTICATED"));
-  std::vector<std::string> right = worker;
-  right.push_back("--token_file=" + good_file);
-  // gRPC's http tracer logs every header: a token file is refused with it.
-  std::vector<std::string> traced_env = env;
-  traced_env.push_back("GRPC_TRACE=http");
-  RunResult traced = RunProcess(right, traced_env, absl::Seconds(60));
-  EXPECT_NE(traced.exit_code, 0) << traced.output;
-  EXPECT_THAT(traced.output, HasSubstr("GRPC_TRACE=http"));
-  RunResult trained = RunProcess(right, env, absl::Seconds(60));
-  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  const TokenWorkerRuns runs =
+      RunTokenWorkers(server.address, *a_, good_file, bad_file, env);
   EXPECT_EQ(server.process.Wait(absl::Seconds(30)), 0);
 
-  // Plaintext on loopback with a token: the interceptor's path.
-  ServerProcess plain =
-      StartServer({"--token_file=" + good_file, "--workers=1"}, *dir_, env);
-  ASSERT_FALSE(plain.address.empty());
-  TlsOptions loopback;
-  loopback.token_file = bad_file;
-  EXPECT_EQ(CallGetStatus(*Stub(plain.address, loopback)).code(),
-            absl::StatusCode::kUnauthenticated);
-  loopback.token_file = good_file;
-  EXPECT_TRUE(CallGetStatus(*Stub(plain.address, loopback)).ok());
-  plain.process.Kill();
+  std::string plain_output;
+  ASSERT_NO_FATAL_FAILURE(CheckPlaintextTokenServer(*dir_, good_file, bad_file,
+                                                    env, &plain_output));
 
   for (const std::string& output :
-       {server.process.Output(), plain.process.Output(), refused.output,
-        traced.output, trained.output}) {
+       {server.process.Output(), plain_output, runs.refused.output,
+        runs.traced.output, runs.trained.output}) {
     EXPECT_THAT(output, Not(HasSubstr(good)));
     EXPECT_THAT(output, Not(HasSubstr(bad)));
     EXPECT_THAT(output, Not(HasSubstr("7f3a9c2e")));

@@ -103,6 +103,32 @@ bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
           std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+// `result` is the ranks' sum of `inputs`: exact, or within fp32 rounding.
+void ExpectSumOfRanks(const std::vector<std::vector<float>>& inputs,
+                      const std::vector<float>& result, bool integers,
+                      int call) {
+  int bad = 0;
+  for (size_t i = 0; i < result.size() && bad < 5; ++i) {
+    double exact = 0, magnitude = 0;
+    for (const std::vector<float>& input : inputs) {
+      exact += input[i];
+      magnitude += std::fabs(input[i]);
+    }
+    if (integers) {
+      if (result[i] != exact) ++bad;
+      EXPECT_EQ(result[i], exact) << "integer call, element " << i;
+      continue;
+    }
+    // Each of the size - 1 fp32 additions rounds by at most 2^-24 of a
+    // partial sum, itself at most `magnitude`.
+    const double tolerance =
+        static_cast<double>(inputs.size() - 1) * std::ldexp(magnitude, -24);
+    if (std::fabs(result[i] - exact) > tolerance) ++bad;
+    EXPECT_NEAR(result[i], exact, tolerance)
+        << "call " << call << ", element " << i;
+  }
+}
+
 class AllReduceTest
     : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
@@ -148,31 +174,13 @@ TEST_P(AllReduceTest, SumsAreRightAndBitIdenticalOnEveryRank) {
   }
   for (int call = 0; call < calls; ++call) {
     const std::vector<float>& result = outputs[call][0];
-    const bool integers = call == static_cast<int>(lengths.size());
     for (int rank = 1; rank < size; ++rank) {
       EXPECT_TRUE(BitIdentical(result, outputs[call][rank]))
           << "call " << call << ": rank " << rank << " differs from rank 0";
     }
     ASSERT_EQ(result.size(), inputs[call][0].size());
-    int bad = 0;
-    for (size_t i = 0; i < result.size() && bad < 5; ++i) {
-      double exact = 0, magnitude = 0;
-      for (int rank = 0; rank < size; ++rank) {
-        exact += inputs[call][rank][i];
-        magnitude += std::fabs(inputs[call][rank][i]);
-      }
-      if (integers) {
-        if (result[i] != exact) ++bad;
-        EXPECT_EQ(result[i], exact) << "integer call, element " << i;
-        continue;
-      }
-      // Each of the size - 1 fp32 additions rounds by at most 2^-24 of a
-      // partial sum, itself at most `magnitude`.
-      const double tolerance = (size - 1) * std::ldexp(magnitude, -24);
-      if (std::fabs(result[i] - exact) > tolerance) ++bad;
-      EXPECT_NEAR(result[i], exact, tolerance)
-          << "call " << call << ", element " << i;
-    }
+    const bool integers = call == static_cast<int>(lengths.size());
+    ExpectSumOfRanks(inputs[call], result, integers, call);
   }
 }
 

@@ -12,7 +12,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/device/cpu/cpu_conv.h"
-#include "worker/device/device_factory.h"
 
 namespace lockstep {
 namespace {
@@ -345,68 +344,6 @@ TEST_F(CpuDeviceTest, SoftmaxCrossEntropyRejectsBadLabels) {
     EXPECT_EQ(correct, 0);
     EXPECT_EQ(grad, std::vector<float>(6, 7.0f));
   }
-}
-
-// The factory shares this library and has no test of its own. Whether this
-// build has CUDA and this machine a GPU is the factory's secret, so the
-// tests take "cuda"'s answer as given and check the rest against it.
-TEST(DeviceFactoryTest, CudaIsTheGpuOrAClearFailedPrecondition) {
-  DeviceOptions options;
-  options.kind = "cuda";
-  auto device = CreateDevice(options);
-  if (device.ok()) {
-    EXPECT_THAT((*device)->Name(), HasSubstr("cuda"));
-    return;
-  }
-  EXPECT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(device.status().message()), HasSubstr("CUDA"));
-}
-
-TEST(DeviceFactoryTest, CpuGivesTheCpuAndAutoPrefersTheGpu) {
-  DeviceOptions options;
-  options.kind = "cuda";
-  const bool have_gpu = CreateDevice(options).ok();
-  options.cpu_threads = 1;
-  options.kind = "cpu";
-  auto cpu = CreateDevice(options);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  EXPECT_THAT((*cpu)->Name(), HasSubstr("cpu"));
-  options.kind = "auto";
-  auto automatic = CreateDevice(options);
-  ASSERT_TRUE(automatic.ok()) << automatic.status();
-  EXPECT_THAT((*automatic)->Name(), HasSubstr(have_gpu ? "cuda" : "cpu"));
-}
-
-TEST(DeviceFactoryTest, TheCpuGetsACacheSizedConvWorkspace) {
-  DeviceOptions options;
-  options.kind = "cpu";
-  auto cpu = CreateDevice(options);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  EXPECT_EQ(ConvWorkspaceFloatsFor(**cpu), CpuDevice::kConvWorkspaceFloats);
-}
-
-TEST(DeviceFactoryTest, RejectsBadOptions) {
-  DeviceOptions options;
-  options.kind = "tpu";
-  EXPECT_EQ(CreateDevice(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  options.kind = "cpu";
-  options.cpu_threads = 0;
-  EXPECT_EQ(CreateDevice(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  options.cpu_threads = 1;
-  options.cpu_conv = "winograd";
-  EXPECT_EQ(CreateDevice(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-TEST(DeviceFactoryTest, Im2ColTurnsTheDirectConvolutionsOff) {
-  DeviceOptions options;
-  options.kind = "cpu";
-  options.cpu_conv = "im2col";
-  auto cpu = CreateDevice(options);
-  ASSERT_TRUE(cpu.ok()) << cpu.status();
-  EXPECT_EQ((*cpu)->Name(), "cpu (OpenBLAS, 1 thread)");
 }
 
 }  // namespace

@@ -12,14 +12,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "common/random.h"
 #include "gtest/gtest.h"
-#include "worker/device/cpu/cpu_batch_norm_ops.h"
+#include "tests/unit/cuda_emulated_test_util.h"
 #include "worker/device/cpu/cpu_device.h"
 #include "worker/device/cpu/cpu_image_ops.h"
 #include "worker/device/cuda/batch_norm_kernels.h"
@@ -31,66 +30,6 @@ namespace lockstep {
 namespace {
 
 using cuda_internal::SoftmaxResult;
-
-std::vector<float> RandomFloats(size_t n, uint64_t seed, float lo = -1.0f,
-                                float hi = 1.0f) {
-  Random random(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = random.Uniform(lo, hi);
-  return v;
-}
-
-// |got - want| <= tolerance * max |want|, element by element.
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
-                 double tolerance, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0;
-  for (float w : want) scale = std::max(scale, std::fabs(double{w}));
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_LE(std::fabs(double{got[i]} - want[i]), tolerance * scale)
-        << what << ", element " << i << ": " << got[i] << " vs " << want[i];
-  }
-}
-
-// A kernel operand in device memory: a copy of a host vector, or `n`
-// elements nobody has written yet; Read() copies it back.
-template <typename T>
-class OnDevice {
- public:
-  explicit OnDevice(size_t n) : n_(n) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, n * sizeof(T)) != cudaSuccess) std::abort();
-    p_ = static_cast<T*>(p);
-  }
-  explicit OnDevice(const std::vector<T>& host) : OnDevice(host.size()) {
-    if (cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice) !=
-        cudaSuccess) {
-      std::abort();
-    }
-  }
-  ~OnDevice() { cudaFree(p_); }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
-  T* get() const { return p_; }
-  std::vector<T> Read() const {
-    std::vector<T> host(n_);
-    if (cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost) !=
-        cudaSuccess) {
-      std::abort();
-    }
-    return host;
-  }
-
- private:
-  size_t n_;
-  T* p_ = nullptr;
-};
-
-class CudaKernelsEmulatedTest : public ::testing::Test {
- protected:
-  std::unique_ptr<Device> cpu_ = CpuDevice::Create(1, CpuConv::kIm2Col);
-};
 
 TEST_F(CudaKernelsEmulatedTest, SoftmaxCrossEntropyMatchesTheCpu) {
   struct Case {
@@ -220,93 +159,6 @@ TEST_F(CudaKernelsEmulatedTest, AxpyMatchesTheCpu) {
                                       nullptr),
             cudaSuccess);
   ExpectClose(got.Read(), want, 1e-6, "axpy");
-}
-
-// Batch statistics are summed in double in tiles of rows on the GPU, in
-// float (in order) on the CPU: close, not equal. 3000 rows make several
-// tiles; an offset of 20 tests the variance's cancellation.
-TEST_F(CudaKernelsEmulatedTest, BatchNormMatchesTheCpu) {
-  struct Case {
-    int rows, channels;
-    float offset;
-  };
-  for (const Case& c : {Case{1, 1, 0.0f}, Case{18, 4, 0.0f},
-                        Case{257, 37, 20.0f}, Case{3000, 2, -3.0f}}) {
-    SCOPED_TRACE(::testing::Message() << c.rows << " x " << c.channels);
-    const int rows = c.rows, channels = c.channels;
-    std::vector<float> x = RandomFloats(size_t{1} * rows * channels, 6);
-    for (float& v : x) v += c.offset;
-    const std::vector<float> dy = RandomFloats(x.size(), 7);
-    const std::vector<float> gamma = RandomFloats(channels, 8, 0.5f, 1.5f);
-    const std::vector<float> beta = RandomFloats(channels, 9);
-    const std::vector<float> moving_mean = RandomFloats(channels, 10);
-    const std::vector<float> moving_var = RandomFloats(channels, 11, 0.1f, 1);
-    const OnDevice<char> scratch(
-        cuda_internal::BatchNormScratchBytes(rows, channels));
-    const OnDevice<float> d_x(x), d_dy(dy), d_gamma(gamma), d_beta(beta);
-
-    struct Outputs {
-      std::vector<float> y, mean, var, saved_mean, saved_inv_std;
-    };
-    Outputs want{std::vector<float>(x.size()), moving_mean, moving_var,
-                 std::vector<float>(channels), std::vector<float>(channels)};
-    const OnDevice<float> y_got(x.size()), mean_got(moving_mean),
-        var_got(moving_var), saved_mean_got(channels),
-        saved_inv_std_got(channels);
-    ASSERT_TRUE(cpu_ops::BatchNormTraining(
-                    rows, channels, x.data(), gamma.data(), beta.data(), 1e-3f,
-                    0.99f, want.y.data(), want.mean.data(), want.var.data(),
-                    want.saved_mean.data(), want.saved_inv_std.data())
-                    .ok());
-    ASSERT_EQ(cuda_internal::LaunchBatchNormTraining(
-                  rows, channels, d_x.get(), d_gamma.get(), d_beta.get(), 1e-3f,
-                  0.99f, y_got.get(), mean_got.get(), var_got.get(),
-                  saved_mean_got.get(), saved_inv_std_got.get(), scratch.get(),
-                  nullptr),
-              cudaSuccess);
-    ExpectClose(y_got.Read(), want.y, 1e-5, "y");
-    ExpectClose(mean_got.Read(), want.mean, 1e-6, "moving mean");
-    ExpectClose(var_got.Read(), want.var, 1e-6, "moving variance");
-    ExpectClose(saved_mean_got.Read(), want.saved_mean, 1e-6, "saved mean");
-    ExpectClose(saved_inv_std_got.Read(), want.saved_inv_std, 1e-5,
-                "saved 1/std");
-
-    std::vector<float> dx_want(x.size()), dgamma_want(channels),
-        dbeta_want(channels);
-    const OnDevice<float> dx_got(x.size()), dgamma_got(channels),
-        dbeta_got(channels);
-    // The backward pass gets the CPU's saved statistics.
-    const OnDevice<float> saved_mean(want.saved_mean),
-        saved_inv_std(want.saved_inv_std);
-    ASSERT_TRUE(cpu_ops::BatchNormBackward(
-                    rows, channels, x.data(), dy.data(), gamma.data(),
-                    want.saved_mean.data(), want.saved_inv_std.data(),
-                    dx_want.data(), dgamma_want.data(), dbeta_want.data())
-                    .ok());
-    ASSERT_EQ(cuda_internal::LaunchBatchNormBackward(
-                  rows, channels, d_x.get(), d_dy.get(), d_gamma.get(),
-                  saved_mean.get(), saved_inv_std.get(), dx_got.get(),
-                  dgamma_got.get(), dbeta_got.get(), scratch.get(), nullptr),
-              cudaSuccess);
-    ExpectClose(dx_got.Read(), dx_want, 1e-4, "dx");
-    ExpectClose(dgamma_got.Read(), dgamma_want, 1e-5, "dgamma");
-    ExpectClose(dbeta_got.Read(), dbeta_want, 1e-5, "dbeta");
-
-    std::vector<float> inference_want(x.size());
-    const OnDevice<float> inference_got(x.size()), d_moving_mean(moving_mean),
-        d_moving_var(moving_var);
-    ASSERT_TRUE(cpu_ops::BatchNormInference(
-                    rows, channels, x.data(), gamma.data(), beta.data(),
-                    moving_mean.data(), moving_var.data(), 1e-3f,
-                    inference_want.data())
-                    .ok());
-    ASSERT_EQ(cuda_internal::LaunchBatchNormInference(
-                  rows, channels, d_x.get(), d_gamma.get(), d_beta.get(),
-                  d_moving_mean.get(), d_moving_var.get(), 1e-3f,
-                  inference_got.get(), scratch.get(), nullptr),
-              cudaSuccess);
-    ExpectClose(inference_got.Read(), inference_want, 1e-6, "inference y");
-  }
 }
 
 WindowGeometry Window(NhwcShape input, int window, int stride, int pad,

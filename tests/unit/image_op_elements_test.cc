@@ -241,91 +241,126 @@ void ExpectFloatNear(const std::vector<float>& got,
   }
 }
 
+// One batch-normalization problem: rows x channels activations, their
+// parameters, the output gradient and the moving statistics before the step.
+struct BatchNormProblem {
+  int rows = 37, channels = 6;
+  float epsilon = 1e-3f, momentum = 0.99f;
+  std::vector<float> x, gamma, beta, dy, moving_mean0, moving_variance0;
+};
+
+BatchNormProblem MakeBatchNormProblem() {
+  BatchNormProblem p;
+  p.x = RandomFloats(p.rows * p.channels, 500);
+  for (float& v : p.x) v = 3.0f * v + 5.0f;  // An offset the two passes absorb.
+  p.gamma = RandomFloats(p.channels, 501);
+  p.beta = RandomFloats(p.channels, 502);
+  p.dy = RandomFloats(p.rows * p.channels, 503);
+  p.moving_mean0 = RandomFloats(p.channels, 504);
+  p.moving_variance0 = RandomFloats(p.channels, 505);
+  for (float& v : p.moving_variance0) v = std::abs(v);
+  return p;
+}
+
+// What training, its backward pass and inference give: y, the moving and
+// saved statistics, the gradients and the inference output.
+struct BatchNormResults {
+  explicit BatchNormResults(const BatchNormProblem& p)
+      : y(p.x.size()),
+        mm(p.moving_mean0),
+        mv(p.moving_variance0),
+        mean(p.channels),
+        inv_std(p.channels),
+        dx(p.x.size()),
+        dgamma(p.channels),
+        dbeta(p.channels),
+        inference(p.x.size()) {}
+
+  std::vector<float> y, mm, mv, mean, inv_std, dx, dgamma, dbeta, inference;
+};
+
+// The CPU device's three passes.
+void RunOnDevice(Device& device, const BatchNormProblem& p,
+                 BatchNormResults* want) {
+  ASSERT_TRUE(device
+                  .BatchNormTraining(p.rows, p.channels, p.x.data(),
+                                     p.gamma.data(), p.beta.data(), p.epsilon,
+                                     p.momentum, want->y.data(),
+                                     want->mm.data(), want->mv.data(),
+                                     want->mean.data(), want->inv_std.data())
+                  .ok());
+  ASSERT_TRUE(device
+                  .BatchNormBackward(
+                      p.rows, p.channels, p.x.data(), p.dy.data(),
+                      p.gamma.data(), want->mean.data(), want->inv_std.data(),
+                      want->dx.data(), want->dgamma.data(), want->dbeta.data())
+                  .ok());
+  ASSERT_TRUE(device
+                  .BatchNormInference(p.rows, p.channels, p.x.data(),
+                                      p.gamma.data(), p.beta.data(),
+                                      p.moving_mean0.data(),
+                                      p.moving_variance0.data(), p.epsilon,
+                                      want->inference.data())
+                  .ok());
+}
+
+// Channel c through the elements, as the kernels call them.
+void RunChannelOnElements(const BatchNormProblem& p, int c,
+                          BatchNormResults* got) {
+  const int rows = p.rows, channels = p.channels;
+  const std::vector<float>& x = p.x;
+  const std::vector<float>& dy = p.dy;
+  double sum = 0.0, centered = 0.0;
+  for (int r = 0; r < rows; ++r) sum += x[r * channels + c];
+  got->mean[c] = elements::BatchNormMean(sum, rows);
+  for (int r = 0; r < rows; ++r) {
+    const double d = static_cast<double>(x[r * channels + c]) - got->mean[c];
+    centered += d * d;
+  }
+  const elements::BatchNormChannel k = elements::BatchNormTrainingChannel(
+      sum, centered, rows, p.gamma[c], p.epsilon, p.momentum, &got->mm[c],
+      &got->mv[c]);
+  EXPECT_EQ(k.mean, got->mean[c]);
+  got->inv_std[c] = k.inv_std;
+  double sum_dy = 0.0, sum_dy_xhat = 0.0;
+  for (int r = 0; r < rows; ++r) {
+    const int at = r * channels + c;
+    got->y[at] = elements::BatchNormApply(x[at], k.mean, k.scale, p.beta[c]);
+    sum_dy += dy[at];
+    sum_dy_xhat += static_cast<double>(dy[at]) *
+                   elements::BatchNormXhat(x[at], k.mean, k.inv_std);
+  }
+  const elements::BatchNormGradChannel gk = elements::BatchNormBackwardChannel(
+      sum_dy, sum_dy_xhat, rows, p.gamma[c], k.inv_std);
+  got->dgamma[c] = gk.dgamma;
+  got->dbeta[c] = gk.dbeta;
+  const float scale = elements::BatchNormInferenceScale(
+      p.gamma[c], p.moving_variance0[c], p.epsilon);
+  for (int r = 0; r < rows; ++r) {
+    const int at = r * channels + c;
+    got->dx[at] = elements::BatchNormInputGrad(
+        gk, dy[at], elements::BatchNormXhat(x[at], k.mean, k.inv_std));
+    got->inference[at] =
+        elements::BatchNormApply(x[at], p.moving_mean0[c], scale, p.beta[c]);
+  }
+}
+
 // Batch normalization: the kernels' sums are done here in double, as the
 // CPU device does them; the elements functions turn them into outputs.
 TEST_F(ImageOpElementsTest, BatchNormalizationMatchesTheCpuDevice) {
-  const int rows = 37, channels = 6;
-  const float epsilon = 1e-3f, momentum = 0.99f;
-  std::vector<float> x = RandomFloats(rows * channels, 500);
-  for (float& v : x) v = 3.0f * v + 5.0f;  // An offset the two passes absorb.
-  const std::vector<float> gamma = RandomFloats(channels, 501);
-  const std::vector<float> beta = RandomFloats(channels, 502);
-  const std::vector<float> dy = RandomFloats(rows * channels, 503);
-  const std::vector<float> moving_mean0 = RandomFloats(channels, 504);
-  std::vector<float> moving_variance0 = RandomFloats(channels, 505);
-  for (float& v : moving_variance0) v = std::abs(v);
-
-  // The CPU device.
-  std::vector<float> want_y(x.size()), want_mm = moving_mean0,
-                                       want_mv = moving_variance0;
-  std::vector<float> want_mean(channels), want_inv_std(channels);
-  ASSERT_TRUE(cpu_->BatchNormTraining(
-                      rows, channels, x.data(), gamma.data(), beta.data(),
-                      epsilon, momentum, want_y.data(), want_mm.data(),
-                      want_mv.data(), want_mean.data(), want_inv_std.data())
-                  .ok());
-  std::vector<float> want_dx(x.size()), want_dgamma(channels),
-      want_dbeta(channels);
-  ASSERT_TRUE(cpu_->BatchNormBackward(rows, channels, x.data(), dy.data(),
-                                      gamma.data(), want_mean.data(),
-                                      want_inv_std.data(), want_dx.data(),
-                                      want_dgamma.data(), want_dbeta.data())
-                  .ok());
-  std::vector<float> want_inference(x.size());
-  ASSERT_TRUE(cpu_->BatchNormInference(rows, channels, x.data(), gamma.data(),
-                                       beta.data(), moving_mean0.data(),
-                                       moving_variance0.data(), epsilon,
-                                       want_inference.data())
-                  .ok());
-
-  // The elements, as the kernels call them.
-  std::vector<float> y(x.size()), mm = moving_mean0, mv = moving_variance0;
-  std::vector<float> mean(channels), inv_std(channels), dx(x.size()),
-      dgamma(channels), dbeta(channels), inference(x.size());
-  for (int c = 0; c < channels; ++c) {
-    double sum = 0.0, centered = 0.0;
-    for (int r = 0; r < rows; ++r) sum += x[r * channels + c];
-    mean[c] = elements::BatchNormMean(sum, rows);
-    for (int r = 0; r < rows; ++r) {
-      const double d = static_cast<double>(x[r * channels + c]) - mean[c];
-      centered += d * d;
-    }
-    const elements::BatchNormChannel k = elements::BatchNormTrainingChannel(
-        sum, centered, rows, gamma[c], epsilon, momentum, &mm[c], &mv[c]);
-    EXPECT_EQ(k.mean, mean[c]);
-    inv_std[c] = k.inv_std;
-    double sum_dy = 0.0, sum_dy_xhat = 0.0;
-    for (int r = 0; r < rows; ++r) {
-      const int at = r * channels + c;
-      y[at] = elements::BatchNormApply(x[at], k.mean, k.scale, beta[c]);
-      sum_dy += dy[at];
-      sum_dy_xhat += static_cast<double>(dy[at]) *
-                     elements::BatchNormXhat(x[at], k.mean, k.inv_std);
-    }
-    const elements::BatchNormGradChannel gk =
-        elements::BatchNormBackwardChannel(sum_dy, sum_dy_xhat, rows, gamma[c],
-                                           k.inv_std);
-    dgamma[c] = gk.dgamma;
-    dbeta[c] = gk.dbeta;
-    const float scale = elements::BatchNormInferenceScale(
-        gamma[c], moving_variance0[c], epsilon);
-    for (int r = 0; r < rows; ++r) {
-      const int at = r * channels + c;
-      dx[at] = elements::BatchNormInputGrad(
-          gk, dy[at], elements::BatchNormXhat(x[at], k.mean, k.inv_std));
-      inference[at] =
-          elements::BatchNormApply(x[at], moving_mean0[c], scale, beta[c]);
-    }
-  }
-  ExpectFloatNear(mean, want_mean, "saved mean");
-  ExpectFloatNear(inv_std, want_inv_std, "saved inv_std");
-  ExpectFloatNear(mm, want_mm, "moving mean");
-  ExpectFloatNear(mv, want_mv, "moving variance");
-  ExpectFloatNear(y, want_y, "y");
-  ExpectFloatNear(dgamma, want_dgamma, "dgamma");
-  ExpectFloatNear(dbeta, want_dbeta, "dbeta");
-  ExpectFloatNear(dx, want_dx, "dx");
-  ExpectFloatNear(inference, want_inference, "inference y");
+  const BatchNormProblem p = MakeBatchNormProblem();
+  BatchNormResults want(p), got(p);
+  ASSERT_NO_FATAL_FAILURE(RunOnDevice(*cpu_, p, &want));
+  for (int c = 0; c < p.channels; ++c) RunChannelOnElements(p, c, &got);
+  ExpectFloatNear(got.mean, want.mean, "saved mean");
+  ExpectFloatNear(got.inv_std, want.inv_std, "saved inv_std");
+  ExpectFloatNear(got.mm, want.mm, "moving mean");
+  ExpectFloatNear(got.mv, want.mv, "moving variance");
+  ExpectFloatNear(got.y, want.y, "y");
+  ExpectFloatNear(got.dgamma, want.dgamma, "dgamma");
+  ExpectFloatNear(got.dbeta, want.dbeta, "dbeta");
+  ExpectFloatNear(got.dx, want.dx, "dx");
+  ExpectFloatNear(got.inference, want.inference, "inference y");
 }
 
 TEST(ImageGeometryTest, ToElementsCopiesEveryField) {

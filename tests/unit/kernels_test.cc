@@ -196,85 +196,117 @@ TEST(KernelsTest, EveryVariantFindsANaNOrInfAnywhere) {
   }
 }
 
+// One optimizer loop's variant: in place or not, with or without weight
+// decay, named for the failure messages.
+struct LoopVariant {
+  const Table* table;
+  int in_place, decay;
+  float wd;
+  std::string what;
+};
+
+// SGD over three steps, on generic's loop and on v's.
+void ExpectSgdMatches(const LoopVariant& v, const std::vector<float>& sum,
+                      const std::vector<float>& w0) {
+  const Table* t = v.table;
+  const int decay = v.decay;
+  const float wd = v.wd;
+  std::vector<float> want = w0, got = w0, out_want(kN), out_got(kN);
+  for (int step = 0; step < 3; ++step) {
+    if (v.in_place) {
+      Generic().sgd[1][decay](kN, 0.1f, wd, 0.5f, sum.data(), nullptr,
+                              want.data());
+      t->sgd[1][decay](kN, 0.1f, wd, 0.5f, sum.data(), nullptr, got.data());
+    } else {
+      Generic().sgd[0][decay](kN, 0.1f, wd, 0.5f, sum.data(), want.data(),
+                              out_want.data());
+      t->sgd[0][decay](kN, 0.1f, wd, 0.5f, sum.data(), got.data(),
+                       out_got.data());
+      want = out_want;
+      got = out_got;
+    }
+  }
+  ExpectSameBits(want, got, v.what + " sgd");
+}
+
+// Momentum, plain and Nesterov, over three steps each.
+void ExpectMomentumMatches(const LoopVariant& v, const std::vector<float>& sum,
+                           const std::vector<float>& w0) {
+  const Table* t = v.table;
+  const int in_place = v.in_place, decay = v.decay;
+  const float wd = v.wd;
+  std::vector<float> out_want(kN), out_got(kN);
+  for (int nesterov = 0; nesterov < 2; ++nesterov) {
+    std::vector<float> vw(kN, 0.0f), vg(kN, 0.0f);
+    std::vector<float> want = w0, got = w0;
+    for (int step = 0; step < 3; ++step) {
+      const float* from_w = in_place ? nullptr : want.data();
+      const float* from_g = in_place ? nullptr : got.data();
+      float* to_w = in_place ? want.data() : out_want.data();
+      float* to_g = in_place ? got.data() : out_got.data();
+      Generic().momentum[in_place][decay][nesterov](
+          kN, 0.1f, wd, 0.9f, 0.5f, sum.data(), vw.data(), from_w, to_w);
+      t->momentum[in_place][decay][nesterov](
+          kN, 0.1f, wd, 0.9f, 0.5f, sum.data(), vg.data(), from_g, to_g);
+      if (!in_place) {
+        want = out_want;
+        got = out_got;
+      }
+    }
+    ExpectSameBits(vw, vg, v.what + " momentum velocity");
+    ExpectSameBits(want, got, v.what + " momentum");
+  }
+}
+
+// Adam over three steps: alpha changes per step as the optimizer computes
+// it.
+void ExpectAdamMatches(const LoopVariant& v, AdamFactors f,
+                       const std::vector<float>& sum,
+                       const std::vector<float>& w0) {
+  const Table* t = v.table;
+  const int in_place = v.in_place, decay = v.decay;
+  std::vector<float> out_want(kN), out_got(kN);
+  std::vector<float> mw(kN, 0.0f), mg(kN, 0.0f), vw(kN, 0.0f), vg(kN, 0.0f);
+  std::vector<float> want = w0, got = w0;
+  f.weight_decay = v.wd;
+  for (int step = 0; step < 3; ++step) {
+    f.alpha =
+        static_cast<float>(0.01 * std::sqrt(1 - std::pow(0.999, step + 1)) /
+                           (1 - std::pow(0.9, step + 1)));
+    const float* from_w = in_place ? nullptr : want.data();
+    const float* from_g = in_place ? nullptr : got.data();
+    float* to_w = in_place ? want.data() : out_want.data();
+    float* to_g = in_place ? got.data() : out_got.data();
+    Generic().adam[in_place][decay](kN, f, 0.5f, sum.data(), mw.data(),
+                                    vw.data(), from_w, to_w);
+    t->adam[in_place][decay](kN, f, 0.5f, sum.data(), mg.data(), vg.data(),
+                             from_g, to_g);
+    if (!in_place) {
+      want = out_want;
+      got = out_got;
+    }
+  }
+  ExpectSameBits(mw, mg, v.what + " adam m");
+  ExpectSameBits(vw, vg, v.what + " adam v");
+  ExpectSameBits(want, got, v.what + " adam");
+}
+
 // Each optimizer loop, in place and not, with and without weight decay,
 // over several steps: slots and weights bit-identical to generic's.
 TEST(KernelsTest, OptimizerLoopsMatchGeneric) {
   const std::vector<float> sum = Random(3, 0.5f);
   const std::vector<float> w0 = Random(4, 1.0f);
-  AdamFactors f{0.9f, 0.999f, 0.1f, 0.001f, 0.0f, 1e-7f, 0.0f, 0.01f};
+  const AdamFactors f{0.9f, 0.999f, 0.1f, 0.001f, 0.0f, 1e-7f, 0.0f, 0.01f};
   for (const Table* t : Runnable()) {
     for (int in_place = 0; in_place < 2; ++in_place) {
       for (int decay = 0; decay < 2; ++decay) {
-        const float wd = decay ? 0.004f : 0.0f;
-        const std::string what = std::string(t->name) + " in_place " +
-                                 std::to_string(in_place) + " decay " +
-                                 std::to_string(decay);
-        // SGD.
-        std::vector<float> want = w0, got = w0, out_want(kN), out_got(kN);
-        for (int step = 0; step < 3; ++step) {
-          if (in_place) {
-            Generic().sgd[1][decay](kN, 0.1f, wd, 0.5f, sum.data(), nullptr,
-                                    want.data());
-            t->sgd[1][decay](kN, 0.1f, wd, 0.5f, sum.data(), nullptr,
-                             got.data());
-          } else {
-            Generic().sgd[0][decay](kN, 0.1f, wd, 0.5f, sum.data(), want.data(),
-                                    out_want.data());
-            t->sgd[0][decay](kN, 0.1f, wd, 0.5f, sum.data(), got.data(),
-                             out_got.data());
-            want = out_want;
-            got = out_got;
-          }
-        }
-        ExpectSameBits(want, got, what + " sgd");
-        // Momentum, plain and Nesterov.
-        for (int nesterov = 0; nesterov < 2; ++nesterov) {
-          std::vector<float> vw(kN, 0.0f), vg(kN, 0.0f);
-          want = w0;
-          got = w0;
-          for (int step = 0; step < 3; ++step) {
-            const float* from_w = in_place ? nullptr : want.data();
-            const float* from_g = in_place ? nullptr : got.data();
-            float* to_w = in_place ? want.data() : out_want.data();
-            float* to_g = in_place ? got.data() : out_got.data();
-            Generic().momentum[in_place][decay][nesterov](
-                kN, 0.1f, wd, 0.9f, 0.5f, sum.data(), vw.data(), from_w, to_w);
-            t->momentum[in_place][decay][nesterov](
-                kN, 0.1f, wd, 0.9f, 0.5f, sum.data(), vg.data(), from_g, to_g);
-            if (!in_place) {
-              want = out_want;
-              got = out_got;
-            }
-          }
-          ExpectSameBits(vw, vg, what + " momentum velocity");
-          ExpectSameBits(want, got, what + " momentum");
-        }
-        // Adam: alpha changes per step as the optimizer computes it.
-        std::vector<float> mw(kN, 0.0f), mg(kN, 0.0f), vw(kN, 0.0f),
-            vg(kN, 0.0f);
-        want = w0;
-        got = w0;
-        f.weight_decay = wd;
-        for (int step = 0; step < 3; ++step) {
-          f.alpha = static_cast<float>(
-              0.01 * std::sqrt(1 - std::pow(0.999, step + 1)) /
-              (1 - std::pow(0.9, step + 1)));
-          const float* from_w = in_place ? nullptr : want.data();
-          const float* from_g = in_place ? nullptr : got.data();
-          float* to_w = in_place ? want.data() : out_want.data();
-          float* to_g = in_place ? got.data() : out_got.data();
-          Generic().adam[in_place][decay](kN, f, 0.5f, sum.data(), mw.data(),
-                                          vw.data(), from_w, to_w);
-          t->adam[in_place][decay](kN, f, 0.5f, sum.data(), mg.data(),
-                                   vg.data(), from_g, to_g);
-          if (!in_place) {
-            want = out_want;
-            got = out_got;
-          }
-        }
-        ExpectSameBits(mw, mg, what + " adam m");
-        ExpectSameBits(vw, vg, what + " adam v");
-        ExpectSameBits(want, got, what + " adam");
+        const LoopVariant v{t, in_place, decay, decay ? 0.004f : 0.0f,
+                            std::string(t->name) + " in_place " +
+                                std::to_string(in_place) + " decay " +
+                                std::to_string(decay)};
+        ExpectSgdMatches(v, sum, w0);
+        ExpectMomentumMatches(v, sum, w0);
+        ExpectAdamMatches(v, f, sum, w0);
       }
     }
   }

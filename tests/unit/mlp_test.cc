@@ -5,103 +5,20 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "common/random.h"
 #include "gtest/gtest.h"
+#include "tests/unit/mlp_test_util.h"
 #include "worker/device/cpu/cpu_device.h"
 
 namespace lockstep {
 namespace {
 
-// The flat layout the test expects, written out independently of Mlp:
-// per layer the [in, out] kernel, then the [out] bias.
-struct Offsets {
-  std::vector<size_t> kernel;
-  std::vector<size_t> bias;
-  size_t total = 0;
-};
-
-Offsets LayoutOf(const std::vector<int>& sizes) {
-  Offsets o;
-  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-    o.kernel.push_back(o.total);
-    o.total += static_cast<size_t>(sizes[i]) * sizes[i + 1];
-    o.bias.push_back(o.total);
-    o.total += sizes[i + 1];
-  }
-  return o;
-}
-
-// Mean softmax cross-entropy of the MLP in double, and (when `grad` is not
-// null) its gradient by the textbook backward pass. Shares no code with Mlp.
-double ReferenceLoss(const std::vector<int>& sizes,
-                     const std::vector<double>& w,
-                     const std::vector<float>& features,
-                     const std::vector<int32_t>& labels,
-                     std::vector<double>* grad) {
-  const Offsets off = LayoutOf(sizes);
-  const int rows = static_cast<int>(labels.size());
-  const size_t layers = sizes.size() - 1;
-  std::vector<std::vector<double>> act(sizes.size());
-  act[0].assign(features.begin(), features.end());
-  for (size_t l = 0; l < layers; ++l) {
-    const int in = sizes[l], out = sizes[l + 1];
-    act[l + 1].assign(static_cast<size_t>(rows) * out, 0.0);
-    for (int r = 0; r < rows; ++r) {
-      for (int j = 0; j < out; ++j) {
-        double z = w[off.bias[l] + j];
-        for (int i = 0; i < in; ++i) {
-          z += act[l][r * in + i] * w[off.kernel[l] + i * out + j];
-        }
-        if (l + 1 < layers) z = std::max(z, 0.0);
-        act[l + 1][r * out + j] = z;
-      }
-    }
-  }
-  const int classes = sizes.back();
-  double loss = 0.0;
-  std::vector<double> delta(static_cast<size_t>(rows) * classes);
-  for (int r = 0; r < rows; ++r) {
-    const double* z = &act.back()[r * classes];
-    double sum = 0.0;
-    for (int c = 0; c < classes; ++c) sum += std::exp(z[c]);
-    loss += std::log(sum) - z[labels[r]];
-    for (int c = 0; c < classes; ++c) {
-      delta[r * classes + c] =
-          (std::exp(z[c]) / sum - (c == labels[r] ? 1.0 : 0.0)) / rows;
-    }
-  }
-  if (grad != nullptr) {
-    grad->assign(off.total, 0.0);
-    for (size_t l = layers; l-- > 0;) {
-      const int in = sizes[l], out = sizes[l + 1];
-      for (int r = 0; r < rows; ++r) {
-        for (int j = 0; j < out; ++j) {
-          const double d = delta[r * out + j];
-          (*grad)[off.bias[l] + j] += d;
-          for (int i = 0; i < in; ++i) {
-            (*grad)[off.kernel[l] + i * out + j] += act[l][r * in + i] * d;
-          }
-        }
-      }
-      if (l == 0) break;
-      std::vector<double> below(static_cast<size_t>(rows) * in, 0.0);
-      for (int r = 0; r < rows; ++r) {
-        for (int i = 0; i < in; ++i) {
-          if (act[l][r * in + i] <= 0.0) continue;
-          double s = 0.0;
-          for (int j = 0; j < out; ++j) {
-            s += delta[r * out + j] * w[off.kernel[l] + i * out + j];
-          }
-          below[r * in + i] = s;
-        }
-      }
-      delta = std::move(below);
-    }
-  }
-  return loss / rows;
-}
+using mlp_test::LayoutOf;
+using mlp_test::Offsets;
+using mlp_test::ReferenceLoss;
 
 std::vector<float> RandomFloats(size_t n, float lo, float hi, Random& random) {
   std::vector<float> v(n);

@@ -1,8 +1,7 @@
 // Test helpers for the layers of worker/model/nn: a fixture that runs each test
-// on every device of the build, running one layer on a device, double-precision
-// reference layers written straight from their definitions (sharing no code
-// with worker/model/nn), and central finite differences of a reference in
-// double.
+// on every device of the build, running one layer on a device, and central
+// finite differences in double of the reference layers of
+// tests/unit/nn_reference_layers.h (included here).
 #ifndef LOCKSTEP_TESTS_UNIT_NN_TEST_UTIL_H_
 #define LOCKSTEP_TESTS_UNIT_NN_TEST_UTIL_H_
 
@@ -19,14 +18,13 @@
 #include "common/random.h"
 #include "gtest/gtest.h"
 #include "tests/unit/gpu_required.h"
+#include "tests/unit/nn_reference_layers.h"
 #include "worker/device/device.h"
 #include "worker/device/device_factory.h"
 #include "worker/model/nn/layer.h"
 
 namespace lockstep {
 namespace nn_test {
-
-using Vec = std::vector<double>;
 
 // The devices the layer tests run on: "cpu" (as workers get it: the direct
 // AVX-512 convolutions where they win), "cpu_direct" (those for every
@@ -101,6 +99,92 @@ struct LayerResult {
   std::vector<float> state;  // After the forward pass.
 };
 
+// A copy of `host` in device memory of at least `floats` floats (at least
+// one); null, with an ADD_FAILURE, when the allocation fails.
+inline std::unique_ptr<DeviceBuffer> Upload(Device& device,
+                                            const std::vector<float>& host,
+                                            size_t floats) {
+  auto buffer = device.Allocate(std::max<size_t>(floats, 1) * sizeof(float));
+  if (!buffer.ok()) {
+    ADD_FAILURE() << buffer.status();
+    return nullptr;
+  }
+  if (!host.empty()) {
+    EXPECT_TRUE(device
+                    .CopyToDevice(host.data(), (*buffer)->data(),
+                                  host.size() * sizeof(float))
+                    .ok());
+  }
+  return std::move(*buffer);
+}
+
+// The first `floats` floats of `buffer`, copied to the host.
+inline std::vector<float> Download(Device& device, const DeviceBuffer& buffer,
+                                   size_t floats) {
+  std::vector<float> host(floats);
+  EXPECT_TRUE(
+      device.CopyToHost(buffer.data(), host.data(), floats * sizeof(float))
+          .ok());
+  return host;
+}
+
+// A layer's buffers in device memory for one run of RunLayer.
+struct LayerBuffers {
+  std::vector<std::unique_ptr<DeviceBuffer>> in, grad;
+  std::vector<const float*> in_ptrs;
+  std::vector<float*> grad_ptrs;
+  std::unique_ptr<DeviceBuffer> out, params, param_grads, state, workspace;
+  size_t out_size = 0;
+};
+
+// Uploads the inputs, parameters and state; allocates the rest.
+inline LayerBuffers UploadLayer(Device& device, const Layer& layer, int batch,
+                                const std::vector<std::vector<float>>& inputs,
+                                const std::vector<float>& params,
+                                const std::vector<float>& state) {
+  LayerBuffers buffers;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    buffers.in.push_back(Upload(device, inputs[i], inputs[i].size()));
+    buffers.in_ptrs.push_back(buffers.in.back()->As<float>());
+    buffers.grad.push_back(Upload(device, {}, inputs[i].size()));
+    buffers.grad_ptrs.push_back(buffers.grad.back()->As<float>());
+  }
+  buffers.out_size = static_cast<size_t>(batch) * layer.output_shape().size();
+  buffers.out = Upload(device, {}, buffers.out_size);
+  buffers.params = Upload(device, params, params.size());
+  buffers.param_grads = Upload(device, {}, params.size());
+  buffers.state = Upload(device, state, state.size());
+  buffers.workspace = Upload(device, {}, layer.WorkspaceFloats(batch));
+  return buffers;
+}
+
+// Runs Backward on `buffers` with `output_grad` and copies the gradients
+// into `*result`.
+inline void RunBackward(Device& device, Layer& layer, int batch,
+                        const LayerBuffers& buffers,
+                        const std::vector<std::vector<float>>& inputs,
+                        size_t param_count,
+                        const std::vector<float>& output_grad,
+                        LayerResult* result) {
+  auto og = Upload(device, output_grad, buffers.out_size);
+  BackwardArgs b;
+  b.batch = batch;
+  b.inputs = buffers.in_ptrs;
+  b.output = buffers.out->As<float>();
+  b.output_grad = og->As<float>();
+  b.input_grads = buffers.grad_ptrs;
+  b.params = buffers.params->As<float>();
+  b.param_grads = buffers.param_grads->As<float>();
+  b.workspace = buffers.workspace->As<float>();
+  const absl::Status bs = layer.Backward(b);
+  EXPECT_TRUE(bs.ok()) << bs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    result->input_grads.push_back(
+        Download(device, *buffers.grad[i], inputs[i].size()));
+  }
+  result->param_grads = Download(device, *buffers.param_grads, param_count);
+}
+
 // Prepares `layer` on `device` (for `batch`) unless it is already, runs
 // Forward and, when `output_grad` is not empty, Backward; every buffer goes
 // through device memory. Failures are reported with ADD_FAILURE.
@@ -111,28 +195,6 @@ inline LayerResult RunLayer(Device& device, Layer& layer, int batch,
                             const std::vector<float>& output_grad,
                             bool training, bool prepare = true) {
   LayerResult result;
-  auto upload = [&](const std::vector<float>& host,
-                    size_t floats) -> std::unique_ptr<DeviceBuffer> {
-    auto buffer = device.Allocate(std::max<size_t>(floats, 1) * sizeof(float));
-    if (!buffer.ok()) {
-      ADD_FAILURE() << buffer.status();
-      return nullptr;
-    }
-    if (!host.empty()) {
-      EXPECT_TRUE(device
-                      .CopyToDevice(host.data(), (*buffer)->data(),
-                                    host.size() * sizeof(float))
-                      .ok());
-    }
-    return std::move(*buffer);
-  };
-  auto download = [&](const DeviceBuffer& buffer, size_t floats) {
-    std::vector<float> host(floats);
-    EXPECT_TRUE(
-        device.CopyToHost(buffer.data(), host.data(), floats * sizeof(float))
-            .ok());
-    return host;
-  };
   if (prepare) {
     const absl::Status s = layer.Prepare(&device, batch);
     if (!s.ok()) {
@@ -140,51 +202,23 @@ inline LayerResult RunLayer(Device& device, Layer& layer, int batch,
       return result;
     }
   }
-  std::vector<std::unique_ptr<DeviceBuffer>> in_buffers, grad_buffers;
-  std::vector<const float*> in_ptrs;
-  std::vector<float*> grad_ptrs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    in_buffers.push_back(upload(inputs[i], inputs[i].size()));
-    in_ptrs.push_back(in_buffers.back()->As<float>());
-    grad_buffers.push_back(upload({}, inputs[i].size()));
-    grad_ptrs.push_back(grad_buffers.back()->As<float>());
-  }
-  const size_t out_size =
-      static_cast<size_t>(batch) * layer.output_shape().size();
-  auto out = upload({}, out_size);
-  auto p = upload(params, params.size());
-  auto pg = upload({}, params.size());
-  auto st = upload(state, state.size());
-  auto ws = upload({}, layer.WorkspaceFloats(batch));
+  const LayerBuffers buffers =
+      UploadLayer(device, layer, batch, inputs, params, state);
   ForwardArgs f;
   f.batch = batch;
-  f.inputs = in_ptrs;
-  f.output = out->As<float>();
-  f.params = p->As<float>();
-  f.state = st->As<float>();
-  f.workspace = ws->As<float>();
+  f.inputs = buffers.in_ptrs;
+  f.output = buffers.out->As<float>();
+  f.params = buffers.params->As<float>();
+  f.state = buffers.state->As<float>();
+  f.workspace = buffers.workspace->As<float>();
   f.training = training;
   const absl::Status fs = layer.Forward(f);
   EXPECT_TRUE(fs.ok()) << fs;
-  result.output = download(*out, out_size);
-  result.state = download(*st, state.size());
+  result.output = Download(device, *buffers.out, buffers.out_size);
+  result.state = Download(device, *buffers.state, state.size());
   if (output_grad.empty()) return result;
-  auto og = upload(output_grad, out_size);
-  BackwardArgs b;
-  b.batch = batch;
-  b.inputs = in_ptrs;
-  b.output = out->As<float>();
-  b.output_grad = og->As<float>();
-  b.input_grads = grad_ptrs;
-  b.params = p->As<float>();
-  b.param_grads = pg->As<float>();
-  b.workspace = ws->As<float>();
-  const absl::Status bs = layer.Backward(b);
-  EXPECT_TRUE(bs.ok()) << bs;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    result.input_grads.push_back(download(*grad_buffers[i], inputs[i].size()));
-  }
-  result.param_grads = download(*pg, params.size());
+  RunBackward(device, layer, batch, buffers, inputs, params.size(), output_grad,
+              &result);
   return result;
 }
 
@@ -269,141 +303,6 @@ inline void CheckLayer(Device& device, Layer& layer, int batch,
   }
   ExpectNear(got.param_grads, numeric.params, grad_tol,
              layer.name() + " parameter gradient");
-}
-
-// ---- Reference layers in double, NHWC, straight from the definitions ----
-
-struct RefWindow {
-  int batch, height, width, channels;
-  int kh, kw, sh, sw;
-  int pad_top, pad_left;
-  int out_h, out_w;
-};
-
-// kernel [kh][kw][channels][filters], bias [filters] (empty: none).
-inline Vec RefConv2D(const Vec& x, const RefWindow& g, const Vec& kernel,
-                     const Vec& bias, int filters) {
-  Vec y(static_cast<size_t>(g.batch) * g.out_h * g.out_w * filters, 0.0);
-  for (int n = 0; n < g.batch; ++n)
-    for (int oh = 0; oh < g.out_h; ++oh)
-      for (int ow = 0; ow < g.out_w; ++ow)
-        for (int f = 0; f < filters; ++f) {
-          double sum = bias.empty() ? 0.0 : bias[f];
-          for (int i = 0; i < g.kh; ++i)
-            for (int j = 0; j < g.kw; ++j) {
-              const int h = oh * g.sh - g.pad_top + i;
-              const int w = ow * g.sw - g.pad_left + j;
-              if (h < 0 || h >= g.height || w < 0 || w >= g.width) continue;
-              for (int c = 0; c < g.channels; ++c) {
-                sum += x[((n * g.height + h) * g.width + w) * g.channels + c] *
-                       kernel[((i * g.kw + j) * g.channels + c) * filters + f];
-              }
-            }
-          y[((n * g.out_h + oh) * g.out_w + ow) * filters + f] = sum;
-        }
-  return y;
-}
-
-// Max over the window's pixels inside the image.
-inline Vec RefMaxPool(const Vec& x, const RefWindow& g) {
-  Vec y(static_cast<size_t>(g.batch) * g.out_h * g.out_w * g.channels);
-  for (int n = 0; n < g.batch; ++n)
-    for (int oh = 0; oh < g.out_h; ++oh)
-      for (int ow = 0; ow < g.out_w; ++ow)
-        for (int c = 0; c < g.channels; ++c) {
-          double best = -std::numeric_limits<double>::infinity();
-          for (int i = 0; i < g.kh; ++i)
-            for (int j = 0; j < g.kw; ++j) {
-              const int h = oh * g.sh - g.pad_top + i;
-              const int w = ow * g.sw - g.pad_left + j;
-              if (h < 0 || h >= g.height || w < 0 || w >= g.width) continue;
-              best = std::max(
-                  best, x[((n * g.height + h) * g.width + w) * g.channels + c]);
-            }
-          y[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] = best;
-        }
-  return y;
-}
-
-// x is rows x channels; normalizes with the batch's mean and biased
-// variance. Writes them to *mean / *var when not null.
-inline Vec RefBatchNormTraining(const Vec& x, int rows, int channels,
-                                const Vec& gamma, const Vec& beta,
-                                double epsilon, Vec* mean = nullptr,
-                                Vec* var = nullptr) {
-  Vec m(channels, 0.0), v(channels, 0.0);
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < channels; ++c) m[c] += x[r * channels + c] / rows;
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < channels; ++c) {
-      const double d = x[r * channels + c] - m[c];
-      v[c] += d * d / rows;
-    }
-  Vec y(x.size());
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < channels; ++c) {
-      y[r * channels + c] =
-          gamma[c] * (x[r * channels + c] - m[c]) / std::sqrt(v[c] + epsilon) +
-          beta[c];
-    }
-  if (mean != nullptr) *mean = m;
-  if (var != nullptr) *var = v;
-  return y;
-}
-
-// x is rows x in, kernel in x units.
-inline Vec RefDense(const Vec& x, int rows, int in, const Vec& kernel,
-                    const Vec& bias, int units) {
-  Vec y(static_cast<size_t>(rows) * units);
-  for (int r = 0; r < rows; ++r)
-    for (int u = 0; u < units; ++u) {
-      double sum = bias.empty() ? 0.0 : bias[u];
-      for (int i = 0; i < in; ++i) sum += x[r * in + i] * kernel[i * units + u];
-      y[r * units + u] = sum;
-    }
-  return y;
-}
-
-inline Vec RefRelu(Vec x) {
-  for (double& v : x) v = std::max(v, 0.0);
-  return x;
-}
-
-// Mean softmax cross-entropy of rows x classes logits.
-inline double RefMeanCrossEntropy(const Vec& logits, int rows, int classes,
-                                  const std::vector<int32_t>& labels) {
-  double loss = 0.0;
-  for (int r = 0; r < rows; ++r) {
-    const double* z = logits.data() + static_cast<size_t>(r) * classes;
-    const double max = *std::max_element(z, z + classes);
-    double sum = 0.0;
-    for (int c = 0; c < classes; ++c) sum += std::exp(z[c] - max);
-    loss += std::log(sum) + max - z[labels[r]];
-  }
-  return loss / rows;
-}
-
-// Max pooling over a batch of NHWC images with 'valid' windows of k x k and
-// stride k.
-inline Vec RefMaxPoolValid(const Vec& x, int batch, int height, int width,
-                           int channels, int k) {
-  RefWindow g{batch,
-              height,
-              width,
-              channels,
-              k,
-              k,
-              k,
-              k,
-              0,
-              0,
-              (height - k) / k + 1,
-              (width - k) / k + 1};
-  return RefMaxPool(x, g);
-}
-
-inline Vec Slice(const Vec& v, size_t begin, size_t count) {
-  return Vec(v.begin() + begin, v.begin() + begin + count);
 }
 
 }  // namespace nn_test
