@@ -18,8 +18,7 @@ namespace {
 
 constexpr char kPushMethod[] = "/lockstep.v1.ParameterServer/Push";
 
-// One in-flight unary call of the generated stub; deletes itself once its
-// callback has run.
+// One in-flight unary call of the generated stub.
 template <typename Request, typename Response>
 struct Call {
   explicit Call(absl::Time deadline) {
@@ -32,8 +31,9 @@ struct Call {
 
 using Async = v1::ParameterServer::StubInterface::async_interface;
 
-// Starts `call` with the asynchronous `method` of `stub`; `finish` gets the
-// status and the response, then the call is deleted.
+// Starts `call` with the asynchronous `method` of `stub`; once it completes
+// the call is deleted, then `finish` gets the status and the response:
+// nothing of the call is left when the caller's wait ends.
 template <typename Request, typename Response, typename Finish>
 void StartCall(v1::ParameterServer::Stub* stub,
                void (Async::*method)(grpc::ClientContext*, const Request*,
@@ -42,8 +42,9 @@ void StartCall(v1::ParameterServer::Stub* stub,
                Call<Request, Response>* call, Finish finish) {
   (stub->async()->*method)(&call->context, &call->request, &call->response,
                            [call, finish = std::move(finish)](grpc::Status s) {
-                             finish(FromGrpcStatus(s), call->response);
+                             Response response = std::move(call->response);
                              delete call;
+                             finish(FromGrpcStatus(s), response);
                            });
 }
 
@@ -117,16 +118,17 @@ class GrpcShardTransport final : public ShardTransport {
               });
   }
 
+  // A blocking call on the caller's thread: a worker that leaves may exit
+  // at once, with no gRPC callback still running.
   void Leave(int rank, int64_t incarnation, absl::Time deadline,
              StatusCallback done) override {
-    auto* call = new Call<v1::LeaveRequest, v1::LeaveResponse>(deadline);
-    call->request.set_rank(rank);
-    call->request.set_incarnation(incarnation);
-    StartCall(
-        stub_.get(), &Async::Leave, call,
-        [done = std::move(done)](absl::Status s, const v1::LeaveResponse&) {
-          done(std::move(s));
-        });
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    v1::LeaveRequest request;
+    request.set_rank(rank);
+    request.set_incarnation(incarnation);
+    v1::LeaveResponse response;
+    done(FromGrpcStatus(stub_->Leave(&context, request, &response)));
   }
 
   std::unique_ptr<PreparedPush> PreparePush(const PushArgs& args) override {

@@ -103,6 +103,8 @@ class ShardTransport {
                           absl::Span<const float> weights, absl::Time deadline,
                           StatusCallback done) = 0;
   virtual void Pull(const PullArgs& args, ReplyCallback done) = 0;
+  // Done may run before Leave returns (gRPC's blocks: the process may exit
+  // right after).
   virtual void Leave(int rank, int64_t incarnation, absl::Time deadline,
                      StatusCallback done) = 0;
 
