@@ -69,8 +69,9 @@ struct ParameterServerOptions {
   // needing more is refused with RESOURCE_EXHAUSTED before anything is
   // allocated. 0: no bound.
   int64_t max_state_bytes = 0;
-  // The clock of arrivals, contacts, step timeouts and the server's
-  // incarnation, and the sleeps of Snapshot's wait; not owned.
+  // The clock of arrivals, contacts and step timeouts, and the sleeps of
+  // Snapshot's wait (the server's incarnation reads the real clock); not
+  // owned.
   Env* env = Env::Default();
 };
 
