@@ -101,7 +101,12 @@ def checkpoint(sig, chunks):
             + struct.pack("<I", zlib.crc32(header)) + header + data)
 
 
-def main():
+# The small model of the register and checkpoint seeds.
+MLP = [("dense/kernel", [4, 3]), ("dense/bias", [3])]
+
+
+def idx_seeds():
+    """IDX files: images and labels, plain and gzip, and broken ones."""
     # IDX files: images and labels, plain and gzip, and broken ones.
     images = idx([3, 2, 2])
     write("idx_reader", "images.idx", images)
@@ -111,6 +116,9 @@ def main():
     write("idx_reader", "huge_claim.idx", bytes([0, 0, 8, 3]) + b"\xff" * 12)
     write("idx_reader", "wrong_type.idx", bytes([0, 0, 0x0d, 1, 0, 0, 0, 1]) + b"\0" * 4)
 
+
+def tf_config_seeds():
+    """TF_CONFIG texts, good and bad."""
     # TF_CONFIG.
     tf = {
         "worker.json": '{"cluster": {"ps": ["ps0:2222"], "worker": ["w0:2222", '
@@ -127,6 +135,9 @@ def main():
     for name, text in tf.items():
         write("tf_config", name, text.encode())
 
+
+def wire_format_seeds():
+    """PushRequests and weights replies."""
     # PushRequest and weights replies (the first byte of each seed steers
     # how the fuzzer cuts the rest into slices).
     payload = struct.pack("<4f", 0.5, -1.0, 2.0, 0.25)
@@ -141,13 +152,15 @@ def main():
     write("wire_format", "nan", b"\x02" + vfield(1, 0) + lfield(6, struct.pack(
         "<2f", float("nan"), 1.0)))
 
+
+def register_seeds():
+    """RegisterRequests."""
     # RegisterRequests.
-    mlp = [("dense/kernel", [4, 3]), ("dense/bias", [3])]
-    write("register", "mlp", vfield(1, 0) + lfield(2, signature(mlp)))
+    write("register", "mlp", vfield(1, 0) + lfield(2, signature(MLP)))
     write("register", "rank1_sgd", vfield(1, 1) + lfield(2, signature(
-        mlp, optimizer="sgd", lr=0.01, chunk_bytes=16)))
+        MLP, optimizer="sgd", lr=0.01, chunk_bytes=16)))
     write("register", "two_shards", vfield(1, 0) + lfield(2, signature(
-        mlp, shards=2, mode="ssp")))
+        MLP, shards=2, mode="ssp")))
     write("register", "huge", vfield(1, 0) + lfield(2, signature(
         [("w", [1 << 31, 1 << 31])])))
     write("register", "negative", vfield(1, 0) + lfield(2, signature(
@@ -155,16 +168,19 @@ def main():
     # Batch-norm state after the parameters, and a state tensor of 2^40
     # values behind a one-parameter model (it must count against the limit).
     write("register", "batch_norm_state", vfield(1, 0) + lfield(2, signature(
-        mlp, state=[("bn/moving_mean", [3]), ("bn/moving_variance", [3])])))
+        MLP, state=[("bn/moving_mean", [3]), ("bn/moving_variance", [3])])))
     write("register", "huge_state", vfield(1, 0) + lfield(2, signature(
         [("w", [1])], state=[("bn", [1 << 40])])))
     # Two shards shrink chunks to the parameters per shard, state included.
     write("register", "sharded_state", vfield(1, 0) + lfield(2, signature(
         [("w", [2])], shards=2, state=[("bn", [1 << 20])])))
 
+
+def checkpoint_seeds():
+    """Checkpoints of the small model, intact and damaged."""
     # Checkpoints of the small model (one chunk of 15 values with Adam's
     # two slots), intact and damaged.
-    sig = signature(mlp, chunk_bytes=4096)
+    sig = signature(MLP, chunk_bytes=4096)
     w = [0.1 * i for i in range(15)]
     ckpt = checkpoint(sig, [(0, 3, [("weights", w), ("m", [0.0] * 15),
                                     ("v", [0.0] * 15)])])
@@ -183,6 +199,14 @@ def main():
     header, data = ckpt[24:24 + header_len], ckpt[24 + header_len:]
     write("checkpoint", "structured.bin",
           b"\x01" + struct.pack("<I", len(header)) + header + data)
+
+
+def main():
+    idx_seeds()
+    tf_config_seeds()
+    wire_format_seeds()
+    register_seeds()
+    checkpoint_seeds()
 
 
 if __name__ == "__main__":

@@ -98,6 +98,26 @@ double Value(const PrometheusSamples& samples, const std::string& series) {
   return it == samples.end() ? -1 : it->second;
 }
 
+PrometheusSamples ScrapeSamples(int port) {
+  absl::StatusOr<PrometheusSamples> samples = ParsePrometheusText(Scrape(port));
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  return samples.ok() ? *samples : PrometheusSamples();
+}
+
+// Every server family the dashboards read has its TYPE and HELP lines.
+void ExpectServerFamiliesDescribed(int port) {
+  const std::string text = Scrape(port);
+  for (const char* family :
+       {"lockstep_server_step_seconds", "lockstep_server_barrier_wait_seconds",
+        "lockstep_server_received_bytes_total",
+        "lockstep_server_sent_bytes_total", "lockstep_server_version",
+        "lockstep_server_pushes_dropped_late_total",
+        "lockstep_server_checkpoint_age_seconds"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " ")));
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# HELP ", family, " ")));
+  }
+}
+
 TEST(OpsIntegrationTest, MetricsAreWellFormedAndMove) {
   const std::string dir = MakeTempDir();
   const int server_metrics = FreePort();
@@ -119,23 +139,9 @@ TEST(OpsIntegrationTest, MetricsAreWellFormedAndMove) {
   ASSERT_TRUE(WaitUntil([&]() { return Version(server) >= 5; }))
       << server.process->Output() << workers[0]->Output();
 
-  auto scrape = [](int port) {
-    absl::StatusOr<PrometheusSamples> samples = ParsePrometheusText(Scrape(port));
-    EXPECT_TRUE(samples.ok()) << samples.status();
-    return samples.ok() ? *samples : PrometheusSamples();
-  };
-  const PrometheusSamples s1 = scrape(server_metrics);
-  const PrometheusSamples w1 = scrape(worker_metrics[1]);
-  const std::string text = Scrape(server_metrics);
-  for (const char* family :
-       {"lockstep_server_step_seconds", "lockstep_server_barrier_wait_seconds",
-        "lockstep_server_received_bytes_total",
-        "lockstep_server_sent_bytes_total", "lockstep_server_version",
-        "lockstep_server_pushes_dropped_late_total",
-        "lockstep_server_checkpoint_age_seconds"}) {
-    EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " ")));
-    EXPECT_THAT(text, HasSubstr(absl::StrCat("# HELP ", family, " ")));
-  }
+  const PrometheusSamples s1 = ScrapeSamples(server_metrics);
+  const PrometheusSamples w1 = ScrapeSamples(worker_metrics[1]);
+  ExpectServerFamiliesDescribed(server_metrics);
   for (const char* phase : {"pull", "compute", "push", "wait"}) {
     EXPECT_GT(Value(w1, absl::StrCat("lockstep_worker_phase_seconds_count{"
                                      "phase=\"",
@@ -144,8 +150,8 @@ TEST(OpsIntegrationTest, MetricsAreWellFormedAndMove) {
   }
   const int64_t seen = static_cast<int64_t>(Value(s1, "lockstep_server_version"));
   ASSERT_TRUE(WaitUntil([&]() { return Version(server) >= seen + 5; }));
-  const PrometheusSamples s2 = scrape(server_metrics);
-  const PrometheusSamples w2 = scrape(worker_metrics[1]);
+  const PrometheusSamples s2 = ScrapeSamples(server_metrics);
+  const PrometheusSamples w2 = ScrapeSamples(worker_metrics[1]);
   for (const char* series :
        {"lockstep_server_version", "lockstep_server_pushes_accepted_total",
         "lockstep_server_received_bytes_total",

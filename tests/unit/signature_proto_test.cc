@@ -1,0 +1,139 @@
+// The model signature as the lockstep.v1 message (common/signature_proto.h):
+// what a worker sends and a checkpoint's header holds.
+#include "common/signature_proto.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lockstep/v1/lockstep.pb.h"
+#include "tests/unit/model_signature_test_util.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+TEST(SignatureProtoTest, RoundTripThroughTheWire) {
+  ModelSignature original = Mlp();
+  original.tensors.push_back({"scalar", {}});
+  original.optimizer = OptimizerConfig::Defaults("momentum");
+  original.optimizer.nesterov = true;
+  original.optimizer.learning_rate = 0.0375;
+  original.optimizer.beta_1 = 0.8;
+  original.optimizer.beta_2 = 0.99;
+  original.optimizer.epsilon = 1e-5;
+  original.optimizer.weight_decay = 0.125;
+  original.chunk_bytes = 65540;
+  original.num_workers = 5;
+
+  v1::ModelSignature proto;
+  proto.set_num_workers(99);  // Stale contents are replaced.
+  proto.add_tensors()->set_name("stale");
+  SignatureToProto(original, &proto);
+  ASSERT_EQ(proto.tensors_size(), 5);
+  EXPECT_EQ(proto.tensors(0).name(), "dense/kernel");
+  EXPECT_THAT(proto.tensors(0).shape(), ElementsAre(784, 128));
+  EXPECT_EQ(proto.tensors(0).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(proto.num_workers(), 5);
+
+  v1::ModelSignature parsed;
+  ASSERT_TRUE(parsed.ParseFromString(proto.SerializeAsString()));
+  const absl::StatusOr<ModelSignature> read = SignatureFromProto(parsed);
+  ASSERT_TRUE(read.ok()) << read.status();
+  const ModelSignature& back = *read;
+
+  EXPECT_EQ(DescribeDifference(original, back), "");
+  EXPECT_EQ(back.tensors, original.tensors);
+  EXPECT_TRUE(back.optimizer == original.optimizer);
+  EXPECT_EQ(back.optimizer.learning_rate, 0.0375);
+  EXPECT_TRUE(back.optimizer.nesterov);
+  EXPECT_EQ(back.chunk_bytes, 65540);
+  EXPECT_EQ(back.num_workers, 5);
+}
+
+TEST(SignatureProtoTest, DefaultSignatureRoundTrips) {
+  v1::ModelSignature proto;
+  SignatureToProto(ModelSignature(), &proto);
+  const absl::StatusOr<ModelSignature> back = SignatureFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(DescribeDifference(ModelSignature(), *back), "");
+  EXPECT_THAT(back->tensors, IsEmpty());
+}
+
+// The one place a mode's name is read: every name round-trips, an empty
+// one is sync (signatures from before names), anything else is refused
+// rather than read as sync.
+TEST(SignatureProtoTest, SyncModesAreReadOrRefused) {
+  for (SyncMode mode : {SyncMode::kSync, SyncMode::kAsync, SyncMode::kSsp}) {
+    absl::StatusOr<SyncMode> read = ParseSyncMode(SyncModeName(mode));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, mode);
+  }
+  EXPECT_EQ(*ParseSyncMode(""), SyncMode::kSync);
+  // All-reduce is a worker's mode; its signature says sync.
+  EXPECT_STREQ(SyncModeName(SyncMode::kAllReduce), "allreduce");
+  EXPECT_EQ(ParseSyncMode("allreduce").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::ModelSignature proto;
+  SignatureToProto(ModelSignature(), &proto);
+  proto.mutable_sync()->set_mode("asynchronous");
+  const absl::StatusOr<ModelSignature> refused = SignatureFromProto(proto);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("unknown sync mode \"asynchronous\""));
+}
+
+// The mode travels as an enum and, for older readers, by name; a message
+// from an older sender has only the name.
+TEST(SignatureProtoTest, SyncModeTravelsAsKindAndName) {
+  const struct {
+    SyncMode mode;
+    v1::SyncMode kind;
+    const char* name;
+  } cases[] = {{SyncMode::kSync, v1::SYNC_MODE_SYNC, "sync"},
+               {SyncMode::kAsync, v1::SYNC_MODE_ASYNC, "async"},
+               {SyncMode::kSsp, v1::SYNC_MODE_SSP, "ssp"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    ModelSignature signature;
+    signature.sync.mode = c.mode;
+    v1::ModelSignature proto;
+    SignatureToProto(signature, &proto);
+    EXPECT_EQ(proto.sync().kind(), c.kind);
+    EXPECT_EQ(proto.sync().mode(), c.name);
+    absl::StatusOr<ModelSignature> read = SignatureFromProto(proto);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->sync.mode, c.mode);
+
+    proto.mutable_sync()->clear_kind();  // An older sender.
+    read = SignatureFromProto(proto);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->sync.mode, c.mode);
+
+    proto.mutable_sync()->set_kind(c.kind);  // A sender that writes no name.
+    proto.mutable_sync()->clear_mode();
+    read = SignatureFromProto(proto);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->sync.mode, c.mode);
+  }
+  v1::ModelSignature proto;
+  SignatureToProto(ModelSignature(), &proto);
+  proto.mutable_sync()->set_kind(v1::SYNC_MODE_ASYNC);  // Name says "sync".
+  absl::StatusOr<ModelSignature> refused = SignatureFromProto(proto);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("sync mode \"sync\" disagrees with kind async"));
+  proto.mutable_sync()->set_kind(static_cast<v1::SyncMode>(9));
+  proto.mutable_sync()->clear_mode();
+  refused = SignatureFromProto(proto);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("unknown sync mode kind 9"));
+}
+
+}  // namespace
+}  // namespace lockstep
