@@ -60,13 +60,15 @@ Caller Caller::FromContext(const grpc::ServerContextBase& context) {
 absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(
     const TlsOptions& options) {
   auto authorizer = absl::WrapUnique(new Authorizer());
+  authorizer->names_ = options.names;
   authorizer->mutual_tls_ = options.ServerTls() && !options.ca_file.empty();
   if (!authorizer->mutual_tls_ && (!options.admin_identities.empty() ||
                                    !options.worker_identities.empty())) {
+    const TlsOptionNames& n = options.names;
     return absl::InvalidArgumentError(
-        "--admin_identities and --worker_identities name client "
-        "certificates: they need mutual TLS (--tls_cert, --tls_key and "
-        "--tls_ca)");
+        absl::StrCat(n.admin_identities, " and ", n.worker_identities,
+                     " name client certificates: they need mutual TLS (",
+                     n.cert_file, ", ", n.key_file, " and ", n.ca_file, ")"));
   }
   for (const std::string& id : options.admin_identities) {
     if (!id.empty()) authorizer->admins_.insert(id);
@@ -75,7 +77,9 @@ absl::StatusOr<std::unique_ptr<Authorizer>> Authorizer::Create(
     if (!id.empty()) authorizer->workers_.insert(id);
   }
   if (!options.token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file));
+    ASSIGN_OR_RETURN(
+        std::string token,
+        ReadTokenFile(options.token_file, options.names.token_file));
     std::string header = absl::StrCat("Bearer ", token);
     authorizer->authorization_digest_ = Sha256(header);
     std::fill(token.begin(), token.end(), '\0');
@@ -97,7 +101,8 @@ absl::Status Authorizer::Check(const Caller& caller, Access access,
     if (!match) {
       return absl::UnauthenticatedError(absl::StrCat(
           rpc, ": ", caller.authorization.has_value() ? "wrong" : "missing",
-          " bearer token (authorization metadata; see --token_file)"));
+          " bearer token (authorization metadata; see ", names_.token_file,
+          ")"));
     }
   }
   bool worker = true;
@@ -129,7 +134,8 @@ absl::Status Authorizer::Check(const Caller& caller, Access access,
         rpc, " needs ", AccessName(access), "; ", who, " is ",
         admin    ? "an admin"
         : worker ? "a worker"
-                 : "neither a worker nor an admin (see --worker_identities)"));
+                 : absl::StrCat("neither a worker nor an admin (see ",
+                                names_.worker_identities, ")")));
   }
   return absl::OkStatus();
 }

@@ -83,6 +83,8 @@ class Authorizer final {
   Authorizer() = default;
 
   bool mutual_tls_ = false;
+  // What the errors call the options (TlsOptions::names).
+  TlsOptionNames names_;
   // SHA-256 of "Bearer <token>"; no token when nullopt. The token itself is
   // not kept.
   std::optional<Digest> authorization_digest_;

@@ -15,7 +15,22 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
 namespace lockstep {
+
+// `value`, or INVALID_ARGUMENT with its error after the flag it came from
+// ("--push_window: ..."): a library's error says what is wrong, the flag
+// layer which flag it was.
+template <typename T>
+absl::StatusOr<T> FromFlag(absl::string_view flag, absl::StatusOr<T> value) {
+  if (value.ok()) return value;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, ": ", value.status().message()));
+}
 
 // As absl::ParseCommandLine (the positional arguments, argv[0] first), but
 // a bad flag exits 2 (--only_check_args included), and --help, --helpfull,

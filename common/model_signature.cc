@@ -159,7 +159,7 @@ std::string DescribeDifference(const ModelSignature& expected,
   if (expected.total_steps != got.total_steps) {
     return absl::StrCat("total_steps: job has ", expected.total_steps,
                         ", worker has ", got.total_steps,
-                        " (different data, batch size or --epochs)");
+                        " (different data, batch size, epochs or step limit)");
   }
   if (expected.chunk_bytes != got.chunk_bytes) {
     return absl::StrCat("chunk_bytes: job has ", expected.chunk_bytes,

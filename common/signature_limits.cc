@@ -45,8 +45,8 @@ absl::Status CheckTensors(const std::vector<TensorInfo>& tensors,
     *total += elements;
     if (elements > limits.max_parameters || *total > limits.max_parameters) {
       return OutOfBounds(absl::StrCat("more than ", limits.max_parameters,
-                                      " parameters and state values (server "
-                                      "--max_parameters)"));
+                                      " parameters and state values (the "
+                                      "server's limit)"));
     }
   }
   return absl::OkStatus();
@@ -59,7 +59,7 @@ absl::Status CheckChunks(const ModelSignature& s, int64_t parameters,
   if (s.chunk_bytes < 4 || s.chunk_bytes > limits.max_chunk_bytes) {
     return OutOfBounds(absl::StrCat("chunk_bytes ", s.chunk_bytes,
                                     " is outside [4, ", limits.max_chunk_bytes,
-                                    "] (server --max_chunk_bytes)"));
+                                    "] (the server's limit)"));
   }
   if (s.num_workers < 1 || s.num_workers > limits.max_workers) {
     return OutOfBounds(absl::StrCat("num_workers ", s.num_workers));

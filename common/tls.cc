@@ -45,13 +45,14 @@ struct KeyFree {
 };
 using X509Ptr = std::unique_ptr<X509, X509Free>;
 
-// Reads at most kMaxFileBytes of `path`, which `flag` named.
-absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag,
+// Reads at most kMaxFileBytes of `path`, the value of the option called
+// `option` (its name in errors).
+absl::StatusOr<std::string> ReadSmallFile(absl::string_view option,
                                           const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", path, ": cannot open: ", std::strerror(errno)));
+        option, "=", path, ": cannot open: ", std::strerror(errno)));
   }
   std::string bytes(kMaxFileBytes + 1, '\0');
   const size_t n = std::fread(bytes.data(), 1, bytes.size(), f);
@@ -59,37 +60,37 @@ absl::StatusOr<std::string> ReadSmallFile(absl::string_view flag,
   std::fclose(f);
   if (failed) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", path, ": read failed"));
+        absl::StrCat(option, "=", path, ": read failed"));
   }
   if (n > kMaxFileBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", path, ": larger than ", kMaxFileBytes, " bytes"));
+        option, "=", path, ": larger than ", kMaxFileBytes, " bytes"));
   }
   bytes.resize(n);
   return bytes;
 }
 
-absl::Status Invalid(absl::string_view flag, const std::string& path,
+absl::Status Invalid(absl::string_view option, const std::string& path,
                      absl::string_view problem) {
   ERR_clear_error();  // Leave OpenSSL's per-thread queue clean for gRPC.
   return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, "=", path, ": ", problem));
+      absl::StrCat(option, "=", path, ": ", problem));
 }
 
 // Every certificate in a PEM file; at least one.
-absl::StatusOr<std::vector<X509Ptr>> ReadCertificates(absl::string_view flag,
+absl::StatusOr<std::vector<X509Ptr>> ReadCertificates(absl::string_view option,
                                                       const std::string& path) {
-  ASSIGN_OR_RETURN(std::string pem, ReadSmallFile(flag, path));
+  ASSIGN_OR_RETURN(std::string pem, ReadSmallFile(option, path));
   std::unique_ptr<BIO, BioFree> bio(
       BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  if (bio == nullptr) return Invalid(flag, path, "out of memory");
+  if (bio == nullptr) return Invalid(option, path, "out of memory");
   std::vector<X509Ptr> certs;
   while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
     certs.emplace_back(cert);
   }
   ERR_clear_error();  // The loop ends on an expected "no start line".
   if (certs.empty()) {
-    return Invalid(flag, path, "holds no PEM certificate");
+    return Invalid(option, path, "holds no PEM certificate");
   }
   return certs;
 }
@@ -97,12 +98,14 @@ absl::StatusOr<std::vector<X509Ptr>> ReadCertificates(absl::string_view flag,
 absl::Status CheckKeyPair(const TlsOptions& o) {
   if (o.cert_file.empty() != o.key_file.empty()) {
     return absl::InvalidArgumentError(
-        "--tls_cert and --tls_key go together: give both or neither");
+        absl::StrCat(o.names.cert_file, " and ", o.names.key_file,
+                     " go together: give both or neither"));
   }
   if (o.cert_file.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::vector<X509Ptr> chain,
-                   ReadCertificates("tls_cert", o.cert_file));
-  ASSIGN_OR_RETURN(std::string pem, ReadSmallFile("tls_key", o.key_file));
+                   ReadCertificates(o.names.cert_file, o.cert_file));
+  ASSIGN_OR_RETURN(std::string pem,
+                   ReadSmallFile(o.names.key_file, o.key_file));
   std::unique_ptr<BIO, BioFree> bio(
       BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   std::unique_ptr<EVP_PKEY, KeyFree> key(
@@ -112,20 +115,21 @@ absl::Status CheckKeyPair(const TlsOptions& o) {
   // Overwrite our copy of the key; OpenSSL holds its own now.
   std::fill(pem.begin(), pem.end(), '\0');
   if (key == nullptr) {
-    return Invalid("tls_key", o.key_file,
+    return Invalid(o.names.key_file, o.key_file,
                    "holds no unencrypted PEM private key");
   }
   X509* leaf = chain.front().get();
   if (X509_check_private_key(leaf, key.get()) != 1) {
     return Invalid(
-        "tls_key", o.key_file,
+        o.names.key_file, o.key_file,
         absl::StrCat("does not match the certificate in ", o.cert_file));
   }
   if (X509_cmp_current_time(X509_get0_notBefore(leaf)) > 0) {
-    return Invalid("tls_cert", o.cert_file, "certificate is not valid yet");
+    return Invalid(o.names.cert_file, o.cert_file,
+                   "certificate is not valid yet");
   }
   if (X509_cmp_current_time(X509_get0_notAfter(leaf)) < 0) {
-    return Invalid("tls_cert", o.cert_file, "certificate has expired");
+    return Invalid(o.names.cert_file, o.cert_file, "certificate has expired");
   }
   ERR_clear_error();
   return absl::OkStatus();
@@ -206,17 +210,18 @@ bool IsLoopbackAddress(absl::string_view address) {
 absl::Status CheckTlsFiles(const TlsOptions& options, bool server) {
   RETURN_IF_ERROR(CheckKeyPair(options));
   if (server && options.cert_file.empty() && !options.ca_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--tls_ca on a server turns on mutual TLS, which needs --tls_cert "
-        "and --tls_key as well");
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.names.ca_file, " on a server turns on mutual TLS, which needs ",
+        options.names.cert_file, " and ", options.names.key_file, " as well"));
   }
   if (!server && !options.cert_file.empty() && options.ca_file.empty()) {
-    return absl::InvalidArgumentError(
-        "a client with --tls_cert needs --tls_ca to verify the servers it "
-        "connects to");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a client with ", options.names.cert_file, " needs ",
+        options.names.ca_file, " to verify the servers it connects to"));
   }
   if (!options.ca_file.empty()) {
-    RETURN_IF_ERROR(ReadCertificates("tls_ca", options.ca_file).status());
+    RETURN_IF_ERROR(
+        ReadCertificates(options.names.ca_file, options.ca_file).status());
   }
   return absl::OkStatus();
 }
@@ -225,15 +230,17 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsOptions& options, absl::string_view listen_address) {
   RETURN_IF_ERROR(CheckTlsFiles(options, /*server=*/true));
   if (!options.token_file.empty()) {
-    RETURN_IF_ERROR(ReadTokenFile(options.token_file).status());
+    RETURN_IF_ERROR(
+        ReadTokenFile(options.token_file, options.names.token_file).status());
   }
   if (!options.ServerTls()) {
     if (!options.insecure && !IsLoopbackAddress(listen_address)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "refusing to listen on ", listen_address,
-          " without TLS: give --tls_cert and --tls_key (and --tls_ca for "
-          "mutual TLS), listen on loopback, or pass --insecure on a trusted "
-          "network"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("refusing to listen on ", listen_address,
+                       " without TLS: give ", options.names.cert_file, " and ",
+                       options.names.key_file, " (and ", options.names.ca_file,
+                       " for mutual TLS), listen on loopback, or pass ",
+                       options.names.insecure, " on a trusted network"));
     }
     return grpc::InsecureServerCredentials();
   }
@@ -276,11 +283,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     return grpc::CreateCustomChannel(target, credentials, args);
   }
   if (!tls && !options.insecure && !IsLoopbackAddress(target)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "refusing to send the bearer token in plaintext to ", target,
-        ": give --tls_ca (TLS), or --insecure on a trusted network"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("refusing to send the bearer token in plaintext to ",
+                     target, ": give ", options.names.ca_file, " (TLS), or ",
+                     options.names.insecure, " on a trusted network"));
   }
-  ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options.token_file));
+  ASSIGN_OR_RETURN(std::string token,
+                   ReadTokenFile(options.token_file, options.names.token_file));
   return ChannelWithToken(target, std::move(credentials), args, tls,
                           std::move(token));
 }
@@ -308,10 +317,11 @@ absl::Status CheckTraceKeepsTokens(const char* grpc_trace) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          absl::string_view option) {
   // Refused before the token is read, so that it is never in memory either.
   RETURN_IF_ERROR(CheckTraceKeepsTokens(std::getenv("GRPC_TRACE")));
-  ASSIGN_OR_RETURN(std::string token, ReadSmallFile("token_file", path));
+  ASSIGN_OR_RETURN(std::string token, ReadSmallFile(option, path));
   while (!token.empty() && absl::ascii_isspace(token.back())) token.pop_back();
   const bool printable = std::all_of(
       token.begin(), token.end(), [](char c) { return c > ' ' && c < 0x7f; });
@@ -319,8 +329,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
       token.size() > kMaxTokenChars) {
     std::fill(token.begin(), token.end(), '\0');
     return absl::InvalidArgumentError(absl::StrCat(
-        "--token_file=", path, ": must hold one token of ", kMinTokenChars,
-        " to ", kMaxTokenChars,
+        option, "=", path, ": must hold one token of ", kMinTokenChars, " to ",
+        kMaxTokenChars,
         " printable ASCII characters without spaces (e.g. openssl rand "
         "-hex 32)"));
   }

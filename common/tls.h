@@ -74,8 +74,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 
 // The token in `path`: its content without trailing whitespace, which must
 // be 16 to 4096 printable ASCII characters without spaces. Errors name the
-// file and the rule, never the content.
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+// file (as `option`, the option that named it) and the rule, never the
+// content.
+absl::StatusOr<std::string> ReadTokenFile(
+    const std::string& path, absl::string_view option = "token_file");
 
 // FAILED_PRECONDITION when `grpc_trace` (GRPC_TRACE's value; null: unset)
 // turns on a gRPC tracer that logs calls' metadata, which would print the

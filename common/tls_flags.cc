@@ -54,6 +54,18 @@ std::vector<std::string> SplitList(const std::string& text) {
 
 }  // namespace
 
+TlsOptionNames TlsFlagNames() {
+  TlsOptionNames names;
+  names.cert_file = "--tls_cert";
+  names.key_file = "--tls_key";
+  names.ca_file = "--tls_ca";
+  names.token_file = "--token_file";
+  names.admin_identities = "--admin_identities";
+  names.worker_identities = "--worker_identities";
+  names.insecure = "--insecure";
+  return names;
+}
+
 absl::StatusOr<TlsOptions> TlsOptionsFromFlags() {
   TlsOptions o;
   o.cert_file = absl::GetFlag(FLAGS_tls_cert);
@@ -69,6 +81,7 @@ absl::StatusOr<TlsOptions> TlsOptionsFromFlags() {
     return absl::InvalidArgumentError("--tls_refresh_s must be in [1, 86400]");
   }
   o.refresh_interval = absl::Seconds(refresh);
+  o.names = TlsFlagNames();
   return o;
 }
 

@@ -16,6 +16,9 @@ namespace lockstep {
 // outside [1, 86400] s. Reads no file (MakeServerCredentials, MakeChannel
 // and Authorizer::Create check them).
 absl::StatusOr<TlsOptions> TlsOptionsFromFlags();
+// The flags' names for TlsOptions::names ("--tls_cert", ...), which
+// TlsOptionsFromFlags sets: errors then name the flags the user typed.
+TlsOptionNames TlsFlagNames();
 
 }  // namespace lockstep
 

@@ -11,6 +11,19 @@
 
 namespace lockstep {
 
+// What errors call each option. By default the field's own name; the layer
+// that reads the options from flags (common/tls_flags.h) gives the flags'
+// names, so that a message names what the user typed.
+struct TlsOptionNames {
+  std::string cert_file = "cert_file";
+  std::string key_file = "key_file";
+  std::string ca_file = "ca_file";
+  std::string token_file = "token_file";
+  std::string admin_identities = "admin_identities";
+  std::string worker_identities = "worker_identities";
+  std::string insecure = "insecure";
+};
+
 // How a process secures its channels; parsed once from flags
 // (common/tls_flags.h). All paths are PEM files. Plain data: holds paths,
 // never the secrets themselves.
@@ -39,6 +52,8 @@ struct TlsOptions {
   bool insecure = false;
   // How often certificate files are re-read (gRPC's minimum is 1 s).
   absl::Duration refresh_interval = absl::Seconds(5);
+  // How errors name the options above.
+  TlsOptionNames names;
 
   // Whether a server with these options speaks TLS (has cert and key).
   bool ServerTls() const { return !cert_file.empty() || !key_file.empty(); }

@@ -61,7 +61,7 @@ void ParameterServer::GiveUpStep(const StepAlarm& alarm, bool fail_job,
   if (fail_job) {
     const absl::Status cancelled = absl::CancelledError(absl::StrCat(
         "the job failed: step ", alarm.step, " timed out waiting for rank(s) ",
-        ranks, " (--on_worker_loss=fail)"));
+        ranks, " (the job fails when a worker is lost)"));
     for (ChunkBarrier* c : chunks) c->Expire(alarm.step, cancelled);
     return;
   }

@@ -251,8 +251,8 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
   }
   if (!save_checkpoint_) {
     return FinishWith(context, absl::FailedPreconditionError(
-                                   "this server was started without "
-                                   "--checkpoint_dir or --weights_file"));
+                                   "this server has nowhere to save: no "
+                                   "checkpoint directory, no weights file"));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Writing takes disk time: off gRPC's threads, one at a time, on the

@@ -111,7 +111,9 @@ TEST(OpsIntegrationTest, CtlErrorsAreClear) {
   RunResult no_dir = RunProcess({ctl, "checkpoint", server.address});
   EXPECT_EQ(no_dir.exit_code, 1);
   EXPECT_THAT(no_dir.output, HasSubstr("FAILED_PRECONDITION"));
-  EXPECT_THAT(no_dir.output, HasSubstr("--checkpoint_dir"));
+  EXPECT_THAT(
+      no_dir.output,
+      HasSubstr("nowhere to save: no checkpoint directory, no weights file"));
   server.process->Kill();
 }
 

@@ -34,7 +34,7 @@ TEST(SignatureLimitsTest, RefusesNegativeAndOverflowingShapes) {
   s.tensors[1].shape = {int64_t{1} << 40, int64_t{1} << 40, 0};
   absl::Status status = ValidateSignature(s, SignatureLimits());
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("--max_parameters"));
+  EXPECT_THAT(status.message(), HasSubstr("(the server's limit)"));
   s.tensors[1].shape = {int64_t{1} << 62, 4};
   EXPECT_FALSE(ValidateSignature(s, SignatureLimits()).ok());
 }
@@ -54,7 +54,7 @@ TEST(SignatureLimitsTest, ChunkBytesFollowTheServersLimit) {
   limits.max_chunk_bytes = 1 << 20;
   s.chunk_bytes = (1 << 20) + 4;
   EXPECT_THAT(ValidateSignature(s, limits).message(),
-              HasSubstr("--max_chunk_bytes"));
+              HasSubstr("] (the server's limit)"));
   s.chunk_bytes = 1 << 20;
   EXPECT_TRUE(ValidateSignature(s, limits).ok());
   s.chunk_bytes = 2;
@@ -82,7 +82,7 @@ TEST(SignatureLimitsTest, StateTensorsCountAgainstTheLimits) {
               HasSubstr("parameters and state values"));
   s.state_tensors = {{"bn", {int64_t{1} << 40}}};
   EXPECT_THAT(ValidateSignature(s, SignatureLimits()).message(),
-              HasSubstr("--max_parameters"));
+              HasSubstr("(the server's limit)"));
   s.state_tensors = {{"bn", {-3}}};
   EXPECT_THAT(ValidateSignature(s, SignatureLimits()).message(),
               HasSubstr("state tensor 0 has dimension -3"));

@@ -10,12 +10,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
 #include "common/tls_flags.h"
 #include "common/wire_codec.h"
-#include "worker/train/progress.h"
 #include "worker/app/setup.h"
+#include "worker/train/progress.h"
 
 ABSL_FLAG(std::string, servers, "",
           "Parameter-server shard addresses, host:port, comma-separated in "
@@ -216,16 +217,14 @@ absl::Status ParseTraining(WorkerMainOptions* options) {
   o.trainer.epochs = absl::GetFlag(FLAGS_epochs);
   o.trainer.max_steps = absl::GetFlag(FLAGS_max_steps);
   o.trainer.seed = absl::GetFlag(FLAGS_seed);
-  absl::StatusOr<int64_t> chunk_bytes =
-      ParseChunkBytes(absl::GetFlag(FLAGS_chunk_bytes), int64_t{32} << 20);
-  if (!chunk_bytes.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--chunk_bytes: ", chunk_bytes.status().message()));
-  }
-  o.trainer.chunk_bytes = *chunk_bytes;
+  ASSIGN_OR_RETURN(
+      o.trainer.chunk_bytes,
+      FromFlag("chunk_bytes", ParseChunkBytes(absl::GetFlag(FLAGS_chunk_bytes),
+                                              int64_t{32} << 20)));
   o.trainer.eval_every_epoch = absl::GetFlag(FLAGS_eval_every_epoch);
-  ASSIGN_OR_RETURN(o.trainer.progress,
-                   ParseProgressMode(absl::GetFlag(FLAGS_progress)));
+  ASSIGN_OR_RETURN(
+      o.trainer.progress,
+      FromFlag("progress", ParseProgressMode(absl::GetFlag(FLAGS_progress))));
   if (o.trainer.batch_size < 1 || o.trainer.batch_size > (1 << 20)) {
     return absl::InvalidArgumentError("--batch_size must be in [1, 1048576]");
   }
@@ -302,6 +301,7 @@ absl::Status ParseExchange(WorkerMainOptions* options) {
   o.client.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
   o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.trainer.rejoin_timeout_name = "--rejoin_timeout_s";
   o.trainer.rejoin_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout_s));
   const std::string sync = absl::GetFlag(FLAGS_sync);
@@ -366,12 +366,9 @@ absl::Status ParseStepFlags(WorkerMainOptions* options) {
                            ? kDefaultChunkBytes
                            : o.trainer.chunk_bytes) +
       (1 << 20);
-  absl::StatusOr<int> window = ParsePushWindow(absl::GetFlag(FLAGS_push_window));
-  if (!window.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--push_window: ", window.status().message()));
-  }
-  o.client.max_pushes_in_flight = *window;
+  ASSIGN_OR_RETURN(o.client.max_pushes_in_flight,
+                   FromFlag("push_window",
+                            ParsePushWindow(absl::GetFlag(FLAGS_push_window))));
   const std::string push_thread = absl::GetFlag(FLAGS_push_thread);
   if (push_thread == "on" || push_thread == "off") {
     o.push_thread = push_thread == "on";

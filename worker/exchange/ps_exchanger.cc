@@ -17,12 +17,12 @@ absl::StatusOr<int64_t> PsExchanger::Join(
   if (reg.version < 0 && seen_version_ > 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "a parameter server came back without the job's weights (restarted "
-        "without a checkpoint, or with an empty --checkpoint_dir) after "
+        "without a checkpoint, or with an empty checkpoint directory) after "
         "version ",
         seen_version_,
         "; starting over from the initial weights would discard that "
         "training. Restart the whole job, or give the servers a "
-        "--checkpoint_dir that outlives them (docs/faults.md)"));
+        "checkpoint directory that outlives them (docs/faults.md)"));
   }
   // In sync mode shards differ by one step at most (one has closed the
   // step the other still gathers). More, and a shard restored an older

@@ -18,8 +18,8 @@ absl::StatusOr<ProgressMode> ParseProgressMode(absl::string_view text) {
   if (text == "auto") {
     return isatty(STDOUT_FILENO) ? ProgressMode::kBar : ProgressMode::kLines;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--progress must be auto, bar, lines or none, got \"", text, "\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be auto, bar, lines or none, got \"", text, "\""));
 }
 
 EpochProgress::EpochProgress(ProgressMode mode, FILE* out, int epoch,

@@ -24,8 +24,8 @@ Trainer::Trainer(const TrainerOptions& options, Model* model,
       own_weights_(model->NumParameters() + model->StateSize()),
       gradient_(own_weights_.size() + exchanger->GradientTailSlots()),
       rejoiner_(absl::StrCat("lockstep_worker ", options.rank), options.seed,
-                options.rank, options.rejoin_timeout, "--rejoin_timeout_s",
-                options.env) {
+                options.rank, options.rejoin_timeout,
+                options.rejoin_timeout_name, options.env) {
   weights_ = absl::MakeSpan(own_weights_);
 }
 

@@ -61,6 +61,8 @@ struct TrainerOptions {
   // out, this worker was evicted) register again and go on, for at most this
   // long since the last step that succeeded.
   absl::Duration rejoin_timeout = absl::Seconds(300);
+  // What a give-up message calls rejoin_timeout (the worker: its flag).
+  std::string rejoin_timeout_name = "rejoin_timeout";
   // Set (by a signal handler's thread) to stop after the current step and
   // leave the job. Not owned; may be null.
   const std::atomic<bool>* stop = nullptr;

@@ -63,10 +63,14 @@ absl::StatusOr<std::unique_ptr<AllReducer>> CreateAllReducer(
   // without TLS: loopback only, unless --insecure.
   if (options.backend != "grpc-ring" && options.size > 1 &&
       !options.tls.insecure && !IsLoopbackAddress(options.host)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the ", options.backend, " all-reduce sends gradients in plaintext; "
-        "on ", options.host, " (not loopback) use grpc-ring with TLS, or "
-        "pass --insecure on a trusted network"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", options.backend,
+                     " all-reduce sends gradients in plaintext; "
+                     "on ",
+                     options.host,
+                     " (not loopback) use grpc-ring with TLS, or "
+                     "pass ",
+                     options.tls.names.insecure, " on a trusted network"));
   }
   if (options.backend == "gloo") return GlooAllReducer::Create(options);
   if (options.backend == "grpc-ring") return RingAllReducer::Create(options);

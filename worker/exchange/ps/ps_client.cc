@@ -250,7 +250,7 @@ class PsClient::Impl {
             ? absl::StrCat(" (no answer within ", absl::FormatDuration(waited),
                            ": is a lockstep_server listening there?",
                            waited == options_.connect_timeout
-                               ? " --connect_timeout_s waits longer"
+                               ? "; a longer connect timeout waits longer"
                                : "",
                            ")")
             : "";

@@ -58,6 +58,11 @@ std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
   o.step_timeout_s = step_timeout_s;
   o.rejoin_timeout_s = rejoin_timeout_s;
   o.seed = seed;
+  // Errors name the keyword arguments.
+  o.tls.names.ca_file = "tls_ca";
+  o.tls.names.cert_file = "tls_cert";
+  o.tls.names.key_file = "tls_key";
+  o.tls.names.token_file = "token_file";
   o.tls.ca_file = std::move(tls_ca);
   o.tls.cert_file = std::move(tls_cert);
   o.tls.key_file = std::move(tls_key);
