@@ -159,8 +159,9 @@ for pod in pods:
     (c,) = pod["containers"]
     args = ["--epochs=1" if a.startswith("--epochs=") else a for a in c["args"]]
     # Host networking: per-container ports must differ.
-    args = [f"--metrics_port={free_port()}" if a.startswith("--metrics_port=")
-            else a for a in args]
+    args = [f"{a.split('=', 1)[0]}={free_port()}"
+            if a.startswith(("--metrics_port=", "--health_port=")) else a
+            for a in args]
     env = {k: v.replace(":2222", f":{port}") for k, v in c["env"].items()}
     opts = ["--network", "host", "--read-only", "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges"]
