@@ -133,10 +133,16 @@ def crd_errors(doc, versions):
 
 
 def _set(doc, path, value):
-    """Sets doc[path] (a list of keys and indexes), creating dicts."""
+    """Sets doc[path] (a list of keys and indexes), creating dicts (and a
+    one-item list where an index meets nothing)."""
     node = doc
-    for key in path[:-1]:
-        node = node[key] if isinstance(key, int) else node.setdefault(key, {})
+    for key, after in zip(path[:-1], path[1:]):
+        if isinstance(key, int):
+            if not isinstance(node, list) or len(node) <= key:
+                raise ValueError(f"no item {key} to mutate at {path}")
+            node = node[key]
+        else:
+            node = node.setdefault(key, [{}] if isinstance(after, int) else {})
     node[path[-1]] = value
 
 

@@ -21,6 +21,9 @@ import dockerfiles as df
 import manifests as m
 
 BASE_IMAGE = "lockstep-base:bookworm"
+# Images a Dockerfile may start a stage from besides ${BASE_IMAGE} and its
+# own earlier stages: the CUDA worker's toolkit and runtime come from NVIDIA.
+OTHER_BASES = {"Dockerfile.worker-cuda": ("nvidia/cuda:",)}
 
 # install_deps.sh packages an image's builder does without: tests, test
 # tooling and data (the worker image adds the data set itself).
@@ -59,6 +62,13 @@ def _file_checks(report, repo, name, args, stages):
     report.check(args.get("BASE_IMAGE") == BASE_IMAGE,
                  f"{where}: ARG BASE_IMAGE defaults to {BASE_IMAGE} "
                  f"(got {args.get('BASE_IMAGE')})")
+    for i, st in enumerate(stages):
+        report.check(st["base"] == "${BASE_IMAGE}" or
+                     st["base"] in [x["name"] for x in stages[:i]] or
+                     st["base"].startswith(OTHER_BASES.get(name, ())),
+                     f"{where}: stage {st['name'] or i} is FROM ${{BASE_IMAGE}}, "
+                     f"an earlier stage or {OTHER_BASES.get(name, 'nothing else')} "
+                     f"(got {st['base']})")
     build = next((st for st in stages if st["name"] == "build"), None)
     if not report.check(build is not None and build["base"] == "${BASE_IMAGE}",
                         f"{where}: a build stage FROM ${{BASE_IMAGE}}"):

@@ -35,7 +35,7 @@ def _tf_configs(report, t):
     return out
 
 
-def check_tf_config(report, t, node):
+def check_tf_config(report, t):
     pods = t["pods"]
     hosts = {tf: [p["fqdn"] for p in pods if TF_TYPE.get(p["replicatedJob"],
                                                          "worker") == tf]
@@ -280,7 +280,7 @@ def check_jobsets(report, repo, binaries):
         node = check_trainer_job(report, t)
         if node is None:
             continue
-        n_workers = check_tf_config(report, t, node)
+        n_workers = check_tf_config(report, t)
         check_sizes(report, t, node, n_workers)
         check_ports(report, t, node, binaries)
         check_failure_policy(report, t, node, codes)
