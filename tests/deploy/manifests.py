@@ -1,9 +1,11 @@
-"""Reads deploy/k8s and deploy/docker the way Kubernetes and Docker would.
+"""Reads deploy/k8s the way Kubernetes would, and the facts of the repository
+the checks compare it with (CMake targets, install_deps.sh's packages,
+exit codes, the flags a binary takes); dockerfiles.py reads deploy/docker.
 
 Manifests indexes the legacy Indexed Jobs and TFJob (deploy/k8s/legacy);
 jobset_render.py renders the JobSet and Trainer v2 manifests.
 
-Shared by validate_manifests.py (the offline checks) and netns_job_test.sh
+Shared by the offline checks (validate_manifests.py) and netns_job_test.sh
 (through `render`, which writes what each pod would run: its binary, its
 arguments with flag files materialized, and its TF_CONFIG with the
 Kubernetes $(VAR) expansion done for a completion index). Needs PyYAML only.
@@ -46,7 +48,8 @@ def load_docs(path):
 
 
 def k8s_files(k8s_dir):
-    """Every YAML file under deploy/k8s, sorted, kustomization included."""
+    """Every YAML file under k8s_dir (a deploy/k8s folder), sorted,
+    kustomization included."""
     out = []
     for root, _, files in os.walk(k8s_dir):
         for name in files:
@@ -152,7 +155,8 @@ def flag_known(name, accepted):
 
 
 class Manifests:
-    """The documents of deploy/k8s, indexed for the checks and the renderer."""
+    """The documents under k8s_dir (deploy/k8s/legacy), indexed for the
+    checks and the renderer."""
 
     def __init__(self, k8s_dir):
         self.k8s_dir = k8s_dir
