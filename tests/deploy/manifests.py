@@ -1,20 +1,25 @@
-"""Reads deploy/k8s and deploy/docker the way Kubernetes and Docker would.
+"""Reads deploy/k8s the way Kubernetes would, and the facts of the repository
+the checks compare it with (CMake targets, install_deps.sh's packages,
+exit codes, the flags a binary takes); dockerfiles.py reads deploy/docker.
 
-Shared by validate_manifests.py (the offline checks) and netns_job_test.sh
+Manifests indexes the legacy Indexed Jobs and TFJob (deploy/k8s/legacy);
+jobset_render.py renders the JobSet and Trainer v2 manifests.
+
+Shared by the offline checks (validate_manifests.py) and netns_job_test.sh
 (through `render`, which writes what each pod would run: its binary, its
 arguments with flag files materialized, and its TF_CONFIG with the
 Kubernetes $(VAR) expansion done for a completion index). Needs PyYAML only.
 """
 
 import argparse
-import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 
 import yaml
+
+from dockerfiles import dockerfile_for_image, parse_dockerfile
 
 # The environment variables the binaries read (anything else a manifest sets
 # must feed another variable or an argument through $(VAR)).
@@ -29,6 +34,9 @@ COMING_FLAGS = {
     "lockstep_worker": {},
 }
 
+# The plain-Kubernetes Indexed Jobs and the TFJob, under deploy/k8s.
+LEGACY_DIR = os.path.join("deploy", "k8s", "legacy")
+
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 _VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -40,7 +48,8 @@ def load_docs(path):
 
 
 def k8s_files(k8s_dir):
-    """Every YAML file under deploy/k8s, sorted, kustomization included."""
+    """Every YAML file under k8s_dir (a deploy/k8s folder), sorted,
+    kustomization included."""
     out = []
     for root, _, files in os.walk(k8s_dir):
         for name in files:
@@ -56,88 +65,6 @@ def kind_of(doc):
 def labels_match(selector, labels):
     """A matchLabels selector (a plain dict) against a label set."""
     return all(labels.get(k) == v for k, v in (selector or {}).items())
-
-
-# ---- Dockerfiles ----------------------------------------------------------
-
-
-def dockerfile_instructions(path):
-    """(INSTRUCTION, rest) pairs with continuations joined, comments dropped."""
-    out = []
-    pending = ""
-    with open(path, encoding="utf-8") as f:
-        for raw in f:
-            line = raw.rstrip("\n")
-            if not pending and (not line.strip() or line.lstrip().startswith("#")):
-                continue
-            if pending and line.lstrip().startswith("#"):
-                continue  # comment lines inside a continuation are dropped
-            if line.endswith("\\"):
-                pending += line[:-1] + " "
-                continue
-            line = pending + line
-            pending = ""
-            parts = line.strip().split(None, 1)
-            out.append((parts[0].upper(), parts[1] if len(parts) > 1 else ""))
-    return out
-
-
-def exec_form(rest):
-    """The argv of an exec-form ENTRYPOINT/CMD, or a shell-split shell form."""
-    rest = rest.strip()
-    if rest.startswith("["):
-        return json.loads(rest)
-    return shlex.split(rest)
-
-
-def parse_dockerfile(path):
-    """The facts the checks need from one Dockerfile."""
-    info = {"stages": [], "copies": [], "targets": [], "entrypoint": None,
-            "cmd": None, "user": None, "apt": {}}
-    for instr, rest in dockerfile_instructions(path):
-        if instr == "FROM":
-            words = rest.split()
-            name = words[2] if len(words) >= 3 and words[1].upper() == "AS" else None
-            info["stages"].append(name)
-            # USER/ENTRYPOINT are per stage: keep the final stage's only.
-            info["user"] = None
-            info["entrypoint"] = None
-            info["cmd"] = None
-        elif instr == "COPY":
-            words = shlex.split(rest)
-            opts = [w for w in words if w.startswith("--")]
-            paths = [w for w in words if not w.startswith("--")]
-            src_from = None
-            for o in opts:
-                if o.startswith("--from="):
-                    src_from = o.split("=", 1)[1]
-            info["copies"].append({"from": src_from, "sources": paths[:-1],
-                                   "dest": paths[-1],
-                                   "stage": len(info["stages"]) - 1})
-        elif instr == "RUN":
-            info["targets"] += re.findall(r"--target[ =]+([A-Za-z0-9_]+)", rest)
-            stage = info["stages"][-1] if info["stages"] else None
-            for cmd in re.split(r"&&|;", rest):
-                words = cmd.split()
-                if words[:2] == ["apt-get", "install"]:
-                    info["apt"].setdefault(stage, set()).update(
-                        w for w in words[2:] if not w.startswith("-"))
-        elif instr == "ENTRYPOINT":
-            info["entrypoint"] = exec_form(rest)
-        elif instr == "CMD":
-            info["cmd"] = exec_form(rest)
-        elif instr == "USER":
-            info["user"] = rest.strip()
-    return info
-
-
-def dockerfile_for_image(docker_dir, image):
-    """deploy/docker/Dockerfile.<x> for an image named lockstep-<x>[:tag]."""
-    name = image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
-    if not name.startswith("lockstep-"):
-        return None
-    path = os.path.join(docker_dir, "Dockerfile." + name[len("lockstep-"):])
-    return path if os.path.isfile(path) else None
 
 
 # ---- CMake ----------------------------------------------------------------
@@ -172,6 +99,32 @@ def top_level_subdirs(repo):
         return re.findall(r"^\s*add_subdirectory\(\s*([^\s)]+)", f.read(), re.M)
 
 
+def exit_codes(repo):
+    """{constant: value} of common/exit_codes.h (kExitPermanent = 2, ...)."""
+    out = {}
+    with open(os.path.join(repo, "common", "exit_codes.h"), encoding="utf-8") as f:
+        for line in f:
+            match = re.match(r"inline constexpr int (kExit\w+) = (\d+);", line)
+            if match:
+                out[match.group(1)] = int(match.group(2))
+    return out
+
+
+def flag_values(args, name):
+    """The values of every --name=VALUE in args."""
+    return [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
+
+
+def volume_under(path, container, pod_spec):
+    """(volumeMount, volume) of the one mount path lies under, or None."""
+    mounts = [mnt for mnt in container.get("volumeMounts", [])
+              if (path + "/").startswith(mnt["mountPath"].rstrip("/") + "/")]
+    if len(mounts) != 1:
+        return None
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    return mounts[0], volumes.get(mounts[0]["name"], {})
+
+
 # ---- binaries -------------------------------------------------------------
 
 
@@ -202,7 +155,8 @@ def flag_known(name, accepted):
 
 
 class Manifests:
-    """The documents of deploy/k8s, indexed for the checks and the renderer."""
+    """The documents under k8s_dir (deploy/k8s/legacy), indexed for the
+    checks and the renderer."""
 
     def __init__(self, k8s_dir):
         self.k8s_dir = k8s_dir
@@ -296,20 +250,60 @@ def container_binary(container, docker_dir):
     """(binary name, entrypoint args) the container runs, or (None, why)."""
     if container.get("command"):
         return os.path.basename(container["command"][0]), container["command"][1:]
-    dockerfile = dockerfile_for_image(docker_dir, container.get("image", ""))
-    if dockerfile is None:
+    found = dockerfile_for_image(docker_dir, container.get("image", ""))
+    if found is None:
         return None, f"no deploy/docker Dockerfile for image {container.get('image')}"
-    entry = parse_dockerfile(dockerfile)["entrypoint"]
+    entry = parse_dockerfile(*found)["entrypoint"]
     if not entry:
-        return None, f"{dockerfile} has no ENTRYPOINT"
+        return None, f"{found[0]} target {found[1]} has no ENTRYPOINT"
     return os.path.basename(entry[0]), entry[1:]
 
 
 # ---- render (for the network-namespace test) -------------------------------
 
 
+def _left_out(pod, binary, accepted, arg):
+    """True (and says so) for a COMING_FLAGS flag the binary lacks yet."""
+    fname = flag_name(arg.strip())
+    if (fname and not flag_known(fname, accepted)
+            and fname in COMING_FLAGS.get(binary, {})):
+        print(f"render: {pod}: leaving out {arg.strip()} "
+              f"({binary} does not take it yet)", file=sys.stderr)
+        return True
+    return False
+
+
+def _render_flagfile(out_dir, path, content, keep):
+    """Copies a flag file under out_dir with the lines keep() accepts."""
+    dest = os.path.join(out_dir, "files", path.lstrip("/"))
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    kept = [line for line in content.splitlines() if keep(line)]
+    with open(dest, "w", encoding="utf-8") as f:
+        f.write("\n".join(kept) + "\n")
+    return dest
+
+
+def _render_args(out_dir, pod, binary, accepted, argv, files):
+    def keep(arg):
+        return not _left_out(pod, binary, accepted, arg)
+    args = []
+    for arg in argv:
+        if arg.startswith("--flagfile="):
+            local = [_render_flagfile(out_dir, p, files[p], keep)
+                     for p in arg.split("=", 1)[1].split(",")]
+            args.append("--flagfile=" + ",".join(local))
+        elif keep(arg):
+            args.append(arg)
+    return args
+
+
+def _write(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def render(repo, bin_dir, out_dir):
-    """Writes, for every pod of the Indexed Jobs in deploy/k8s:
+    """Writes, for every pod of the Indexed Jobs in deploy/k8s/legacy:
 
     out_dir/pods            one line a pod: NAME DNS_NAME BINARY
     out_dir/NAME.tf_config  its TF_CONFIG
@@ -318,14 +312,13 @@ def render(repo, bin_dir, out_dir):
                             flag from COMING_FLAGS the binary does not take
                             yet is left out (and said on stderr)
     """
-    k8s = Manifests(os.path.join(repo, "deploy", "k8s"))
+    k8s = Manifests(os.path.join(repo, LEGACY_DIR))
     docker_dir = os.path.join(repo, "deploy", "docker")
     flags_cache = {}
     pods = []
     for _, owner, doc, template, rtype in k8s.pod_templates():
-        if rtype is not None or kind_of(doc) != "Job":
-            continue
-        if doc["spec"].get("completionMode") != "Indexed":
+        if (rtype is not None or kind_of(doc) != "Job" or
+                doc["spec"].get("completionMode") != "Indexed"):
             continue
         spec = template["spec"]
         (container,) = spec["containers"]
@@ -334,50 +327,18 @@ def render(repo, bin_dir, out_dir):
             raise SystemExit(f"{owner}: {entry_args}")
         if binary not in flags_cache:
             flags_cache[binary] = accepted_flags(os.path.join(bin_dir, binary))
-        files = k8s.flagfiles(spec, container)
+        argv = list(entry_args) + list(container.get("args", []))
         for i in range(doc["spec"]["completions"]):
             name = f"{doc['metadata']['name']}-{i}"
             dns = f"{name}.{spec['subdomain']}" if spec.get("subdomain") else name
-            env = k8s.env_for(container, index=i)
-            args = []
-            for arg in list(entry_args) + list(container.get("args", [])):
-                if arg.startswith("--flagfile="):
-                    paths = arg.split("=", 1)[1].split(",")
-                    local = []
-                    for p in paths:
-                        dest = os.path.join(out_dir, "files", p.lstrip("/"))
-                        os.makedirs(os.path.dirname(dest), exist_ok=True)
-                        content = files[p]
-                        kept = []
-                        for line in content.splitlines():
-                            fname = flag_name(line.strip())
-                            if (fname and not flag_known(fname, flags_cache[binary])
-                                    and fname in COMING_FLAGS.get(binary, {})):
-                                print(f"render: {name}: leaving out {line.strip()} "
-                                      f"({binary} does not take it yet)", file=sys.stderr)
-                                continue
-                            kept.append(line)
-                        with open(dest, "w", encoding="utf-8") as f:
-                            f.write("\n".join(kept) + "\n")
-                        local.append(dest)
-                    args.append("--flagfile=" + ",".join(local))
-                    continue
-                fname = flag_name(arg)
-                if (fname and not flag_known(fname, flags_cache[binary])
-                        and fname in COMING_FLAGS.get(binary, {})):
-                    print(f"render: {name}: leaving out {arg} "
-                          f"({binary} does not take it yet)", file=sys.stderr)
-                    continue
-                args.append(arg)
-            with open(os.path.join(out_dir, name + ".tf_config"), "w",
-                      encoding="utf-8") as f:
-                f.write(env.get("TF_CONFIG") or "")
-            with open(os.path.join(out_dir, name + ".args"), "w",
-                      encoding="utf-8") as f:
-                f.write("".join(a + "\n" for a in args))
+            args = _render_args(out_dir, name, binary, flags_cache[binary], argv,
+                                k8s.flagfiles(spec, container))
+            _write(os.path.join(out_dir, name + ".tf_config"),
+                   k8s.env_for(container, index=i).get("TF_CONFIG") or "")
+            _write(os.path.join(out_dir, name + ".args"),
+                   "".join(a + "\n" for a in args))
             pods.append(f"{name} {dns} {binary}")
-    with open(os.path.join(out_dir, "pods"), "w", encoding="utf-8") as f:
-        f.write("".join(p + "\n" for p in pods))
+    _write(os.path.join(out_dir, "pods"), "".join(p + "\n" for p in pods))
 
 
 def main():

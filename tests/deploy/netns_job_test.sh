@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Beyond loopback: runs one job exactly as deploy/k8s starts it -- the pods
-# of the ps and worker Indexed Jobs, each with the arguments, flag files and
-# TF_CONFIG the manifests give it (rendered by manifests.py) -- with every
+# Beyond loopback: runs one job exactly as deploy/k8s/legacy starts it -- the
+# pods of the ps and worker Indexed Jobs, each with the arguments, flag files
+# and TF_CONFIG the manifests give it (rendered by manifests.py) -- with every
 # pod in its own network namespace on a private bridge, reaching the others
 # by the stable DNS names of the manifests (lockstep-ps-0.lockstep-ps, ...)
 # resolved through a per-namespace /etc/hosts. So the servers really listen

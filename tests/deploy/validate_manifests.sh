@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # Offline validation of the container images and Kubernetes manifests
-# (deploy/docker, deploy/k8s): schemas, cross-references, the flags the
-# binaries accept, what the Dockerfiles copy and run. See
-# validate_manifests.py for the list of checks.
+# (deploy/docker, deploy/k8s): Kubernetes schemas for the core kinds, the
+# Trainer v2 / JobSet API models for the CRDs (both strict), the
+# consistency a schema cannot check, the flags the binaries accept, what
+# the Dockerfiles copy and run. See validate_manifests.py for the list.
 #
 #   tests/deploy/validate_manifests.sh [--bin-dir DIR] [--venv DIR] [--quiet]
 #
 # --bin-dir (or $LOCKSTEP_BIN_DIR; default build/bin) holds lockstep_server
 # and lockstep_worker. --venv (default: deploy-venv beside the bin dir) is a
 # Python virtual environment this script creates once and reuses, with
-# kubernetes-validate from PyPI pinned below; a rerun costs seconds. If PyPI
-# cannot be reached the script fails and says so: it never passes without
-# having validated.
+# kubernetes-validate (the Kubernetes JSON schemas) and kubeflow-trainer-api
+# (the Trainer v2 and JobSet API models) from PyPI, pinned below; a rerun
+# costs seconds. If PyPI cannot be reached the script fails and says so: it
+# never passes without having validated.
 set -euo pipefail
 
 # Pinned for reproducible results. KUBERNETES_VERSIONS: the oldest release we
-# support and a current one; the package carries schemas up to 1.37.
-readonly kRequirement="kubernetes-validate==1.37.0"
+# support and a current one; kubernetes-validate carries schemas up to 1.37.
+# kubeflow-trainer-api 2.3.0: trainer.kubeflow.org/v1alpha1 and
+# jobset.x-k8s.io/v1alpha2 as Kubeflow Trainer v2.2+ serves them.
+readonly kRequirements=("kubernetes-validate==1.37.0" "kubeflow-trainer-api==2.3.0")
 readonly kKubernetesVersions="${LOCKSTEP_K8S_VERSIONS:-1.29.0,1.33.0}"
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -31,7 +35,7 @@ while [[ $# -gt 0 ]]; do
     --venv) venv="$2"; shift 2 ;;
     --venv=*) venv="${1#*=}"; shift ;;
     --quiet) quiet=(--quiet); shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -49,13 +53,14 @@ if ! command -v "$python" >/dev/null 2>&1; then
   echo "error: $python not found (deploy/local/install_deps.sh installs python3)" >&2
   exit 1
 fi
-# The stamp says which interpreter and requirement built the venv; anything
+# The stamp says which interpreter and requirements built the venv; anything
 # else (or a venv left half made) is rebuilt from scratch.
-stamp_want="$kRequirement $("$python" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+stamp_want="${kRequirements[*]} $("$python" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
 stamp="$venv/.lockstep-stamp"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$stamp_want" ]] ||
-   ! "$venv/bin/python" -c 'import kubernetes_validate, yaml' 2>/dev/null; then
-  echo "Creating $venv with $kRequirement (once; reruns reuse it)"
+   ! "$venv/bin/python" -c 'import kubernetes_validate, kubeflow_trainer_api, yaml' \
+       2>/dev/null; then
+  echo "Creating $venv with ${kRequirements[*]} (once; reruns reuse it)"
   rm -rf "$venv"
   if ! "$python" -m venv "$venv"; then
     echo "error: '$python -m venv' failed; on Debian install python3-venv" \
@@ -63,9 +68,9 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$stamp_want" ]] ||
     exit 1
   fi
   if ! timeout 300 "$venv/bin/python" -m pip install --disable-pip-version-check \
-      --quiet --timeout 30 --retries 2 "$kRequirement"; then
+      --quiet --timeout 30 --retries 2 "${kRequirements[@]}"; then
     rm -rf "$venv"
-    echo "error: could not install $kRequirement from PyPI (is PyPI reachable?" \
+    echo "error: could not install ${kRequirements[*]} from PyPI (is PyPI reachable?" \
       "pip's proxy settings?); the manifests were NOT validated" >&2
     exit 1
   fi

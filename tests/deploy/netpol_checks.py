@@ -1,0 +1,103 @@
+"""deploy/k8s/jobset/networkpolicy.yaml admits exactly what a job needs.
+
+For the pods of every JobSet target (jobset_targets.py): each pod is
+selected by a policy; the ports admitted to it are exactly the ports its
+containers declare; a server's grpc port is admitted from the job's
+workers and admin pods only, every metrics port from admin pods only; and
+no rule is unrestricted (every rule names ports and pod-label peers).
+"""
+
+import os
+
+import jobset_targets as jt
+import manifests as m
+
+NETPOL_FILE = os.path.join("deploy", "k8s", "jobset", "networkpolicy.yaml")
+ADMIN = {"lockstep/role": "admin"}
+
+
+def _rule_open(rule):
+    """Why an ingress rule admits more than named pods, or None."""
+    peers = rule.get("from") or []
+    if not rule.get("ports"):
+        return "no ports (all ports)"
+    if not peers:
+        return "no from (anyone)"
+    for peer in peers:
+        if set(peer) != {"podSelector"} or not peer["podSelector"].get("matchLabels") \
+                or set(peer["podSelector"]) != {"matchLabels"}:
+            return f"peer {peer} is not a plain pod-label selector"
+    return None
+
+
+def check_policies(report, policies):
+    for pol in policies:
+        name = pol["metadata"]["name"]
+        spec = pol["spec"]
+        report.check(spec.get("policyTypes") == ["Ingress"] and
+                     set(spec.get("podSelector", {})) == {"matchLabels"},
+                     f"NetworkPolicy/{name}: an Ingress policy on pod labels")
+        for i, rule in enumerate(spec.get("ingress", [])):
+            why = _rule_open(rule)
+            report.check(why is None, f"NetworkPolicy/{name} ingress[{i}]: "
+                         f"restricted to named ports and pods ({why or 'yes'})")
+
+
+def _admitted(policies, labels):
+    """{port: [peer matchLabels]} the policies selecting labels admit."""
+    out = {}
+    for pol in policies:
+        if not m.labels_match(pol["spec"]["podSelector"].get("matchLabels"), labels):
+            continue
+        for rule in pol["spec"].get("ingress", []):
+            peers = [p.get("podSelector", {}).get("matchLabels") or {}
+                     for p in rule.get("from", [])]
+            for port in rule.get("ports", []):
+                out.setdefault(port.get("port"), []).extend(peers)
+    return out
+
+
+def _expected(t, pod, port_name):
+    """The job's pods (host names) that must reach port_name; admin always."""
+    if pod["replicatedJob"] == jt.PS_JOB and port_name == "grpc":
+        return {p["hostname"] for p in t["pods"] if p["replicatedJob"] != jt.PS_JOB}
+    return set()
+
+
+def _check_pod(report, t, pod, policies):
+    where = f"{t['what']} pod {pod['hostname']}"
+    selected = [p for p in policies
+                if m.labels_match(p["spec"]["podSelector"].get("matchLabels"),
+                                  pod["labels"])]
+    report.check(bool(selected), f"{where}: isolated by a NetworkPolicy")
+    admitted = _admitted(policies, pod["labels"])
+    declared = {p["containerPort"]: p.get("name") for c in pod["containers"]
+                for p in c.get("ports", [])}
+    report.check(bool(declared) and set(admitted) == set(declared),
+                 f"{where}: admits exactly its declared ports {sorted(declared)} "
+                 f"(admitted {sorted(admitted, key=str)})")
+    for port, name in sorted(declared.items()):
+        _check_port(report, where, t, port, name, admitted.get(port, []),
+                    _expected(t, pod, name))
+
+
+def _check_port(report, where, t, port, name, peers, want):
+    reached = {p["hostname"] for p in t["pods"]
+               if any(m.labels_match(s, p["labels"]) for s in peers)}
+    stray = [s for s in peers if s != ADMIN and
+             not any(m.labels_match(s, p["labels"]) for p in t["pods"])]
+    report.check(ADMIN in peers and reached == want and not stray,
+                 f"{where}: port {port} ({name}) from admin pods and "
+                 f"{sorted(want) or 'no job pod'} only (reached "
+                 f"{sorted(reached)}, other peers {stray})")
+
+
+def check_network_policy(report, repo, targets):
+    policies = m.load_docs(os.path.join(repo, NETPOL_FILE))
+    if not report.check(all(m.kind_of(p) == "NetworkPolicy" for p in policies)
+                        and policies, f"{NETPOL_FILE}: NetworkPolicies"):
+        return
+    check_policies(report, policies)
+    for t in targets:
+        for pod in t["pods"]:
+            _check_pod(report, t, pod, policies)
