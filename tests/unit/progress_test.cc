@@ -168,6 +168,22 @@ TEST(EpochProgressTest, PrintLineWithoutABarPrintsOnlyTheLine) {
   EXPECT_EQ(out.Text(), "Epoch 1/1\na message\n");
 }
 
+TEST(EpochProgressTest, EndBarEndsTheLineOnceAndPrintLineDrawsNoBar) {
+  FakeEnv env;
+  Capture out;
+  EpochProgress progress(ProgressMode::kBar, out.file(), true, &env, 1, 1, 2);
+  env.Advance(absl::Seconds(1));
+  progress.Update(1, 0.5, 0.5);
+  progress.EndBar();
+  progress.EndBar();  // Nothing drawn any more.
+  progress.PrintLine(out.file(), "registering again");
+  EXPECT_EQ(out.Text(),
+            "Epoch 1/1\n"
+            "1/2 [==============>...............] - ETA: 1s - 1s/step - "
+            "loss: 0.5000 - accuracy: 0.5000\x1b[K\r\n"
+            "registering again\n");
+}
+
 TEST(EpochProgressTest, InterruptedBarEndsItsLine) {
   FakeEnv env;
   Capture out;

@@ -70,11 +70,14 @@ EpochProgress::EpochProgress(ProgressMode mode, FILE* out, bool terminal,
   std::fflush(out_);
 }
 
-EpochProgress::~EpochProgress() {
+EpochProgress::~EpochProgress() { EndBar(); }
+
+void EpochProgress::EndBar() {
   if (drawn_.empty()) return;
   std::fputs("\n", out_);
   std::fflush(out_);
-  bar_state.store(kNoBar);
+  drawn_.clear();
+  if (out_ == stdout) bar_state.store(kNoBar);
 }
 
 std::string EpochProgress::Bar(int64_t done) const {
@@ -138,7 +141,7 @@ void EpochProgress::Clear() {
     std::fprintf(out_, "%s\r", std::string(widest_, ' ').c_str());
   }
   std::fflush(out_);
-  bar_state.store(kNoBar);
+  if (out_ == stdout) bar_state.store(kNoBar);
 }
 
 void EpochProgress::Update(int64_t done, double loss, double accuracy) {
@@ -162,9 +165,7 @@ void EpochProgress::Finish(const EpochResult& result) {
   const std::string text = FinalText(Elapsed(), result);
   if (mode_ == ProgressMode::kBar) {
     Draw(text);
-    drawn_.clear();
-    std::fputs("\n", out_);
-    bar_state.store(kNoBar);
+    EndBar();
   } else {
     std::fprintf(out_, "%s\n", text.c_str());
   }

@@ -47,7 +47,7 @@ class EpochProgress final {
   // Times come from env (not owned).
   EpochProgress(ProgressMode mode, FILE* out, bool terminal, Env* env,
                 int epoch, int epochs, int64_t steps);
-  // Ends a bar left drawn (an interrupted epoch) with a line end.
+  // Ends a bar left drawn (an interrupted epoch): EndBar.
   ~EpochProgress();
   EpochProgress(const EpochProgress&) = delete;
   EpochProgress& operator=(const EpochProgress&) = delete;
@@ -60,6 +60,10 @@ class EpochProgress final {
   // Prints `line` and a line end on `stream` (stdout or stderr), clearing a
   // drawn bar first and drawing it again after.
   void PrintLine(FILE* stream, absl::string_view line);
+  // Ends a drawn bar's line where it stands (before the epoch is left
+  // early, so that what is printed next starts a line of its own); later
+  // updates draw it again.
+  void EndBar();
 
   // The texts drawn, for `elapsed` seconds since the epoch began.
   std::string StepText(int64_t done, double elapsed, double loss,

@@ -62,7 +62,9 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
     BatchStats stats;
     absl::StatusOr<int64_t> version = TrainStep(*step, sampler, batch, &stats);
     if (!version.ok()) {
-      // Stopped, or rejoined: Run re-enters at the version's epoch.
+      // Stopped, or rejoined: Run re-enters at the version's epoch. What
+      // is said about it gets a line of its own.
+      progress.EndBar();
       RETURN_IF_ERROR(OnFailedStep(version.status(), step, summary));
       break;
     }
