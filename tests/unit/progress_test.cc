@@ -206,7 +206,7 @@ TEST(EpochProgressTest, SignalPathClearsABarOnStdout) {
   const int saved = dup(STDOUT_FILENO);
   ASSERT_GE(saved, 0);
   ASSERT_EQ(dup2(fileno(out.file()), STDOUT_FILENO), STDOUT_FILENO);
-  std::string written;
+  std::string written, ended;
   {
     FakeEnv env;
     EpochProgress progress(ProgressMode::kBar, stdout, true, &env, 1, 1, 2);
@@ -216,6 +216,11 @@ TEST(EpochProgressTest, SignalPathClearsABarOnStdout) {
     ClearProgressBarForSignal();  // No bar any more: nothing.
     std::fflush(stdout);
     written = out.Text();
+    progress.EndBar();  // The handler ended the line: no second line end.
+    std::fflush(stdout);
+    ended = out.Text();
+    env.Advance(absl::Seconds(1));
+    progress.Update(2, 0.5, 0.5);  // Drawn again.
     progress.Finish(EpochResult{});
     std::fflush(stdout);
     ClearProgressBarForSignal();  // Finished: nothing.
@@ -226,6 +231,7 @@ TEST(EpochProgressTest, SignalPathClearsABarOnStdout) {
   close(saved);
   ASSERT_GE(written.size(), 7u);
   EXPECT_EQ(written.substr(written.size() - 7), "\x1b[K\r\x1b[K");
+  EXPECT_EQ(ended, written);
   EXPECT_EQ(after.back(), '\n');
   EXPECT_EQ(after.substr(after.size() - 5), "\x1b[K\r\n");
 }

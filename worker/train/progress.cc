@@ -74,10 +74,12 @@ EpochProgress::~EpochProgress() { EndBar(); }
 
 void EpochProgress::EndBar() {
   if (drawn_.empty()) return;
+  drawn_.clear();
+  // A signal handler that cleared the bar (ClearProgressBarForSignal) has
+  // ended its line already.
+  if (out_ == stdout && bar_state.exchange(kNoBar) == kNoBar) return;
   std::fputs("\n", out_);
   std::fflush(out_);
-  drawn_.clear();
-  if (out_ == stdout) bar_state.store(kNoBar);
 }
 
 std::string EpochProgress::Bar(int64_t done) const {
