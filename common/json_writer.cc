@@ -43,6 +43,12 @@ JsonObjectWriter& JsonObjectWriter::AddBool(absl::string_view key, bool value) {
   return *this;
 }
 
+JsonObjectWriter& JsonObjectWriter::AddJson(absl::string_view key,
+                                            absl::string_view json) {
+  fields_.emplace_back(std::string(key), std::string(json));
+  return *this;
+}
+
 std::string JsonObjectWriter::ToString() const {
   std::string out = "{\n";
   for (size_t i = 0; i < fields_.size(); ++i) {

@@ -25,6 +25,8 @@ class JsonObjectWriter final {
     return Add(key, absl::string_view(value));
   }
   JsonObjectWriter& AddBool(absl::string_view key, bool value);
+  // `json`: a JSON value already written (an array, an object).
+  JsonObjectWriter& AddJson(absl::string_view key, absl::string_view json);
 
   // The object, pretty-printed with one key per line.
   std::string ToString() const;

@@ -170,6 +170,10 @@ TEST(OpsIntegrationTest, MetricsAreWellFormedAndMove) {
     EXPECT_GT(Value(w2, series), Value(w1, series)) << series;
   }
   EXPECT_EQ(Value(w2, "lockstep_worker_training"), 1);
+  // The progress line's running figures: a cross-entropy and a fraction.
+  EXPECT_GT(Value(w2, "lockstep_worker_loss"), 0);
+  EXPECT_GE(Value(w2, "lockstep_worker_accuracy"), 0);  // -1: missing.
+  EXPECT_LE(Value(w2, "lockstep_worker_accuracy"), 1);
   EXPECT_EQ(Value(s2, "lockstep_server_serving"), 1);
   StopWorkers(workers);
   EXPECT_EQ(server.process->Wait(kDeadline), 0) << "both left";

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -242,6 +243,68 @@ TEST(TrainingTest, EpochEvaluationAndAugmentation) {
   ASSERT_NE(at, std::string::npos) << a;
   EXPECT_NE(a.substr(at, 40), b.substr(b.find("\"train_loss\": "), 40))
       << "the same training loss with and without augmentation";
+}
+
+// Lines of `output` that start with `prefix` and hold `text`.
+int CountLines(const std::string& output, const std::string& prefix,
+               const std::string& text) {
+  int count = 0;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (absl::StartsWith(line, prefix) && absl::StrContains(line, text)) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+// --validation_split holds out the last 128 of 640 examples on every
+// worker; each epoch's final progress line on each rank carries the
+// validation figures, and the summary's history lists them per epoch.
+TEST(TrainingTest, ValidationSplitIsEvaluatedEveryEpoch) {
+  const std::string dir = MakeTempDir();
+  const RunResult r = RunProcess(
+      {kBin + "/lockstep_launch", "--workers=2",
+       "--summary_json=" + dir + "/summary", "--", "--dataset=synthetic",
+       "--synthetic_examples=640", "--layers=8,4", "--batch_size=32",
+       "--epochs=2", "--validation_split=0.2", "--progress=lines"},
+      {}, kDeadline);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("on 512 examples (validating on 128) with 2 worker"));
+  for (const char* rank : {"[worker0] ", "[worker1] "}) {
+    EXPECT_EQ(CountLines(r.output, std::string(rank) + "Epoch ", "/2"), 2)
+        << r.output;
+    // 512 examples / (2 x 32): 8 steps an epoch.
+    EXPECT_EQ(
+        CountLines(r.output, std::string(rank) + "8/8 [", " - val_accuracy: "),
+        2)
+        << r.output;
+  }
+  const std::string summary = ReadFile(dir + "/summary");
+  EXPECT_THAT(summary, HasSubstr("\"epoch\": [1, 2]")) << summary;
+  const size_t at = summary.find("\"val_loss\": [");
+  ASSERT_NE(at, std::string::npos) << summary;
+  const std::string list = summary.substr(at, summary.find(']', at) - at);
+  EXPECT_EQ(std::count(list.begin(), list.end(), ','), 1) << list;
+}
+
+// --max_steps=5 of 20-step epochs: the progress says one epoch of 5 steps.
+TEST(TrainingTest, ProgressCountsTheEpochsAndStepsThatRun) {
+  const RunResult r = RunProcess(
+      {kBin + "/lockstep_launch", "--workers=1", "--", "--dataset=synthetic",
+       "--synthetic_examples=640", "--layers=8,4", "--batch_size=32",
+       "--max_steps=5", "--progress=lines"},
+      {}, kDeadline);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(CountLines(r.output, "[worker0] Epoch 1/1", ""), 1) << r.output;
+  EXPECT_EQ(
+      CountLines(r.output, "[worker0] 5/5 [==============================]",
+                 " examples/s"),
+      1)
+      << r.output;
+  EXPECT_THAT(r.output, Not(HasSubstr("Epoch 1/5"))) << r.output;
+  EXPECT_THAT(r.output, Not(HasSubstr("/20 ["))) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[worker0] Trained 5 steps - "));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "worker/train/trainer.h"
 
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <thread>
@@ -336,6 +337,63 @@ TEST_F(TrainerTest, TwoWorkersTrainThroughInProcessShards) {
     EXPECT_EQ(status.version, 8) << "shard " << shard;
     EXPECT_THAT(status.finished_ranks, ElementsAre(0, 1)) << "shard " << shard;
   }
+}
+
+// Records what a TrainingCallback is told.
+class RecordingCallback final : public TrainingCallback {
+ public:
+  void OnStepEnd(const StepLogs& logs) override { steps.push_back(logs); }
+  void OnEpochEnd(const EpochLogs& logs) override { epochs.push_back(logs); }
+  std::vector<StepLogs> steps;
+  std::vector<EpochLogs> epochs;
+};
+
+// Each step and each epoch are reported with the job's step numbers, the
+// batch and running figures and the optimizer's rate; every epoch is
+// evaluated on the validation set, the last one with the final weights.
+TEST_F(TrainerTest, ReportsStepsAndValidatedEpochs) {
+  RecordingCallback callback;
+  const Dataset validation = MakeSyntheticDataset(16, 16, 4, 3);
+  options_.callback = &callback;
+  options_.validation = &validation;
+  options_.optimizer.learning_rate = 0.05;
+  Trainer trainer(options_, model_.get(), &exchanger_, &train_, &test_);
+  absl::StatusOr<TrainSummary> summary = trainer.Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(callback.steps.size(), 16u);
+  for (size_t i = 0; i < callback.steps.size(); ++i) {
+    const StepLogs& s = callback.steps[i];
+    EXPECT_EQ(s.step, static_cast<int64_t>(i) + 1);
+    EXPECT_GT(s.batch_loss, 0);
+    EXPECT_EQ(s.batch_accuracy * kBatch, std::round(s.batch_accuracy * kBatch));
+    EXPECT_EQ(s.learning_rate, 0.05);
+  }
+  // The first step of an epoch: its running mean is its batch's.
+  EXPECT_EQ(callback.steps[8].loss, callback.steps[8].batch_loss);
+  EXPECT_DOUBLE_EQ(
+      callback.steps[9].loss,
+      (callback.steps[8].batch_loss + callback.steps[9].batch_loss) / 2);
+  ASSERT_EQ(callback.epochs.size(), 2u);
+  for (int e = 0; e < 2; ++e) {
+    const EpochLogs& logs = callback.epochs[e];
+    EXPECT_EQ(logs.epoch, e + 1);
+    EXPECT_EQ(logs.step, 8 * (e + 1));
+    EXPECT_EQ(logs.loss, callback.steps[8 * e + 7].loss);
+    EXPECT_EQ(logs.accuracy, callback.steps[8 * e + 7].accuracy);
+    EXPECT_TRUE(logs.has_validation);
+    EXPECT_GT(logs.val_loss, 0);
+    EXPECT_EQ(logs.learning_rate, 0.05);
+  }
+  EXPECT_EQ(summary->train_loss, callback.epochs[1].loss);
+  ASSERT_TRUE(model_->SetWeights(trainer.weights()).ok());
+  absl::StatusOr<BatchStats> final_eval =
+      model_->Evaluate(validation.features, validation.labels);
+  ASSERT_TRUE(final_eval.ok()) << final_eval.status();
+  EXPECT_EQ(callback.epochs[1].val_loss,
+            final_eval->loss_sum / final_eval->examples);
+  EXPECT_EQ(callback.epochs[1].val_accuracy,
+            static_cast<double>(final_eval->correct) / final_eval->examples);
+  EXPECT_NE(callback.epochs[0].val_loss, callback.epochs[1].val_loss);
 }
 
 }  // namespace

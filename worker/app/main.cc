@@ -12,29 +12,34 @@
 
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/json_writer.h"
 #include "common/malloc_tuning.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
-#include "worker/exchange/allreduce/all_reducer.h"
-#include "worker/exchange/allreduce_exchanger.h"
-#include "worker/data/dataset.h"
-#include "worker/device/device_factory.h"
-#include "worker/model/models.h"
-#include "worker/exchange/ps/ps_client.h"
-#include "worker/exchange/ps_exchanger.h"
 #include "worker/app/setup.h"
-#include "worker/train/trainer.h"
 #include "worker/app/worker_flags.h"
 #include "worker/app/worker_telemetry.h"
+#include "worker/data/dataset.h"
+#include "worker/data/validation_split.h"
+#include "worker/device/device_factory.h"
+#include "worker/exchange/allreduce/all_reducer.h"
+#include "worker/exchange/allreduce_exchanger.h"
+#include "worker/exchange/ps/ps_client.h"
+#include "worker/exchange/ps_exchanger.h"
+#include "worker/model/models.h"
+#include "worker/train/history.h"
+#include "worker/train/progress.h"
+#include "worker/train/tensorboard_writer.h"
+#include "worker/train/trainer.h"
 
 namespace lockstep {
 namespace {
 
 absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
-                          const WorkerMainOptions& o) {
+                          const History& history, const WorkerMainOptions& o) {
   JsonObjectWriter json;
   json.Add("test_accuracy", s.test_accuracy)
       .Add("test_loss", s.test_loss)
@@ -52,7 +57,8 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("wire_dtype", WireDTypeName(o.client.wire_dtype))
       .Add("sync", o.sync)
       .Add("backup_workers", o.trainer.backup_workers)
-      .Add("servers", static_cast<int>(o.client.servers.size()));
+      .Add("servers", static_cast<int>(o.client.servers.size()))
+      .AddJson("history", history.ToJson());
   return WriteFileAtomically(path, json.ToString());
 }
 
@@ -96,6 +102,7 @@ void OnStopSignal(int) {
   }
   static const char kMessage[] =
       "lockstep_worker: stop signal received; leaving after this step\n";
+  ClearProgressBarForSignal();  // The message gets a line of its own.
   const ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
   (void)ignored;
 }
@@ -145,13 +152,19 @@ void PrintStart(const WorkerMainOptions& o, const Model& model,
                 const Dataset& train, const Device& device) {
   if (o.trainer.rank == 0) {
     std::printf(
-        "Training %s%s (%lld parameters) on %lld examples with %d "
+        "Training %s%s (%lld parameters) on %lld examples%s with %d "
         "worker(s) x batch %d, %s, %s, device %s\n",
         o.model.name.c_str(),
         o.model.name == "mlp" ? (" " + o.layers).c_str() : "",
         static_cast<long long>(model.NumParameters()),
-        static_cast<long long>(train.num_examples), o.trainer.num_workers,
-        o.trainer.batch_size, o.trainer.optimizer.name.c_str(), o.sync.c_str(),
+        static_cast<long long>(train.num_examples),
+        o.trainer.validation == nullptr
+            ? ""
+            : absl::StrCat(" (validating on ",
+                           o.trainer.validation->num_examples, ")")
+                  .c_str(),
+        o.trainer.num_workers, o.trainer.batch_size,
+        o.trainer.optimizer.name.c_str(), o.sync.c_str(),
         device.Name().c_str());
   } else {
     std::printf("Rank %d on device %s\n", o.trainer.rank,
@@ -181,20 +194,63 @@ absl::StatusOr<StepLog> OpenStepLog(WorkerMainOptions* o) {
   return step_log;
 }
 
+// The training, test and (--validation_split) validation sets.
+absl::Status LoadDataSets(WorkerMainOptions* o, Dataset* train, Dataset* test,
+                          Dataset* validation) {
+  RETURN_IF_ERROR(LoadData(o->data, o->model, train, test));
+  if (o->validation_split == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(*validation, SplitValidation(o->validation_split,
+                                                "--validation_split", train));
+  o->trainer.validation = validation;
+  return absl::OkStatus();
+}
+
+// What the trainer reports each step and epoch to: the history (for the
+// summary), the metrics' gauges and rank 0's TensorBoard event files.
+// Lives while the trainer runs; never moved.
+struct Reports {
+  History history;
+  std::unique_ptr<TensorBoardCallback> tensorboard;
+  CallbackList callbacks;
+};
+
+absl::Status SetUpReports(WorkerMainOptions* o, WorkerTelemetry* telemetry,
+                          Reports* reports) {
+  reports->callbacks.Add(&reports->history);
+  reports->callbacks.Add(telemetry->callback());
+  if (!o->tensorboard_dir.empty() && o->trainer.rank == 0) {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<EventFileWriter> writer,
+        EventFileWriter::Create(o->tensorboard_dir, o->trainer.env));
+    reports->tensorboard =
+        std::make_unique<TensorBoardCallback>(std::move(writer));
+    reports->callbacks.Add(reports->tensorboard.get());
+  }
+  o->trainer.callback = &reports->callbacks;
+  return absl::OkStatus();
+}
+
 // After a successful run: the test result, the summary and weights files,
 // and the exit code (kExitTerminated after a stop signal).
 int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
-           const Model& model, const Trainer& trainer) {
+           const Reports& reports, const Model& model, const Trainer& trainer) {
+  if (o.trainer.rank == 0) {
+    std::printf("Trained %lld steps - %.0f examples/s\n",
+                static_cast<long long>(summary.steps),
+                summary.examples_per_sec);
+  }
   if (summary.test_accuracy >= 0) {
-    std::printf(
-        "Test accuracy %.4f - test loss %.4f - %.0f examples/s over "
-        "%lld steps\n",
-        summary.test_accuracy, summary.test_loss, summary.examples_per_sec,
-        static_cast<long long>(summary.steps));
+    std::printf("Test accuracy %.4f - test loss %.4f\n", summary.test_accuracy,
+                summary.test_loss);
   }
   std::fflush(stdout);
+  if (reports.tensorboard != nullptr && !reports.tensorboard->status().ok()) {
+    return Fail(o.trainer.rank, reports.tensorboard->status(), kExitFailure);
+  }
   if (!o.summary_json.empty()) {
-    if (absl::Status s = WriteSummary(o.summary_json, summary, o); !s.ok()) {
+    if (absl::Status s =
+            WriteSummary(o.summary_json, summary, reports.history, o);
+        !s.ok()) {
       return Fail(o.trainer.rank, s, kExitFailure);
     }
   }
@@ -224,9 +280,9 @@ int Run(WorkerMainOptions o) {
       WorkerTelemetry::Create(o.telemetry);
   if (!telemetry.ok()) return fail(telemetry.status(), kExitPermanent);
   o.trainer.observer = (*telemetry)->observer();
-  Dataset train, test;
+  Dataset train, test, validation;
   // Data, device and model problems will not go away by retrying.
-  if (absl::Status s = LoadData(o.data, o.model, &train, &test); !s.ok()) {
+  if (absl::Status s = LoadDataSets(&o, &train, &test, &validation); !s.ok()) {
     return fail(s, kExitPermanent);
   }
   absl::StatusOr<std::unique_ptr<Device>> device = CreateDevice(o.device);
@@ -255,6 +311,10 @@ int Run(WorkerMainOptions o) {
   // Closed by its deleter.
   absl::StatusOr<StepLog> step_log = OpenStepLog(&o);
   if (!step_log.ok()) return fail(step_log.status(), kExitPermanent);
+  Reports reports;
+  if (absl::Status s = SetUpReports(&o, telemetry->get(), &reports); !s.ok()) {
+    return fail(s, kExitPermanent);
+  }
   Trainer trainer(o.trainer, model->get(), exchanger->get(), &train, &test);
   (*telemetry)->SetTraining(true);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
@@ -264,7 +324,7 @@ int Run(WorkerMainOptions o) {
   if (!summary.ok()) {
     return fail(summary.status(), ExitCodeFor(summary.status()));
   }
-  return Finish(o, *summary, **model, trainer);
+  return Finish(o, *summary, reports, **model, trainer);
 }
 
 }  // namespace

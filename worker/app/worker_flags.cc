@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -115,6 +114,9 @@ ABSL_FLAG(std::string, push_thread, "auto",
           "gradient is ready), or auto (on with a GPU, off on the CPU).");
 ABSL_FLAG(bool, eval_every_epoch, false,
           "Rank 0 evaluates on the test set after every epoch.");
+ABSL_FLAG(double, validation_split, 0,
+          "Evaluate on the last fraction F of the training data, as Keras.");
+ABSL_FLAG(std::string, tensorboard_dir, "", "TensorBoard event dir (rank 0).");
 ABSL_FLAG(std::string, summary_json, "",
           "Write a JSON summary of the run here.");
 ABSL_FLAG(std::string, step_log, "",
@@ -222,6 +224,7 @@ absl::Status ParseTraining(WorkerMainOptions* options) {
       FromFlag("chunk_bytes", ParseChunkBytes(absl::GetFlag(FLAGS_chunk_bytes),
                                               int64_t{32} << 20)));
   o.trainer.eval_every_epoch = absl::GetFlag(FLAGS_eval_every_epoch);
+  o.validation_split = absl::GetFlag(FLAGS_validation_split);
   ASSIGN_OR_RETURN(
       o.trainer.progress,
       FromFlag("progress", ParseProgressMode(absl::GetFlag(FLAGS_progress))));
@@ -278,6 +281,7 @@ absl::Status ParseDeviceAndOutputs(WorkerMainOptions* options) {
   o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
   o.init_weights = absl::GetFlag(FLAGS_init_weights);
   o.step_log = absl::GetFlag(FLAGS_step_log);
+  o.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
   return absl::OkStatus();
 }
 

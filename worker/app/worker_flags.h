@@ -31,6 +31,8 @@ struct WorkerMainOptions {
   std::string init_weights;  // A safetensors file for version 0.
   WorkerTelemetryOptions telemetry;
   std::string step_log;
+  std::string tensorboard_dir;  // Rank 0's event files; empty: none.
+  double validation_split = 0;  // 0: no validation.
   std::string sync;    // --sync, for the log line and the summary.
   std::string layers;  // --layers, for the log line.
   // --push_thread: on, off, or nullopt (auto: on where the device's

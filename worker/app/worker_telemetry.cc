@@ -77,6 +77,18 @@ WorkerTelemetry::WorkerTelemetry(const WorkerTelemetryOptions& options)
   training_ = registry_.GetGauge(
       "lockstep_worker_training",
       "1 while the worker trains (grpc.health.v1 SERVING), else 0.");
+  loss_ = registry_.GetGauge(
+      "lockstep_worker_loss",
+      "Mean training loss of this worker's batches so far in the epoch.");
+  accuracy_ = registry_.GetGauge(
+      "lockstep_worker_accuracy",
+      "Training accuracy of this worker's batches so far in the epoch.");
+  val_loss_ = registry_.GetGauge(
+      "lockstep_worker_val_loss",
+      "Validation loss after the last epoch (--validation_split).");
+  val_accuracy_ = registry_.GetGauge(
+      "lockstep_worker_val_accuracy",
+      "Validation accuracy after the last epoch (--validation_split).");
 }
 
 WorkerTelemetry::~WorkerTelemetry() {
@@ -127,6 +139,20 @@ void WorkerTelemetry::OnStep(int64_t step, int64_t version, absl::Time start,
         absl::ToDoubleSeconds(std::max(absl::ZeroDuration(), phase_time_[p])));
   }
   step_ = -1;
+}
+
+void WorkerTelemetry::OnStepEnd(const StepLogs& logs) {
+  loss_->Set(logs.loss);
+  accuracy_->Set(logs.accuracy);
+}
+
+void WorkerTelemetry::OnEpochEnd(const EpochLogs& logs) {
+  loss_->Set(logs.loss);
+  accuracy_->Set(logs.accuracy);
+  if (logs.has_validation) {
+    val_loss_->Set(logs.val_loss);
+    val_accuracy_->Set(logs.val_accuracy);
+  }
 }
 
 }  // namespace lockstep

@@ -5,8 +5,9 @@
 // WorkerTelemetry owns a health-only gRPC server (NOT_SERVING until the
 // worker trains, SERVING while it does), the metrics registry and its HTTP
 // endpoint, and the trace recorder. As the trainer's StepObserver it times
-// each step's pull, compute, push and wait phases. Metric names are listed
-// in docs/operations.md ("Metrics").
+// each step's pull, compute, push and wait phases; as its TrainingCallback
+// it keeps the loss and accuracy gauges. Metric names are listed in
+// docs/operations.md ("Metrics").
 //
 // Thread-safe.
 #ifndef LOCKSTEP_WORKER_APP_WORKER_TELEMETRY_H_
@@ -24,6 +25,7 @@
 #include "common/metrics_http.h"
 #include "common/trace_recorder.h"
 #include "worker/train/step_observer.h"
+#include "worker/train/training_callback.h"
 
 namespace lockstep {
 
@@ -35,7 +37,7 @@ struct WorkerTelemetryOptions {
   int64_t examples_per_step = 0;  // This worker's batch size.
 };
 
-class WorkerTelemetry final : public StepObserver {
+class WorkerTelemetry final : public StepObserver, public TrainingCallback {
  public:
   // INVALID_ARGUMENT for a port outside [0, 65535]; UNAVAILABLE when a port
   // cannot be bound or the trace file made.
@@ -46,6 +48,8 @@ class WorkerTelemetry final : public StepObserver {
   // What the trainer should report to: null when neither metrics nor a
   // trace are on.
   StepObserver* observer() { return enabled_ ? this : nullptr; }
+  // Where the trainer reports its figures (the gauges).
+  TrainingCallback* callback() { return this; }
 
   // SERVING (and lockstep_worker_training 1) while true.
   void SetTraining(bool training);
@@ -60,6 +64,8 @@ class WorkerTelemetry final : public StepObserver {
                absl::Time end) override;
   void OnStep(int64_t step, int64_t version, absl::Time start,
               absl::Time end) override;
+  void OnStepEnd(const StepLogs& logs) override;
+  void OnEpochEnd(const EpochLogs& logs) override;
 
  private:
   explicit WorkerTelemetry(const WorkerTelemetryOptions& options);
@@ -77,6 +83,10 @@ class WorkerTelemetry final : public StepObserver {
   Counter* examples_ = nullptr;
   Gauge* version_ = nullptr;
   Gauge* training_ = nullptr;
+  Gauge* loss_ = nullptr;  // And accuracy_: the epoch's running means.
+  Gauge* accuracy_ = nullptr;
+  Gauge* val_loss_ = nullptr;  // And val_accuracy_: the last epoch's.
+  Gauge* val_accuracy_ = nullptr;
 
   absl::Mutex mu_;
   // The phases of the step being timed, summed (pushes run inside compute).

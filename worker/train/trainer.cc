@@ -136,9 +136,9 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
   return version;
 }
 
-absl::StatusOr<BatchStats> Trainer::EvaluateTest() {
+absl::StatusOr<BatchStats> Trainer::Evaluate(const Dataset& data) {
   RETURN_IF_ERROR(LoadModel());
-  return model_->Evaluate(test_->features, test_->labels);
+  return model_->Evaluate(data.features, data.labels);
 }
 
 absl::Status Trainer::UseModelWeightBuffer() {
@@ -206,68 +206,9 @@ absl::Status Trainer::OnFailedStep(const absl::Status& failed, int64_t* step,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
-                               int64_t* step, TrainSummary* summary) {
-  const int64_t steps_per_epoch = sampler->StepsPerEpoch();
-  const double global_batch =
-      static_cast<double>(options_.batch_size) * options_.num_workers;
-  const int epoch = static_cast<int>(*step / steps_per_epoch);
-  const int64_t epoch_end =
-      std::min(total_steps_, (epoch + 1) * steps_per_epoch);
-  EpochProgress progress(options_.progress, stdout, epoch + 1, options_.epochs,
-                         epoch_end - epoch * steps_per_epoch);
-  double loss_sum = 0;
-  int64_t correct = 0, seen = 0;
-  const absl::Time epoch_start = options_.env->Now();
-  while (*step < epoch_end && !StopRequested()) {
-    BatchStats stats;
-    absl::StatusOr<int64_t> version = TrainStep(*step, sampler, batch, &stats);
-    if (!version.ok()) {
-      // Stopped, or rejoined: Run re-enters at the version's epoch.
-      RETURN_IF_ERROR(OnFailedStep(version.status(), step, summary));
-      break;
-    }
-    rejoiner_.StepSucceeded();
-    if (options_.on_step && stats.examples > 0) {
-      options_.on_step(*step,
-                       absl::ToDoubleSeconds(options_.env->Now() - loop_start_),
-                       stats.loss_sum / stats.examples);
-    }
-    ASSIGN_OR_RETURN(*step, exchanger_->NextStep(*step, *version));
-    summary->final_version = std::max(summary->final_version, *version);
-    loss_sum += stats.loss_sum;
-    correct += stats.correct;
-    seen += stats.examples;
-    ++summary->steps;
-    const int64_t done = std::min(*step, epoch_end) - epoch * steps_per_epoch;
-    const double seconds =
-        absl::ToDoubleSeconds(options_.env->Now() - epoch_start);
-    progress.Update(done, loss_sum / seen, static_cast<double>(correct) / seen,
-                    seconds > 0 ? done * global_batch / seconds : 0);
-  }
-  const absl::Duration epoch_time = options_.env->Now() - epoch_start;
-  training_time_ += epoch_time;
-  summary->train_loss = seen > 0 ? loss_sum / seen : 0;
-  summary->train_accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0;
-  if (*step < epoch_end) return absl::OkStatus();  // Interrupted: no summary.
-  const double epoch_steps = static_cast<double>(seen) / options_.batch_size;
-  progress.Finish(summary->train_loss, summary->train_accuracy,
-                  epoch_steps * global_batch /
-                      std::max(1e-9, absl::ToDoubleSeconds(epoch_time)));
-  if (options_.rank == 0 && test_ != nullptr && options_.eval_every_epoch &&
-      *step < total_steps_) {
-    ASSIGN_OR_RETURN(BatchStats eval, EvaluateTest());
-    std::printf("Epoch %d/%d - test loss %.4f - test accuracy %.4f\n",
-                epoch + 1, options_.epochs, eval.loss_sum / eval.examples,
-                static_cast<double>(eval.correct) / eval.examples);
-    std::fflush(stdout);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Trainer::FinishJob(TrainSummary* summary) {
   if (options_.rank == 0 && test_ != nullptr && !summary->stopped) {
-    absl::StatusOr<BatchStats> eval = EvaluateTest();
+    absl::StatusOr<BatchStats> eval = Evaluate(*test_);
     if (!eval.ok()) {
       // The job is done either way: leave it (so that the servers can
       // finish), then report.

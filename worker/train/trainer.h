@@ -31,6 +31,7 @@
 #include "worker/model/model.h"
 #include "worker/train/progress.h"
 #include "worker/train/step_observer.h"
+#include "worker/train/training_callback.h"
 
 namespace lockstep {
 
@@ -50,6 +51,12 @@ struct TrainerOptions {
   int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
   ProgressMode progress = ProgressMode::kLines;
   bool eval_every_epoch = false;
+  // Held out of the training data (--validation_split) and evaluated by
+  // every rank at the end of each epoch. Not owned; may be null.
+  const Dataset* validation = nullptr;
+  // Told each step's and each epoch's figures (history, TensorBoard,
+  // gauges). Not owned; may be null.
+  TrainingCallback* callback = nullptr;
   SyncMode sync = SyncMode::kSync;
   int backup_workers = 0;  // kSync: steps close after W - b pushes.
   int staleness = 0;       // kSsp.
@@ -126,7 +133,8 @@ class Trainer final {
   ModelSignature Signature() const;
   // Sleeps as --straggle asks for this step.
   void Straggle(int64_t step) const;
-  absl::StatusOr<BatchStats> EvaluateTest();
+  // Loads the weights into the model and evaluates it on `data`.
+  absl::StatusOr<BatchStats> Evaluate(const Dataset& data);
 
   // Run's parts, in order.
   struct Batch {  // One step's examples, reused.
@@ -149,6 +157,27 @@ class Trainer final {
   // rejoin), with the epoch's progress and evaluation.
   absl::Status RunEpoch(ShardedSampler* sampler, Batch* batch, int64_t* step,
                         TrainSummary* summary);
+  // The running figures of one epoch's steps on this worker.
+  struct EpochTotals {
+    double loss_sum = 0;
+    int64_t correct = 0;
+    int64_t seen = 0;
+    double loss() const { return seen > 0 ? loss_sum / seen : 0; }
+    double accuracy() const {
+      return seen > 0 ? static_cast<double>(correct) / seen : 0;
+    }
+  };
+  // After step `step` succeeded: --step_log's line and the callback's.
+  void ReportStep(int64_t step, const BatchStats& stats,
+                  const EpochTotals& totals, absl::Time* last_step_end);
+  // Epoch `epoch` (from 0) of `epochs` ran to its end (global step `end`):
+  // validation, its final progress line, the callback, and rank 0's test
+  // evaluation.
+  absl::Status EndEpoch(int epoch, int epochs, int64_t end,
+                        absl::Duration epoch_time, const EpochTotals& totals,
+                        EpochProgress* progress);
+  // Epochs this job runs: --max_steps may end it before --epochs.
+  int Epochs(int64_t steps_per_epoch) const;
   // The final evaluation (rank 0) and leaving the job.
   absl::Status FinishJob(TrainSummary* summary);
 
