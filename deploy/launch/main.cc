@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/exit_codes.h"
 #include "common/flags.h"
+#include "deploy/launch/host_flags.h"
 #include "deploy/launch/launcher.h"
 #include "deploy/launch/launcher_args.h"
 #include "deploy/launch/signal_pipe.h"
@@ -154,9 +155,12 @@ std::string FlagOf(absl::string_view option) {
   return absl::StrCat("--", option);
 }
 
-// The token, sum order and TLS folder (beside the binaries by default),
-// then the whole of `options` checked.
+// The hosts (host_flags.h), the token, sum order and TLS folder (beside
+// the binaries by default), then the whole of `options` checked.
 absl::Status FinishOptions(lockstep::LaunchOptions* options) {
+  if (absl::Status hosts = lockstep::ApplyHostFlags(options); !hosts.ok()) {
+    return hosts;
+  }
   options->token_file = absl::GetFlag(FLAGS_token_file);
   options->sum_order = absl::GetFlag(FLAGS_sum_order);
   if (absl::GetFlag(FLAGS_tls)) {
