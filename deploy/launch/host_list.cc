@@ -49,6 +49,35 @@ absl::StatusOr<HostSlots> ParseEntry(absl::string_view entry) {
   return out;
 }
 
+// Whether `host` names this machine's loopback, which other hosts cannot
+// reach.
+bool IsLoopbackHost(absl::string_view host) {
+  const std::string address = HostAddress(host);
+  return absl::EqualsIgnoreCase(address, "localhost") ||
+         absl::StartsWith(address, "127.") || address == "[::1]";
+}
+
+// A loopback host among others, if any: the others could not reach it.
+absl::Status CheckReachable(const std::vector<HostSlots>& hosts,
+                            const std::vector<HostSlots>& server_hosts) {
+  size_t loopback = 0;
+  std::string named;
+  for (const std::vector<HostSlots>* list : {&hosts, &server_hosts}) {
+    for (const HostSlots& host : *list) {
+      if (!IsLoopbackHost(host.host)) continue;
+      ++loopback;
+      named = host.host;
+    }
+  }
+  if (loopback == 0 || loopback == hosts.size() + server_hosts.size()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "\"", named,
+      "\" is this machine's loopback, which the other hosts cannot reach: "
+      "give its name or address"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<HostSlots>> ParseHostList(absl::string_view list) {
@@ -78,6 +107,9 @@ std::string HostAddress(absl::string_view host) {
 absl::StatusOr<HostPlan> PlaceOnHosts(
     const std::vector<HostSlots>& hosts,
     const std::vector<HostSlots>& server_hosts, int workers, int ps) {
+  if (absl::Status status = CheckReachable(hosts, server_hosts); !status.ok()) {
+    return status;
+  }
   HostPlan plan;
   for (const HostSlots& host : hosts) {
     for (int s = 0; s < host.slots &&

@@ -59,7 +59,9 @@ struct HostPlan {
 // Places `workers` ranks on `hosts` in order, filling each host's slots
 // before the next (rank 0 on the first host), and `ps` shards round-robin
 // on `server_hosts`, or on `hosts` when that is empty. INVALID_ARGUMENT
-// when the slots are fewer than the workers.
+// when the slots are fewer than the workers, or when a loopback host
+// (localhost, 127.x.x.x, ::1) is listed with others, which could not reach
+// it.
 absl::StatusOr<HostPlan> PlaceOnHosts(
     const std::vector<HostSlots>& hosts,
     const std::vector<HostSlots>& server_hosts, int workers, int ps);

@@ -99,6 +99,23 @@ TEST(PlaceOnHostsTest, RejectsTooFewSlots) {
             "slots as HOST:N");
 }
 
+TEST(PlaceOnHostsTest, RejectsLoopbackAmongOtherHosts) {
+  absl::StatusOr<HostPlan> plan =
+      PlaceOnHosts({{"localhost", 1}, {"h2", 1}}, {}, 2, 1);
+  EXPECT_EQ(plan.status().message(),
+            "\"localhost\" is this machine's loopback, which the other "
+            "hosts cannot reach: give its name or address");
+  EXPECT_EQ(
+      PlaceOnHosts({{"h1", 1}}, {{"root@127.0.0.1", 1}}, 1, 1).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlaceOnHosts({{"h1", 1}}, {{"::1", 1}}, 1, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Loopback alone is one machine reached over ssh: fine.
+  plan = PlaceOnHosts({{"localhost", 2}}, {{"127.0.0.1", 1}}, 2, 1);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_THAT(plan->worker_hosts, ElementsAre("localhost", "localhost"));
+}
+
 TEST(HostPlanTest, InactivePlanKeepsEverythingOnThisMachine) {
   const HostPlan local;
   EXPECT_FALSE(local.active());
