@@ -26,6 +26,10 @@ namespace {
 // Without a pidfd, exits are noticed by checking this often.
 constexpr absl::Duration kReapTick = absl::Milliseconds(50);
 constexpr size_t kReadChunk = 64 * 1024;
+// What a child stopped by closing its stdin gets beyond the grace period
+// before SIGKILL: its own grace runs on its host (remote_spawn.h), and its
+// exit has to come back over ssh.
+constexpr absl::Duration kStdinStopMargin = absl::Seconds(3);
 
 void CloseFd(int& fd) {
   if (fd >= 0) close(fd);
@@ -168,8 +172,13 @@ RunResult ProcessGroup::Run(absl::FunctionRef<bool()> done,
 
 void ProcessGroup::Terminate(absl::Duration grace) {
   if (num_running() == 0) return;
+  const bool by_stdin = std::any_of(
+      children_.begin(), children_.end(),
+      [](const auto& child) { return child->running && child->in_fd >= 0; });
   KillAll(SIGTERM);
-  const absl::Time deadline = absl::Now() + grace;
+  const absl::Time deadline =
+      absl::Now() + grace +
+      (by_stdin ? kStdinStopMargin : absl::ZeroDuration());
   std::vector<ChildExit> ignored;
   while (num_running() > 0 && absl::Now() < deadline &&
          interrupt_signal_ == 0) {

@@ -102,8 +102,9 @@ class ProcessGroup final {
   RunResult Run(absl::FunctionRef<bool()> done, const RunOptions& options);
 
   // Sends SIGTERM to every running child (or closes its stdin, see
-  // Start()), keeps pumping output until all have exited or `grace` passes,
-  // then SIGKILLs and reaps the rest (logging each).
+  // Start()), keeps pumping output until all have exited or `grace` passes
+  // (3 s more when a child is stopped by its stdin, whose host keeps its
+  // own grace period), then SIGKILLs and reaps the rest (logging each).
   // An interrupt during the grace period skips the rest of it.
   void Terminate(absl::Duration grace);
 

@@ -3,12 +3,14 @@
 # namespace starts the server on host A and the workers on hosts B and C,
 # each a namespace of its own on a private bridge running Debian's sshd on
 # its own address, with a throwaway host key and a key authorized for this
-# test only. Three runs:
+# test only. Four runs:
 #   1. a short job trains: exit 0, rank 0's accuracy line and 20 steps in
 #      its summary, the job's traffic on the hosts' interfaces;
 #   2. a long job is stopped with SIGTERM to the launcher mid-training: the
 #      launcher exits 143, and no lockstep process is left on any host;
-#   3. a worker that fails at once (an unknown flag) ends the job: the
+#   3. the same killed with SIGKILL: nothing is left on any host either
+#      (within the 5 s grace period, waited for up to 20 s);
+#   4. a worker that fails at once (an unknown flag) ends the job: the
 #      launcher exits with its code 2 and stops the server on host A.
 #
 #   tests/deploy/ssh_launch_test.sh [--bin-dir DIR]
@@ -245,28 +247,36 @@ done
 expect_no_lockstep_processes "after the finished job"
 echo "== 1. the job across hosts a, b, c trained and exited 0"
 
+# Starts a long job as $1, waits until rank 0 reports progress, and sets
+# `running` to the pids of the lockstep process on each host and `launcher`
+# to the launcher's.
+start_long_job() {
+  start_launch "$1" "${kWorkerArgs[@]}" --epochs=1000 --progress=bar
+  local tries=0 h found
+  until grep -qs '\[worker0\] .*loss' "$work/$1.log"; do
+    tries=$((tries + 1))
+    if ((tries >= 600)) || ! kill -0 "$launch_pid" 2>/dev/null; then
+      show_log "$1"
+      fail "$1: worker0 never reported training progress"
+    fi
+    sleep 0.1
+  done
+  running=()
+  for h in a b c; do
+    mapfile -t found < <(lockstep_processes "$h")
+    [[ ${#found[@]} -eq 1 ]] ||
+      fail "$1: expected one lockstep process on host $h, found: ${found[*]:-none}"
+    running+=("${found[0]%% *}")
+    echo "== $1: host $h runs ${found[0]}"
+  done
+  launcher=$(lockstep_processes l)
+  [[ "$launcher" == *" lockstep_launch" ]] || fail "$1: no launcher on host l"
+  launcher="${launcher%% *}"
+}
+
 # 2. SIGTERM to the launcher mid-training stops every remote process.
-start_launch stop "${kWorkerArgs[@]}" --epochs=1000 --progress=bar
-tries=0
-until grep -qs '\[worker0\] .*loss' "$work/stop.log"; do
-  tries=$((tries + 1))
-  if ((tries >= 600)) || ! kill -0 "$launch_pid" 2>/dev/null; then
-    show_log stop
-    fail "worker0 never reported training progress"
-  fi
-  sleep 0.1
-done
-running=()
-for h in a b c; do
-  mapfile -t found < <(lockstep_processes "$h")
-  [[ ${#found[@]} -eq 1 ]] ||
-    fail "expected one lockstep process on host $h, found: ${found[*]:-none}"
-  running+=("${found[0]%% *}")
-  echo "== host $h runs ${found[0]}"
-done
-launcher=$(lockstep_processes l)
-[[ "$launcher" == *" lockstep_launch" ]] || fail "no launcher on host l"
-kill -TERM "${launcher%% *}"
+start_long_job stop
+kill -TERM "$launcher"
 rc=0
 wait "$launch_pid" || rc=$?
 show_log stop 15
@@ -281,7 +291,25 @@ done
 expect_no_lockstep_processes "after SIGTERM to the launcher"
 echo "== 2. SIGTERM to the launcher: exit 143, nothing left on a, b, c"
 
-# 3. A worker that fails ends the job, its server on host a included.
+# 3. Even a launcher killed outright leaves nothing: its ssh children die
+# with it (PR_SET_PDEATHSIG), and each host's wrapper, seeing its stdin
+# end, stops its process (SIGKILL after the 5 s grace period at most).
+start_long_job killed
+kill -KILL "$launcher"
+rc=0
+wait "$launch_pid" || rc=$?
+[[ $rc -eq 137 ]] || fail "the killed launcher exited $rc, not 137"
+for pid in "${running[@]}"; do
+  tries=0
+  while kill -0 "$pid" 2>/dev/null && ((tries < 200)); do
+    sleep 0.1
+    tries=$((tries + 1))
+  done
+done
+expect_no_lockstep_processes "after SIGKILL to the launcher"
+echo "== 3. SIGKILL to the launcher: nothing left on a, b, c"
+
+# 4. A worker that fails ends the job, its server on host a included.
 start_launch failing "${kWorkerArgs[@]}" --max_steps=20 --no_such_flag=1
 rc=0
 wait "$launch_pid" || rc=$?
@@ -290,6 +318,6 @@ show_log failing 10
 grep -q '^\[launch\] worker[01] (pid [0-9]*) exited with code 2; stopping all processes$' \
   "$work/failing.log" || fail "the launcher did not report the failed worker"
 expect_no_lockstep_processes "after a worker failed"
-echo "== 3. a failing worker: exit 2, nothing left on a, b, c"
+echo "== 4. a failing worker: exit 2, nothing left on a, b, c"
 
-echo "ssh_launch_test: the job ran across 3 hosts over ssh, stopped on SIGTERM and on a failure, nothing left behind"
+echo "ssh_launch_test: the job ran across 3 hosts over ssh and stopped on SIGTERM, SIGKILL and a failure, nothing left behind"
