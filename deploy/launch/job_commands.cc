@@ -2,12 +2,15 @@
 // workers' command lines and environments (TLS flags, TF_CONFIG and
 // LOCKSTEP_* for each rank), and how many GPUs the workers may share.
 // The job's logic is launcher.cc.
-#include "deploy/launch/launcher.h"
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -17,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/json_writer.h"
+#include "deploy/launch/launcher.h"
 
 namespace lockstep {
 namespace {
@@ -44,12 +48,13 @@ void AddTlsFlags(const LaunchOptions& options, const char* role,
 std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
                                     const std::string& port_file) {
   std::vector<std::string> argv = {
-      absl::StrCat(options.bin_dir, "/lockstep_server"),
-      "--listen=127.0.0.1:0",
-      absl::StrCat("--port_file=", port_file),
-      absl::StrCat("--workers=", options.workers),
-      "--exit_when_done",
-  };
+      absl::StrCat(options.bin_dir, "/lockstep_server")};
+  for (std::string& flag : ServerListenFlags(options.hosts, shard, port_file,
+                                             !options.tls_dir.empty())) {
+    argv.push_back(std::move(flag));
+  }
+  argv.push_back(absl::StrCat("--workers=", options.workers));
+  argv.push_back("--exit_when_done");
   if (options.ps > 1) {
     argv.push_back(absl::StrCat("--shard=", shard));
     argv.push_back(absl::StrCat("--num_shards=", options.ps));
@@ -76,6 +81,10 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
       absl::StrCat("--rank=", rank),
       absl::StrCat("--progress=", progress),
   };
+  for (std::string& flag :
+       RemoteWorkerFlags(options.hosts, rank, !options.tls_dir.empty())) {
+    argv.push_back(std::move(flag));
+  }
   if (options.gpus > 0) {
     argv.push_back(absl::StrCat("--gpu=", rank % options.gpus));
   }
@@ -137,6 +146,16 @@ std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
             : std::string()));
   }
   return env;
+}
+
+std::string PythonDir(const LaunchOptions& options) {
+  if (options.command.empty()) return "";
+  const std::string dir = absl::StrCat(options.bin_dir, "/../python");
+  if (access(absl::StrCat(dir, "/lockstep/__init__.py").c_str(), R_OK) != 0) {
+    return "";
+  }
+  char resolved[PATH_MAX];
+  return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
 }
 
 int CountVisibleGpus() {

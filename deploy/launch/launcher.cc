@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/json_writer.h"
+#include "deploy/launch/remote_spawn.h"
 
 namespace lockstep {
 namespace {
@@ -208,7 +209,8 @@ std::optional<int> StartServers(const LaunchOptions& options,
   for (int i = 0; i < options.ps; ++i) {
     servers->port_files.push_back(absl::StrCat(dir, "/ps", i, ".port"));
     absl::StatusOr<pid_t> pid =
-        group.Start(absl::StrCat("ps", i),
+        StartOnHost(group, options.hosts, options.hosts.ServerHost(i),
+                    absl::StrCat("ps", i),
                     ServerArgv(options, i, servers->port_files.back()));
     if (!pid.ok()) {
       group.Log(pid.status().message());
@@ -241,7 +243,8 @@ std::optional<int> WaitForPorts(const LaunchOptions& options,
     for (int i = 0; i < options.ps; ++i) {
       if (ports[i] != 0) continue;
       if (!group.IsRunning(servers->pids[i])) return true;
-      absl::StatusOr<int> port = ReadPortFile(servers->port_files[i]);
+      absl::StatusOr<int> port =
+          ServerPort(options.hosts, i, servers->port_files[i]);
       if (port.ok()) {
         ports[i] = *port;
       } else if (absl::IsNotFound(port.status())) {
@@ -263,7 +266,8 @@ std::optional<int> WaitForPorts(const LaunchOptions& options,
     for (int i = 0; i < options.ps; ++i) {
       if (ports[i] == 0) waiting.push_back(absl::StrCat("ps", i));
     }
-    group.Log(absl::StrCat("no port file from ", absl::StrJoin(waiting, ", "),
+    group.Log(absl::StrCat(NotListeningYet(options.hosts),
+                           absl::StrJoin(waiting, ", "),
                            " within the startup timeout of ",
                            absl::FormatDuration(options.startup_timeout)));
     return Abort(group, result, options.grace_period);
@@ -283,18 +287,6 @@ std::optional<int> WaitForPorts(const LaunchOptions& options,
   return std::nullopt;
 }
 
-// The Python package beside the binaries (build/python), for commands;
-// empty when there is none or no command.
-std::string PythonDir(const LaunchOptions& options) {
-  if (options.command.empty()) return "";
-  const std::string dir = absl::StrCat(options.bin_dir, "/../python");
-  if (access(absl::StrCat(dir, "/lockstep/__init__.py").c_str(), R_OK) != 0) {
-    return "";
-  }
-  char resolved[PATH_MAX];
-  return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
-}
-
 // Starts every worker against `addresses`; the exit code when one cannot
 // be started.
 std::optional<int> StartWorkers(const LaunchOptions& options,
@@ -305,19 +297,21 @@ std::optional<int> StartWorkers(const LaunchOptions& options,
   const std::string python_dir = PythonDir(options);
   for (int rank = 0; rank < options.workers; ++rank) {
     const std::string name = absl::StrCat("worker", rank);
-    absl::StatusOr<pid_t> pid = group.Start(
-        name, WorkerArgv(options, rank, server_list),
-        options.command.empty()
-            ? std::vector<std::string>()
-            : WorkerEnv(options, rank, addresses, python_dir,
-                        std::getenv("PYTHONPATH")));
+    absl::StatusOr<pid_t> pid =
+        StartOnHost(group, options.hosts, options.hosts.WorkerHost(rank), name,
+                    WorkerArgv(options, rank, server_list),
+                    options.command.empty()
+                        ? std::vector<std::string>()
+                        : WorkerEnv(options, rank, addresses, python_dir,
+                                    std::getenv("PYTHONPATH")));
     if (!pid.ok()) {
       group.Log(pid.status().message());
       return Abort(group, RunResult(), options.grace_period);
     }
     workers->push_back(*pid);
     group.Log(absl::StrCat(
-        name, ": pid ", *pid, ", servers ", server_list,
+        name, ": pid ", *pid, HostNote(options.hosts.WorkerHost(rank)),
+        ", servers ", server_list,
         options.gpus > 0 ? absl::StrCat(", GPU ", rank % options.gpus)
                          : std::string(", device chosen by the worker")));
   }
@@ -381,7 +375,7 @@ int Launch(const LaunchOptions& options,
   }
   std::vector<std::string> addresses;
   for (int i = 0; i < options.ps; ++i) {
-    addresses.push_back(absl::StrCat("127.0.0.1:", servers.ports[i]));
+    addresses.push_back(ServerAddress(options.hosts, i, servers.ports[i]));
     group.Log(absl::StrCat("ps", i, ": pid ", servers.pids[i],
                            ", listening on ", addresses.back()));
   }

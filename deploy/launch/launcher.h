@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "deploy/launch/host_list.h"
 #include "deploy/launch/process_group.h"
 
 namespace lockstep {
@@ -39,6 +40,9 @@ struct LaunchOptions {
   // The servers' --sum_order ("arrival" or "rank"); passed on when not the
   // default.
   std::string sum_order = "arrival";
+  // Across hosts over ssh (--hosts): where each process runs. Default:
+  // everything on this machine.
+  HostPlan hosts;
 };
 
 // A LaunchOptions field out of range: which, and what is wrong with it.
@@ -80,6 +84,10 @@ std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
                                    const std::vector<std::string>& servers,
                                    const std::string& python_dir,
                                    const char* inherited_pythonpath);
+
+// The Python package beside the binaries (bin_dir/../python, resolved), for
+// a COMMAND's PYTHONPATH; empty when there is none or no command.
+std::string PythonDir(const LaunchOptions& options);
 
 // GPUs the workers can use: the lines of `nvidia-smi -L` (0 when it is
 // absent or fails), cut to VisibleGpus' count when CUDA_VISIBLE_DEVICES is

@@ -1,6 +1,6 @@
-// lockstep_launch: runs a Lockstep job on this machine, like torchrun or
-// horovodrun. Flags are parsed here, once, into LaunchOptions; the job logic
-// is in launcher.cc.
+// lockstep_launch: runs a Lockstep job on this machine or across hosts over
+// ssh, like torchrun or horovodrun. Flags are parsed here, once, into
+// LaunchOptions; the job logic is in launcher.cc.
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/exit_codes.h"
 #include "common/flags.h"
+#include "deploy/launch/host_flags.h"
 #include "deploy/launch/launcher.h"
 #include "deploy/launch/launcher_args.h"
 #include "deploy/launch/signal_pipe.h"
@@ -66,7 +67,7 @@ ABSL_FLAG(double, grace_period, 10,
 
 namespace {
 
-constexpr char kUsage[] = R"(runs a Lockstep job on this machine.
+constexpr char kUsage[] = R"(runs a Lockstep job here or across hosts.
 
 Usage: lockstep_launch [launcher flags] [worker flags] [-- worker flags]
        lockstep_launch [launcher flags] -- COMMAND [ARGS...]
@@ -88,6 +89,10 @@ its environment: LOCKSTEP_RANK, LOCKSTEP_WORKERS, LOCKSTEP_SERVERS,
 TF_CONFIG, LOCKSTEP_PROGRESS, the TLS files and token (LOCKSTEP_TLS_CA,
 LOCKSTEP_TLS_CERT, LOCKSTEP_TLS_KEY, LOCKSTEP_TOKEN_FILE), and the Python
 package beside the binaries on PYTHONPATH (docs/python.md).
+
+With --hosts=h1:2,h2:2 the same job runs across machines: every process
+over ssh, the workers filling each host's slots, the servers on --ps_hosts
+(docs/operations.md, "lockstep_launch across hosts").
 
 When any process exits non-zero or is killed, the launcher stops the others
 (SIGTERM, then SIGKILL after --grace_period) and exits non-zero. Ctrl-C,
@@ -154,9 +159,12 @@ std::string FlagOf(absl::string_view option) {
   return absl::StrCat("--", option);
 }
 
-// The token, sum order and TLS folder (beside the binaries by default),
-// then the whole of `options` checked.
+// The hosts (host_flags.h), the token, sum order and TLS folder (beside
+// the binaries by default), then the whole of `options` checked.
 absl::Status FinishOptions(lockstep::LaunchOptions* options) {
+  if (absl::Status hosts = lockstep::ApplyHostFlags(options); !hosts.ok()) {
+    return hosts;
+  }
   options->token_file = absl::GetFlag(FLAGS_token_file);
   options->sum_order = absl::GetFlag(FLAGS_sum_order);
   if (absl::GetFlag(FLAGS_tls)) {

@@ -26,6 +26,10 @@ namespace {
 // Without a pidfd, exits are noticed by checking this often.
 constexpr absl::Duration kReapTick = absl::Milliseconds(50);
 constexpr size_t kReadChunk = 64 * 1024;
+// What a child stopped by closing its stdin gets beyond the grace period
+// before SIGKILL: its own grace runs on its host (remote_spawn.h), and its
+// exit has to come back over ssh.
+constexpr absl::Duration kStdinStopMargin = absl::Seconds(3);
 
 void CloseFd(int& fd) {
   if (fd >= 0) close(fd);
@@ -71,16 +75,19 @@ int PollTimeoutMs(absl::Time until, bool need_tick) {
 }  // namespace
 
 struct ProcessGroup::Child {
-  Child(std::string name_in, pid_t pid_in, int out_fd_in, int pidfd_in)
+  Child(std::string name_in, pid_t pid_in, int out_fd_in, int in_fd_in,
+        int pidfd_in)
       : name(std::move(name_in)),
         pid(pid_in),
         out_fd(out_fd_in),
+        in_fd(in_fd_in),
         pidfd(pidfd_in),
         prefixer(absl::StrCat("[", name, "] ")) {}
 
   std::string name;
   pid_t pid;
   int out_fd;  // Read end of the output pipe; -1 after EOF.
+  int in_fd;   // Write end of its stdin pipe; -1 if none or closed.
   int pidfd;   // -1 once reaped, or if pidfd_open failed.
   bool running = true;
   LinePrefixer prefixer;
@@ -110,16 +117,20 @@ ProcessGroup::~ProcessGroup() {
   for (auto& child : children_) {
     if (child->running) Reap(*child, /*block=*/true, &ignored);
     CloseFd(child->out_fd);
+    CloseFd(child->in_fd);
     CloseFd(child->pidfd);
   }
 }
 
-absl::StatusOr<pid_t> ProcessGroup::Start(
-    absl::string_view name, const std::vector<std::string>& argv,
-    const std::vector<std::string>& env) {
-  ASSIGN_OR_RETURN(const SpawnedChild spawned, SpawnChild(name, argv, env));
-  children_.push_back(std::make_unique<Child>(
-      std::string(name), spawned.pid, spawned.out_fd, PidfdOpen(spawned.pid)));
+absl::StatusOr<pid_t> ProcessGroup::Start(absl::string_view name,
+                                          const std::vector<std::string>& argv,
+                                          const std::vector<std::string>& env,
+                                          bool stop_by_closing_stdin) {
+  ASSIGN_OR_RETURN(const SpawnedChild spawned,
+                   SpawnChild(name, argv, env, stop_by_closing_stdin));
+  children_.push_back(std::make_unique<Child>(std::string(name), spawned.pid,
+                                              spawned.out_fd, spawned.in_fd,
+                                              PidfdOpen(spawned.pid)));
   return spawned.pid;
 }
 
@@ -161,8 +172,13 @@ RunResult ProcessGroup::Run(absl::FunctionRef<bool()> done,
 
 void ProcessGroup::Terminate(absl::Duration grace) {
   if (num_running() == 0) return;
+  const bool by_stdin = std::any_of(
+      children_.begin(), children_.end(),
+      [](const auto& child) { return child->running && child->in_fd >= 0; });
   KillAll(SIGTERM);
-  const absl::Time deadline = absl::Now() + grace;
+  const absl::Time deadline =
+      absl::Now() + grace +
+      (by_stdin ? kStdinStopMargin : absl::ZeroDuration());
   std::vector<ChildExit> ignored;
   while (num_running() > 0 && absl::Now() < deadline &&
          interrupt_signal_ == 0) {
@@ -269,6 +285,7 @@ void ProcessGroup::Reap(Child& child, bool block,
   if (r == 0) return;  // Still running.
   child.running = false;
   CloseFd(child.pidfd);
+  CloseFd(child.in_fd);
   if (r < 0) {
     Log(absl::StrCat("lost track of ", child.name, " (pid ", child.pid,
                      "): ", strerror(errno)));
@@ -301,7 +318,12 @@ void ProcessGroup::Write(Child* child, absl::string_view text) {
 void ProcessGroup::KillAll(int signal) {
   // Not yet reaped, so no pid here can have been reused.
   for (auto& child : children_) {
-    if (child->running) kill(child->pid, signal);
+    if (!child->running) continue;
+    if (signal == SIGTERM && child->in_fd >= 0) {
+      CloseFd(child->in_fd);  // Its stop request.
+    } else {
+      kill(child->pid, signal);
+    }
   }
 }
 

@@ -63,9 +63,10 @@ struct RunResult {
 // nothing happens in the background.
 //
 // Children stay in the launcher's process group, so a terminal's Ctrl-C
-// reaches them directly. None outlives the group: each child gets
-// PR_SET_PDEATHSIG=SIGKILL (covers the launcher being killed), and the
-// destructor SIGKILLs and reaps any child still running.
+// reaches them directly (except those stopped by closing their stdin). None
+// outlives the group: each child gets PR_SET_PDEATHSIG=SIGKILL (covers the
+// launcher being killed), and the destructor SIGKILLs and reaps any child still
+// running.
 //
 // Exits are seen through a pidfd per child (Linux >= 5.3); where pidfd_open
 // fails, the loop falls back to checking with waitpid every 50 ms.
@@ -84,10 +85,15 @@ class ProcessGroup final {
   // up in PATH as a shell does. `env` ("NAME=VALUE" entries) is set on top
   // of the launcher's own environment. Returns its pid, or an error if it
   // cannot be executed (the child reports the exec error back, so a missing
-  // binary fails here, not later).
+  // binary fails here, not later). With `stop_by_closing_stdin` the child's
+  // stdin is a pipe the group holds open, and Terminate() asks it to stop
+  // by closing that pipe rather than with SIGTERM (how an ssh child passes
+  // the stop on to its host: remote_spawn.h); such a child runs in a process
+  // group of its own, so a Ctrl-C stops it through the launcher too.
   absl::StatusOr<pid_t> Start(absl::string_view name,
                               const std::vector<std::string>& argv,
-                              const std::vector<std::string>& env = {});
+                              const std::vector<std::string>& env = {},
+                              bool stop_by_closing_stdin = false);
 
   // Pumps output and reaps children until `done()` is true or one of the
   // other reasons in RunResult occurs. A child exiting 0 is not a stop reason
@@ -95,8 +101,10 @@ class ProcessGroup final {
   // child failure, which wins over `done`.
   RunResult Run(absl::FunctionRef<bool()> done, const RunOptions& options);
 
-  // Sends SIGTERM to every running child, keeps pumping output until all have
-  // exited or `grace` passes, then SIGKILLs and reaps the rest (logging each).
+  // Sends SIGTERM to every running child (or closes its stdin, see
+  // Start()), keeps pumping output until all have exited or `grace` passes
+  // (3 s more when a child is stopped by its stdin, whose host keeps its
+  // own grace period), then SIGKILLs and reaps the rest (logging each).
   // An interrupt during the grace period skips the rest of it.
   void Terminate(absl::Duration grace);
 

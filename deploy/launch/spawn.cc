@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,11 +71,12 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   return out;
 }
 
-// The child's side of fork(): only async-signal-safe calls. Writes exec's
-// errno to `exec_err_fd` if execve fails.
-[[noreturn]] void ExecChild(pid_t parent, int out_fd, int exec_err_fd,
-                            const char* path, char* const* argv,
-                            char* const* env) {
+// The child's side of fork(): only async-signal-safe calls. `in_fd`, when
+// not -1, becomes its stdin, and the child leads a process group of its
+// own. Writes exec's errno to `exec_err_fd` if execve fails.
+[[noreturn]] void ExecChild(pid_t parent, int in_fd, int out_fd,
+                            int exec_err_fd, const char* path,
+                            char* const* argv, char* const* env) {
   // If the launcher dies without cleaning up (SIGKILL), so does the child.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // The launcher died before prctl.
@@ -86,6 +88,10 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (in_fd >= 0) {
+    dup2(in_fd, STDIN_FILENO);
+    setpgid(0, 0);  // Out of reach of the terminal's Ctrl-C.
+  }
   dup2(out_fd, STDOUT_FILENO);
   dup2(out_fd, STDERR_FILENO);
   execve(path, argv, env);
@@ -119,11 +125,46 @@ absl::StatusOr<SpawnedChild> AwaitExec(absl::string_view name,
   return SpawnedChild{pid, out_fd};
 }
 
+// The pipes of one child being started; closes whatever it still holds.
+struct ChildPipes {
+  int out[2] = {-1, -1};
+  int exec_err[2] = {-1, -1};
+  int in[2] = {-1, -1};
+
+  ~ChildPipes() {
+    for (int* pair : {out, exec_err, in}) {
+      for (int i : {0, 1}) {
+        if (pair[i] >= 0) close(pair[i]);
+      }
+    }
+  }
+
+  absl::Status Open(bool stdin_pipe) {
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(exec_err, O_CLOEXEC) != 0 ||
+        (stdin_pipe && pipe2(in, O_CLOEXEC) != 0)) {
+      return ErrnoError("pipe2", errno);
+    }
+    return absl::OkStatus();
+  }
+
+  // Closes what only the child uses, after fork().
+  void CloseChildEnds() {
+    for (int* fd : {&out[1], &exec_err[1], &in[0]}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+  }
+
+  // Hands `fd` (one of the members) over to the caller.
+  static int Release(int& fd) { return std::exchange(fd, -1); }
+};
+
 }  // namespace
 
 absl::StatusOr<SpawnedChild> SpawnChild(absl::string_view name,
                                         const std::vector<std::string>& argv,
-                                        const std::vector<std::string>& env) {
+                                        const std::vector<std::string>& env,
+                                        bool stdin_pipe) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   // Everything the child needs is allocated before fork(): after it, only
   // async-signal-safe calls.
@@ -136,30 +177,25 @@ absl::StatusOr<SpawnedChild> SpawnChild(absl::string_view name,
   const std::vector<std::string> environment = MergeEnvironment(env);
   std::vector<char*> c_env = CStrings(environment);
 
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return ErrnoError("pipe2", errno);
-  // Closed by a successful exec (CLOEXEC); carries errno if exec fails.
-  int exec_err[2];
-  if (pipe2(exec_err, O_CLOEXEC) != 0) {
-    const int err = errno;
-    close(out[0]);
-    close(out[1]);
-    return ErrnoError("pipe2", err);
+  // The output pipe; the exec error pipe, closed by a successful exec
+  // (CLOEXEC), which carries errno if exec fails; the stdin pipe if asked.
+  ChildPipes pipes;
+  if (absl::Status status = pipes.Open(stdin_pipe); !status.ok()) {
+    return status;
   }
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) {
-    const int err = errno;
-    for (int fd : {out[0], out[1], exec_err[0], exec_err[1]}) close(fd);
-    return ErrnoError("fork", err);
-  }
+  if (pid < 0) return ErrnoError("fork", errno);
   if (pid == 0) {
-    ExecChild(parent, out[1], exec_err[1], path.c_str(), c_argv.data(),
-              c_env.data());
+    ExecChild(parent, pipes.in[0], pipes.out[1], pipes.exec_err[1],
+              path.c_str(), c_argv.data(), c_env.data());
   }
-  close(out[1]);
-  close(exec_err[1]);
-  return AwaitExec(name, argv[0], pid, out[0], exec_err[0]);
+  pipes.CloseChildEnds();
+  absl::StatusOr<SpawnedChild> child =
+      AwaitExec(name, argv[0], pid, pipes.Release(pipes.out[0]),
+                pipes.Release(pipes.exec_err[0]));
+  if (child.ok()) child->in_fd = pipes.Release(pipes.in[1]);
+  return child;
 }
 
 }  // namespace lockstep
