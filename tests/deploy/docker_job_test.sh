@@ -16,7 +16,10 @@
 # pid at the end. Its image store and the base image's tarball stay in
 # BUILD_DIR/docker, so a rerun reuses what is cached.
 #
-#   tests/deploy/docker_job_test.sh [--build-dir DIR]
+#   tests/deploy/docker_job_test.sh [--build-dir DIR] [--with-python]
+#
+# --with-python also builds the python image (Debian's PyTorch: large,
+# hence not in the suite) and runs trainjob-python.yaml's pods the same way.
 #
 # Exits 77 (skipped, with the reason) when no Docker daemon can be started
 # here: not root, or docker.io/debootstrap not installable. Prints each
@@ -26,10 +29,12 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 build="$root/build"
+with_python=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build="$2"; shift 2 ;;
     --build-dir=*) build="${1#*=}"; shift ;;
+    --with-python) with_python=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -102,7 +107,9 @@ check() {  # check CONDITION-STATUS WHAT
 }
 
 DOCKER="$docker_bin" "$root/deploy/docker/make_base_image.sh" --cache "$state/cache"
-for target in server worker; do
+targets=(server worker)
+[[ $with_python -eq 1 ]] && targets+=(python)
+for target in "${targets[@]}"; do
   start=$(date +%s)
   if ! DOCKER_BUILDKIT=1 "$docker_bin" build --network host -q \
       -f "$root/deploy/docker/Dockerfile" --target "$target" \
@@ -115,7 +122,7 @@ for target in server worker; do
   echo "image lockstep-$target: $((size / 1000000)) MB, built in $(( $(date +%s) - start )) s"
 done
 
-for target in server worker; do
+for target in "${targets[@]}"; do
   image="lockstep-$target:latest"
   user=$("$docker_bin" image inspect -f '{{.Config.User}}' "$image")
   uid=$("$docker_bin" run --rm --network none --entrypoint id "$image" -u)
@@ -178,6 +185,10 @@ for pod in pods:
                              "an emptyDir nor a Secret")
     for k, v in env.items():
         opts += ["-e", f"{k}={v}"]
+    # A container's command replaces the image's ENTRYPOINT, as in a pod.
+    if c["command"]:
+        opts += ["--entrypoint", c["command"][0]]
+        args = c["command"][1:] + args
     line = [pod["hostname"], c["image"]] + opts + ["--"] + args
     print(" ".join(shlex.quote(w) for w in line))
 PY
@@ -272,6 +283,12 @@ check $(grep -q "(mutual TLS)" "$server_log"; echo $?) \
 plain_log="$work/lockstep-ci-ps-0-0.log"
 check $(grep -q "(plaintext)" "$plain_log"; echo $?) \
   "lockstep-ci: the plaintext job's server says plaintext"
+
+if [[ $with_python -eq 1 ]]; then
+  start_job lockstep-ci-py deploy/k8s/trainer/cluster-training-runtime.yaml \
+    deploy/k8s/trainer/trainjob-python.yaml
+  finish_job lockstep-ci-py
+fi
 
 echo "docker_job_test: $failures failed"
 [[ $failures -eq 0 ]]
