@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -67,23 +68,29 @@ TEST(FaultTest, AStopSignalEndsAWorkerWaitingForAnAbsentPeer) {
   }
 }
 
-// All-reduce: rank 0 waits for rank 1 at the rendezvous, a wait that is
-// not cancelled; the watchdog tells the server that it leaves and exits 143.
+// All-reduce: rank 0 waits for rank 1 at the rendezvous (having published
+// its own record there), a wait that is not cancelled; the watchdog tells
+// the server that it leaves and exits 143. With the gRPC ring and gloo.
 TEST(FaultTest, AStopSignalEndsAnAllReduceWorkerWaitingForAnAbsentPeer) {
-  Job job(2);
-  job.StartServer({});
-  job.StartWorker(0, Flags({"--sync=allreduce", "--allreduce=grpc-ring",
-                            "--connect_timeout_s=300"}));
-  ASSERT_TRUE(job.WaitForCoordinatorKey("lockstep/grpc-ring/peer/0"))
-      << job.WorkerOutput(0);
-  int code = 0;
-  const absl::Duration took = StopAndTime(job, 0, {SIGTERM}, &code);
-  EXPECT_EQ(code, 143) << job.WorkerOutput(0);
-  EXPECT_LT(took, kStopBound) << job.WorkerOutput(0);
-  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("leaving the job and exiting"));
-  EXPECT_EQ(job.FinishedRanks(), std::vector<int>{0}) << job.ServerOutput();
-  job.Signal(job.server(), SIGKILL);
-  job.WaitServer();
+  const std::pair<const char*, const char*> backends[] = {
+      {"grpc-ring", "lockstep/grpc-ring/peer/0"}, {"gloo", "lockstep/gloo/0"}};
+  for (const auto& [backend, record] : backends) {
+    SCOPED_TRACE(backend);
+    Job job(2);
+    job.StartServer({});
+    job.StartWorker(
+        0, Flags({"--sync=allreduce", absl::StrCat("--allreduce=", backend),
+                  "--connect_timeout_s=300"}));
+    ASSERT_TRUE(job.WaitForCoordinatorKey(record)) << job.WorkerOutput(0);
+    int code = 0;
+    const absl::Duration took = StopAndTime(job, 0, {SIGTERM}, &code);
+    EXPECT_EQ(code, 143) << job.WorkerOutput(0);
+    EXPECT_LT(took, kStopBound) << job.WorkerOutput(0);
+    EXPECT_THAT(job.WorkerOutput(0), HasSubstr("leaving the job and exiting"));
+    EXPECT_EQ(job.FinishedRanks(), std::vector<int>{0}) << job.ServerOutput();
+    job.Signal(job.server(), SIGKILL);
+    job.WaitServer();
+  }
 }
 
 // A worker stuck in a step because its server stopped (SIGSTOP) ends at
