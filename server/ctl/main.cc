@@ -6,8 +6,9 @@
 //   lockstep_ctl merge-traces OUT IN...
 //
 // ADDRESS is a parameter-server shard (host:port); give every shard of the
-// job, in shard order. Exit codes: 0 done, 1 a server did not answer or
-// refused, 2 bad usage.
+// job, in shard order. Exit codes: 0 done (with --watch: the job
+// finished), 1 a server did not answer or refused (with --watch: for 10 s,
+// before the job finished), 2 bad usage.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -33,7 +35,9 @@
 
 ABSL_FLAG(bool, watch, false,
           "status: refresh every --interval (redrawn in place on a terminal, "
-          "repeated blocks otherwise) until interrupted or --count views.");
+          "repeated blocks otherwise) until the job finishes (exit 0), its "
+          "servers stop answering for 10s before that (exit 1), or --count "
+          "views.");
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(1),
           "status --watch: time between refreshes.");
 ABSL_FLAG(int, count, 0,
@@ -45,8 +49,9 @@ ABSL_FLAG(absl::Duration, timeout, absl::ZeroDuration(),
 namespace lockstep {
 namespace {
 
+// --help (absl's) and UsageError put "lockstep_ctl: " before it.
 constexpr char kUsage[] =
-    "lockstep_ctl: live status of a Lockstep job and admin actions.\n"
+    "live status of a Lockstep job and admin actions.\n"
     "Usage:\n"
     "  lockstep_ctl status ADDRESS[,ADDRESS...] [--watch] [--interval=1s] "
     "[--count=N]\n"
@@ -56,10 +61,13 @@ constexpr char kUsage[] =
     "ADDRESS: every server shard of the job (host:port), in shard order. "
     "TLS and token flags (--tls_ca, --token_file, ...) as for the other "
     "binaries.\n"
-    "Exit codes: 0 done, 1 a server did not answer or refused, 2 bad usage.";
+    "Exit codes: 0 done (--watch: the job finished), 1 a server did not "
+    "answer or refused (--watch: for 10s, before the job finished), 2 bad "
+    "usage.";
 
 int UsageError(const std::string& message) {
-  std::fprintf(stderr, "lockstep_ctl: %s\n\n%s\n", message.c_str(), kUsage);
+  std::fprintf(stderr, "lockstep_ctl: %s\n\nlockstep_ctl: %s\n",
+               message.c_str(), kUsage);
   return kExitPermanent;
 }
 
@@ -81,19 +89,61 @@ absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> Connect(
   return shards;
 }
 
+// Asks every shard at once, each on a thread of its own: with `wait` > 0,
+// long polls (ShardClient::GetStatus) that servers finishing together
+// answer together.
 std::vector<ShardReading> Read(
     const std::vector<std::unique_ptr<ShardClient>>& shards,
-    absl::Duration timeout) {
-  std::vector<ShardReading> readings;
-  for (const auto& shard : shards) {
-    ShardReading r{shard->address(), shard->GetStatus(timeout),
-                   absl::UnknownError("not asked")};
-    // A shard that did not answer GetStatus is not asked twice.
-    r.health = r.status.ok() ? shard->Health(timeout) : r.status.status();
-    readings.push_back(std::move(r));
+    absl::Duration timeout, absl::Duration wait) {
+  std::vector<ShardReading> readings(shards.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    threads.emplace_back([&, i] {
+      ShardClient& shard = *shards[i];
+      ShardReading& r = readings[i];
+      r.address = shard.address();
+      r.status = shard.GetStatus(timeout, wait);
+      // A shard that did not answer GetStatus is not asked twice.
+      r.health = r.status.ok() ? shard.Health(timeout) : r.status.status();
+    });
   }
+  for (std::thread& t : threads) t.join();
   return readings;
 }
+
+bool EveryShardAnswered(const std::vector<ShardReading>& readings) {
+  for (const ShardReading& r : readings) {
+    if (!r.status.ok()) return false;
+  }
+  return true;
+}
+
+// The reasons are in the view; on stderr too, for scripts.
+void ReportFailures(const std::vector<ShardReading>& readings) {
+  for (const ShardReading& r : readings) {
+    if (!r.status.ok()) {
+      std::fprintf(stderr, "lockstep_ctl: %s\n",
+                   std::string(r.status.status().message()).c_str());
+    }
+  }
+}
+
+// Draws view number `view`: in place on a terminal (home and clear, then
+// draw), else as blocks apart.
+void Draw(const std::vector<ShardReading>& readings, bool in_place, int view) {
+  if (in_place) {
+    std::fputs("\033[H\033[2J", stdout);
+  } else if (view > 0) {
+    std::fputs("\n", stdout);
+  }
+  std::fputs(RenderJobStatus(readings).c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// --watch ends with exit 0 once a view shows the job finished, and with
+// exit 1 once some shard has not answered for this long (the servers went
+// away before the job finished, or never came).
+constexpr absl::Duration kWatchGiveUp = absl::Seconds(10);
 
 int Status(const std::string& addresses) {
   absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> shards =
@@ -107,39 +157,32 @@ int Status(const std::string& addresses) {
   if (interval <= absl::ZeroDuration() || count < 0) {
     return UsageError("--interval must be positive and --count not negative");
   }
-  const bool terminal = isatty(STDOUT_FILENO) == 1;
-  bool finished = false;  // The previous view showed a finished job.
+  const bool in_place = watch && isatty(STDOUT_FILENO) == 1;
+  // Watching, each read is a long poll of one interval: a server that
+  // finishes meanwhile answers it with its final status.
+  const absl::Duration wait = watch ? interval : absl::ZeroDuration();
+  absl::Time all_answered = absl::Now();
   for (int view = 0;; ++view) {
     const absl::Time next = absl::Now() + interval;
-    const std::vector<ShardReading> readings = Read(*shards, timeout);
-    int exit_code = kExitOk;
-    for (const ShardReading& r : readings) {
-      if (!r.status.ok()) exit_code = kExitFailure;
-    }
-    if (watch && finished && exit_code != kExitOk) {
-      // Servers exit once every worker has left.
-      std::printf("\nThe job finished and its servers have exited.\n");
+    const std::vector<ShardReading> readings = Read(*shards, timeout, wait);
+    const bool answered = EveryShardAnswered(readings);
+    if (answered) all_answered = absl::Now();
+    Draw(readings, in_place, view);
+    if (watch && JobFinished(readings)) {
+      std::printf("\nThe job finished.\n");
       return kExitOk;
     }
-    finished = JobFinished(readings);
-    if (watch && terminal) {
-      // Home and clear, then draw: the view stays in place.
-      std::fputs("\033[H\033[2J", stdout);
-    } else if (view > 0) {
-      std::fputs("\n", stdout);
+    if (watch && absl::Now() - all_answered >= kWatchGiveUp) {
+      ReportFailures(readings);
+      std::fprintf(stderr,
+                   "lockstep_ctl: a server shard has not answered for %s: "
+                   "the job's servers are gone without it having finished\n",
+                   absl::FormatDuration(kWatchGiveUp).c_str());
+      return kExitFailure;
     }
-    std::fputs(RenderJobStatus(readings).c_str(), stdout);
-    std::fflush(stdout);
-    const bool last = !watch || (count > 0 && view + 1 >= count);
-    if (last) {
-      // The reasons are in the view; on stderr too, for scripts.
-      for (const ShardReading& r : readings) {
-        if (!r.status.ok()) {
-          std::fprintf(stderr, "lockstep_ctl: %s\n",
-                       std::string(r.status.status().message()).c_str());
-        }
-      }
-      return exit_code;
+    if (!watch || (count > 0 && view + 1 >= count)) {
+      ReportFailures(readings);
+      return answered ? kExitOk : kExitFailure;
     }
     absl::SleepFor(next - absl::Now());
   }

@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -13,13 +14,33 @@
 namespace lockstep {
 namespace {
 
-// The RPC's error, naming the shard; the code is kept.
+// The RPC's error, naming the shard, with `hint` where the connection was
+// closed rather than refused (a TLS server met without TLS or without a
+// client certificate says no more than "Socket closed"); the code is kept.
 absl::Status Describe(const grpc::Status& status, const std::string& address,
-                      absl::string_view rpc) {
+                      absl::string_view rpc, absl::string_view hint) {
   const absl::Status s = FromGrpcStatus(status);
-  return absl::Status(s.code(), absl::StrCat(rpc, " on ", address, ": ",
-                                             absl::StatusCodeToString(s.code()),
-                                             ": ", s.message()));
+  const bool closed = s.code() == absl::StatusCode::kUnavailable &&
+                      (absl::StrContains(s.message(), "Socket closed") ||
+                       absl::StrContains(s.message(), "andshake") ||
+                       absl::StrContains(s.message(), "Connection reset"));
+  return absl::Status(s.code(),
+                      absl::StrCat(rpc, " on ", address, ": ",
+                                   absl::StatusCodeToString(s.code()), ": ",
+                                   s.message(), closed ? hint : ""));
+}
+
+// What Describe adds for a closed connection, from what `tls` lacks.
+std::string TlsHint(const TlsOptions& tls) {
+  if (tls.ca_file.empty()) {
+    return " (the server may require TLS: give --tls_ca, and --tls_cert and "
+           "--tls_key if it asks for a client certificate)";
+  }
+  if (tls.cert_file.empty()) {
+    return " (the server may require a client certificate: give --tls_cert "
+           "and --tls_key)";
+  }
+  return "";
 }
 
 std::string DescribeModel(const v1::ModelSignature& signature) {
@@ -45,24 +66,29 @@ absl::StatusOr<std::unique_ptr<ShardClient>> ShardClient::Create(
       MakeChannel(address, tls);
   if (!channel.ok()) return channel.status();
   return std::unique_ptr<ShardClient>(
-      new ShardClient(address, std::move(*channel)));
+      new ShardClient(address, std::move(*channel), TlsHint(tls)));
 }
 
 ShardClient::ShardClient(std::string address,
-                         std::shared_ptr<grpc::Channel> channel)
-    : address_(std::move(address)), channel_(std::move(channel)) {}
+                         std::shared_ptr<grpc::Channel> channel,
+                         std::string tls_hint)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      tls_hint_(std::move(tls_hint)) {}
 
 ShardClient::~ShardClient() = default;
 
-absl::StatusOr<ShardStatus> ShardClient::GetStatus(absl::Duration timeout) {
+absl::StatusOr<ShardStatus> ShardClient::GetStatus(absl::Duration timeout,
+                                                   absl::Duration wait) {
   std::unique_ptr<v1::ParameterServer::Stub> stub =
       v1::ParameterServer::NewStub(channel_);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + wait + timeout));
   v1::StatusRequest request;
+  request.set_wait_ms(absl::ToInt64Milliseconds(wait));
   v1::StatusResponse r;
   const grpc::Status status = stub->GetStatus(&context, request, &r);
-  if (!status.ok()) return Describe(status, address_, "GetStatus");
+  if (!status.ok()) return Describe(status, address_, "GetStatus", tls_hint_);
   ShardStatus s;
   s.shard = r.shard();
   s.num_shards = r.num_shards();
@@ -120,7 +146,8 @@ absl::StatusOr<ShardClient::Saved> ShardClient::SaveCheckpoint(
   v1::SaveCheckpointResponse response;
   const grpc::Status status =
       stub->SaveCheckpoint(&context, request, &response);
-  if (!status.ok()) return Describe(status, address_, "SaveCheckpoint");
+  if (!status.ok())
+    return Describe(status, address_, "SaveCheckpoint", tls_hint_);
   return Saved{response.path(), response.weights_file(), response.version()};
 }
 

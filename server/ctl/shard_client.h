@@ -59,7 +59,10 @@ class ShardClient final {
       const std::string& address, const TlsOptions& tls);
   ~ShardClient();
 
-  absl::StatusOr<ShardStatus> GetStatus(absl::Duration timeout);
+  // With `wait` > 0 a long poll: the server answers after `wait`, or at
+  // once when it finishes (with its final status); `timeout` is on top.
+  absl::StatusOr<ShardStatus> GetStatus(
+      absl::Duration timeout, absl::Duration wait = absl::ZeroDuration());
   // grpc.health.v1 Check for the server as a whole.
   absl::StatusOr<HealthStatus> Health(absl::Duration timeout);
   // What a server wrote on request.
@@ -74,10 +77,13 @@ class ShardClient final {
   const std::string& address() const { return address_; }
 
  private:
-  ShardClient(std::string address, std::shared_ptr<grpc::Channel> channel);
+  ShardClient(std::string address, std::shared_ptr<grpc::Channel> channel,
+              std::string tls_hint);
 
   const std::string address_;
   const std::shared_ptr<grpc::Channel> channel_;
+  // Added to the errors of a closed connection (TlsHint).
+  const std::string tls_hint_;
 };
 
 }  // namespace lockstep

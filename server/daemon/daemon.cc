@@ -1,16 +1,20 @@
 #include "server/daemon/daemon.h"
 
+#include <grpc/support/log.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/functional/function_ref.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -34,6 +38,8 @@ using daemon_internal::Log;
 
 // How often the daemon looks at timeouts, checkpoints and the job's end.
 constexpr absl::Duration kTick = absl::Milliseconds(50);
+// How long a finishing server waits for a watcher between two long polls.
+constexpr absl::Duration kWatcherGrace = absl::Seconds(1);
 // How long a server waits for its port to be let go of before giving up.
 constexpr absl::Duration kPortWait = absl::Seconds(3);
 
@@ -82,6 +88,29 @@ absl::StatusOr<Security> MakeSecurity(const DaemonOptions& options) {
   return security;
 }
 
+// The log level gRPC takes from GRPC_VERBOSITY (ERROR when unset).
+gpr_log_severity GrpcLogVerbosity() {
+  const char* env = std::getenv("GRPC_VERBOSITY");
+  const std::string level = absl::AsciiStrToUpper(env == nullptr ? "" : env);
+  if (level == "DEBUG") return GPR_LOG_SEVERITY_DEBUG;
+  if (level == "INFO") return GPR_LOG_SEVERITY_INFO;
+  if (level == "NONE") {
+    return static_cast<gpr_log_severity>(GPR_LOG_SEVERITY_ERROR + 1);
+  }
+  return GPR_LOG_SEVERITY_ERROR;
+}
+
+// Builds and starts `builder`'s server with gRPC's log off: a port that
+// cannot be had makes gRPC log its internal error over several lines, and
+// StartServer's own line says it clearly.
+std::unique_ptr<grpc::Server> BuildQuietly(grpc::ServerBuilder* builder) {
+  gpr_set_log_verbosity(
+      static_cast<gpr_log_severity>(GPR_LOG_SEVERITY_ERROR + 1));
+  std::unique_ptr<grpc::Server> server = builder->BuildAndStart();
+  gpr_set_log_verbosity(GrpcLogVerbosity());
+  return server;
+}
+
 // Listens on options.listen with `services`; null (said on stderr) when
 // the port cannot be had. Sets *port to the port bound.
 std::unique_ptr<grpc::Server> StartServer(
@@ -97,7 +126,7 @@ std::unique_ptr<grpc::Server> StartServer(
   ApplyServerLimits(options.limits, &builder);
   ListenExclusively(&builder);
   for (grpc::Service* service : services) builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = BuildQuietly(&builder);
   if (server == nullptr || *port == 0) {
     Log(absl::StrCat("cannot listen on ", options.listen,
                      " (is another process using the port?)"));
@@ -341,6 +370,7 @@ int Daemon::Run() {
                    absl::FormatDuration(absl::Now() - start), "; exiting"));
   set_serving(false);  // Also when Tick ended the job.
   core_->Shutdown();
+  service.AnswerStatusWaits(kWatcherGrace);  // The final status, to watchers.
   // A checkpoint being written on request ends first, so that the
   // server's 5 s below are not what it has left.
   service.StopSaving();

@@ -52,6 +52,49 @@ ChunkCallback WeightsReply(ParameterServer* core,
   };
 }
 
+// `status` as a StatusResponse.
+void FillStatus(const ServerStatus& status, v1::StatusResponse* response) {
+  response->set_version(status.version);
+  response->set_step(status.version);
+  response->set_num_workers(status.num_workers);
+  response->set_num_chunks(status.num_chunks);
+  response->set_server_incarnation(status.server_incarnation);
+  for (int r : status.registered_ranks) response->add_registered_ranks(r);
+  for (int r : status.pushed_ranks) response->add_pushed_ranks(r);
+  for (int r : status.finished_ranks) response->add_finished_ranks(r);
+  if (status.signature.has_value()) {
+    SignatureToProto(*status.signature, response->mutable_signature());
+  }
+  response->set_shard(status.shard);
+  response->set_num_shards(status.num_shards);
+  const ServerCounters& c = status.counters;
+  v1::ServerCounters* counters = response->mutable_counters();
+  counters->set_pushes_accepted(c.pushes_accepted);
+  counters->set_pushes_refused(c.pushes_refused);
+  counters->set_chunk_steps(c.chunk_steps);
+  counters->set_accumulate_seconds(c.accumulate_seconds);
+  counters->set_apply_seconds(c.apply_seconds);
+  counters->set_barrier_wait_seconds(c.barrier_wait_seconds);
+  counters->set_bytes_received(c.bytes_received);
+  counters->set_bytes_sent(c.bytes_sent);
+  counters->set_pushes_dropped_late(c.pushes_dropped_late);
+  for (const auto& [code, n] : c.pushes_refused_by_code) {
+    (*counters
+          ->mutable_pushes_refused_by_code())[absl::StatusCodeToString(code)] =
+        n;
+  }
+  response->set_server_time_unix_micros(absl::ToUnixMicros(status.now));
+  for (const WorkerActivity& a : status.workers) {
+    v1::WorkerActivity* w = response->add_workers();
+    w->set_rank(a.rank);
+    w->set_last_contact_unix_micros(a.last_contact == absl::InfinitePast()
+                                        ? 0
+                                        : absl::ToUnixMicros(a.last_contact));
+    w->set_last_step(a.last_step);
+    w->set_last_step_seconds(absl::ToDoubleSeconds(a.last_step_time));
+  }
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ParameterServerService::Register(
@@ -198,46 +241,18 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
       !s.ok()) {
     return FinishWith(context, s);
   }
-  const ServerStatus status = core_->GetStatus();
-  response->set_version(status.version);
-  response->set_step(status.version);
-  response->set_num_workers(status.num_workers);
-  response->set_num_chunks(status.num_chunks);
-  response->set_server_incarnation(status.server_incarnation);
-  for (int r : status.registered_ranks) response->add_registered_ranks(r);
-  for (int r : status.pushed_ranks) response->add_pushed_ranks(r);
-  for (int r : status.finished_ranks) response->add_finished_ranks(r);
-  if (status.signature.has_value()) {
-    SignatureToProto(*status.signature, response->mutable_signature());
+  if (request->wait_ms() <= 0) {
+    FillStatus(core_->GetStatus(), response);
+    return FinishWith(context, absl::OkStatus());
   }
-  response->set_shard(status.shard);
-  response->set_num_shards(status.num_shards);
-  const ServerCounters& c = status.counters;
-  v1::ServerCounters* counters = response->mutable_counters();
-  counters->set_pushes_accepted(c.pushes_accepted);
-  counters->set_pushes_refused(c.pushes_refused);
-  counters->set_chunk_steps(c.chunk_steps);
-  counters->set_accumulate_seconds(c.accumulate_seconds);
-  counters->set_apply_seconds(c.apply_seconds);
-  counters->set_barrier_wait_seconds(c.barrier_wait_seconds);
-  counters->set_bytes_received(c.bytes_received);
-  counters->set_bytes_sent(c.bytes_sent);
-  counters->set_pushes_dropped_late(c.pushes_dropped_late);
-  for (const auto& [code, n] : c.pushes_refused_by_code) {
-    (*counters->mutable_pushes_refused_by_code())[absl::StatusCodeToString(
-        code)] = n;
-  }
-  response->set_server_time_unix_micros(absl::ToUnixMicros(status.now));
-  for (const WorkerActivity& a : status.workers) {
-    v1::WorkerActivity* w = response->add_workers();
-    w->set_rank(a.rank);
-    w->set_last_contact_unix_micros(
-        a.last_contact == absl::InfinitePast() ? 0
-                                               : absl::ToUnixMicros(a.last_contact));
-    w->set_last_step(a.last_step);
-    w->set_last_step_seconds(absl::ToDoubleSeconds(a.last_step_time));
-  }
-  return FinishWith(context, absl::OkStatus());
+  // A long poll: answered with the status of the moment it ends.
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  status_waits_.Hold(absl::Milliseconds(request->wait_ms()),
+                     [core = core_, response, reactor] {
+                       FillStatus(core->GetStatus(), response);
+                       reactor->Finish(grpc::Status::OK);
+                     });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(

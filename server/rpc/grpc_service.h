@@ -25,6 +25,7 @@
 #include "common/signature_limits.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "server/core/parameter_server.h"
+#include "server/rpc/status_waits.h"
 
 namespace lockstep {
 
@@ -112,6 +113,12 @@ class ParameterServerService final : public ParameterServerServiceBase {
     saves_.Shutdown();
   }
 
+  // Answers every long-polled GetStatus call with the status of now, and
+  // later ones at once (status_waits.h); waits up to `grace` for a watcher
+  // that is between two calls. Call it once the job has ended, before the
+  // gRPC server shuts down.
+  void AnswerStatusWaits(absl::Duration grace) { status_waits_.Close(grace); }
+
  private:
   // Answers a Register call (the reactor's Finish included).
   void DoRegister(int rank, const ModelSignature& signature,
@@ -126,6 +133,7 @@ class ParameterServerService final : public ParameterServerServiceBase {
   bool registration_held_ ABSL_GUARDED_BY(gate_mu_) = false;
   std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(gate_mu_);
   std::atomic<bool> saving_stopped_{false};
+  StatusWaits status_waits_;
   // Last, so that it is stopped (its thread joined) before the rest goes.
   SerialExecutor saves_;
 };

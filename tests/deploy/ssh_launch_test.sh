@@ -234,8 +234,10 @@ for r in 0 1; do
   grep -q "^\[launch\] worker$r: pid [0-9]* (ssh to ${address[$h]}), servers ${address[a]}:50051," \
     "$work/train.log" || fail "worker$r was not started on host $h"
 done
-grep -q '^\[worker0\] Test accuracy [0-9.]* .* over 20 steps$' \
-  "$work/train.log" || fail "no accuracy line over 20 steps from worker0"
+grep -q '^\[worker0\] Trained 20 steps - ' "$work/train.log" ||
+  fail "worker0 did not say it trained 20 steps"
+grep -q '^\[worker0\] Test accuracy [0-9.]* - test loss [0-9.]*$' \
+  "$work/train.log" || fail "no accuracy line from worker0"
 grep -q '"steps": *20\b' "$work/train.json" ||
   fail "rank 0's summary does not say 20 steps: $(cat "$work/train.json")"
 for h in a b c; do

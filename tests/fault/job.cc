@@ -14,8 +14,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "lockstep/v1/coordination.grpc.pb.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 
 namespace lockstep {
@@ -113,6 +115,63 @@ bool Job::WaitForVersion(int64_t version) const {
     return stub->GetStatus(&context, v1::StatusRequest(), &status).ok() &&
            status.version() >= version;
   });
+}
+
+namespace {
+
+// The server's GetStatus, or false when it does not answer within 1 s.
+bool GetStatus(int port, v1::StatusResponse* status) {
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  return stub->GetStatus(&context, v1::StatusRequest(), status).ok();
+}
+
+}  // namespace
+
+bool Job::WaitForPushFrom(int rank) const {
+  return WaitFor([&] {
+    v1::StatusResponse status;
+    return GetStatus(port_, &status) && status.workers_size() > rank &&
+           status.workers(rank).last_step() >= 0;
+  });
+}
+
+bool Job::WaitForStopHandler(int slot) const {
+  // The caught signals' mask in /proc/PID/status: SIGTERM's bit.
+  const std::string path = absl::StrCat("/proc/", worker(slot), "/status");
+  return WaitFor([&] {
+    for (absl::string_view line : absl::StrSplit(ReadFile(path), '\n')) {
+      uint64_t mask = 0;
+      if (absl::ConsumePrefix(&line, "SigCgt:\t") &&
+          absl::SimpleHexAtoi(line, &mask)) {
+        return (mask >> (SIGTERM - 1) & 1) != 0;
+      }
+    }
+    return false;
+  });
+}
+
+bool Job::WaitForCoordinatorKey(const std::string& key) const {
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  return WaitFor([&] {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    v1::GetRequest request;
+    request.set_key(key);
+    request.set_no_wait(true);
+    v1::GetResponse response;
+    return stub->Get(&context, request, &response).ok();
+  });
+}
+
+std::vector<int> Job::FinishedRanks() const {
+  v1::StatusResponse status;
+  if (!GetStatus(port_, &status)) return {};
+  return std::vector<int>(status.finished_ranks().begin(),
+                          status.finished_ranks().end());
 }
 
 bool Job::WaitForServerLog(const std::string& text) const {

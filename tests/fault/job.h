@@ -40,6 +40,16 @@ class Job final {
   bool WaitForServerLog(const std::string& text) const;
   bool WaitForWorkerLog(int slot, const std::string& text) const;
   bool WaitForCheckpointTmp() const;
+  // Until the server has rank `rank`'s push of a step.
+  bool WaitForPushFrom(int rank) const;
+  // Until worker `slot` has its stop-signal handler installed.
+  bool WaitForStopHandler(int slot) const;
+  // Until the server's coordinator holds `key` (an all-reduce rendezvous).
+  bool WaitForCoordinatorKey(const std::string& key) const;
+
+  // The ranks the server counts as finished (left); empty when it does not
+  // answer.
+  std::vector<int> FinishedRanks() const;
   bool WaitForCheckpointFile() const;
 
   std::vector<std::string> CheckpointFiles() const;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -91,6 +92,30 @@ TEST(OpsIntegrationTest, CtlShowsALiveJobAndTakesCheckpoints) {
   EXPECT_EQ(server.process->Wait(kDeadline), 0) << "both left";
 }
 
+// --watch follows a job to its end and exits 0: the server exits moments
+// after the last worker leaves, yet the watch sees the finished state (each
+// view is a long poll, which a finishing server answers before it goes).
+TEST(OpsIntegrationTest, CtlWatchExitsZeroOnceTheJobFinished) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(dir, 0, {"--workers=1"});
+  ASSERT_GT(server.port, 0) << server.process->Output();
+  Subprocess watch =
+      Subprocess::Start({kBin + "/lockstep_ctl", "status", server.address,
+                         "--watch", "--interval=200ms"});
+  std::unique_ptr<Subprocess> worker =
+      StartWorker(server, 1, 0, {"--max_steps=30", "--straggle=0:10"});
+  EXPECT_EQ(worker->Wait(kDeadline), 0) << worker->Output();
+  EXPECT_EQ(server.process->Wait(kDeadline), 0) << server.process->Output();
+  const std::optional<int> code = watch.Wait(kDeadline);
+  ASSERT_TRUE(code.has_value()) << "still watching:\n" << watch.Output();
+  EXPECT_EQ(*code, 0) << watch.Output();
+  const std::string out = watch.Output();
+  EXPECT_THAT(out, HasSubstr("Lockstep job: version "));
+  EXPECT_THAT(out, HasSubstr("Every worker has left: the job is done\n"));
+  EXPECT_THAT(out, HasSubstr("\nThe job finished.\n"));
+  EXPECT_THAT(out, Not(HasSubstr("UNAVAILABLE")));
+}
+
 TEST(OpsIntegrationTest, CtlErrorsAreClear) {
   const std::string ctl = kBin + "/lockstep_ctl";
   const std::string nobody = absl::StrCat("127.0.0.1:", FreePort());
@@ -102,7 +127,14 @@ TEST(OpsIntegrationTest, CtlErrorsAreClear) {
       RunProcess({ctl, "checkpoint", nobody, "--timeout=2s"});
   EXPECT_EQ(down_checkpoint.exit_code, 1);
   EXPECT_THAT(down_checkpoint.output, HasSubstr("UNAVAILABLE"));
-  EXPECT_EQ(RunProcess({ctl}).exit_code, 2);
+  const RunResult no_command = RunProcess({ctl});
+  EXPECT_EQ(no_command.exit_code, 2);
+  EXPECT_THAT(no_command.output,
+              HasSubstr("lockstep_ctl: no command\n\nlockstep_ctl: live "
+                        "status of a Lockstep job"));
+  const RunResult help = RunProcess({ctl, "--help"});
+  EXPECT_THAT(help.output, HasSubstr("lockstep_ctl: live status of a"));
+  EXPECT_THAT(help.output, Not(HasSubstr("lockstep_ctl: lockstep_ctl:")));
   EXPECT_EQ(RunProcess({ctl, "frobnicate", nobody}).exit_code, 2);
   EXPECT_EQ(RunProcess({ctl, "status"}).exit_code, 2);
 

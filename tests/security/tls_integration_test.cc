@@ -128,6 +128,28 @@ TEST_F(TlsIntegrationTest, PlaintextClientCannotTalkToTlsServer) {
   EXPECT_TRUE(CallGetStatus(*worker).ok());
 }
 
+// lockstep_ctl without TLS, or without a client certificate, against a
+// mutual-TLS job: the connection is closed, and the error says what may be
+// missing rather than only "Socket closed".
+TEST_F(TlsIntegrationTest, CtlWithoutClientCertificateGetsAHint) {
+  ServerProcess server = StartMutualTlsServer();
+  const std::string ctl = kBin + "/lockstep_ctl";
+  const RunResult plain =
+      RunProcess({ctl, "status", server.address, "--timeout=5s"});
+  EXPECT_EQ(plain.exit_code, 1) << plain.output;
+  EXPECT_THAT(plain.output,
+              HasSubstr("(the server may require TLS: give --tls_ca, and "
+                        "--tls_cert and --tls_key if it asks for a client "
+                        "certificate)"));
+  const RunResult no_cert =
+      RunProcess({ctl, "status", server.address, "--timeout=5s",
+                  "--tls_ca=" + a_->File("ca.pem")});
+  EXPECT_EQ(no_cert.exit_code, 1) << no_cert.output;
+  EXPECT_THAT(no_cert.output,
+              HasSubstr("(the server may require a client certificate: give "
+                        "--tls_cert and --tls_key)"));
+}
+
 TEST_F(TlsIntegrationTest, CertificatesFromAnotherCaAreRefused) {
   ServerProcess server = StartMutualTlsServer();
   // A client certificate the server's CA did not sign.

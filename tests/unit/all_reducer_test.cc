@@ -290,7 +290,7 @@ TEST(AllReduceRingTest, LengthMismatchIsInvalidArgument) {
 // Rank 0 gives up on all-reduce 0 before rank 1 starts it. Rank 1 then
 // finds rank 0's chunks waiting for it, applies them, and hears at once from
 // rank 0 (still running, or gone) that the ring has failed, long before its
-// own deadline.
+// own deadline. "Gone" is gone (its reducer destroyed) before rank 1 starts.
 class LateRankTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(LateRankTest, LearnsAtOnceThatItsPeerGaveUp) {
@@ -310,6 +310,7 @@ TEST_P(LateRankTest, LearnsAtOnceThatItsPeerGaveUp) {
       if (reducer.ok()) {
         statuses[0] = (*reducer)->AllReduceSum(absl::MakeSpan(data));
       }
+      if (!peer_stays) reducer = absl::CancelledError("gone");
       rank0_gave_up.Notify();
       if (peer_stays) rank1_done.WaitForNotification();
       return;

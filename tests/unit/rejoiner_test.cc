@@ -1,6 +1,7 @@
 #include "worker/exchange/rejoiner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -111,6 +112,26 @@ TEST(RejoinerTest, BacksOffDoublingWithJitterUntilTheDeadlineOnAFakeClock) {
               HasSubstr("no step succeeded in 20s (the_timeout)"));
   rejoiner.StepSucceeded();
   EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
+}
+
+// A stop signal that comes while it registers again ends the backoff and
+// the rejoin at once: CANCELLED, with no further attempt and no sleep.
+TEST(RejoinerTest, AStopEndsTheBackoffAndTheRejoin) {
+  FakeEnv env;
+  Rejoiner rejoiner("test", 1, 0, absl::Seconds(20), "the_timeout", &env);
+  std::atomic<bool> stop{false};
+  rejoiner.set_stop(&stop);
+  int calls = 0;
+  absl::StatusOr<int64_t> version =
+      rejoiner.Rejoin(absl::UnavailableError("gone"), [&](absl::Duration) {
+        ++calls;
+        stop = true;
+        return absl::StatusOr<int64_t>(absl::UnavailableError("still gone"));
+      });
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(version.status().message(), HasSubstr("a stop signal"));
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(env.slept(), absl::ZeroDuration());
 }
 
 }  // namespace

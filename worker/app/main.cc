@@ -1,15 +1,12 @@
 // lockstep_worker: one model replica training in synchronous steps.
-#include <signal.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +17,7 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "worker/app/setup.h"
+#include "worker/app/stop_signals.h"
 #include "worker/app/worker_flags.h"
 #include "worker/app/worker_telemetry.h"
 #include "worker/data/dataset.h"
@@ -70,52 +68,6 @@ std::vector<TensorInfo> AllTensors(const Model& model) {
   return tensors;
 }
 
-// The first SIGINT or SIGTERM asks the trainer to leave after the current
-// step; a second, a while later, ends the process at once. One within
-// kSameStop of the first is the same stop delivered twice: a terminal's
-// Ctrl-C reaches every process of the launcher's group, and the launcher
-// then passes it on as SIGTERM. A plain handler rather than a sigwait
-// thread: OpenBLAS starts its threads before main, so the signal may land
-// on any thread. The flags are the one piece of global state here, as a
-// signal handler needs.
-std::atomic<bool> stop_requested{false};
-// All-reduce: set when any rank was asked to stop (AllReduceExchanger).
-std::atomic<bool> stop_agreed{false};
-std::atomic<int64_t> stop_requested_ns{0};  // CLOCK_MONOTONIC.
-constexpr int64_t kSameStopNs = int64_t{2} * 1000 * 1000 * 1000;
-
-int64_t MonotonicNs() {  // clock_gettime is async-signal-safe.
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t{now.tv_sec} * 1000 * 1000 * 1000 + now.tv_nsec;
-}
-
-void OnStopSignal(int) {
-  const int64_t now = MonotonicNs();
-  int64_t unset = 0;
-  stop_requested_ns.compare_exchange_strong(unset, now);
-  if (stop_requested.exchange(true)) {
-    if (now - stop_requested_ns.load() >= kSameStopNs) {
-      std::_Exit(kExitTerminated);
-    }
-    return;
-  }
-  static const char kMessage[] =
-      "lockstep_worker: stop signal received; leaving after this step\n";
-  ClearProgressBarForSignal();  // The message gets a line of its own.
-  const ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
-  (void)ignored;
-}
-
-void HandleSignals() {
-  struct sigaction action {};
-  action.sa_handler = OnStopSignal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
-
 // Says `s` on stderr as rank `rank`'s; returns `code`.
 int Fail(int rank, const absl::Status& s, int code) {
   std::fprintf(stderr, "lockstep_worker %d: %s\n", rank, s.ToString().c_str());
@@ -132,19 +84,40 @@ absl::StatusOr<std::vector<float>> ReadInitialWeights(const std::string& path,
 // The exchanger of o->trainer.sync over `client`; in all-reduce mode,
 // once every worker has arrived at the rendezvous.
 absl::StatusOr<std::unique_ptr<Exchanger>> MakeExchanger(WorkerMainOptions* o,
-                                                         PsClient* client) {
+                                                         PsClient* client,
+                                                         StopSignals* stop) {
+  const int rank = o->trainer.rank;
   if (o->trainer.sync != SyncMode::kAllReduce) {
-    return std::make_unique<PsExchanger>(client, o->trainer.rank);
+    stop->SetLastLeave([client] { return client->LeaveFromAnyThread(); });
+    return std::make_unique<PsExchanger>(client, rank);
   }
+  stop->SetLastLeave(
+      [client, rank] { return client->LeaveUnregistered(rank); });
   ASSIGN_OR_RETURN(std::unique_ptr<AllReducer> reducer,
                    CreateAllReducer(o->allreduce));
   // The trainer stops on the ranks' agreed stop, not on its own signal
   // (which still makes a failed step a stop).
-  o->trainer.stop = &stop_agreed;
-  o->trainer.stop_signal = &stop_requested;
+  o->trainer.stop = stop->agreed();
+  o->trainer.stop_signal = stop->requested();
   return std::make_unique<AllReduceExchanger>(
-      std::move(reducer), client, o->trainer.rank, o->trainer.num_workers,
-      &stop_requested, &stop_agreed);
+      std::move(reducer), client, rank, o->trainer.num_workers,
+      stop->requested(), stop->agreed());
+}
+
+// A run that failed after a stop signal (its waiting calls were cancelled
+// before it had joined the job, or the rejoin loop was stopped): it leaves
+// with `leave` and ends as a stop.
+int StoppedWhileWaiting(int rank, const absl::Status& s,
+                        const std::function<absl::Status()>& leave) {
+  std::fprintf(stderr, "lockstep_worker %d: stopped while waiting: %s\n", rank,
+               s.ToString().c_str());
+  if (absl::Status left = leave(); !left.ok()) {
+    std::fprintf(stderr, "lockstep_worker %d: could not leave the job: %s\n",
+                 rank, left.ToString().c_str());
+  }
+  std::printf("Left the job after a stop signal\n");
+  std::fflush(stdout);
+  return kExitTerminated;
 }
 
 // The line each rank prints before training; rank 0's describes the job.
@@ -230,10 +203,20 @@ absl::Status SetUpReports(WorkerMainOptions* o, WorkerTelemetry* telemetry,
   return absl::OkStatus();
 }
 
-// After a successful run: the test result, the summary and weights files,
-// and the exit code (kExitTerminated after a stop signal).
-int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
-           const Reports& reports, const Model& model, const Trainer& trainer) {
+// The lines a finished run prints: how much it trained and the test result,
+// or that the job had finished before this worker joined.
+void PrintResult(const WorkerMainOptions& o, const TrainSummary& summary) {
+  // A run ends without a step and without a stop only when the job had
+  // trained every step before this worker joined: its test figures would
+  // say nothing about this run.
+  if (summary.steps == 0 && !summary.stopped) {
+    std::printf(
+        "The job had already finished (version %lld): nothing left to "
+        "train\n",
+        static_cast<long long>(summary.final_version));
+    std::fflush(stdout);
+    return;
+  }
   if (o.trainer.rank == 0) {
     std::printf("Trained %lld steps - %.0f examples/s\n",
                 static_cast<long long>(summary.steps),
@@ -244,6 +227,13 @@ int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
                 summary.test_loss);
   }
   std::fflush(stdout);
+}
+
+// After a successful run: the test result, the summary and weights files,
+// and the exit code (kExitTerminated after a stop signal).
+int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
+           const Reports& reports, const Model& model, const Trainer& trainer) {
+  PrintResult(o, summary);
   if (reports.tensorboard != nullptr && !reports.tensorboard->status().ok()) {
     return Fail(o.trainer.rank, reports.tensorboard->status(), kExitFailure);
   }
@@ -269,12 +259,61 @@ int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
   return kExitOk;
 }
 
+// Joins the job over `client` and trains, then finishes (Finish). A run
+// that a stop signal cut short while it waited ends as a stop.
+int TrainOver(WorkerMainOptions* options, PsClient* client, StopSignals* stop,
+              Model* model, const Device& device, const Dataset& train,
+              const Dataset& test, WorkerTelemetry* telemetry) {
+  WorkerMainOptions& o = *options;
+  auto fail = [&](const absl::Status& s, int code) {
+    return Fail(o.trainer.rank, s, code);
+  };
+  // However it ends, the watchdog no longer uses the client after.
+  absl::Cleanup run_done = [stop] { stop->Done(); };
+  const bool allreduce = o.trainer.sync == SyncMode::kAllReduce;
+  const std::function<absl::Status()> leave = [client, allreduce,
+                                               rank = o.trainer.rank] {
+    return allreduce ? client->LeaveUnregistered(rank) : client->Leave();
+  };
+  absl::StatusOr<std::unique_ptr<Exchanger>> exchanger =
+      MakeExchanger(&o, client, stop);
+  if (!exchanger.ok() && stop->requested()->load()) {
+    return StoppedWhileWaiting(o.trainer.rank, exchanger.status(), leave);
+  }
+  if (!exchanger.ok()) {
+    return fail(exchanger.status(), ExitCodeFor(exchanger.status()));
+  }
+  PrintStart(o, *model, train, device);
+  // Closed by its deleter.
+  absl::StatusOr<StepLog> step_log = OpenStepLog(&o);
+  if (!step_log.ok()) return fail(step_log.status(), kExitPermanent);
+  Reports reports;
+  if (absl::Status s = SetUpReports(&o, telemetry, &reports); !s.ok()) {
+    return fail(s, kExitPermanent);
+  }
+  Trainer trainer(o.trainer, model, exchanger->get(), &train, &test);
+  telemetry->SetTraining(true);
+  absl::StatusOr<TrainSummary> summary = trainer.Run();
+  telemetry->SetTraining(false);
+  // Complete before the summary appears, for readers that wait on it.
+  step_log->reset();
+  if (!summary.ok() && stop->requested()->load()) {
+    return StoppedWhileWaiting(o.trainer.rank, summary.status(), leave);
+  }
+  std::move(run_done).Invoke();
+  if (!summary.ok()) {
+    return fail(summary.status(), ExitCodeFor(summary.status()));
+  }
+  return Finish(o, *summary, reports, *model, trainer);
+}
+
 int Run(WorkerMainOptions o) {
   auto fail = [&](const absl::Status& s, int code) {
     return Fail(o.trainer.rank, s, code);
   };
-  HandleSignals();
-  o.trainer.stop = &stop_requested;
+  StopSignals* const stop = StopSignals::Install(o.trainer.rank);
+  o.trainer.stop = stop->requested();
+  o.client.cancel = stop->token();
   // Health, metrics and trace; NOT_SERVING until training starts.
   absl::StatusOr<std::unique_ptr<WorkerTelemetry>> telemetry =
       WorkerTelemetry::Create(o.telemetry);
@@ -302,29 +341,8 @@ int Run(WorkerMainOptions o) {
       o.push_thread.value_or(!(*device)->BuffersAreHostMemory());
   absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(o.client);
   if (!client.ok()) return fail(client.status(), kExitPermanent);
-  absl::StatusOr<std::unique_ptr<Exchanger>> exchanger =
-      MakeExchanger(&o, client->get());
-  if (!exchanger.ok()) {
-    return fail(exchanger.status(), ExitCodeFor(exchanger.status()));
-  }
-  PrintStart(o, **model, train, **device);
-  // Closed by its deleter.
-  absl::StatusOr<StepLog> step_log = OpenStepLog(&o);
-  if (!step_log.ok()) return fail(step_log.status(), kExitPermanent);
-  Reports reports;
-  if (absl::Status s = SetUpReports(&o, telemetry->get(), &reports); !s.ok()) {
-    return fail(s, kExitPermanent);
-  }
-  Trainer trainer(o.trainer, model->get(), exchanger->get(), &train, &test);
-  (*telemetry)->SetTraining(true);
-  absl::StatusOr<TrainSummary> summary = trainer.Run();
-  (*telemetry)->SetTraining(false);
-  // Complete before the summary appears, for readers that wait on it.
-  step_log->reset();
-  if (!summary.ok()) {
-    return fail(summary.status(), ExitCodeFor(summary.status()));
-  }
-  return Finish(o, *summary, reports, **model, trainer);
+  return TrainOver(&o, client->get(), stop, model->get(), **device, train, test,
+                   telemetry->get());
 }
 
 }  // namespace

@@ -35,12 +35,19 @@ absl::Status Rejoiner::CheckDeadline(const absl::Status& cause) const {
                    " (", timeout_name_, "); giving up: ", cause.message()));
 }
 
-void Rejoiner::Backoff(uint64_t jitter_seed) {
+bool Rejoiner::Backoff(uint64_t jitter_seed) {
   Random jitter(jitter_seed);
   // Jitter (half to all of the backoff): the workers of a restarted server
   // do not all come back in the same instant.
-  env_->SleepFor(backoff_ * (0.5 + 0.5 * jitter.UniformFloat()));
+  absl::Duration left = backoff_ * (0.5 + 0.5 * jitter.UniformFloat());
   backoff_ = std::min(backoff_ * 2, kMostBackoff);
+  // In slices, so that a stop ends the sleep.
+  while (left > absl::ZeroDuration() && !Stopped()) {
+    const absl::Duration slice = std::min(left, kStopCheck);
+    env_->SleepFor(slice);
+    left -= slice;
+  }
+  return !Stopped();
 }
 
 absl::StatusOr<int64_t> Rejoiner::Rejoin(const absl::Status& cause,
@@ -51,7 +58,11 @@ absl::StatusOr<int64_t> Rejoiner::Rejoin(const absl::Status& cause,
       Random::Derive(Random::Derive(seed_, 1000 + rank_), rejoins_);
   ++rejoins_;
   uint64_t attempt = 0;
-  if (rejoined_without_a_step_) Backoff(Random::Derive(stream, attempt++));
+  const absl::Status stopped =
+      absl::CancelledError("stopped while registering again (a stop signal)");
+  if (rejoined_without_a_step_ && !Backoff(Random::Derive(stream, attempt++))) {
+    return stopped;
+  }
   const absl::Time deadline = last_success_ + rejoin_timeout_;
   while (true) {
     absl::StatusOr<int64_t> version =
@@ -68,7 +79,7 @@ absl::StatusOr<int64_t> Rejoiner::Rejoin(const absl::Status& cause,
                        absl::FormatDuration(rejoin_timeout_), ": ",
                        version.status().message()));
     }
-    Backoff(Random::Derive(stream, attempt++));
+    if (!Backoff(Random::Derive(stream, attempt++))) return stopped;
   }
 }
 

@@ -8,6 +8,7 @@
 #ifndef LOCKSTEP_WORKER_EXCHANGE_REJOINER_H_
 #define LOCKSTEP_WORKER_EXCHANGE_REJOINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -47,12 +48,20 @@ class Rejoiner final {
 
   int64_t rejoins() const { return rejoins_; }
 
+  // Once `stop` (not owned; null: never) is set, a backoff's sleep ends
+  // within kStopCheck and Rejoin returns CANCELLED: a stop signal is not
+  // kept waiting by the backoff.
+  void set_stop(const std::atomic<bool>* stop) { stop_ = stop; }
+
  private:
   static constexpr absl::Duration kFirstBackoff = absl::Milliseconds(100);
   static constexpr absl::Duration kMostBackoff = absl::Seconds(5);
+  static constexpr absl::Duration kStopCheck = absl::Milliseconds(50);
 
-  // Sleeps half to all of the backoff, then doubles it (up to kMostBackoff).
-  void Backoff(uint64_t jitter_seed);
+  // Sleeps half to all of the backoff, then doubles it (up to kMostBackoff);
+  // false when the stop was set meanwhile.
+  bool Backoff(uint64_t jitter_seed);
+  bool Stopped() const { return stop_ != nullptr && stop_->load(); }
 
   const std::string who_;
   const std::string timeout_name_;
@@ -60,6 +69,7 @@ class Rejoiner final {
   const int rank_;
   const absl::Duration rejoin_timeout_;
   Env* const env_;  // Not owned.
+  const std::atomic<bool>* stop_ = nullptr;  // Not owned.
   absl::Time last_success_;
   absl::Duration backoff_ = kFirstBackoff;
   // A rejoin has registered and no step has succeeded since: the next one

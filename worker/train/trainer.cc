@@ -26,6 +26,7 @@ Trainer::Trainer(const TrainerOptions& options, Model* model,
       rejoiner_(absl::StrCat("lockstep_worker ", options.rank), options.seed,
                 options.rank, options.rejoin_timeout,
                 options.rejoin_timeout_name, options.env) {
+  rejoiner_.set_stop(options.stop);
   weights_ = absl::MakeSpan(own_weights_);
 }
 

@@ -172,7 +172,7 @@ void RingAllReducer::OnChunk(const RingChunkView& chunk, Done done) {
   {
     absl::MutexLock lock(&mu_);
     if (closing_) {
-      status = absl::AbortedError("the ring is closing");
+      status = ClosingError();
     } else if (!broken_.ok()) {
       status = absl::AbortedError(absl::StrCat(
           "rank ", options_.rank, "'s ring failed: ", broken_.message()));
@@ -321,6 +321,12 @@ void RingAllReducer::OnSendDone(Op& op, Call& call, absl::Status status) {
     if (status.ok()) {
       --op.sends_left;
     } else {
+      // This side cancels its calls only after the op failed (FinishOp), so
+      // a CANCELLED here is the neighbour's server shutting down with the
+      // chunk in flight: it went away, as a refused connection says.
+      if (status.code() == absl::StatusCode::kCancelled) {
+        status = absl::UnavailableError(status.message());
+      }
       FailLocked(
           op, absl::Status(status.code(),
                            absl::StrCat("sending chunk ", call.chunk,

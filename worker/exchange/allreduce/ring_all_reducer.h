@@ -34,6 +34,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/authorizer.h"
@@ -107,6 +108,12 @@ class RingAllReducer final : public AllReducer, private RingChunkSink {
       ABSL_LOCKS_EXCLUDED(mu_);
   void FailLocked(Op& op, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer to a chunk that reaches a ring being destroyed: its rank is
+  // going away (UNAVAILABLE, as when it is gone).
+  absl::Status ClosingError() const {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", options_.rank, " is closing its ring"));
+  }
   // Conditions on the running op (op_ is set): every chunk applied and
   // acknowledged, or an error; nothing of it running outside the lock.
   bool OpFinishedOrFailed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

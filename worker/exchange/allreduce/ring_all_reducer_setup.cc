@@ -98,7 +98,7 @@ RingAllReducer::~RingAllReducer() {
     closing_ = true;
     held.swap(held_);
   }
-  for (Held& h : held) h.done(absl::AbortedError("the ring is closing"));
+  for (Held& h : held) h.done(ClosingError());
   if (server_ != nullptr) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }

@@ -3,6 +3,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <memory>
 #include <utility>
 
 #include "common/grpc_status.h"
@@ -31,27 +32,53 @@ struct Call {
 
 using Async = v1::ParameterServer::StubInterface::async_interface;
 
-// Starts `call` with the asynchronous `method` of `stub`; once it completes
-// the call is deleted, then `finish` gets the status and the response:
-// nothing of the call is left when the caller's wait ends.
+// Lets `token` (may be null) cancel the call of `context`. The canceller
+// holds a weak reference: it never reaches a call that is gone, and keeps
+// the context alive while it cancels. Returns the id to remove.
+uint64_t Watch(CancelToken* token,
+               const std::shared_ptr<grpc::ClientContext>& context) {
+  if (token == nullptr) return 0;
+  return token->Add([weak = std::weak_ptr<grpc::ClientContext>(context)] {
+    if (std::shared_ptr<grpc::ClientContext> c = weak.lock()) c->TryCancel();
+  });
+}
+
+void Unwatch(CancelToken* token, uint64_t id) {
+  if (token != nullptr) token->Remove(id);
+}
+
+// Starts `call` with the asynchronous `method` of `stub`, cancellable by
+// `token`; once it completes the call is released, then `finish` gets the
+// status and the response: nothing of the call is left when the caller's
+// wait ends (but for a canceller that is cancelling it at that moment).
 template <typename Request, typename Response, typename Finish>
 void StartCall(v1::ParameterServer::Stub* stub,
                void (Async::*method)(grpc::ClientContext*, const Request*,
                                      Response*,
                                      std::function<void(grpc::Status)>),
-               Call<Request, Response>* call, Finish finish) {
-  (stub->async()->*method)(&call->context, &call->request, &call->response,
-                           [call, finish = std::move(finish)](grpc::Status s) {
-                             Response response = std::move(call->response);
-                             delete call;
-                             finish(FromGrpcStatus(s), response);
-                           });
+               std::shared_ptr<Call<Request, Response>> call,
+               CancelToken* token, Finish finish) {
+  Call<Request, Response>* raw = call.get();
+  const uint64_t id =
+      Watch(token, std::shared_ptr<grpc::ClientContext>(call, &raw->context));
+  (stub->async()->*method)(
+      &raw->context, &raw->request, &raw->response,
+      [call = std::move(call), token, id,
+       finish = std::move(finish)](grpc::Status s) mutable {
+        Unwatch(token, id);
+        Response response = std::move(call->response);
+        call.reset();
+        finish(FromGrpcStatus(s), response);
+      });
 }
 
 // A framed push and the reply it is answered with; the request refers to
 // the payload in place.
 struct GrpcPush final : ShardTransport::PreparedPush {
-  grpc::ClientContext context;
+  // Shared with a canceller that may be cancelling it (Watch).
+  std::shared_ptr<grpc::ClientContext> context =
+      std::make_shared<grpc::ClientContext>();
+  uint64_t watch_id = 0;
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
   ShardTransport::ReplyCallback done;
@@ -60,8 +87,10 @@ struct GrpcPush final : ShardTransport::PreparedPush {
 class GrpcShardTransport final : public ShardTransport {
  public:
   GrpcShardTransport(std::string address,
-                     const std::shared_ptr<grpc::Channel>& channel)
+                     const std::shared_ptr<grpc::Channel>& channel,
+                     CancelToken* cancel)
       : address_(std::move(address)),
+        cancel_(cancel),
         stub_(v1::ParameterServer::NewStub(channel)),
         raw_stub_(channel) {}
 
@@ -69,11 +98,13 @@ class GrpcShardTransport final : public ShardTransport {
 
   void Register(int rank, const ModelSignature& signature, absl::Time deadline,
                 ShardRegistration* reply, StatusCallback done) override {
-    auto* call = new Call<v1::RegisterRequest, v1::RegisterResponse>(deadline);
+    auto call =
+        std::make_shared<Call<v1::RegisterRequest, v1::RegisterResponse>>(
+            deadline);
     call->context.set_wait_for_ready(true);  // Servers may still be starting.
     call->request.set_rank(rank);
     SignatureToProto(signature, call->request.mutable_signature());
-    StartCall(stub_.get(), &Async::Register, call,
+    StartCall(stub_.get(), &Async::Register, std::move(call), cancel_,
               [reply, done = std::move(done)](
                   absl::Status s, const v1::RegisterResponse& response) {
                 if (s.ok()) {
@@ -88,13 +119,14 @@ class GrpcShardTransport final : public ShardTransport {
   void Initialize(int rank, int64_t incarnation, int chunk,
                   absl::Span<const float> weights, absl::Time deadline,
                   StatusCallback done) override {
-    auto* call =
-        new Call<v1::InitializeRequest, v1::InitializeResponse>(deadline);
+    auto call =
+        std::make_shared<Call<v1::InitializeRequest, v1::InitializeResponse>>(
+            deadline);
     call->request.set_rank(rank);
     call->request.set_incarnation(incarnation);
     call->request.set_chunk(chunk);
     EncodeFloat32(weights, call->request.mutable_data());
-    StartCall(stub_.get(), &Async::Initialize, call,
+    StartCall(stub_.get(), &Async::Initialize, std::move(call), cancel_,
               [done = std::move(done)](absl::Status s,
                                        const v1::InitializeResponse&) {
                 done(std::move(s));
@@ -102,14 +134,15 @@ class GrpcShardTransport final : public ShardTransport {
   }
 
   void Pull(const PullArgs& args, ReplyCallback done) override {
-    auto* call = new Call<v1::PullRequest, v1::PullResponse>(args.deadline);
+    auto call = std::make_shared<Call<v1::PullRequest, v1::PullResponse>>(
+        args.deadline);
     call->request.set_chunk(args.chunk);
     call->request.set_min_version(args.min_version);
     call->request.set_exact(args.exact);
     call->request.set_rank(args.rank);
     call->request.set_incarnation(args.incarnation);
     call->request.set_dtype(ToProtoDType(args.dtype));
-    StartCall(stub_.get(), &Async::Pull, call,
+    StartCall(stub_.get(), &Async::Pull, std::move(call), cancel_,
               [done = std::move(done)](absl::Status s,
                                        const v1::PullResponse& response) {
                 const absl::string_view data = response.data();
@@ -133,7 +166,7 @@ class GrpcShardTransport final : public ShardTransport {
 
   std::unique_ptr<PreparedPush> PreparePush(const PushArgs& args) override {
     auto push = std::make_unique<GrpcPush>();
-    push->context.set_deadline(absl::ToChronoTime(args.deadline));
+    push->context->set_deadline(absl::ToChronoTime(args.deadline));
     push->request =
         MakePushRequest(args.rank, args.incarnation, args.step, args.chunk,
                         ToProtoDType(args.dtype), args.payload);
@@ -143,11 +176,13 @@ class GrpcShardTransport final : public ShardTransport {
   void StartPush(PreparedPush* prepared, ReplyCallback done) override {
     auto* push = static_cast<GrpcPush*>(prepared);
     push->done = std::move(done);
-    // The callback captures only the push, so that it needs no allocation
-    // of its own; the reply is handed over in gRPC's slices.
+    push->watch_id = Watch(cancel_, push->context);
+    // The callback captures only the push and the token, so that it needs
+    // no allocation of its own; the reply is handed over in gRPC's slices.
     raw_stub_.UnaryCall(
-        &push->context, kPushMethod, grpc::StubOptions(), &push->request,
-        &push->response, [push](grpc::Status s) {
+        push->context.get(), kPushMethod, grpc::StubOptions(), &push->request,
+        &push->response, [push, token = cancel_](grpc::Status s) {
+          Unwatch(token, push->watch_id);
           if (!s.ok()) {
             push->done(FromGrpcStatus(s), absl::InternalError("no reply"));
             return;
@@ -164,6 +199,7 @@ class GrpcShardTransport final : public ShardTransport {
 
  private:
   const std::string address_;
+  CancelToken* const cancel_;  // Not owned; may be null.
   const std::unique_ptr<v1::ParameterServer::Stub> stub_;
   grpc::GenericStub raw_stub_;
 };
@@ -172,7 +208,8 @@ class GrpcShardTransport final : public ShardTransport {
 
 absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>>
 MakeGrpcShardTransports(const std::vector<std::string>& servers,
-                        const TlsOptions& tls, int max_message_bytes) {
+                        const TlsOptions& tls, int max_message_bytes,
+                        CancelToken* cancel) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(max_message_bytes);
   args.SetMaxSendMessageSize(max_message_bytes);
@@ -180,7 +217,8 @@ MakeGrpcShardTransports(const std::vector<std::string>& servers,
   for (const std::string& server : servers) {
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                      MakeChannel(server, tls, args));
-    transports.push_back(std::make_unique<GrpcShardTransport>(server, channel));
+    transports.push_back(
+        std::make_unique<GrpcShardTransport>(server, channel, cancel));
   }
   return transports;
 }

@@ -2,7 +2,8 @@
 // Pushes travel as raw bytes (common/wire_format.h): the request refers to
 // the caller's payload in place and the reply's weights are handed over in
 // gRPC's own slices. Register waits for a server that is still starting
-// (wait_for_ready). gRPC types stay inside grpc_shard_transport.cc.
+// (wait_for_ready). Every call but Leave can be cancelled by a CancelToken
+// (cancel_token.h). gRPC types stay inside grpc_shard_transport.cc.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_PS_GRPC_SHARD_TRANSPORT_H_
 #define LOCKSTEP_WORKER_EXCHANGE_PS_GRPC_SHARD_TRANSPORT_H_
 
@@ -12,17 +13,20 @@
 
 #include "absl/status/statusor.h"
 #include "common/tls_options.h"
+#include "worker/exchange/ps/cancel_token.h"
 #include "worker/exchange/ps/shard_transport.h"
 
 namespace lockstep {
 
 // One transport per address in `servers`, in order, over channels with
-// `tls` and messages of up to `max_message_bytes`. INVALID_ARGUMENT with
+// `tls` and messages of up to `max_message_bytes`, their calls cancelled by
+// `cancel` (not owned; null: never). INVALID_ARGUMENT with
 // bad TLS settings or files; FAILED_PRECONDITION for a token that would
 // travel in plaintext.
 absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>>
 MakeGrpcShardTransports(const std::vector<std::string>& servers,
-                        const TlsOptions& tls, int max_message_bytes);
+                        const TlsOptions& tls, int max_message_bytes,
+                        CancelToken* cancel = nullptr);
 
 }  // namespace lockstep
 

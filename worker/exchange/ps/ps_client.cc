@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "common/wire_codec.h"
 #include "common/wire_dtype_proto.h"  // ChunkWireDType
@@ -215,8 +216,18 @@ class PsClient::Impl {
     return LeaveAs(rank_, incarnations_);
   }
 
+  absl::Status LeaveFromAnyThread() {
+    absl::ReleasableMutexLock lock(&member_mu_);
+    if (member_.rank < 0) return absl::OkStatus();
+    const Membership member = member_;
+    lock.Release();
+    return LeaveAs(member.rank, member.incarnations);
+  }
+
+  // Thread-safe: reads only what is set at construction.
   absl::Status LeaveAs(int rank, const std::vector<int64_t>& incarnations) {
-    const absl::Time deadline = options_.env->Now() + options_.rpc_timeout;
+    const absl::Time deadline = CancelToken::LeaveDeadline(
+        options_.cancel, options_.env->Now() + options_.rpc_timeout);
     absl::Status result;
     for (const absl::Status& s : StartAllAndWait(
              num_shards(), [&](int shard, ShardTransport::StatusCallback done) {
@@ -274,6 +285,8 @@ class PsClient::Impl {
     push_target_.rank = rank;
     push_target_.incarnations = incarnations_;
     push_target_.synchronous = signature.sync.mode == SyncMode::kSync;
+    absl::MutexLock lock(&member_mu_);
+    member_ = Membership{rank, incarnations_};
   }
 
   absl::Status CheckRegistered(size_t size) const {
@@ -297,6 +310,12 @@ class PsClient::Impl {
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
+  struct Membership {
+    int rank = -1;
+    std::vector<int64_t> incarnations;
+  };
+  absl::Mutex member_mu_;  // rank_ and incarnations_ for LeaveFromAnyThread.
+  Membership member_ ABSL_GUARDED_BY(member_mu_);
   // Client-side time for benchmarks: the training thread (and the push
   // thread, which every step waits for before it ends) write timings_, so
   // read it between steps; decoding, on the transports' threads, adds to
@@ -318,9 +337,10 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("no parameter-server address given");
   }
-  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ShardTransport>> shards,
-                   MakeGrpcShardTransports(options.servers, options.tls,
-                                           options.max_message_bytes));
+  ASSIGN_OR_RETURN(
+      std::vector<std::unique_ptr<ShardTransport>> shards,
+      MakeGrpcShardTransports(options.servers, options.tls,
+                              options.max_message_bytes, options.cancel));
   return CreateOver(options, std::move(shards));
 }
 
@@ -366,6 +386,9 @@ absl::StatusOr<int64_t> PsClient::FinishStep() {
   return impl_->FinishStep();
 }
 absl::Status PsClient::Leave() { return impl_->Leave(); }
+absl::Status PsClient::LeaveFromAnyThread() {
+  return impl_->LeaveFromAnyThread();
+}
 absl::Status PsClient::LeaveUnregistered(int rank) {
   return impl_->LeaveAs(rank, std::vector<int64_t>(
                                   impl_->num_shards(), /*incarnation=*/0));

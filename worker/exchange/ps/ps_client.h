@@ -26,6 +26,7 @@
 #include "common/model_signature.h"
 #include "common/tls_options.h"
 #include "common/wire_codec.h"
+#include "worker/exchange/ps/cancel_token.h"
 #include "worker/exchange/ps/push_window.h"
 #include "worker/exchange/ps/shard_transport.h"
 
@@ -61,6 +62,10 @@ struct PsClientOptions {
   TlsOptions tls;
   // The clock of deadlines and step timings. Not owned.
   Env* env = Env::Default();
+  // Cancels the waiting calls of the gRPC shards (Create) when cancelled,
+  // and shortens the deadline of Leave then (cancel_token.h). Not owned;
+  // null: calls wait for their deadlines.
+  CancelToken* cancel = nullptr;
 };
 
 // Where a worker's steps spent their time on the client side, summed over
@@ -147,8 +152,13 @@ class PsClient final {
   // Says this worker is done.
   absl::Status Leave();
   // Says rank `rank`, which never registered (an all-reduce worker, for
-  // which the servers only host the rendezvous), is done.
+  // which the servers only host the rendezvous), is done. May be called
+  // from any thread.
   absl::Status LeaveUnregistered(int rank);
+  // Leave, callable from any thread while the training thread is inside
+  // another call (a stopping worker's last word); OK and no call when not
+  // registered.
+  absl::Status LeaveFromAnyThread();
 
   // Client-side time of the steps so far. Call between steps.
   StepTimings step_timings() const;
