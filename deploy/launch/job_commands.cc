@@ -1,13 +1,17 @@
 // What lockstep_launch starts each process with: the servers' and the
-// workers' command lines and environments (TLS flags, TF_CONFIG and
-// LOCKSTEP_* for each rank), and how many GPUs the workers may share.
+// workers' command lines and environments (TLS flags, per-process metrics
+// ports and traces, TF_CONFIG and LOCKSTEP_* for each rank), how it tells
+// the user to reach them, and how many GPUs the workers may share.
 // The job's logic is launcher.cc.
-#include "deploy/launch/launcher.h"
+#include <errno.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -17,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/json_writer.h"
+#include "deploy/launch/launcher.h"
 
 namespace lockstep {
 namespace {
@@ -39,7 +44,76 @@ void AddTlsFlags(const LaunchOptions& options, const char* role,
   }
 }
 
+// Process `index` (servers first, then workers) of the job, called `name`:
+// its --metrics_port and --trace.
+void AddPerProcessFlags(const LaunchOptions& options, int index,
+                        const std::string& name,
+                        std::vector<std::string>* argv) {
+  if (options.metrics_port_base > 0) {
+    argv->push_back(
+        absl::StrCat("--metrics_port=", options.metrics_port_base + index));
+  }
+  if (!options.trace_dir.empty()) {
+    argv->push_back(
+        absl::StrCat("--trace=", options.trace_dir, "/", name, ".json"));
+  }
+}
+
 }  // namespace
+
+std::optional<InvalidLaunchOption> ValidatePerProcessOptions(
+    const LaunchOptions& options) {
+  const int last_port =
+      options.metrics_port_base + options.ps + options.workers - 1;
+  if (options.metrics_port_base < 0 ||
+      (options.metrics_port_base > 0 && last_port > 65535)) {
+    return InvalidLaunchOption{
+        "metrics_port_base",
+        absl::StrCat("must be 0 (off) or leave room for ",
+                     options.ps + options.workers, " ports up to 65535, got ",
+                     options.metrics_port_base)};
+  }
+  if (!options.trace_dir.empty() &&
+      access(options.trace_dir.c_str(), W_OK | X_OK) != 0) {
+    return InvalidLaunchOption{
+        "trace_dir", absl::StrCat("cannot write in ", options.trace_dir, ": ",
+                                  std::strerror(errno))};
+  }
+  return std::nullopt;
+}
+
+void LogHowToReachTheJob(const LaunchOptions& options,
+                         const std::vector<std::string>& addresses,
+                         ProcessGroup& group) {
+  std::string ctl =
+      absl::StrCat("status: ", options.bin_dir, "/lockstep_ctl status ",
+                   absl::StrJoin(addresses, ","), " --watch");
+  if (!options.tls_dir.empty()) {
+    // GetStatus takes the admin role: the admin certificate.
+    absl::StrAppend(&ctl, " --tls_ca=", options.tls_dir,
+                    "/ca.pem --tls_cert=", options.tls_dir,
+                    "/admin.pem --tls_key=", options.tls_dir, "/admin.key");
+  }
+  if (!options.token_file.empty()) {
+    absl::StrAppend(&ctl, " --token_file=", options.token_file);
+  }
+  group.Log(ctl);
+  if (options.metrics_port_base > 0) {
+    std::vector<std::string> urls;
+    for (int i = 0; i < options.ps + options.workers; ++i) {
+      urls.push_back(absl::StrCat(
+          i < options.ps ? absl::StrCat("ps", i)
+                         : absl::StrCat("worker", i - options.ps),
+          " http://127.0.0.1:", options.metrics_port_base + i, "/metrics"));
+    }
+    group.Log(absl::StrCat("metrics: ", absl::StrJoin(urls, ", ")));
+  }
+  if (!options.trace_dir.empty()) {
+    group.Log(absl::StrCat("traces: ", options.trace_dir,
+                           "/{ps,worker}N.json; merge them with ",
+                           options.bin_dir, "/lockstep_ctl merge-traces"));
+  }
+}
 
 std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
                                     const std::string& port_file) {
@@ -61,6 +135,9 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
   if (!options.tls_dir.empty()) {
     argv.push_back(absl::StrCat("--admin_identities=", kAdminIdentity));
   }
+  AddPerProcessFlags(options, shard, absl::StrCat("ps", shard), &argv);
+  argv.insert(argv.end(), options.server_args.begin(),
+              options.server_args.end());
   return argv;
 }
 
@@ -83,6 +160,8 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
     argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
   }
   AddTlsFlags(options, "worker", &argv);
+  AddPerProcessFlags(options, options.ps + rank, absl::StrCat("worker", rank),
+                     &argv);
   argv.insert(argv.end(), options.worker_args.begin(),
               options.worker_args.end());
   return argv;
