@@ -1,5 +1,5 @@
-// --help of every binary (grouped by topic, common/flag_help.h) and
-// --list_flags, through real processes.
+// --help of every binary (grouped by topic, common/flag_help.h),
+// --list_flags, and deploy/local/train.sh --help, through real processes.
 #include <string>
 #include <vector>
 
@@ -58,6 +58,22 @@ TEST(HelpTest, ListFlagsPrintsTheFlagTable) {
   EXPECT_THAT(r.output, HasSubstr("\ncheckpoint_dir value\n"));
   EXPECT_THAT(r.output, HasSubstr("\nexit_when_done bool\n"));
   EXPECT_THAT(r.output, Not(HasSubstr("\nepochs ")));
+}
+
+// train.sh -h prints its usage and the launcher's help, builds nothing and
+// exits 0.
+TEST(TrainScriptTest, HelpPrintsUsage) {
+  for (const char* flag : {"-h", "--help"}) {
+    RunResult r =
+        RunProcess({std::string(LOCKSTEP_SOURCE_DIR) + "/deploy/local/train.sh",
+                    "--epochs=1", flag},
+                   {"LOCKSTEP_BUILD_DIR=" + kBin + "/.."}, absl::Seconds(60));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("usage: deploy/local/train.sh"));
+    EXPECT_THAT(r.output, HasSubstr("Usage: lockstep_launch"));
+    EXPECT_THAT(r.output, HasSubstr("--metrics_port_base ("));
+    EXPECT_THAT(r.output, Not(HasSubstr("Building Lockstep")));
+  }
 }
 
 }  // namespace
