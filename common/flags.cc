@@ -15,6 +15,10 @@
 #include "common/exit_codes.h"
 #include "common/flag_help.h"
 
+ABSL_FLAG(bool, validate_only, false,
+          "Check the flags as a start would (values and their combinations, "
+          "not files or peers) and exit 0 without starting; 2 when they are "
+          "wrong (lockstep_launch checks every command line so).");
 ABSL_FLAG(bool, list_flags, false,
           "Print every flag this program takes, one a line as NAME bool or "
           "NAME value, and exit 0 (lockstep_launch routes its arguments by "
@@ -36,6 +40,8 @@ void ExitWithTheCodeWanted() {
 }
 
 }  // namespace
+
+bool ValidateOnly() { return absl::GetFlag(FLAGS_validate_only); }
 
 std::vector<char*> ParseFlags(int argc, char** argv,
                               std::vector<std::string> help_files) {

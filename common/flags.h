@@ -45,6 +45,10 @@ absl::StatusOr<T> FromFlag(absl::string_view flag, absl::StatusOr<T> value) {
 std::vector<char*> ParseFlags(int argc, char** argv,
                               std::vector<std::string> help_files = {});
 
+// Whether --validate_only was given: the program checks its options as it
+// would to start (after ParseFlags), then exits 0 instead of starting.
+bool ValidateOnly();
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_FLAGS_H_

@@ -79,7 +79,7 @@ absl::StatusOr<FlagTable> ListFlags(const std::string& path) {
 
 absl::Status CheckFlagsParse(const std::vector<std::string>& argv) {
   std::vector<std::string> check = argv;
-  check.push_back("--only_check_args");
+  check.push_back("--validate_only");
   absl::StatusOr<ProgramRun> run = RunToEnd(check, kProbeTimeout);
   if (!run.ok()) return run.status();
   if (run->exit_code == 0) return absl::OkStatus();

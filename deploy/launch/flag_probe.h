@@ -1,6 +1,6 @@
 // Asks lockstep_server and lockstep_worker about flags before a job starts:
 // the flags each takes (its --list_flags table), and whether the command
-// lines the launcher built parse (--only_check_args), so that a bad flag
+// lines the launcher built are valid (--validate_only), so that a bad flag
 // fails once, before any process of the job runs.
 #ifndef LOCKSTEP_DEPLOY_LAUNCH_FLAG_PROBE_H_
 #define LOCKSTEP_DEPLOY_LAUNCH_FLAG_PROBE_H_
@@ -30,8 +30,8 @@ absl::StatusOr<ProgramRun> RunToEnd(const std::vector<std::string>& argv,
 // The flags of the Lockstep binary at `path`, from `path --list_flags`.
 absl::StatusOr<FlagTable> ListFlags(const std::string& path);
 
-// OK when `argv` parses as its program's command line (argv plus
-// --only_check_args exits 0); otherwise INVALID_ARGUMENT with what the
+// OK when `argv` is a valid command line for its program (argv plus
+// --validate_only exits 0); otherwise INVALID_ARGUMENT with what the
 // program wrote.
 absl::Status CheckFlagsParse(const std::vector<std::string>& argv);
 

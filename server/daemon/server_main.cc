@@ -390,6 +390,7 @@ int ServerMain(int argc, char** argv, std::vector<std::string> help_files,
                  std::string(options.status().message()).c_str());
     return kExitPermanent;
   }
+  if (ValidateOnly()) return kExitOk;
   if (adjust) adjust(&*options);
   Daemon daemon(*std::move(options));
   HandleSignals(&daemon);

@@ -1,5 +1,6 @@
 // --help of every binary (grouped by topic, common/flag_help.h),
-// --list_flags, and deploy/local/train.sh --help, through real processes.
+// --list_flags, --validate_only, and deploy/local/train.sh --help, through
+// real processes.
 #include <string>
 #include <vector>
 
@@ -58,6 +59,25 @@ TEST(HelpTest, ListFlagsPrintsTheFlagTable) {
   EXPECT_THAT(r.output, HasSubstr("\ncheckpoint_dir value\n"));
   EXPECT_THAT(r.output, HasSubstr("\nexit_when_done bool\n"));
   EXPECT_THAT(r.output, Not(HasSubstr("\nepochs ")));
+}
+
+// --validate_only checks the options as a start would and exits 0 without
+// starting (no server is needed, none listens), 2 when they are wrong.
+TEST(HelpTest, ValidateOnlyChecksWithoutStarting) {
+  const std::vector<std::string> worker = {
+      kBin + "/lockstep_worker", "--servers=127.0.0.1:1", "--workers=1",
+      "--rank=0", "--validate_only"};
+  RunResult ok = RunProcess(worker);
+  EXPECT_EQ(ok.exit_code, kExitOk) << ok.output;
+  std::vector<std::string> bad = worker;
+  bad.push_back("--optimizer=rmsprop");
+  RunResult refused = RunProcess(bad);
+  EXPECT_EQ(refused.exit_code, kExitPermanent) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("--optimizer must be"));
+  RunResult server =
+      RunProcess({kBin + "/lockstep_server", "--workers=1", "--validate_only"});
+  EXPECT_EQ(server.exit_code, kExitOk) << server.output;
+  EXPECT_THAT(server.output, Not(HasSubstr("listening")));
 }
 
 // train.sh -h prints its usage and the launcher's help, builds nothing and

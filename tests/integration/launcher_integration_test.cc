@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -163,16 +164,32 @@ TEST(LauncherFlagsTest, AnUnknownFlagStopsTheLaunchWithAHint) {
   EXPECT_THAT(r.output, Not(HasSubstr("[launch]")));
 }
 
+// Flags absl cannot parse and values the worker refuses alike.
 TEST(LauncherFlagsTest, AWorkerFlagErrorShowsOnceBeforeAnythingStarts) {
-  RunResult r =
-      RunProcess(Concat({kLaunch, "--workers=2", "--epochs=many"}, kTinyJob),
-                 {}, absl::Seconds(60));
+  for (const auto& [flag, error] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"--epochs=many",
+            "Illegal value 'many' specified for flag 'epochs'"},
+           {"--optimizer=rmsprop", "--optimizer must be"}}) {
+    RunResult r = RunProcess(Concat({kLaunch, "--workers=2", flag}, kTinyJob),
+                             {}, absl::Seconds(60));
+    EXPECT_EQ(r.exit_code, kExitPermanent) << r.output;
+    ASSERT_THAT(r.output, HasSubstr(error));
+    EXPECT_EQ(r.output.find(error), r.output.rfind(error)) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("lockstep_worker refuses its flags; "
+                                    "nothing was started"));
+    EXPECT_THAT(r.output, Not(HasSubstr("[launch]")));
+  }
+}
+
+// The servers' values are checked the same way, explicit ones included.
+TEST(LauncherFlagsTest, AServerFlagErrorShowsBeforeAnythingStarts) {
+  RunResult r = RunProcess(
+      Concat({kLaunch, "--workers=1", "--on_worker_loss=panic"}, kTinyJob), {},
+      absl::Seconds(60));
   EXPECT_EQ(r.exit_code, kExitPermanent) << r.output;
-  const std::string error = "Illegal value 'many' specified for flag 'epochs'";
-  ASSERT_THAT(r.output, HasSubstr(error));
-  EXPECT_EQ(r.output.find(error), r.output.rfind(error)) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("lockstep_worker refuses its flags; nothing "
-                                  "was started"));
+  EXPECT_THAT(r.output, HasSubstr("lockstep_server refuses its flags"));
+  EXPECT_THAT(r.output, HasSubstr("--on_worker_loss"));
   EXPECT_THAT(r.output, Not(HasSubstr("[launch]")));
 }
 
