@@ -50,7 +50,7 @@ constexpr Topic kTopics[] = {
      "token_file,admin_identities,worker_identities,insecure"},
     {"Observability",
      "progress,summary_json,step_log,metrics_port,metrics_port_base,"
-     "health_port,trace,trace_dir,list_flags"},
+     "health_port,health_port_base,trace,trace_dir,list_flags,validate_only"},
     {"Polling", "watch,interval,count,timeout"},
     {"Test hooks", "testing_checkpoint_pause_ms,testing_restore_pause_ms"},
 };

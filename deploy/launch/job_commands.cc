@@ -45,7 +45,7 @@ void AddTlsFlags(const LaunchOptions& options, const char* role,
 }
 
 // Process `index` (servers first, then workers) of the job, called `name`:
-// its --metrics_port and --trace.
+// its --metrics_port, --health_port and --trace.
 void AddPerProcessFlags(const LaunchOptions& options, int index,
                         const std::string& name,
                         std::vector<std::string>* argv) {
@@ -53,25 +53,59 @@ void AddPerProcessFlags(const LaunchOptions& options, int index,
     argv->push_back(
         absl::StrCat("--metrics_port=", options.metrics_port_base + index));
   }
+  if (options.health_port_base > 0) {
+    argv->push_back(
+        absl::StrCat("--health_port=", options.health_port_base + index));
+  }
   if (!options.trace_dir.empty()) {
     argv->push_back(
         absl::StrCat("--trace=", options.trace_dir, "/", name, ".json"));
   }
 }
 
+// A port base out of range for `count` processes: negative, or leaving
+// too few ports below 65536.
+std::optional<InvalidLaunchOption> CheckPortBase(const char* option, int base,
+                                                 int count) {
+  if (base >= 0 && (base == 0 || base + count - 1 <= 65535)) {
+    return std::nullopt;
+  }
+  return InvalidLaunchOption{
+      option, absl::StrCat("must be 0 (off) or leave room for ", count,
+                           " ports up to 65535, got ", base)};
+}
+
+// "ps0 PREFIX127.0.0.1:PORTSUFFIX, ..., workerR ...", from port `base` on.
+std::string PortList(const LaunchOptions& options, int base,
+                     absl::string_view prefix, absl::string_view suffix) {
+  std::vector<std::string> entries;
+  for (int i = 0; i < options.ps + options.workers; ++i) {
+    entries.push_back(
+        absl::StrCat(i < options.ps ? absl::StrCat("ps", i)
+                                    : absl::StrCat("worker", i - options.ps),
+                     " ", prefix, "127.0.0.1:", base + i, suffix));
+  }
+  return absl::StrJoin(entries, ", ");
+}
+
 }  // namespace
 
 std::optional<InvalidLaunchOption> ValidatePerProcessOptions(
     const LaunchOptions& options) {
-  const int last_port =
-      options.metrics_port_base + options.ps + options.workers - 1;
-  if (options.metrics_port_base < 0 ||
-      (options.metrics_port_base > 0 && last_port > 65535)) {
+  const int count = options.ps + options.workers;
+  if (auto invalid = CheckPortBase("metrics_port_base",
+                                   options.metrics_port_base, count)) {
+    return invalid;
+  }
+  if (auto invalid =
+          CheckPortBase("health_port_base", options.health_port_base, count)) {
+    return invalid;
+  }
+  if (options.metrics_port_base > 0 && options.health_port_base > 0 &&
+      std::abs(options.metrics_port_base - options.health_port_base) < count) {
     return InvalidLaunchOption{
-        "metrics_port_base",
-        absl::StrCat("must be 0 (off) or leave room for ",
-                     options.ps + options.workers, " ports up to 65535, got ",
-                     options.metrics_port_base)};
+        "health_port_base",
+        absl::StrCat("its ", count, " ports overlap --metrics_port_base's")};
   }
   if (!options.trace_dir.empty() &&
       access(options.trace_dir.c_str(), W_OK | X_OK) != 0) {
@@ -99,14 +133,13 @@ void LogHowToReachTheJob(const LaunchOptions& options,
   }
   group.Log(ctl);
   if (options.metrics_port_base > 0) {
-    std::vector<std::string> urls;
-    for (int i = 0; i < options.ps + options.workers; ++i) {
-      urls.push_back(absl::StrCat(
-          i < options.ps ? absl::StrCat("ps", i)
-                         : absl::StrCat("worker", i - options.ps),
-          " http://127.0.0.1:", options.metrics_port_base + i, "/metrics"));
-    }
-    group.Log(absl::StrCat("metrics: ", absl::StrJoin(urls, ", ")));
+    group.Log(absl::StrCat(
+        "metrics: ",
+        PortList(options, options.metrics_port_base, "http://", "/metrics")));
+  }
+  if (options.health_port_base > 0) {
+    group.Log(absl::StrCat(
+        "health: ", PortList(options, options.health_port_base, "", "")));
   }
   if (!options.trace_dir.empty()) {
     group.Log(absl::StrCat("traces: ", options.trace_dir,

@@ -31,6 +31,8 @@ struct LaunchOptions {
   // Metrics ports from here on: server shard i gets --metrics_port=base+i,
   // worker r base+ps+r. 0: none.
   int metrics_port_base = 0;
+  // The same for grpc.health.v1 ports (--health_port). 0: none.
+  int health_port_base = 0;
   // Each process writes its Chrome trace here: ps<i>.json, worker<r>.json.
   // Empty: none.
   std::string trace_dir;
@@ -61,14 +63,16 @@ struct InvalidLaunchOption {
 std::optional<InvalidLaunchOption> ValidateLaunchOptions(
     const LaunchOptions& options);
 
-// The first per-process option (metrics_port_base, trace_dir) out of
-// range; none when both are fine. ValidateLaunchOptions checks it too.
+// The first per-process option (metrics_port_base, health_port_base,
+// trace_dir) out of range, or the two port ranges overlapping; none when
+// all are fine. ValidateLaunchOptions checks it too.
 std::optional<InvalidLaunchOption> ValidatePerProcessOptions(
     const LaunchOptions& options);
 
 // Logs, once the servers listen at `addresses`, how to reach the job: a
 // lockstep_ctl status command ready to paste (with the TLS files and token
-// it needs) and, when asked for, the metrics URLs and trace files.
+// it needs) and, when asked for, the metrics URLs, health ports and trace
+// files.
 void LogHowToReachTheJob(const LaunchOptions& options,
                          const std::vector<std::string>& addresses,
                          ProcessGroup& group);

@@ -65,6 +65,9 @@ ABSL_FLAG(int32_t, metrics_port_base, 0,
           "Serve each process's Prometheus metrics on its own port: server "
           "shard i on N+i, worker r on N+ps+r (0: off). The URLs are printed "
           "at start.");
+ABSL_FLAG(int32_t, health_port_base, 0,
+          "Serve each process's plaintext grpc.health.v1 on its own port "
+          "(--health_port), numbered as --metrics_port_base's (0: off).");
 ABSL_FLAG(std::string, trace_dir, "",
           "Each process writes a Chrome trace here: psI.json and "
           "workerR.json (an existing folder; empty: off). Merge them with "
@@ -155,6 +158,7 @@ lockstep::LaunchOptions OptionsFromFlags(lockstep::SplitArgs* split) {
   options.gpus = absl::GetFlag(FLAGS_gpus);
   if (options.gpus < 0) options.gpus = lockstep::CountVisibleGpus();
   options.metrics_port_base = absl::GetFlag(FLAGS_metrics_port_base);
+  options.health_port_base = absl::GetFlag(FLAGS_health_port_base);
   options.trace_dir = absl::GetFlag(FLAGS_trace_dir);
   options.command = std::move(split->command);
   return options;

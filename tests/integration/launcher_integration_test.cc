@@ -1,7 +1,7 @@
 // lockstep_launch reaching every process, through real binaries on
 // loopback: a server-only flag reaches the servers, the printed
-// lockstep_ctl line and the per-process metrics ports answer, and a bad
-// flag stops the launch, once, before any server or worker starts.
+// lockstep_ctl line and the per-process metrics and health ports answer, and a
+// bad flag stops the launch, once, before any server or worker starts.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -110,12 +110,14 @@ TEST(LauncherFlagsTest, AServerFlagReachesTheServers) {
   }
 }
 
-TEST(LauncherFlagsTest, TheStatusLineAndMetricsPortsAnswer) {
-  const int base = FreePortRange(3);
-  ASSERT_NE(base, 0) << "no three free ports in a row";
+TEST(LauncherFlagsTest, TheStatusLineAndPerProcessPortsAnswer) {
+  const int base = FreePortRange(6);
+  ASSERT_NE(base, 0) << "no six free ports in a row";
+  const int health = base + 3;
   Subprocess launch = Subprocess::Start(
       Concat({kLaunch, "--workers=2", "--ps=1", "--grace_period=5",
-              absl::StrCat("--metrics_port_base=", base), "--max_steps=0",
+              absl::StrCat("--metrics_port_base=", base),
+              absl::StrCat("--health_port_base=", health), "--max_steps=0",
               "--epochs=100000"},
              kTinyJob));
   ASSERT_TRUE(WaitUntil([&] {
@@ -126,6 +128,9 @@ TEST(LauncherFlagsTest, TheStatusLineAndMetricsPortsAnswer) {
             absl::StrCat("ps0 http://127.0.0.1:", base, "/metrics, worker0 ",
                          "http://127.0.0.1:", base + 1, "/metrics, worker1 ",
                          "http://127.0.0.1:", base + 2, "/metrics"));
+  EXPECT_EQ(LineAfter(output, "[launch] health: "),
+            absl::StrCat("ps0 127.0.0.1:", health, ", worker0 127.0.0.1:",
+                         health + 1, ", worker1 127.0.0.1:", health + 2));
   // The status command as printed, less --watch (which runs until the end).
   const std::string line = LineAfter(output, "[launch] status: ");
   std::vector<std::string> ctl = absl::StrSplit(line, ' ');
@@ -148,6 +153,10 @@ TEST(LauncherFlagsTest, TheStatusLineAndMetricsPortsAnswer) {
     })) << "port "
         << port;
     EXPECT_THAT(metrics, HasSubstr("# TYPE ")) << "port " << port;
+    EXPECT_TRUE(WaitUntil([&] {
+      return HealthIs(port + 3, HealthStatus::kServing);
+    })) << "port "
+        << port + 3;
   }
   ASSERT_EQ(kill(launch.pid(), SIGTERM), 0);
   EXPECT_EQ(launch.Wait(absl::Seconds(60)), 128 + SIGTERM) << launch.Output();

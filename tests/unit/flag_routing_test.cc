@@ -127,27 +127,28 @@ TEST(RouteArgsTest, AnUnknownFlagNamesTheNearestOfAnyBinary) {
   EXPECT_THAT(far.status().message(), testing::Not(HasSubstr("did you mean")));
 }
 
-TEST(PerProcessFlagsTest, MetricsPortsAndTracesPerProcess) {
+TEST(PerProcessFlagsTest, PortsAndTracesPerProcess) {
   LaunchOptions options;
   options.workers = 2;
   options.ps = 2;
   options.bin_dir = "/b";
   options.metrics_port_base = 9100;
+  options.health_port_base = 9200;
   options.trace_dir = "/tr";
   options.server_args = {"--checkpoint_dir=/c"};
-  EXPECT_THAT(
-      ServerArgv(options, 1, "/t/ps1.port"),
-      ElementsAre("/b/lockstep_server", "--listen=127.0.0.1:0",
-                  "--port_file=/t/ps1.port", "--workers=2", "--exit_when_done",
-                  "--shard=1", "--num_shards=2", "--metrics_port=9101",
-                  "--trace=/tr/ps1.json", "--checkpoint_dir=/c"));
+  EXPECT_THAT(ServerArgv(options, 1, "/t/ps1.port"),
+              ElementsAre("/b/lockstep_server", "--listen=127.0.0.1:0",
+                          "--port_file=/t/ps1.port", "--workers=2",
+                          "--exit_when_done", "--shard=1", "--num_shards=2",
+                          "--metrics_port=9101", "--health_port=9201",
+                          "--trace=/tr/ps1.json", "--checkpoint_dir=/c"));
   EXPECT_THAT(WorkerArgv(options, 1, "h:1"),
               ElementsAre("/b/lockstep_worker", "--servers=h:1", "--workers=2",
                           "--rank=1", "--progress=none", "--metrics_port=9103",
-                          "--trace=/tr/worker1.json"));
+                          "--health_port=9203", "--trace=/tr/worker1.json"));
 }
 
-TEST(PerProcessFlagsTest, MetricsPortBaseLeavesRoomForEveryProcess) {
+TEST(PerProcessFlagsTest, PortBasesLeaveRoomForEveryProcess) {
   LaunchOptions options;
   options.workers = 3;
   options.ps = 2;
@@ -161,7 +162,18 @@ TEST(PerProcessFlagsTest, MetricsPortBaseLeavesRoomForEveryProcess) {
   EXPECT_EQ(invalid->option, "metrics_port_base");
   options.metrics_port_base = -1;
   EXPECT_TRUE(ValidatePerProcessOptions(options).has_value());
-  options.metrics_port_base = 0;
+  options.metrics_port_base = 9000;
+  options.health_port_base = 9004;  // 9004..9008 overlaps 9000..9004.
+  invalid = ValidatePerProcessOptions(options);
+  ASSERT_TRUE(invalid.has_value());
+  EXPECT_EQ(invalid->option, "health_port_base");
+  options.health_port_base = 9005;
+  EXPECT_FALSE(ValidatePerProcessOptions(options).has_value());
+  options.health_port_base = 65532;
+  invalid = ValidatePerProcessOptions(options);
+  ASSERT_TRUE(invalid.has_value());
+  EXPECT_EQ(invalid->option, "health_port_base");
+  options.health_port_base = 0;
   options.trace_dir = "/nonexistent/lockstep/traces";
   invalid = ValidatePerProcessOptions(options);
   ASSERT_TRUE(invalid.has_value());
