@@ -46,6 +46,7 @@ bool ReadAll(int fd, absl::Time deadline, std::string* out) {
 
 absl::StatusOr<ProgramRun> RunToEnd(const std::vector<std::string>& argv,
                                     absl::Duration timeout) {
+  if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   absl::StatusOr<SpawnedChild> child = SpawnChild(argv[0], argv, {});
   if (!child.ok()) return child.status();
   ProgramRun run;
@@ -77,7 +78,7 @@ absl::StatusOr<FlagTable> ListFlags(const std::string& path) {
   return table;
 }
 
-absl::Status CheckFlagsParse(const std::vector<std::string>& argv) {
+absl::Status ValidateCommandLine(const std::vector<std::string>& argv) {
   std::vector<std::string> check = argv;
   check.push_back("--validate_only");
   absl::StatusOr<ProgramRun> run = RunToEnd(check, kProbeTimeout);

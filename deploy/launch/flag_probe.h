@@ -33,7 +33,7 @@ absl::StatusOr<FlagTable> ListFlags(const std::string& path);
 // OK when `argv` is a valid command line for its program (argv plus
 // --validate_only exits 0); otherwise INVALID_ARGUMENT with what the
 // program wrote.
-absl::Status CheckFlagsParse(const std::vector<std::string>& argv);
+absl::Status ValidateCommandLine(const std::vector<std::string>& argv);
 
 }  // namespace lockstep
 

@@ -173,8 +173,27 @@ std::vector<std::string> LauncherFlagNames() {
   return names;
 }
 
+// Has the server, and the worker unless the workers run a command, check
+// the command lines they will get (--validate_only): INVALID_ARGUMENT with
+// what the first to refuse wrote.
+absl::Status CheckCommandLines(const lockstep::LaunchOptions& options) {
+  std::vector<std::pair<const char*, std::vector<std::string>>> lines = {
+      {"lockstep_server", lockstep::ServerArgv(options, 0, "/dev/null")}};
+  if (options.command.empty()) {
+    lines.emplace_back("lockstep_worker",
+                       lockstep::WorkerArgv(options, 0, "127.0.0.1:1"));
+  }
+  for (const auto& [binary, argv] : lines) {
+    if (absl::Status ok = lockstep::ValidateCommandLine(argv); !ok.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          binary, " refuses its flags; nothing was started:\n", ok.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Sends the arguments that are not the launcher's to the servers or the
-// workers (flag_routing.h), then has both binaries parse the command lines
+// workers (flag_routing.h), then has the binaries check the command lines
 // they will get: INVALID_ARGUMENT, before anything starts, when a flag is
 // no one's or a binary refuses its own.
 absl::Status RouteArguments(lockstep::SplitArgs* split,
@@ -202,22 +221,7 @@ absl::Status RouteArguments(lockstep::SplitArgs* split,
         " is a lockstep_worker flag, but the workers run ",
         options->command.front(), ": give the command its arguments after it"));
   }
-  if (absl::Status ok = lockstep::CheckFlagsParse(
-          lockstep::ServerArgv(*options, 0, "/dev/null"));
-      !ok.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lockstep_server refuses its flags; nothing was started:\n",
-        ok.message()));
-  }
-  if (!options->command.empty()) return absl::OkStatus();
-  if (absl::Status ok = lockstep::CheckFlagsParse(
-          lockstep::WorkerArgv(*options, 0, "127.0.0.1:1"));
-      !ok.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lockstep_worker refuses its flags; nothing was started:\n",
-        ok.message()));
-  }
-  return absl::OkStatus();
+  return CheckCommandLines(*options);
 }
 
 // The flag that sets LaunchOptions' field `option`.
