@@ -122,4 +122,23 @@ absl::StatusOr<RoutedArgs> RouteArgs(
   return routed;
 }
 
+std::string FirstPortFlag(absl::Span<const std::string> args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view name;
+    bool has_value = false;
+    if (!ParseFlagSyntax(args[i], &name, &has_value) ||
+        (name != "metrics_port" && name != "health_port")) {
+      continue;
+    }
+    absl::string_view value;
+    if (has_value) {
+      value = absl::string_view(args[i]).substr(args[i].find('=') + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[i + 1];
+    }
+    if (value != "0") return std::string(name);
+  }
+  return "";
+}
+
 }  // namespace lockstep

@@ -63,6 +63,12 @@ absl::StatusOr<RoutedArgs> RouteArgs(
     absl::Span<const std::string> args, const FlagTable& server,
     const FlagTable& worker, const std::vector<std::string>& launcher_names);
 
+// The first of --metrics_port / --health_port in `args` (`--name=N` or
+// `--name N`) with a port other than 0, as "metrics_port" or "health_port";
+// empty when none. Given to several processes on one host, every one of
+// them would try the same port.
+std::string FirstPortFlag(absl::Span<const std::string> args);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_DEPLOY_LAUNCH_FLAG_ROUTING_H_

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -214,6 +215,16 @@ absl::Status RouteArguments(lockstep::SplitArgs* split,
   }
   for (std::string& arg : split->worker_flags) {
     options->worker_args.push_back(std::move(arg));
+  }
+  for (const auto& [args, count, base] :
+       {std::make_tuple(&options->worker_args, options->workers, "workers"),
+        std::make_tuple(&options->server_args, options->ps, "servers")}) {
+    const std::string port = lockstep::FirstPortFlag(*args);
+    if (count > 1 && !port.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", port, " would give all ", count, " ", base,
+          " the same port; --", port, "_base=N gives each process its own"));
+    }
   }
   if (!options->command.empty() && !options->worker_args.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

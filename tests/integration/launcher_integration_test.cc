@@ -191,6 +191,19 @@ TEST(LauncherFlagsTest, AWorkerFlagErrorShowsOnceBeforeAnythingStarts) {
   }
 }
 
+// A fixed port given to several workers is refused with the way to give
+// each its own.
+TEST(LauncherFlagsTest, ASharedPortPointsToThePortBase) {
+  RunResult r = RunProcess(
+      Concat({kLaunch, "--workers=2", "--metrics_port=9100"}, kTinyJob), {},
+      absl::Seconds(60));
+  EXPECT_EQ(r.exit_code, kExitPermanent) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--metrics_port would give all 2 workers "
+                                  "the same port; --metrics_port_base=N "
+                                  "gives each process its own"));
+  EXPECT_THAT(r.output, Not(HasSubstr("[launch]")));
+}
+
 // The servers' values are checked the same way, explicit ones included.
 TEST(LauncherFlagsTest, AServerFlagErrorShowsBeforeAnythingStarts) {
   RunResult r = RunProcess(

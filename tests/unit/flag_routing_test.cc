@@ -127,6 +127,16 @@ TEST(RouteArgsTest, AnUnknownFlagNamesTheNearestOfAnyBinary) {
   EXPECT_THAT(far.status().message(), testing::Not(HasSubstr("did you mean")));
 }
 
+TEST(FirstPortFlagTest, FindsAPortFlagThatIsOn) {
+  EXPECT_EQ(FirstPortFlag({"--epochs=2", "--metrics_port=9100"}),
+            "metrics_port");
+  EXPECT_EQ(FirstPortFlag({"--health_port", "9200", "--metrics_port=1"}),
+            "health_port");
+  EXPECT_EQ(FirstPortFlag({"--metrics_port=0", "-health_port", "0"}), "");
+  EXPECT_EQ(FirstPortFlag({"--metrics_port_base=9100", "metrics_port"}), "");
+  EXPECT_EQ(FirstPortFlag({}), "");
+}
+
 TEST(PerProcessFlagsTest, PortsAndTracesPerProcess) {
   LaunchOptions options;
   options.workers = 2;
