@@ -6,13 +6,23 @@
 #include <iostream>
 #include <utility>
 
+#include "absl/flags/flag.h"
 #include "absl/flags/internal/parse.h"
 #include "absl/flags/internal/usage.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "common/exit_codes.h"
+#include "common/flag_help.h"
+
+ABSL_FLAG(bool, validate_only, false,
+          "Check the flags as a start would (values and their combinations, "
+          "not files or peers) and exit 0 without starting; 2 when they are "
+          "wrong (lockstep_launch checks every command line so).");
+ABSL_FLAG(bool, list_flags, false,
+          "Print every flag this program takes, one a line as NAME bool or "
+          "NAME value, and exit 0 (lockstep_launch routes its arguments by "
+          "it).");
 
 namespace lockstep {
 namespace {
@@ -31,15 +41,14 @@ void ExitWithTheCodeWanted() {
 
 }  // namespace
 
+bool ValidateOnly() { return absl::GetFlag(FLAGS_validate_only); }
+
 std::vector<char*> ParseFlags(int argc, char** argv,
                               std::vector<std::string> help_files) {
   if (!help_files.empty()) {
     absl::FlagsUsageConfig config;
     config.contains_help_flags = [help_files](absl::string_view file) {
-      for (const std::string& part : help_files) {
-        if (absl::StrContains(file, part)) return true;
-      }
-      return false;
+      return IsHelpFile(file, help_files);
     };
     config.contains_helpshort_flags = config.contains_help_flags;
     absl::SetFlagsUsageConfig(std::move(config));
@@ -53,6 +62,16 @@ std::vector<char*> ParseFlags(int argc, char** argv,
       absl::flags_internal::UsageFlagsAction::kIgnoreUsage,
       absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
   exit_code_while_parsing.store(-1);
+  if (absl::GetFlag(FLAGS_list_flags)) {
+    PrintFlagTable(std::cout);
+    std::exit(kExitOk);
+  }
+  // Plain --help: the program's own flags by topic (common/flag_help.h).
+  if (!help_files.empty() && absl::flags_internal::GetFlagsHelpMode() ==
+                                 absl::flags_internal::HelpMode::kImportant) {
+    PrintGroupedHelp(std::cout, absl::ProgramUsageMessage(), help_files);
+    std::exit(kExitOk);
+  }
   // -1: no usage flag; 1: help was printed; 0: --version or
   // --only_check_args. The user asked for all of them: exit 0.
   if (absl::flags_internal::HandleUsageFlags(

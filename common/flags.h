@@ -39,9 +39,15 @@ absl::StatusOr<T> FromFlag(absl::string_view flag, absl::StatusOr<T> value) {
 //
 // `help_files`, when not empty, sets which flags --help lists: those
 // defined in a source file whose path contains one of the strings (the
-// program's own, say, and common/tls_flags.cc). --helpfull lists all.
+// program's own, say, and common/tls_flags.cc), grouped by topic
+// (common/flag_help.h). --helpfull lists all. --list_flags prints every
+// flag's name and kind, one a line, and exits 0.
 std::vector<char*> ParseFlags(int argc, char** argv,
                               std::vector<std::string> help_files = {});
+
+// Whether --validate_only was given: the program checks its options as it
+// would to start (after ParseFlags), then exits 0 instead of starting.
+bool ValidateOnly();
 
 }  // namespace lockstep
 

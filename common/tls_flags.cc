@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -27,18 +28,14 @@ ABSL_FLAG(std::string, token_file, "",
           "characters). Clients send it as 'authorization: Bearer ...'; "
           "servers refuse calls without it (UNAUTHENTICATED). Never pass a "
           "token in a flag.");
-ABSL_FLAG(std::string, admin_identities, "",
-          "Servers with mutual TLS: comma-separated client certificate "
-          "names (CN or any SAN) with the admin role (SaveCheckpoint, "
-          "GetStatus).");
-ABSL_FLAG(std::string, worker_identities, "",
-          "Servers with mutual TLS: comma-separated client certificate "
-          "names with the worker role. Empty: every client the CA verifies "
-          "that is not an admin.");
 ABSL_FLAG(bool, insecure, false,
           "Allow plaintext gRPC off loopback: servers listening on other "
           "addresses without TLS, and clients sending --token_file over "
           "plaintext. Only for networks you trust.");
+
+// Defined in common/tls_server_flags.cc, so that only the server lists them.
+ABSL_DECLARE_FLAG(std::string, admin_identities);
+ABSL_DECLARE_FLAG(std::string, worker_identities);
 
 namespace lockstep {
 namespace {

@@ -1,7 +1,9 @@
 // What lockstep_launch starts each process with: the servers' and the
-// workers' command lines and environments (TLS flags, TF_CONFIG and
-// LOCKSTEP_* for each rank), and how many GPUs the workers may share.
+// workers' command lines and environments (TLS flags, per-process metrics
+// ports and traces, TF_CONFIG and LOCKSTEP_* for each rank), how it tells
+// the user to reach them, and how many GPUs the workers may share.
 // The job's logic is launcher.cc.
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -10,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,7 +47,109 @@ void AddTlsFlags(const LaunchOptions& options, const char* role,
   }
 }
 
+// Process `index` (servers first, then workers) of the job, called `name`:
+// its --metrics_port, --health_port and --trace.
+void AddPerProcessFlags(const LaunchOptions& options, int index,
+                        const std::string& name,
+                        std::vector<std::string>* argv) {
+  if (options.metrics_port_base > 0) {
+    argv->push_back(
+        absl::StrCat("--metrics_port=", options.metrics_port_base + index));
+  }
+  if (options.health_port_base > 0) {
+    argv->push_back(
+        absl::StrCat("--health_port=", options.health_port_base + index));
+  }
+  if (!options.trace_dir.empty()) {
+    argv->push_back(
+        absl::StrCat("--trace=", options.trace_dir, "/", name, ".json"));
+  }
+}
+
+// A port base out of range for `count` processes: negative, or leaving
+// too few ports below 65536.
+std::optional<InvalidLaunchOption> CheckPortBase(const char* option, int base,
+                                                 int count) {
+  if (base >= 0 && (base == 0 || base + count - 1 <= 65535)) {
+    return std::nullopt;
+  }
+  return InvalidLaunchOption{
+      option, absl::StrCat("must be 0 (off) or leave room for ", count,
+                           " ports up to 65535, got ", base)};
+}
+
+// "ps0 PREFIX127.0.0.1:PORTSUFFIX, ..., workerR ...", from port `base` on.
+std::string PortList(const LaunchOptions& options, int base,
+                     absl::string_view prefix, absl::string_view suffix) {
+  std::vector<std::string> entries;
+  for (int i = 0; i < options.ps + options.workers; ++i) {
+    entries.push_back(
+        absl::StrCat(i < options.ps ? absl::StrCat("ps", i)
+                                    : absl::StrCat("worker", i - options.ps),
+                     " ", prefix, "127.0.0.1:", base + i, suffix));
+  }
+  return absl::StrJoin(entries, ", ");
+}
+
 }  // namespace
+
+std::optional<InvalidLaunchOption> ValidatePerProcessOptions(
+    const LaunchOptions& options) {
+  const int count = options.ps + options.workers;
+  if (auto invalid = CheckPortBase("metrics_port_base",
+                                   options.metrics_port_base, count)) {
+    return invalid;
+  }
+  if (auto invalid =
+          CheckPortBase("health_port_base", options.health_port_base, count)) {
+    return invalid;
+  }
+  if (options.metrics_port_base > 0 && options.health_port_base > 0 &&
+      std::abs(options.metrics_port_base - options.health_port_base) < count) {
+    return InvalidLaunchOption{
+        "health_port_base",
+        absl::StrCat("its ", count, " ports overlap --metrics_port_base's")};
+  }
+  if (!options.trace_dir.empty() &&
+      access(options.trace_dir.c_str(), W_OK | X_OK) != 0) {
+    return InvalidLaunchOption{
+        "trace_dir", absl::StrCat("cannot write in ", options.trace_dir, ": ",
+                                  std::strerror(errno))};
+  }
+  return std::nullopt;
+}
+
+void LogHowToReachTheJob(const LaunchOptions& options,
+                         const std::vector<std::string>& addresses,
+                         ProcessGroup& group) {
+  std::string ctl =
+      absl::StrCat("status: ", options.bin_dir, "/lockstep_ctl status ",
+                   absl::StrJoin(addresses, ","), " --watch");
+  if (!options.tls_dir.empty()) {
+    // GetStatus takes the admin role: the admin certificate.
+    absl::StrAppend(&ctl, " --tls_ca=", options.tls_dir,
+                    "/ca.pem --tls_cert=", options.tls_dir,
+                    "/admin.pem --tls_key=", options.tls_dir, "/admin.key");
+  }
+  if (!options.token_file.empty()) {
+    absl::StrAppend(&ctl, " --token_file=", options.token_file);
+  }
+  group.Log(ctl);
+  if (options.metrics_port_base > 0) {
+    group.Log(absl::StrCat(
+        "metrics: ",
+        PortList(options, options.metrics_port_base, "http://", "/metrics")));
+  }
+  if (options.health_port_base > 0) {
+    group.Log(absl::StrCat(
+        "health: ", PortList(options, options.health_port_base, "", "")));
+  }
+  if (!options.trace_dir.empty()) {
+    group.Log(absl::StrCat("traces: ", options.trace_dir,
+                           "/{ps,worker}N.json; merge them with ",
+                           options.bin_dir, "/lockstep_ctl merge-traces"));
+  }
+}
 
 std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
                                     const std::string& port_file) {
@@ -66,6 +172,9 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
   if (!options.tls_dir.empty()) {
     argv.push_back(absl::StrCat("--admin_identities=", kAdminIdentity));
   }
+  AddPerProcessFlags(options, shard, absl::StrCat("ps", shard), &argv);
+  argv.insert(argv.end(), options.server_args.begin(),
+              options.server_args.end());
   return argv;
 }
 
@@ -92,6 +201,8 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
     argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
   }
   AddTlsFlags(options, "worker", &argv);
+  AddPerProcessFlags(options, options.ps + rank, absl::StrCat("worker", rank),
+                     &argv);
   argv.insert(argv.end(), options.worker_args.begin(),
               options.worker_args.end());
   return argv;

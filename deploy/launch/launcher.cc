@@ -136,6 +136,7 @@ std::optional<InvalidLaunchOption> ValidateLaunchOptions(
                                absl::StrCat("must be arrival or rank, got \"",
                                             options.sum_order, "\"")};
   }
+  if (auto invalid = ValidatePerProcessOptions(options)) return invalid;
   if (!options.tls_dir.empty()) {
     for (const char* name : kTlsFiles) {
       const std::string path = absl::StrCat(options.tls_dir, "/", name);
@@ -379,6 +380,7 @@ int Launch(const LaunchOptions& options,
     group.Log(absl::StrCat("ps", i, ": pid ", servers.pids[i],
                            ", listening on ", addresses.back()));
   }
+  LogHowToReachTheJob(options, addresses, group);
   std::vector<pid_t> workers;
   if (std::optional<int> code =
           StartWorkers(options, addresses, group, &workers)) {

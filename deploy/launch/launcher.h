@@ -27,6 +27,16 @@ struct LaunchOptions {
   // several may share one); 0: none, the workers choose their device.
   int gpus = 0;
   std::vector<std::string> worker_args;  // Passed through, after ours.
+  // Passed to every server after ours (flag_routing.h routes them).
+  std::vector<std::string> server_args;
+  // Metrics ports from here on: server shard i gets --metrics_port=base+i,
+  // worker r base+ps+r. 0: none.
+  int metrics_port_base = 0;
+  // The same for grpc.health.v1 ports (--health_port). 0: none.
+  int health_port_base = 0;
+  // Each process writes its Chrome trace here: ps<i>.json, worker<r>.json.
+  // Empty: none.
+  std::string trace_dir;
   // Run this program (a path, or a name looked up in PATH) with its
   // arguments as every worker instead of lockstep_worker, the job in its
   // environment (WorkerEnv). Empty: lockstep_worker.
@@ -57,12 +67,26 @@ struct InvalidLaunchOption {
 std::optional<InvalidLaunchOption> ValidateLaunchOptions(
     const LaunchOptions& options);
 
+// The first per-process option (metrics_port_base, health_port_base,
+// trace_dir) out of range, or the two port ranges overlapping; none when
+// all are fine. ValidateLaunchOptions checks it too.
+std::optional<InvalidLaunchOption> ValidatePerProcessOptions(
+    const LaunchOptions& options);
+
+// Logs, once the servers listen at `addresses`, how to reach the job: a
+// lockstep_ctl status command ready to paste (with the TLS files and token
+// it needs) and, when asked for, the metrics URLs, health ports and trace
+// files.
+void LogHowToReachTheJob(const LaunchOptions& options,
+                         const std::vector<std::string>& addresses,
+                         ProcessGroup& group);
+
 // The directory holding the running executable (from /proc/self/exe).
 absl::StatusOr<std::string> ExecutableDir();
 
-// Shard `shard`'s command line. The shard flags are added only when there is
-// more than one shard, so a single-shard job needs nothing beyond the basic
-// server contract.
+// Shard `shard`'s command line, options.server_args last. The shard flags
+// are added only when there is more than one shard, so a single-shard job
+// needs nothing beyond the basic server contract.
 std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
                                     const std::string& port_file);
 

@@ -4,10 +4,7 @@
 #include "absl/strings/strip.h"
 
 namespace lockstep {
-namespace {
 
-// Classifies one argument; `name` and `has_value` describe `arg` when it looks
-// like a flag. Returns whether it looks like a flag at all.
 bool ParseFlagSyntax(absl::string_view arg, absl::string_view* name,
                      bool* has_value) {
   if (!absl::ConsumePrefix(&arg, "-")) return false;
@@ -16,6 +13,14 @@ bool ParseFlagSyntax(absl::string_view arg, absl::string_view* name,
   *has_value = eq != absl::string_view::npos;
   *name = arg.substr(0, eq);
   return !name->empty();
+}
+
+namespace {
+
+absl::Status NeedsValue(absl::string_view name) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("launcher flag --", name, " needs a value: write --", name,
+                   "=VALUE (the form --", name, " VALUE is not supported)"));
 }
 
 }  // namespace
@@ -32,7 +37,8 @@ absl::StatusOr<SplitArgs> SplitLauncherArgs(absl::Span<const std::string> argv,
     if (arg == "--") {
       const bool command = i + 1 < argv.size() &&
                            !ParseFlagSyntax(argv[i + 1], &name, &has_value);
-      std::vector<std::string>& to = command ? split.command : split.passthrough;
+      std::vector<std::string>& to =
+          command ? split.command : split.worker_flags;
       to.insert(to.end(), argv.begin() + i + 1, argv.end());
       break;
     }
@@ -40,12 +46,16 @@ absl::StatusOr<SplitArgs> SplitLauncherArgs(absl::Span<const std::string> argv,
       split.passthrough.push_back(arg);
       continue;
     }
-    const FlagKind kind = lookup(name);
-    if (kind == FlagKind::kValued && !has_value) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "launcher flag --", name, " needs a value: write --", name,
-          "=VALUE (the form --", name, " VALUE is not supported)"));
+    if (std::vector<std::string>* explicit_args =
+            name == "server_flag"   ? &split.server_flags
+            : name == "worker_flag" ? &split.worker_flags
+                                    : nullptr) {
+      if (!has_value) return NeedsValue(name);
+      explicit_args->push_back(arg.substr(arg.find('=') + 1));
+      continue;
     }
+    const FlagKind kind = lookup(name);
+    if (kind == FlagKind::kValued && !has_value) return NeedsValue(name);
     if (kind != FlagKind::kUnknown) {
       split.launcher.push_back(arg);
       continue;

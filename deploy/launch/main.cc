@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,8 @@
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "deploy/launch/host_flags.h"
+#include "deploy/launch/flag_probe.h"
+#include "deploy/launch/flag_routing.h"
 #include "deploy/launch/launcher.h"
 #include "deploy/launch/launcher_args.h"
 #include "deploy/launch/signal_pipe.h"
@@ -60,6 +63,17 @@ ABSL_FLAG(std::string, sum_order, "arrival",
           "The servers' --sum_order: arrival, or rank for the same bits in "
           "every run with three or more workers (see lockstep_server "
           "--help).");
+ABSL_FLAG(int32_t, metrics_port_base, 0,
+          "Serve each process's Prometheus metrics on its own port: server "
+          "shard i on N+i, worker r on N+ps+r (0: off). The URLs are printed "
+          "at start.");
+ABSL_FLAG(int32_t, health_port_base, 0,
+          "Serve each process's plaintext grpc.health.v1 on its own port "
+          "(--health_port), numbered as --metrics_port_base's (0: off).");
+ABSL_FLAG(std::string, trace_dir, "",
+          "Each process writes a Chrome trace here: psI.json and "
+          "workerR.json (an existing folder; empty: off). Merge them with "
+          "lockstep_ctl merge-traces.");
 ABSL_FLAG(double, grace_period, 10,
           "Seconds between SIGTERM and SIGKILL when stopping processes; also "
           "how long servers get to exit by themselves after the workers "
@@ -69,19 +83,26 @@ namespace {
 
 constexpr char kUsage[] = R"(runs a Lockstep job here or across hosts.
 
-Usage: lockstep_launch [launcher flags] [worker flags] [-- worker flags]
-       lockstep_launch [launcher flags] -- COMMAND [ARGS...]
+Usage: lockstep_launch [launcher, server and worker flags] [-- worker flags]
+       lockstep_launch [launcher and server flags] -- COMMAND [ARGS...]
 
 Starts --ps parameter-server shards, waits until each listens, then starts
 --workers workers, and prints everyone's output with each line tagged
 "[ps0] ", "[worker1] ", and so on. Rank 0 reports progress (a bar when
-stdout is a terminal, lines otherwise); the other ranks stay quiet.
+stdout is a terminal, lines otherwise); the other ranks stay quiet. At start
+it prints the servers' addresses and a lockstep_ctl status command to paste.
 
-Any argument that is not a launcher flag is passed, in order, to every
-worker after the launcher's own --servers/--workers/--rank/--progress, so a
-value given here wins. Launcher flags must be written --name=value (booleans
---name or --noname); everything after a bare "--" goes to the workers, which
-is how to pass a worker flag that shares a launcher flag's name.
+Flags reach the process that takes them: a launcher flag (below) the
+launcher; any other flag lockstep_worker takes every worker, and one only
+lockstep_server takes (--checkpoint_dir, --on_worker_loss, ...) every
+server, each after the launcher's own flags for it, so a value given here
+wins. A flag none of them takes stops the launch before anything starts,
+with the nearest known flag ("did you mean --epochs?"); so do flags the
+worker or server refuses. To send a flag to one side explicitly (one both
+take, such as --step_timeout_s, goes to the workers), write
+--server_flag=--NAME=VALUE or --worker_flag=--NAME=VALUE (repeatable);
+everything after a bare "--" goes to the workers too. Launcher flags must
+be written --name=value (booleans --name or --noname).
 
 With a COMMAND after "--" (a program that is not a flag, e.g. python3
 train.py), each worker runs it instead of lockstep_worker, with the job in
@@ -98,12 +119,13 @@ When any process exits non-zero or is killed, the launcher stops the others
 (SIGTERM, then SIGKILL after --grace_period) and exits non-zero. Ctrl-C,
 SIGTERM or SIGHUP stop everything the same way.
 
-Exit code: 0 when every worker exited 0; 2 for bad launcher flags; N when
-a process exited with code N > 0; 1 when one was killed by a signal, a
-server failed to start, or the launcher hit another error; 128+N when the
-launcher got signal N.
+Exit code: 0 when every worker exited 0; 2 for bad flags (nothing started);
+N when a process exited with code N > 0; 1 when one was killed by a
+signal, a server failed to start, or the launcher hit another error; 128+N
+when the launcher got signal N.
 
 Examples: lockstep_launch --workers=4 --ps=2 --summary_json=run.json
+          lockstep_launch --checkpoint_dir=/tmp/ckpt --metrics_port_base=9100
           lockstep_launch --workers=2 -- python3 train.py --epochs=5)";
 
 lockstep::FlagKind LookupFlag(absl::string_view name) {
@@ -128,10 +150,9 @@ int Fail(const absl::Status& status, int code) {
   return code;
 }
 
-// The launch's options from the launcher's flags and the split command
-// line, up to the folder of the binaries.
-absl::StatusOr<lockstep::LaunchOptions> OptionsFromFlags(
-    lockstep::SplitArgs split) {
+// The launch's options from the launcher's flags and the command, up to
+// the folder of the binaries and the routed arguments.
+lockstep::LaunchOptions OptionsFromFlags(lockstep::SplitArgs* split) {
   lockstep::LaunchOptions options;
   options.workers = absl::GetFlag(FLAGS_workers);
   options.ps = absl::GetFlag(FLAGS_ps);
@@ -142,15 +163,81 @@ absl::StatusOr<lockstep::LaunchOptions> OptionsFromFlags(
   options.progress_bar = isatty(STDOUT_FILENO) == 1;
   options.gpus = absl::GetFlag(FLAGS_gpus);
   if (options.gpus < 0) options.gpus = lockstep::CountVisibleGpus();
-  options.worker_args = std::move(split.passthrough);
-  options.command = std::move(split.command);
-  if (!options.command.empty() && !options.worker_args.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options.worker_args.front(),
-        " is a lockstep_worker flag, but the workers run ",
-        options.command.front(), ": give the command its arguments after it"));
-  }
+  options.metrics_port_base = absl::GetFlag(FLAGS_metrics_port_base);
+  options.health_port_base = absl::GetFlag(FLAGS_health_port_base);
+  options.trace_dir = absl::GetFlag(FLAGS_trace_dir);
+  options.command = std::move(split->command);
   return options;
+}
+
+// The launcher's own flag names, for "did you mean".
+std::vector<std::string> LauncherFlagNames() {
+  std::vector<std::string> names = {"server_flag", "worker_flag"};
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    names.emplace_back(name);
+  }
+  return names;
+}
+
+// Has the server, and the worker unless the workers run a command, check
+// the command lines they will get (--validate_only): INVALID_ARGUMENT with
+// what the first to refuse wrote.
+absl::Status CheckCommandLines(const lockstep::LaunchOptions& options) {
+  std::vector<std::pair<const char*, std::vector<std::string>>> lines = {
+      {"lockstep_server", lockstep::ServerArgv(options, 0, "/dev/null")}};
+  if (options.command.empty()) {
+    lines.emplace_back("lockstep_worker",
+                       lockstep::WorkerArgv(options, 0, "127.0.0.1:1"));
+  }
+  for (const auto& [binary, argv] : lines) {
+    if (absl::Status ok = lockstep::ValidateCommandLine(argv); !ok.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          binary, " refuses its flags; nothing was started:\n", ok.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Sends the arguments that are not the launcher's to the servers or the
+// workers (flag_routing.h), then has the binaries check the command lines
+// they will get: INVALID_ARGUMENT, before anything starts, when a flag is
+// no one's or a binary refuses its own.
+absl::Status RouteArguments(lockstep::SplitArgs* split,
+                            lockstep::LaunchOptions* options) {
+  const std::string server_bin = options->bin_dir + "/lockstep_server";
+  const std::string worker_bin = options->bin_dir + "/lockstep_worker";
+  absl::StatusOr<lockstep::FlagTable> server = lockstep::ListFlags(server_bin);
+  if (!server.ok()) return server.status();
+  absl::StatusOr<lockstep::FlagTable> worker = lockstep::ListFlags(worker_bin);
+  if (!worker.ok()) return worker.status();
+  absl::StatusOr<lockstep::RoutedArgs> routed = lockstep::RouteArgs(
+      split->passthrough, *server, *worker, LauncherFlagNames());
+  if (!routed.ok()) return routed.status();
+  options->server_args = std::move(routed->server);
+  options->worker_args = std::move(routed->worker);
+  for (std::string& arg : split->server_flags) {
+    options->server_args.push_back(std::move(arg));
+  }
+  for (std::string& arg : split->worker_flags) {
+    options->worker_args.push_back(std::move(arg));
+  }
+  for (const auto& [args, count, base] :
+       {std::make_tuple(&options->worker_args, options->workers, "workers"),
+        std::make_tuple(&options->server_args, options->ps, "servers")}) {
+    const std::string port = lockstep::FirstPortFlag(*args);
+    if (count > 1 && !port.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", port, " would give all ", count, " ", base,
+          " the same port; --", port, "_base=N gives each process its own"));
+    }
+  }
+  if (!options->command.empty() && !options->worker_args.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options->worker_args.front(),
+        " is a lockstep_worker flag, but the workers run ",
+        options->command.front(), ": give the command its arguments after it"));
+  }
+  return CheckCommandLines(*options);
 }
 
 // The flag that sets LaunchOptions' field `option`.
@@ -209,16 +296,19 @@ int main(int argc, char** argv) {
   lockstep::ParseFlags(static_cast<int>(split->launcher.size()),
                        launcher_argv.data(), {"deploy/launch/"});
 
-  absl::StatusOr<lockstep::LaunchOptions> options =
-      OptionsFromFlags(*std::move(split));
-  if (!options.ok()) return Fail(options.status(), lockstep::kExitPermanent);
-  if (options->bin_dir.empty()) {
+  lockstep::LaunchOptions options = OptionsFromFlags(&*split);
+  if (options.bin_dir.empty()) {
     absl::StatusOr<std::string> dir = lockstep::ExecutableDir();
     if (!dir.ok()) return Fail(dir.status(), 1);
-    options->bin_dir = *dir;
+    options.bin_dir = *dir;
   }
-  if (absl::Status status = FinishOptions(&*options); !status.ok()) {
+  if (absl::Status status = FinishOptions(&options); !status.ok()) {
     return Fail(status, lockstep::kExitPermanent);
   }
-  return RunJob(*options);
+  if (absl::Status status = RouteArguments(&*split, &options); !status.ok()) {
+    return Fail(status, absl::IsInvalidArgument(status)
+                            ? lockstep::kExitPermanent
+                            : lockstep::kExitFailure);
+  }
+  return RunJob(options);
 }

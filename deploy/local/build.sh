@@ -1,17 +1,43 @@
 #!/usr/bin/env bash
-# Installs what is missing and builds Lockstep (Release) into build/.
+# Installs what is missing and builds Lockstep (Release) into build/: the
+# named targets (e.g. lockstep_worker), or everything when none is named.
+# While it compiles it prints ninja's "[done/total]" count every 15 s; the
+# full output is in build/build.log, and shown when the build fails.
 # Re-running on an up-to-date tree takes seconds.
+#
+# usage: deploy/local/build.sh [TARGET...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 "$root/deploy/local/install_deps.sh"
 build="${LOCKSTEP_BUILD_DIR:-$root/build}"
 if [[ ! -f "$build/build.ninja" ]]; then
+  echo "Configuring the build in $build..."
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLOCKSTEP_WERROR=ON >/dev/null
 fi
 jobs="${LOCKSTEP_BUILD_JOBS:-$(nproc)}"
-if ! out=$(cmake --build "$build" -j"$jobs" 2>&1); then
-  echo "$out" >&2
-  echo "error: build failed" >&2
+targets=()
+[[ $# -gt 0 ]] && targets=(--target "$@")
+
+# Reads ninja's output and prints its latest "[done/total]" count, the
+# first at once and then at most one every 15 s.
+progress() {
+  local last=-15 line
+  while IFS= read -r line; do
+    if [[ "$line" =~ ^\[([0-9]+)/([0-9]+)\] ]] && ((SECONDS - last >= 15)); then
+      last=$SECONDS
+      echo "  compiled ${BASH_REMATCH[1]} of ${BASH_REMATCH[2]} steps"
+    fi
+  done
+}
+
+log="$build/build.log"
+set +e
+cmake --build "$build" -j"$jobs" "${targets[@]}" 2>&1 | tee "$log" | progress
+rc=${PIPESTATUS[0]}
+set -e
+if [[ $rc -ne 0 ]]; then
+  cat "$log" >&2
+  echo "error: build failed (output above and in $log)" >&2
   exit 1
 fi

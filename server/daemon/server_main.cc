@@ -382,6 +382,7 @@ int ServerMain(int argc, char** argv, std::vector<std::string> help_files,
       "worker with --on_worker_loss=fail (retryable), 1 other failures.");
   help_files.push_back("server/daemon/server_main.cc");
   help_files.push_back("common/tls_flags.cc");
+  help_files.push_back("common/tls_server_flags.cc");
   ParseFlags(argc, argv, help_files);
   absl::StatusOr<DaemonOptions> options = ParseOptions();
   if (!options.ok()) {
@@ -389,6 +390,7 @@ int ServerMain(int argc, char** argv, std::vector<std::string> help_files,
                  std::string(options.status().message()).c_str());
     return kExitPermanent;
   }
+  if (ValidateOnly()) return kExitOk;
   if (adjust) adjust(&*options);
   Daemon daemon(*std::move(options));
   HandleSignals(&daemon);

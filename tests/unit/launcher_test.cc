@@ -84,12 +84,13 @@ TEST(SplitLauncherArgsTest, SeparatesFlagsKeepingOrder) {
                                               "--epochs", "3", "--nops", "-"));
 }
 
-TEST(SplitLauncherArgsTest, EverythingAfterDoubleDashPassesThrough) {
+TEST(SplitLauncherArgsTest, EverythingAfterDoubleDashGoesToTheWorkers) {
   absl::StatusOr<SplitArgs> split = SplitLauncherArgs(
       {"launch", "--ps=1", "--", "--workers=9", "--", "x"}, TestFlags);
   ASSERT_TRUE(split.ok()) << split.status();
   EXPECT_THAT(split->launcher, ElementsAre("launch", "--ps=1"));
-  EXPECT_THAT(split->passthrough, ElementsAre("--workers=9", "--", "x"));
+  EXPECT_TRUE(split->passthrough.empty());
+  EXPECT_THAT(split->worker_flags, ElementsAre("--workers=9", "--", "x"));
 }
 
 TEST(SplitLauncherArgsTest, AProgramAfterTheDoubleDashIsACommand) {

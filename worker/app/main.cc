@@ -367,5 +367,6 @@ int main(int argc, char** argv) {
                  std::string(options.status().message()).c_str());
     return lockstep::kExitPermanent;
   }
+  if (lockstep::ValidateOnly()) return lockstep::kExitOk;
   return lockstep::Run(*std::move(options));
 }

@@ -1,0 +1,100 @@
+// --help of every binary (grouped by topic, common/flag_help.h),
+// --list_flags, --validate_only, and deploy/local/train.sh --help, through
+// real processes.
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/exit_codes.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/subprocess.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kBin = LOCKSTEP_BIN_DIR;
+
+// --help lists each binary's own flags under topic headers, with a usage
+// line; the server-only TLS flags are the server's alone. --helpfull keeps
+// absl's full list.
+TEST(HelpTest, OwnFlagsGroupedByTopic) {
+  RunResult worker = RunProcess({kBin + "/lockstep_worker", "--help"});
+  EXPECT_EQ(worker.exit_code, kExitOk) << worker.output;
+  EXPECT_THAT(worker.output, HasSubstr("Usage: lockstep_worker "));
+  const size_t job = worker.output.find("\nJob:\n");
+  const size_t training = worker.output.find("\nTraining:\n");
+  const size_t tls = worker.output.find("\nTLS and authentication:\n");
+  ASSERT_NE(job, std::string::npos) << worker.output;
+  ASSERT_NE(training, std::string::npos) << worker.output;
+  ASSERT_NE(tls, std::string::npos) << worker.output;
+  EXPECT_LT(job, training);
+  EXPECT_LT(training, tls);
+  EXPECT_THAT(worker.output, HasSubstr("--epochs ("));
+  EXPECT_THAT(worker.output, Not(HasSubstr("--admin_identities")));
+  EXPECT_THAT(worker.output, Not(HasSubstr("Flags from")));
+  RunResult ctl = RunProcess({kBin + "/lockstep_ctl", "--help"});
+  EXPECT_EQ(ctl.exit_code, kExitOk) << ctl.output;
+  EXPECT_THAT(ctl.output, HasSubstr("\nPolling:\n"));
+  EXPECT_THAT(ctl.output, Not(HasSubstr("--admin_identities")));
+  RunResult server = RunProcess({kBin + "/lockstep_server", "--help"});
+  EXPECT_EQ(server.exit_code, kExitOk) << server.output;
+  EXPECT_THAT(server.output, HasSubstr("\nCheckpoints:\n"));
+  EXPECT_THAT(server.output, HasSubstr("--admin_identities ("));
+  EXPECT_THAT(server.output, HasSubstr("--worker_identities ("));
+  RunResult full = RunProcess({kBin + "/lockstep_worker", "--helpfull"});
+  EXPECT_EQ(full.exit_code, kExitOk) << full.output;
+  EXPECT_THAT(full.output, HasSubstr("--admin_identities ("));
+  EXPECT_THAT(full.output, HasSubstr("--flagfile ("));
+}
+
+// --list_flags, which lockstep_launch routes by: one "NAME bool|value" line
+// per flag.
+TEST(HelpTest, ListFlagsPrintsTheFlagTable) {
+  RunResult r = RunProcess({kBin + "/lockstep_server", "--list_flags"});
+  EXPECT_EQ(r.exit_code, kExitOk) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("\ncheckpoint_dir value\n"));
+  EXPECT_THAT(r.output, HasSubstr("\nexit_when_done bool\n"));
+  EXPECT_THAT(r.output, Not(HasSubstr("\nepochs ")));
+}
+
+// --validate_only checks the options as a start would and exits 0 without
+// starting (no server is needed, none listens), 2 when they are wrong.
+TEST(HelpTest, ValidateOnlyChecksWithoutStarting) {
+  const std::vector<std::string> worker = {
+      kBin + "/lockstep_worker", "--servers=127.0.0.1:1", "--workers=1",
+      "--rank=0", "--validate_only"};
+  RunResult ok = RunProcess(worker);
+  EXPECT_EQ(ok.exit_code, kExitOk) << ok.output;
+  std::vector<std::string> bad = worker;
+  bad.push_back("--optimizer=rmsprop");
+  RunResult refused = RunProcess(bad);
+  EXPECT_EQ(refused.exit_code, kExitPermanent) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("--optimizer must be"));
+  RunResult server =
+      RunProcess({kBin + "/lockstep_server", "--workers=1", "--validate_only"});
+  EXPECT_EQ(server.exit_code, kExitOk) << server.output;
+  EXPECT_THAT(server.output, Not(HasSubstr("listening")));
+}
+
+// train.sh -h prints its usage and the launcher's help, builds nothing and
+// exits 0.
+TEST(TrainScriptTest, HelpPrintsUsage) {
+  for (const char* flag : {"-h", "--help"}) {
+    RunResult r =
+        RunProcess({std::string(LOCKSTEP_SOURCE_DIR) + "/deploy/local/train.sh",
+                    "--epochs=1", flag},
+                   {"LOCKSTEP_BUILD_DIR=" + kBin + "/.."}, absl::Seconds(60));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("usage: deploy/local/train.sh"));
+    EXPECT_THAT(r.output, HasSubstr("Usage: lockstep_launch"));
+    EXPECT_THAT(r.output, HasSubstr("--metrics_port_base ("));
+    EXPECT_THAT(r.output, Not(HasSubstr("Building Lockstep")));
+  }
+}
+
+}  // namespace
+}  // namespace lockstep
