@@ -15,6 +15,7 @@
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/json_writer.h"
+#include "common/lr_schedule.h"
 #include "common/malloc_tuning.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -48,6 +49,8 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("workers", o.trainer.num_workers)
       .Add("batch_size", o.trainer.batch_size)
       .Add("optimizer", o.trainer.optimizer.name)
+      .Add("final_learning_rate",
+           LearningRateAt(o.trainer.optimizer, s.final_version - 1))
       .Add("model", o.model.name)
       .Add("wire_dtype", WireDTypeName(o.client.wire_dtype))
       .Add("sync", o.sync)
