@@ -283,8 +283,10 @@ int main(int argc, char** argv) {
       "[--layers=784,128,10 --optimizer=adam --batch_size=64 --epochs=5]\n"
       "Exit codes: 0 done, 2 bad flags, data or model (permanent), 75 a lost "
       "server or timeout (retryable), 143 left after SIGTERM, 1 other.");
-  lockstep::ParseFlags(argc, argv,
-                       {"worker/app/worker_flags.cc", "common/tls_flags.cc"});
+  lockstep::ParseFlags(
+      argc, argv,
+      {"worker/app/worker_flags.cc", "worker/app/lr_schedule_flags.cc",
+       "common/tls_flags.cc"});
   absl::StatusOr<lockstep::WorkerMainOptions> options =
       lockstep::WorkerOptionsFromFlags();
   if (!options.ok()) {
