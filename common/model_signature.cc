@@ -58,11 +58,18 @@ OptimizerConfig OptimizerConfig::Defaults(const std::string& name) {
   return config;
 }
 
+bool LrSchedule::operator==(const LrSchedule& o) const {
+  return kind == o.kind && decay_steps == o.decay_steps &&
+         decay_rate == o.decay_rate && staircase == o.staircase &&
+         boundaries == o.boundaries && values == o.values && alpha == o.alpha &&
+         warmup_steps == o.warmup_steps && warmup_from == o.warmup_from;
+}
+
 bool OptimizerConfig::operator==(const OptimizerConfig& o) const {
   return name == o.name && learning_rate == o.learning_rate &&
          momentum == o.momentum && nesterov == o.nesterov &&
          beta_1 == o.beta_1 && beta_2 == o.beta_2 && epsilon == o.epsilon &&
-         weight_decay == o.weight_decay;
+         weight_decay == o.weight_decay && schedule == o.schedule;
 }
 
 int64_t ModelSignature::NumParameters() const {
@@ -110,12 +117,28 @@ std::string TensorsDifference(absl::string_view what,
   return "";
 }
 
-// "adam(lr=... weight_decay=...)".
+// "exponential(decay_steps=100 ... warmup_from=0)": every setting, so that
+// two schedules that differ read differently.
+std::string ScheduleString(const LrSchedule& s) {
+  return absl::StrCat(s.kind, "(decay_steps=", s.decay_steps,
+                      " decay_rate=", s.decay_rate, " staircase=", s.staircase,
+                      " boundaries=[", absl::StrJoin(s.boundaries, ","),
+                      "] values=[", absl::StrJoin(s.values, ","),
+                      "] alpha=", s.alpha, " warmup_steps=", s.warmup_steps,
+                      " warmup_from=", s.warmup_from, ")");
+}
+
+// "adam(lr=... weight_decay=...)", and the schedule when it is not the
+// constant rate.
 std::string OptimizerString(const OptimizerConfig& o) {
-  return absl::StrCat(o.name, "(lr=", o.learning_rate, " momentum=", o.momentum,
-                      " nesterov=", o.nesterov, " beta_1=", o.beta_1,
-                      " beta_2=", o.beta_2, " epsilon=", o.epsilon,
-                      " weight_decay=", o.weight_decay, ")");
+  std::string text = absl::StrCat(
+      o.name, "(lr=", o.learning_rate, " momentum=", o.momentum,
+      " nesterov=", o.nesterov, " beta_1=", o.beta_1, " beta_2=", o.beta_2,
+      " epsilon=", o.epsilon, " weight_decay=", o.weight_decay, ")");
+  if (!(o.schedule == LrSchedule())) {
+    absl::StrAppend(&text, " lr_schedule=", ScheduleString(o.schedule));
+  }
+  return text;
 }
 
 // "ps (backup_workers=0 staleness=0)".

@@ -22,6 +22,26 @@ struct TensorInfo {
   bool operator==(const TensorInfo& other) const;
 };
 
+// How the learning rate follows the global step (Keras's learning-rate
+// schedules), with an optional linear warmup in front; lr(step) is
+// LearningRateAt (common/lr_schedule.h), which documents the formulas.
+// The default is the constant rate. Settings another kind does not use
+// stay at their defaults (checked), so that two signatures with the same
+// schedule compare equal.
+struct LrSchedule {
+  std::string kind = "constant";  // constant | exponential | piecewise | cosine
+  int64_t decay_steps = 0;        // exponential, cosine: at least 1.
+  double decay_rate = 0;          // exponential: positive.
+  bool staircase = false;         // exponential: whole decay periods only.
+  std::vector<int64_t> boundaries;  // piecewise: increasing steps.
+  std::vector<double> values;       // piecewise: one more than boundaries.
+  double alpha = 0;                 // cosine: the floor, a fraction in [0, 1].
+  int64_t warmup_steps = 0;  // Steps of linear warmup before the schedule.
+  double warmup_from = 0;    // The rate at step 0 of the warmup.
+
+  bool operator==(const LrSchedule& other) const;
+};
+
 // Optimizer choice and hyper-parameters. Defaults are Keras's for Adam; the
 // other optimizers' Keras defaults come from OptimizerConfig::Defaults.
 struct OptimizerConfig {
@@ -33,6 +53,9 @@ struct OptimizerConfig {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   double weight_decay = 0.0;
+  // learning_rate is the schedule's initial (after warmup, peak) rate; a
+  // piecewise schedule's values replace it.
+  LrSchedule schedule;
 
   // Keras's defaults for `name` (learning rate 0.01 for SGD and momentum
   // (momentum 0.9 for the latter), 0.001 for Adam and AdamW, AdamW's weight

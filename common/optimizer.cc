@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/kernels.h"
+#include "common/lr_schedule.h"
 #include "common/model_signature.h"
 #include "common/status_macros.h"
 
@@ -59,7 +60,7 @@ absl::Status Validate(const OptimizerConfig& config, int64_t num_parameters) {
         absl::StrCat("weight_decay must be non-negative and finite, got ",
                      config.weight_decay));
   }
-  return absl::OkStatus();
+  return ValidateLrSchedule(config.schedule);
 }
 
 // A slice outside the slots would silently corrupt memory; it can only come
@@ -91,7 +92,6 @@ class Sgd final : public Optimizer {
   Sgd(const OptimizerConfig& config, int64_t num_parameters)
       : config_(config),
         num_parameters_(num_parameters),
-        learning_rate_(static_cast<float>(config.learning_rate)),
         momentum_(static_cast<float>(config.momentum)),
         weight_decay_(static_cast<float>(config.weight_decay)),
         velocity_(config.momentum != 0 ? num_parameters : 0, 0.0f) {}
@@ -102,7 +102,8 @@ class Sgd final : public Optimizer {
     CheckRangeOrDie(offset, to.size(), num_parameters_);
     const size_t n = to.size();
     const float* source = Source(from, to);
-    const float lr = learning_rate_, wd = weight_decay_;
+    const float lr = static_cast<float>(LearningRateAt(config_, step));
+    const float wd = weight_decay_;
     // Decay is skipped at zero so that infinite weights stay infinite.
     const bool in_place = source == nullptr, decay = wd != 0;
     const kernels::Table& k = kernels::Active();
@@ -125,7 +126,6 @@ class Sgd final : public Optimizer {
  private:
   const OptimizerConfig config_;
   const int64_t num_parameters_;
-  const float learning_rate_;
   const float momentum_;
   const float weight_decay_;
   std::vector<float> velocity_;
@@ -146,7 +146,7 @@ class Adam final : public Optimizer {
                  /*alpha=*/0.0f,
                  static_cast<float>(config.epsilon),
                  static_cast<float>(config.weight_decay),
-                 static_cast<float>(config.learning_rate)},
+                 /*lr=*/0.0f},
         m_(num_parameters, 0.0f),
         v_(num_parameters, 0.0f) {}
 
@@ -157,11 +157,12 @@ class Adam final : public Optimizer {
     // In fp32, b^t and 1 - b^t lose most digits over a long run (and
     // 1 - b2^t at t = 1 is only 1e-3); double keeps alpha exact to fp32.
     const double t = static_cast<double>(step) + 1;
-    const double alpha = config_.learning_rate *
-                         std::sqrt(1 - std::pow(config_.beta_2, t)) /
+    const double lr = LearningRateAt(config_, step);
+    const double alpha = lr * std::sqrt(1 - std::pow(config_.beta_2, t)) /
                          (1 - std::pow(config_.beta_1, t));
     kernels::AdamFactors factors = factors_;
     factors.alpha = static_cast<float>(alpha);
+    factors.lr = static_cast<float>(lr);
     const size_t n = to.size();
     const float* source = Source(from, to);
     float* m = m_.data() + offset;
@@ -179,7 +180,7 @@ class Adam final : public Optimizer {
  private:
   const OptimizerConfig config_;
   const int64_t num_parameters_;
-  // All but alpha, which depends on the step.
+  // All but alpha and the learning rate, which depend on the step.
   const kernels::AdamFactors factors_;
   std::vector<float> m_;
   std::vector<float> v_;

@@ -9,8 +9,9 @@
 //              alpha = lr * sqrt(1 - b2^t) / (1 - b1^t)
 //              w -= alpha * m / (sqrt(v) + epsilon)
 //   AdamW:     w -= w * weight_decay * lr, then the Adam update.
-// Arithmetic is fp32 on fp32 state, except the bias-correction factor alpha
-// which is computed in double once per call.
+// lr is the learning rate of the step, LearningRateAt (common/lr_schedule.h)
+// rounded to fp32. Arithmetic is fp32 on fp32 state, except lr and the
+// bias-correction factor alpha, which are computed in double once per call.
 //
 // An Optimizer owns its slot vectors (momentum, m, v) for the whole flat
 // parameter vector. Apply() touches only [offset, offset + size) of each slot,
@@ -37,7 +38,8 @@ class Optimizer {
 
   // INVALID_ARGUMENT for an unknown name or settings out of range (learning
   // rate not positive and finite, momentum or betas outside [0, 1), epsilon
-  // not positive, weight decay negative, negative parameter count).
+  // not positive, weight decay negative, negative parameter count, a
+  // learning-rate schedule ValidateLrSchedule refuses).
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
       const OptimizerConfig& config, int64_t num_parameters);
 

@@ -50,6 +50,33 @@ absl::StatusOr<SyncMode> SyncModeFromProto(const v1::SyncSpec& sync) {
   return kind;
 }
 
+void ScheduleToProto(const LrSchedule& s, v1::LrScheduleSpec* proto) {
+  proto->set_kind(s.kind);
+  proto->set_decay_steps(s.decay_steps);
+  proto->set_decay_rate(s.decay_rate);
+  proto->set_staircase(s.staircase);
+  for (int64_t b : s.boundaries) proto->add_boundaries(b);
+  for (double v : s.values) proto->add_values(v);
+  proto->set_alpha(s.alpha);
+  proto->set_warmup_steps(s.warmup_steps);
+  proto->set_warmup_from(s.warmup_from);
+}
+
+// An empty kind (a sender from before schedules) is the constant rate.
+LrSchedule ScheduleFromProto(const v1::LrScheduleSpec& proto) {
+  LrSchedule s;
+  if (!proto.kind().empty()) s.kind = proto.kind();
+  s.decay_steps = proto.decay_steps();
+  s.decay_rate = proto.decay_rate();
+  s.staircase = proto.staircase();
+  s.boundaries.assign(proto.boundaries().begin(), proto.boundaries().end());
+  s.values.assign(proto.values().begin(), proto.values().end());
+  s.alpha = proto.alpha();
+  s.warmup_steps = proto.warmup_steps();
+  s.warmup_from = proto.warmup_from();
+  return s;
+}
+
 }  // namespace
 
 void SignatureToProto(const ModelSignature& signature,
@@ -77,6 +104,10 @@ void SignatureToProto(const ModelSignature& signature,
   opt->set_beta_2(o.beta_2);
   opt->set_epsilon(o.epsilon);
   opt->set_weight_decay(o.weight_decay);
+  // The constant rate is the absent message: the bytes older readers know.
+  if (!(o.schedule == LrSchedule())) {
+    ScheduleToProto(o.schedule, opt->mutable_schedule());
+  }
   proto->set_chunk_bytes(signature.chunk_bytes);
   proto->set_num_workers(signature.num_workers);
   proto->set_num_shards(signature.num_shards);
@@ -113,6 +144,7 @@ absl::StatusOr<ModelSignature> SignatureFromProto(
   o.beta_2 = opt.beta_2();
   o.epsilon = opt.epsilon();
   o.weight_decay = opt.weight_decay();
+  o.schedule = ScheduleFromProto(opt.schedule());
   signature.chunk_bytes = proto.chunk_bytes();
   signature.num_workers = proto.num_workers();
   signature.num_shards = proto.num_shards() > 0 ? proto.num_shards() : 1;

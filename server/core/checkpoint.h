@@ -68,6 +68,16 @@ class CheckpointStore final {
       const std::string& dir, int shard, int num_shards, int keep,
       Env* env = Env::Default());
 
+  // The checkpoint another job left for this shard, to start a new job
+  // from (the server's --init_from): `path` is a checkpoint file, or a
+  // folder as CheckpointStore writes it (a --checkpoint_dir), whose shard
+  // folder's newest checkpoint is read. Read only: nothing there is
+  // renamed or removed. NOT_FOUND when there is none, DATA_LOSS when the
+  // one read is damaged (no fallback to an older one: that would train
+  // from other weights than the ones asked for).
+  static absl::StatusOr<ShardCheckpoint> ReadForInit(const std::string& path,
+                                                     int shard, int num_shards);
+
   // Writes atomically and removes all but the newest `keep`. Returns the path.
   absl::StatusOr<std::string> Save(const ShardCheckpoint& checkpoint);
 

@@ -207,6 +207,33 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
   return std::optional<ShardCheckpoint>();
 }
 
+absl::StatusOr<ShardCheckpoint> CheckpointStore::ReadForInit(
+    const std::string& path, int shard, int num_shards) {
+  std::string file = path;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return Errno("cannot read", path);
+  if (S_ISDIR(st.st_mode)) {
+    const CheckpointStore store(
+        absl::StrCat(path, "/shard-", shard, "-of-", num_shards), 1,
+        Env::Default());
+    const std::vector<std::string> all = store.List();
+    if (all.empty()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no checkpoint of shard ", shard, " of ", num_shards, " in ",
+          store.dir_, " (a --checkpoint_dir of a job with as many shards)"));
+    }
+    file = all.back();
+  }
+  ASSIGN_OR_RETURN(const std::string contents, ReadAll(file));
+  absl::StatusOr<ShardCheckpoint> checkpoint = DecodeCheckpoint(contents);
+  if (!checkpoint.ok()) {
+    return absl::Status(
+        checkpoint.status().code(),
+        absl::StrCat(file, ": ", checkpoint.status().message()));
+  }
+  return checkpoint;
+}
+
 std::vector<std::string> CheckpointStore::SetAside() const {
   return Files(absl::StrCat(kSuffix, ".corrupt"));
 }

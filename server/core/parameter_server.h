@@ -192,7 +192,10 @@ class ParameterServer final {
   // Restores a checkpoint before any worker registers: its signature becomes
   // the job's and its version the current one. FAILED_PRECONDITION naming
   // the difference when it belongs to another layout (shard, shard count,
-  // worker count) or model.
+  // worker count) or model. The job's length stays open until the first
+  // registration: a worker whose signature differs only in total_steps,
+  // and asks for no fewer steps than the restored version, sets it (a
+  // job resumed to train longer, docs/resume.md).
   absl::Status Restore(const ShardCheckpoint& checkpoint);
 
   // What CheckStepTimeout found: a step gathered for longer than half the
@@ -247,6 +250,10 @@ class ParameterServer final {
   absl::Status CheckRegistrationLocked(int rank,
                                        const ModelSignature& signature) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets the job's length after a restore (Restore); FAILED_PRECONDITION
+  // when `total_steps` ends before the restored version.
+  absl::Status ExtendLocked(int64_t total_steps)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `signature` the job's when there is none yet, or when rank 0
   // brings another one than the provisional one (revoking the others:
   // `revoked`, `reason`); FAILED_PRECONDITION when it differs otherwise.
@@ -297,6 +304,9 @@ class ParameterServer final {
   std::optional<ModelSignature> signature_ ABSL_GUARDED_BY(mu_);
   // Until rank 0 registers, the signature is provisional and rank 0's wins.
   bool signature_from_rank0_ ABSL_GUARDED_BY(mu_) = false;
+  // Restored, and no worker registered since: the first one may set the
+  // job's length (Restore).
+  bool length_open_ ABSL_GUARDED_BY(mu_) = false;
   // Why a revoked or evicted incarnation was dropped, to tell it when it
   // calls again.
   absl::flat_hash_map<int64_t, absl::Status> revoked_ ABSL_GUARDED_BY(mu_);

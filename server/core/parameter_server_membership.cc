@@ -180,6 +180,13 @@ absl::Status ParameterServer::AdoptSignatureLocked(
   if (!signature_.has_value()) return ConfigureLocked(signature);
   const std::string diff = DescribeDifference(*signature_, signature);
   if (diff.empty()) return absl::OkStatus();
+  if (length_open_) {
+    ModelSignature same_length = signature;
+    same_length.total_steps = signature_->total_steps;
+    if (DescribeDifference(*signature_, same_length).empty()) {
+      return ExtendLocked(signature.total_steps);
+    }
+  }
   if (rank != 0 || signature_from_rank0_ || VersionLocked() >= 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("model signature differs from the job's: ", diff));
@@ -193,6 +200,19 @@ absl::Status ParameterServer::AdoptSignatureLocked(
   return ConfigureLocked(signature);
 }
 
+absl::Status ParameterServer::ExtendLocked(int64_t total_steps) {
+  const int64_t version = VersionLocked();
+  if (total_steps != 0 && total_steps < version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model signature differs from the job's: total_steps: the restored "
+        "job is at step ",
+        version, ", past the worker's ", total_steps,
+        " (a resumed job may grow, not end before where it is)"));
+  }
+  signature_->total_steps = total_steps;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Registration> ParameterServer::RegisterInternal(
     int rank, const ModelSignature& signature,
     std::vector<ChunkBarrier*>* revoked, std::string* reason) {
@@ -200,6 +220,7 @@ absl::StatusOr<Registration> ParameterServer::RegisterInternal(
   RETURN_IF_ERROR(CheckRegistrationLocked(rank, signature));
   RETURN_IF_ERROR(AdoptSignatureLocked(rank, signature, revoked, reason));
   if (rank == 0) signature_from_rank0_ = true;
+  length_open_ = false;
   Registration reg;
   do {
     ASSIGN_OR_RETURN(reg.incarnation, RandomIncarnation());

@@ -183,6 +183,7 @@ absl::Status ParameterServer::Restore(const ShardCheckpoint& checkpoint) {
   }
   // The restored model is the job's: workers with another one are refused.
   signature_from_rank0_ = true;
+  length_open_ = true;
   return absl::OkStatus();
 }
 

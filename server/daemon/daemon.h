@@ -49,6 +49,10 @@ struct DaemonOptions {
   ServerLimits limits;  // Streams, keepalive, connection idle and age.
   TlsOptions tls;       // Credentials and who may call what.
   std::string checkpoint_dir;  // Empty: no checkpoints.
+  // A checkpoint file or folder of another job that a new job starts from
+  // when checkpoint_dir holds none (CheckpointStore::ReadForInit); empty:
+  // none.
+  std::string init_from;
   // The model as a safetensors file when every worker has left and on
   // request (one shard only); empty: none.
   std::string weights_file;
@@ -115,8 +119,11 @@ class Daemon final {
   // Tick's check that the job still has workers (no_worker_timeout): the
   // exit code when it has given up on them.
   std::optional<int> CheckWorkersGone(absl::Time now);
-  // Restores the newest intact checkpoint in checkpoint_dir, if any.
+  // Restores the newest intact checkpoint in checkpoint_dir, if any, else
+  // the one init_from names.
   absl::Status RestoreNewestCheckpoint();
+  // Restores init_from's checkpoint (OK when init_from is empty).
+  absl::Status RestoreInitFrom();
 
   const DaemonOptions options_;
   absl::Notification stop_;

@@ -105,8 +105,24 @@ std::optional<int> Daemon::CheckWorkersGone(absl::Time now) {
   return kExitRetryable;
 }
 
+absl::Status Daemon::RestoreInitFrom() {
+  if (options_.init_from.empty()) return absl::OkStatus();
+  absl::StatusOr<ShardCheckpoint> init = CheckpointStore::ReadForInit(
+      options_.init_from, options_.shard, options_.num_shards);
+  absl::Status restored = init.status();
+  if (init.ok()) restored = core_->Restore(*init);
+  if (!restored.ok()) {
+    Log(absl::StrCat("cannot start from --init_from=", options_.init_from, ": ",
+                     restored.message()));
+    return restored;
+  }
+  Log(absl::StrCat("starting from version ", init->version, " of ",
+                   options_.init_from));
+  return absl::OkStatus();
+}
+
 absl::Status Daemon::RestoreNewestCheckpoint() {
-  if (checkpoints_ == nullptr) return absl::OkStatus();
+  if (checkpoints_ == nullptr) return RestoreInitFrom();
   std::vector<std::string> notes;
   absl::StatusOr<std::optional<ShardCheckpoint>> newest =
       checkpoints_->LoadNewest(&notes);
@@ -117,13 +133,13 @@ absl::Status Daemon::RestoreNewestCheckpoint() {
   }
   if (!newest->has_value()) {
     const std::vector<std::string> damaged = checkpoints_->SetAside();
-    if (damaged.empty()) return absl::OkStatus();  // A new job.
+    if (damaged.empty()) return RestoreInitFrom();  // A new job.
     if (options_.allow_fresh_start) {
       Log(absl::StrCat("no intact checkpoint in ", options_.checkpoint_dir,
                        " (", damaged.size(),
                        " damaged, set aside); starting from version 0 as "
                        "--allow_fresh_start asks"));
-      return absl::OkStatus();
+      return RestoreInitFrom();
     }
     const absl::Status refused = absl::DataLossError(absl::StrCat(
         "no intact checkpoint in ", options_.checkpoint_dir, ", only damaged "

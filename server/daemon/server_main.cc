@@ -54,6 +54,9 @@ ABSL_FLAG(bool, exit_when_done, true,
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Folder for this shard's checkpoints (a sub-folder per shard). On "
           "start the newest intact one is restored. Empty: no checkpoints.");
+ABSL_FLAG(std::string, init_from, "",
+          "Start a new job from this checkpoint when --checkpoint_dir holds "
+          "none: another job's --checkpoint_dir or file (docs/resume.md).");
 ABSL_FLAG(std::string, weights_file, "",
           "Write the model here as a safetensors file keyed by tensor name "
           "(parameters, then batch-norm state) when every worker has left, "
@@ -235,8 +238,7 @@ absl::Status ParseLimits(DaemonOptions* options_out) {
   const int age = absl::GetFlag(FLAGS_max_connection_age_s);
   if (options.limits.max_concurrent_streams < 1 || idle < 0 || age < 0) {
     return absl::InvalidArgumentError(
-        "--max_concurrent_streams must be positive and connection times not "
-        "negative");
+        "--max_concurrent_streams must be > 0, connection times >= 0");
   }
   const int64_t state_mb = absl::GetFlag(FLAGS_max_state_mb);
   if (state_mb < 0) {
@@ -246,8 +248,7 @@ absl::Status ParseLimits(DaemonOptions* options_out) {
       state_mb > 0 ? state_mb << 20 : MachineMemoryBytes() / 4 * 3;
   const int memory_mb = absl::GetFlag(FLAGS_max_grpc_memory_mb);
   if (memory_mb < 0) {
-    return absl::InvalidArgumentError(
-        "--max_grpc_memory_mb must not be negative");
+    return absl::InvalidArgumentError("--max_grpc_memory_mb must be >= 0");
   }
   options.limits.max_memory_bytes = int64_t{memory_mb} << 20;
   options.limits.max_connection_idle = absl::Seconds(idle);
@@ -259,11 +260,12 @@ absl::Status ParseLimits(DaemonOptions* options_out) {
 absl::Status ParseCheckpoints(DaemonOptions* options_out) {
   DaemonOptions& options = *options_out;
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.init_from = absl::GetFlag(FLAGS_init_from);
   options.weights_file = absl::GetFlag(FLAGS_weights_file);
   if (!options.weights_file.empty() && options.num_shards > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--weights_file needs the whole model on one shard, and this job "
-        "has ", options.num_shards,
+        "--weights_file needs the whole model on one shard, and this job has ",
+        options.num_shards,
         "; write it from a worker instead (lockstep_worker "
         "--dump_weights=PATH.safetensors, or the Python package's "
         "save_safetensors)"));

@@ -284,9 +284,11 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
   const std::vector<std::vector<std::string>> cases = {
       {kWorker, "--servers", "--model", "--cpu_conv", "--sync", "--push_window",
-       "--push_thread", "--step_timeout_s", "--tls_ca", "--token_file"},
-      {kServer, "--listen", "--workers", "--checkpoint_dir", "--step_timeout_s",
-       "--on_worker_loss", "--sum_order", "--tls_cert", "--token_file"},
+       "--push_thread", "--step_timeout_s", "--lr_schedule", "--lr_values",
+       "--tls_ca", "--token_file"},
+      {kServer, "--listen", "--workers", "--checkpoint_dir", "--init_from",
+       "--step_timeout_s", "--on_worker_loss", "--sum_order", "--tls_cert",
+       "--token_file"},
       {kCtl, "--watch", "--interval", "--timeout", "--tls_ca", "--token_file"},
       {kLaunch, "--workers", "--ps", "--gpus", "--grace_period"},
       {"lockstep_gpu_bench", "--seconds", "--resnet_batch", "--large_batch"},

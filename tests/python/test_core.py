@@ -11,7 +11,7 @@ import harness  # Puts the built package on sys.path.
 
 import numpy as np
 
-from lockstep import Cluster, LockstepError, Shard, _native
+from lockstep import Cluster, Job, LockstepError, Shard, _native
 
 
 class FakeJob:
@@ -150,6 +150,32 @@ class ShardTest(unittest.TestCase):
             Shard((np.zeros((10, 1)), np.zeros(9)), batch_size=2)
         with self.assertRaises(LockstepError):
             Shard((np.zeros((10, 1)), np.zeros(10)))  # No batch size.
+
+
+class ScheduleTest(unittest.TestCase):
+    """A Job's lr_schedule: lockstep_worker's --lr_* flags as a dict."""
+
+    def job(self, lr_schedule):
+        return Job([("w", [2])], optimizer="sgd", lr_schedule=lr_schedule,
+                   cluster=Cluster(servers=["127.0.0.1:9"], rank=0,
+                                   num_workers=1))
+
+    def test_the_rate_follows_the_schedule_after_the_warmup(self):
+        job = self.job({"schedule": "piecewise", "boundaries": [2],
+                        "values": [0.5, 0.25], "warmup_steps": 2})
+        self.assertEqual([job.learning_rate(s) for s in range(6)],
+                         [0.0, 0.25, 0.5, 0.5, 0.5, 0.25])
+        self.assertEqual(self.job(None).learning_rate(7), 0.01)
+
+    def test_a_bad_schedule_is_refused_when_the_job_is_made(self):
+        with self.assertRaises(LockstepError) as e:
+            self.job({"schedule": "exponential", "decay_rate": 0.5})
+        self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+        self.assertIn("decay_steps must be at least 1, got 0 (exponential "
+                      "schedule)", str(e.exception))
+        with self.assertRaises(LockstepError) as e:
+            self.job({"schedul": "cosine"})
+        self.assertIn('lr_schedule has no setting "schedul"', str(e.exception))
 
 
 class ErrorTest(unittest.TestCase):

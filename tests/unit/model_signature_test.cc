@@ -139,6 +139,33 @@ TEST(DescribeDifferenceTest, NamesOptimizerSettings) {
   EXPECT_THAT(DescribeDifference(Mlp(), got), HasSubstr("optimizer: "));
 }
 
+// Every schedule setting takes part; the constant rate adds no text.
+TEST(DescribeDifferenceTest, NamesTheLearningRateSchedule) {
+  ModelSignature got = Mlp();
+  got.optimizer.schedule.kind = "cosine";
+  got.optimizer.schedule.decay_steps = 100;
+  const std::string kind = DescribeDifference(Mlp(), got);
+  EXPECT_THAT(kind, HasSubstr("epsilon=1e-07 weight_decay=0), worker has"));
+  EXPECT_THAT(kind, HasSubstr("lr_schedule=cosine(decay_steps=100 "));
+  ModelSignature warm = got;
+  warm.optimizer.schedule.warmup_steps = 10;
+  EXPECT_THAT(DescribeDifference(got, warm),
+              HasSubstr("warmup_steps=0 warmup_from=0), worker has"));
+  EXPECT_THAT(DescribeDifference(got, warm),
+              HasSubstr("warmup_steps=10 warmup_from=0)"));
+  for (auto change : {+[](LrSchedule& s) { s.staircase = true; },
+                      +[](LrSchedule& s) { s.decay_rate = 0.5; },
+                      +[](LrSchedule& s) { s.boundaries = {3}; },
+                      +[](LrSchedule& s) { s.values = {0.5}; },
+                      +[](LrSchedule& s) { s.alpha = 0.5; },
+                      +[](LrSchedule& s) { s.warmup_from = 0.5; }}) {
+    ModelSignature other = got;
+    change(other.optimizer.schedule);
+    EXPECT_THAT(DescribeDifference(got, other), HasSubstr("lr_schedule="));
+  }
+  EXPECT_EQ(DescribeDifference(got, got), "");
+}
+
 TEST(DescribeDifferenceTest, NamesChunkBytes) {
   ModelSignature got = Mlp();
   got.chunk_bytes = int64_t{1} << 20;

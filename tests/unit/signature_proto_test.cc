@@ -135,5 +135,52 @@ TEST(SignatureProtoTest, SyncModeTravelsAsKindAndName) {
               HasSubstr("unknown sync mode kind 9"));
 }
 
+// Every schedule setting crosses the wire; the constant rate is the absent
+// message, which is also what a sender from before schedules writes.
+TEST(SignatureProtoTest, LearningRateScheduleRoundTrips) {
+  ModelSignature original = Mlp();
+  LrSchedule& s = original.optimizer.schedule;
+  s.kind = "piecewise";
+  s.boundaries = {10, 20};
+  s.values = {0.5, 0.25, 0.125};
+  s.warmup_steps = 3;
+  s.warmup_from = 0.0625;
+  v1::ModelSignature proto;
+  SignatureToProto(original, &proto);
+  EXPECT_EQ(proto.optimizer().schedule().kind(), "piecewise");
+  EXPECT_THAT(proto.optimizer().schedule().values(),
+              ElementsAre(0.5, 0.25, 0.125));
+  absl::StatusOr<ModelSignature> read = SignatureFromProto(proto);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->optimizer.schedule == s);
+  EXPECT_EQ(DescribeDifference(original, *read), "");
+
+  s = LrSchedule();
+  s.kind = "exponential";
+  s.decay_steps = 7;
+  s.decay_rate = 0.75;
+  s.staircase = true;
+  SignatureToProto(original, &proto);
+  read = SignatureFromProto(proto);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->optimizer.schedule == s);
+  s = LrSchedule();
+  s.kind = "cosine";
+  s.decay_steps = 9;
+  s.alpha = 0.25;
+  SignatureToProto(original, &proto);
+  read = SignatureFromProto(proto);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->optimizer.schedule == s);
+
+  original.optimizer.schedule = LrSchedule();
+  SignatureToProto(original, &proto);
+  EXPECT_FALSE(proto.optimizer().has_schedule());
+  read = SignatureFromProto(proto);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->optimizer.schedule.kind, "constant");
+  EXPECT_EQ(DescribeDifference(original, *read), "");
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -26,6 +26,14 @@ ABSL_DECLARE_FLAG(double, beta_1);
 ABSL_DECLARE_FLAG(double, beta_2);
 ABSL_DECLARE_FLAG(double, epsilon);
 ABSL_DECLARE_FLAG(double, weight_decay);
+ABSL_DECLARE_FLAG(std::string, lr_schedule);
+ABSL_DECLARE_FLAG(int64_t, lr_decay_steps);
+ABSL_DECLARE_FLAG(double, lr_decay_rate);
+ABSL_DECLARE_FLAG(bool, lr_staircase);
+ABSL_DECLARE_FLAG(std::string, lr_boundaries);
+ABSL_DECLARE_FLAG(std::string, lr_values);
+ABSL_DECLARE_FLAG(int64_t, lr_warmup_steps);
+ABSL_DECLARE_FLAG(double, lr_warmup_from);
 
 namespace lockstep {
 namespace {
@@ -96,6 +104,55 @@ TEST_F(WorkerFlagsTest, OptimizerFlagsReachTheTrainer) {
   EXPECT_THAT(WorkerOptionsFromFlags().status().message(),
               ::testing::HasSubstr("--optimizer must be sgd, momentum, adam "
                                    "or adamw, got \"rmsprop\""));
+}
+
+// The schedule flags reach the optimizer's config, checked, with errors
+// that name the flag.
+TEST_F(WorkerFlagsTest, ScheduleFlagsReachTheOptimizer) {
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->trainer.optimizer.schedule == LrSchedule());
+
+  absl::SetFlag(&FLAGS_lr_schedule, "exponential");
+  absl::SetFlag(&FLAGS_lr_decay_steps, 100);
+  absl::SetFlag(&FLAGS_lr_decay_rate, 0.5);
+  absl::SetFlag(&FLAGS_lr_staircase, true);
+  absl::SetFlag(&FLAGS_lr_warmup_steps, 10);
+  absl::SetFlag(&FLAGS_lr_warmup_from, 0.25);
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  const LrSchedule& s = o->trainer.optimizer.schedule;
+  EXPECT_EQ(s.kind, "exponential");
+  EXPECT_EQ(s.decay_steps, 100);
+  EXPECT_EQ(s.decay_rate, 0.5);
+  EXPECT_TRUE(s.staircase);
+  EXPECT_EQ(s.warmup_steps, 10);
+  EXPECT_EQ(s.warmup_from, 0.25);
+
+  absl::SetFlag(&FLAGS_lr_schedule, "piecewise");
+  EXPECT_EQ(WorkerOptionsFromFlags().status().message(),
+            "--lr_decay_steps is not used by this kind (piecewise schedule)");
+  absl::SetFlag(&FLAGS_lr_decay_steps, 0);
+  absl::SetFlag(&FLAGS_lr_decay_rate, 0);
+  absl::SetFlag(&FLAGS_lr_staircase, false);
+  absl::SetFlag(&FLAGS_lr_boundaries, "100,x");
+  EXPECT_THAT(WorkerOptionsFromFlags().status().message(),
+              ::testing::HasSubstr("--lr_boundaries: \"x\" is not a number"));
+  absl::SetFlag(&FLAGS_lr_boundaries, "100,200");
+  absl::SetFlag(&FLAGS_lr_values, "0.5,0.25,0.125");
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_THAT(o->trainer.optimizer.schedule.boundaries, ElementsAre(100, 200));
+  EXPECT_THAT(o->trainer.optimizer.schedule.values,
+              ElementsAre(0.5, 0.25, 0.125));
+  absl::SetFlag(&FLAGS_lr, 0.125);
+  EXPECT_EQ(WorkerOptionsFromFlags().status().message(),
+            "--lr is not used with --lr_schedule=piecewise: --lr_values gives "
+            "the rates");
+  absl::SetFlag(&FLAGS_lr_schedule, "step");
+  EXPECT_THAT(WorkerOptionsFromFlags().status().message(),
+              ::testing::HasSubstr("--lr_schedule must be constant, "
+                                   "exponential, piecewise or cosine"));
 }
 
 // The launcher gives each worker --gpu=rank % GPUs. With NCCL the

@@ -13,6 +13,7 @@
 #include "common/exit_codes.h"
 #include "common/flags.h"
 #include "common/json_writer.h"
+#include "common/lr_schedule.h"
 #include "common/malloc_tuning.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -51,6 +52,8 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("workers", o.trainer.num_workers)
       .Add("batch_size", o.trainer.batch_size)
       .Add("optimizer", o.trainer.optimizer.name)
+      .Add("final_learning_rate",
+           LearningRateAt(o.trainer.optimizer, s.final_version - 1))
       .Add("model", o.model.name)
       .Add("wire_dtype", WireDTypeName(o.client.wire_dtype))
       .Add("sync", o.sync)
@@ -358,8 +361,10 @@ int main(int argc, char** argv) {
       "[--layers=784,128,10 --optimizer=adam --batch_size=64 --epochs=5]\n"
       "Exit codes: 0 done, 2 bad flags, data or model (permanent), 75 a lost "
       "server or timeout (retryable), 143 left after SIGTERM, 1 other.");
-  lockstep::ParseFlags(argc, argv,
-                       {"worker/app/worker_flags.cc", "common/tls_flags.cc"});
+  lockstep::ParseFlags(
+      argc, argv,
+      {"worker/app/worker_flags.cc", "worker/app/lr_schedule_flags.cc",
+       "common/tls_flags.cc"});
   absl::StatusOr<lockstep::WorkerMainOptions> options =
       lockstep::WorkerOptionsFromFlags();
   if (!options.ok()) {

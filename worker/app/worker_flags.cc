@@ -14,6 +14,7 @@
 #include "common/tf_config.h"
 #include "common/tls_flags.h"
 #include "common/wire_codec.h"
+#include "worker/app/lr_schedule_flags.h"
 #include "worker/app/setup.h"
 #include "worker/train/progress.h"
 
@@ -173,6 +174,8 @@ absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
   if (absl::GetFlag(FLAGS_weight_decay) >= 0) {
     config.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   }
+  ASSIGN_OR_RETURN(config.schedule,
+                   LrScheduleFromFlags(absl::GetFlag(FLAGS_lr) >= 0));
   return config;
 }
 

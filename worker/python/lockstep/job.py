@@ -103,6 +103,11 @@ class Job:
       total_steps: the job's length in global steps, checked against every
         other worker's at registration (0: not checked).
       cluster: a Cluster; default Cluster.from_env().
+      lr_schedule: how the learning rate follows the step, a dict of
+        lockstep_worker's --lr_* flags without "lr_", e.g.
+        {"schedule": "piecewise", "boundaries": [100], "values": [0.1, 0.01]}
+        or {"schedule": "cosine", "decay_steps": 1000, "warmup_steps": 100};
+        default: the constant rate.
     """
 
     def __init__(self, tensors, state_tensors=(), *, optimizer="adam",
@@ -110,6 +115,7 @@ class Job:
                  beta_2=None, epsilon=None, weight_decay=None, sync="sync",
                  backup_workers=0, staleness=None,
                  chunk_bytes=DEFAULT_CHUNK_BYTES, total_steps=0, cluster=None,
+                 lr_schedule=None,
                  push_window=-1, push_thread=False, connect_timeout_s=60.0,
                  step_timeout_s=300.0, rejoin_timeout_s=300.0):
         if optimizer not in OPTIMIZERS:
@@ -142,6 +148,8 @@ class Job:
                 settings[key] = value
         self.optimizer = optimizer
         self.settings = settings
+        self.lr_schedule = dict(lr_schedule or {})
+        self.learning_rate(0)  # Refuses a bad schedule now, not at join.
         self.sync = sync
         self.backup_workers = backup_workers
         # As lockstep_worker's --staleness: 1 unless given (SSP only).
@@ -191,6 +199,16 @@ class Job:
         """
         return self.version if self.synchronous else self.steps
 
+    def learning_rate(self, step=None):
+        """The learning rate the servers apply at `step` (default: next_step).
+
+        From `learning_rate` and `lr_schedule` as lockstep_worker's --lr and
+        --lr_* flags give them (docs/flags.md).
+        """
+        step = self.next_step if step is None else step
+        return _native.learning_rate_at(self.settings["learning_rate"],
+                                        self.lr_schedule, max(step, 0))
+
     def signature(self):
         return [(t.name, list(t.shape)) for t in self.tensors], \
                [(t.name, list(t.shape)) for t in self.state_tensors]
@@ -214,7 +232,8 @@ class Job:
                 self.num_workers, len(self.cluster.servers), self.sync,
                 self.backup_workers, self.staleness, self.total_steps,
                 self.weights,
-                timeout_s if timeout_s is not None else self.connect_timeout_s)
+                timeout_s if timeout_s is not None else self.connect_timeout_s,
+                lr_schedule=self.lr_schedule)
         if self.synchronous and self.total_steps and \
                 self.version > self.total_steps:
             raise LockstepError(

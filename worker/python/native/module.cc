@@ -18,14 +18,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/exit_codes.h"
+#include "common/lr_schedule.h"
 #include "common/model_signature.h"
 #include "common/safetensors.h"
 #include "common/tf_config.h"
 #include "worker/data/cifar_reader.h"
 #include "worker/data/dataset.h"
+#include "worker/data/sharded_sampler.h"
 #include "worker/python/native/client.h"
 #include "worker/python/native/conversions.h"
-#include "worker/data/sharded_sampler.h"
 
 namespace py = pybind11;
 
@@ -72,13 +73,48 @@ std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
   return std::make_unique<Client>(std::move(o));
 }
 
+// A learning-rate schedule from its dict, checked: the keys are
+// lockstep_worker's --lr_* flags without "lr_" ("schedule" is the kind, the
+// others LrSchedule's fields); absent ones keep their defaults.
+LrSchedule ScheduleFromDict(const py::dict& d) {
+  LrSchedule s;
+  for (auto item : d) {
+    const std::string key = py::cast<std::string>(item.first);
+    const py::handle v = item.second;
+    if (key == "schedule") {
+      s.kind = py::cast<std::string>(v);
+    } else if (key == "decay_steps") {
+      s.decay_steps = py::cast<int64_t>(v);
+    } else if (key == "decay_rate") {
+      s.decay_rate = py::cast<double>(v);
+    } else if (key == "staircase") {
+      s.staircase = py::cast<bool>(v);
+    } else if (key == "boundaries") {
+      s.boundaries = py::cast<std::vector<int64_t>>(v);
+    } else if (key == "values") {
+      s.values = py::cast<std::vector<double>>(v);
+    } else if (key == "alpha") {
+      s.alpha = py::cast<double>(v);
+    } else if (key == "warmup_steps") {
+      s.warmup_steps = py::cast<int64_t>(v);
+    } else if (key == "warmup_from") {
+      s.warmup_from = py::cast<double>(v);
+    } else {
+      ThrowIfError(absl::InvalidArgumentError("lr_schedule has no setting \"" +
+                                              key + "\""));
+    }
+  }
+  ThrowIfError(ValidateLrSchedule(s));
+  return s;
+}
+
 int64_t JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
                 std::string optimizer, double learning_rate, double momentum,
                 bool nesterov, double beta_1, double beta_2, double epsilon,
                 double weight_decay, int64_t chunk_bytes, int num_workers,
                 int num_shards, std::string sync, int backup_workers,
                 int staleness, int64_t total_steps, const py::buffer& weights,
-                double timeout_s) {
+                double timeout_s, const py::dict& lr_schedule) {
   JoinRequest r;
   r.tensors = std::move(tensors);
   r.state_tensors = std::move(state);
@@ -90,6 +126,7 @@ int64_t JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
   r.optimizer.beta_2 = beta_2;
   r.optimizer.epsilon = epsilon;
   r.optimizer.weight_decay = weight_decay;
+  r.optimizer.schedule = ScheduleFromDict(lr_schedule);
   r.chunk_bytes = chunk_bytes;
   r.num_workers = num_workers;
   r.num_shards = num_shards;
@@ -135,6 +172,7 @@ void BindClient(py::module_& m) {
            py::arg("num_workers"), py::arg("num_shards"), py::arg("sync"),
            py::arg("backup_workers"), py::arg("staleness"),
            py::arg("total_steps"), py::arg("weights"), py::arg("timeout_s"),
+           py::arg("lr_schedule") = py::dict(),
            "Registers (rank 0's weights buffer defines version 0 when the "
            "job has none) and pulls the version to start from into weights.")
       .def("begin_step", &Client::BeginStep, py::arg("step"),
@@ -214,6 +252,18 @@ void BindConfig(py::module_& m) {
     d["weight_decay"] = c.weight_decay;
     return d;
   });
+
+  m.def(
+      "learning_rate_at",
+      [](double learning_rate, const py::dict& lr_schedule, int64_t step) {
+        OptimizerConfig c;
+        c.learning_rate = learning_rate;
+        c.schedule = ScheduleFromDict(lr_schedule);
+        return LearningRateAt(c, step);
+      },
+      py::arg("learning_rate"), py::arg("lr_schedule"), py::arg("step"),
+      "The rate of `step` under the schedule (common/lr_schedule.h); "
+      "LockstepError for a schedule the servers would refuse.");
 }
 
 // Weights files (common/safetensors.h).

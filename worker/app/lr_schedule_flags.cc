@@ -1,0 +1,96 @@
+#include "worker/app/lr_schedule_flags.h"
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/lr_schedule.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(std::string, lr_schedule, "constant",
+          "How the learning rate follows the global step: constant, "
+          "exponential (--lr_decay_steps, --lr_decay_rate, --lr_staircase), "
+          "piecewise (--lr_boundaries, --lr_values) or cosine "
+          "(--lr_decay_steps, --lr_alpha); Keras's schedules, applied where "
+          "the optimizer runs. See docs/flags.md.");
+ABSL_FLAG(int64_t, lr_decay_steps, 0,
+          "exponential: steps per factor of --lr_decay_rate; cosine: steps "
+          "from --lr down to --lr_alpha * --lr.");
+ABSL_FLAG(double, lr_decay_rate, 0,
+          "exponential: the rate is --lr * rate^(step / --lr_decay_steps).");
+ABSL_FLAG(bool, lr_staircase, false,
+          "exponential: decay in whole periods of --lr_decay_steps.");
+ABSL_FLAG(std::string, lr_boundaries, "",
+          "piecewise: increasing steps, comma-separated; --lr_values[i] "
+          "holds up to and including boundary i.");
+ABSL_FLAG(std::string, lr_values, "",
+          "piecewise: the rates, comma-separated, one more than "
+          "--lr_boundaries (--lr is not used).");
+ABSL_FLAG(double, lr_alpha, 0,
+          "cosine: the final rate as a fraction of --lr, in [0, 1].");
+ABSL_FLAG(int64_t, lr_warmup_steps, 0,
+          "Steps of linear warmup from --lr_warmup_from to the schedule's "
+          "first rate; the schedule starts after them (0: none).");
+ABSL_FLAG(double, lr_warmup_from, 0,
+          "The rate of the first warmup step (with --lr_warmup_steps).");
+
+namespace lockstep {
+namespace {
+
+// "100,200" as numbers; INVALID_ARGUMENT naming `flag` for a bad item.
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseList(absl::string_view flag,
+                                         absl::string_view text) {
+  std::vector<T> items;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    T value;
+    bool parsed;
+    if constexpr (std::is_same_v<T, double>) {
+      parsed = absl::SimpleAtod(item, &value);
+    } else {
+      parsed = absl::SimpleAtoi(item, &value);
+    }
+    if (!parsed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": \"", item,
+                       "\" is not a number (expected a "
+                       "comma-separated list)"));
+    }
+    items.push_back(value);
+  }
+  return items;
+}
+
+}  // namespace
+
+absl::StatusOr<LrSchedule> LrScheduleFromFlags(bool lr_given) {
+  LrSchedule s;
+  s.kind = absl::GetFlag(FLAGS_lr_schedule);
+  s.decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
+  s.decay_rate = absl::GetFlag(FLAGS_lr_decay_rate);
+  s.staircase = absl::GetFlag(FLAGS_lr_staircase);
+  ASSIGN_OR_RETURN(
+      s.boundaries,
+      ParseList<int64_t>("lr_boundaries", absl::GetFlag(FLAGS_lr_boundaries)));
+  ASSIGN_OR_RETURN(
+      s.values, ParseList<double>("lr_values", absl::GetFlag(FLAGS_lr_values)));
+  s.alpha = absl::GetFlag(FLAGS_lr_alpha);
+  s.warmup_steps = absl::GetFlag(FLAGS_lr_warmup_steps);
+  s.warmup_from = absl::GetFlag(FLAGS_lr_warmup_from);
+  RETURN_IF_ERROR(ValidateLrSchedule(s, "--lr_"));
+  if (s.kind == "piecewise" && lr_given) {
+    return absl::InvalidArgumentError(
+        "--lr is not used with --lr_schedule=piecewise: --lr_values gives "
+        "the rates");
+  }
+  return s;
+}
+
+}  // namespace lockstep
