@@ -23,19 +23,21 @@ constexpr Topic kTopics[] = {
     {"Job",
      "workers,rank,servers,ps,listen,shard,num_shards,port_file,"
      "exit_when_done,bin_dir,startup_timeout,grace_period,gpus,server_flag,"
-     "worker_flag"},
+     "worker_flag,hosts,ps_hosts,server_port,ssh_args,remote_bin_dir"},
     {"Model", "model,layers,input_shape,seed,init_weights"},
     {"Training",
      "optimizer,lr,momentum,nesterov,beta_1,beta_2,epsilon,weight_decay,"
-     "batch_size,epochs,max_steps,augment,eval_every_epoch,sum_order"},
-    {"Data", "dataset,data_dir,synthetic_examples"},
+     "batch_size,epochs,max_steps,augment,eval_every_epoch,sum_order,"
+     "lr_schedule,lr_decay_steps,lr_decay_rate,lr_staircase,lr_boundaries,"
+     "lr_values,lr_alpha,lr_warmup_steps,lr_warmup_from"},
+    {"Data", "dataset,data_dir,synthetic_examples,validation_split"},
     {"Device", "device,gpu,tf32,cpu_threads,cpu_conv"},
     {"Exchange",
      "sync,allreduce,allreduce_host,allreduce_group,backup_workers,staleness,"
      "wire_dtype,push_window,push_thread,chunk_bytes,straggle,"
      "straggle_random_ms"},
     {"Checkpoints",
-     "checkpoint_dir,weights_file,checkpoint_every_steps,"
+     "checkpoint_dir,init_from,weights_file,checkpoint_every_steps,"
      "checkpoint_every_seconds,checkpoints_to_keep,allow_fresh_start,"
      "dump_weights"},
     {"Timeouts and failures",
@@ -50,7 +52,8 @@ constexpr Topic kTopics[] = {
      "token_file,admin_identities,worker_identities,insecure"},
     {"Observability",
      "progress,summary_json,step_log,metrics_port,metrics_port_base,"
-     "health_port,health_port_base,trace,trace_dir,list_flags,validate_only"},
+     "health_port,health_port_base,trace,trace_dir,tensorboard_dir,list_flags,"
+     "validate_only"},
     {"Polling", "watch,interval,count,timeout"},
     {"Test hooks", "testing_checkpoint_pause_ms,testing_restore_pause_ms"},
 };

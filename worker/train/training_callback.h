@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/lr_schedule.h"  // LearningRateAt, which the reports read.
 #include "common/model_signature.h"
 
 namespace lockstep {
@@ -59,10 +60,6 @@ class CallbackList final : public TrainingCallback {
  private:
   std::vector<TrainingCallback*> callbacks_;  // Not owned.
 };
-
-// The learning rate that global step `step` (from 0) is applied with: the
-// one place the worker's reports read it.
-double LearningRateAt(const OptimizerConfig& optimizer, int64_t step);
 
 }  // namespace lockstep
 
