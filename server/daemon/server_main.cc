@@ -7,7 +7,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,7 +16,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
@@ -31,6 +29,7 @@
 #include "common/tls_flags.h"
 #include "common/work_pool.h"
 #include "server/daemon/daemon.h"
+#include "server/daemon/machine_memory.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to listen on, host:port (port 0 picks a free one). "
@@ -140,22 +139,6 @@ ABSL_FLAG(int, max_connection_age_s, 3600,
 namespace lockstep {
 namespace {
 
-// The memory this process may use: the machine's, or its cgroup's limit
-// where that is lower (a container's). 0 when neither can be read.
-int64_t MachineMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  int64_t bytes = pages > 0 && page > 0 ? int64_t{pages} * page : 0;
-  std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // cgroup v2.
-  std::string limit;
-  int64_t cgroup_bytes = 0;
-  if (cgroup >> limit && absl::SimpleAtoi(limit, &cgroup_bytes) &&
-      cgroup_bytes > 0 && (bytes == 0 || cgroup_bytes < bytes)) {
-    bytes = cgroup_bytes;
-  }
-  return bytes;
-}
-
 // The address, workers and shard that --listen, --workers, --shard and
 // --num_shards leave unset, from TF_CONFIG's ps task `env`.
 absl::Status ApplyTfConfig(const char* env, DaemonOptions* options_out) {
@@ -238,7 +221,8 @@ absl::Status ParseLimits(DaemonOptions* options_out) {
   const int age = absl::GetFlag(FLAGS_max_connection_age_s);
   if (options.limits.max_concurrent_streams < 1 || idle < 0 || age < 0) {
     return absl::InvalidArgumentError(
-        "--max_concurrent_streams must be > 0, connection times >= 0");
+        "--max_concurrent_streams must be positive and connection times not "
+        "negative");
   }
   const int64_t state_mb = absl::GetFlag(FLAGS_max_state_mb);
   if (state_mb < 0) {
@@ -248,7 +232,8 @@ absl::Status ParseLimits(DaemonOptions* options_out) {
       state_mb > 0 ? state_mb << 20 : MachineMemoryBytes() / 4 * 3;
   const int memory_mb = absl::GetFlag(FLAGS_max_grpc_memory_mb);
   if (memory_mb < 0) {
-    return absl::InvalidArgumentError("--max_grpc_memory_mb must be >= 0");
+    return absl::InvalidArgumentError(
+        "--max_grpc_memory_mb must not be negative");
   }
   options.limits.max_memory_bytes = int64_t{memory_mb} << 20;
   options.limits.max_connection_idle = absl::Seconds(idle);

@@ -363,7 +363,7 @@ int main(int argc, char** argv) {
       "server or timeout (retryable), 143 left after SIGTERM, 1 other.");
   lockstep::ParseFlags(
       argc, argv,
-      {"worker/app/worker_flags.cc", "worker/app/lr_schedule_flags.cc",
+      {"worker/app/worker_flags.cc", "worker/app/optimizer_flags.cc",
        "common/tls_flags.cc"});
   absl::StatusOr<lockstep::WorkerMainOptions> options =
       lockstep::WorkerOptionsFromFlags();

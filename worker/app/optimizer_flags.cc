@@ -1,4 +1,4 @@
-#include "worker/app/lr_schedule_flags.h"
+#include "worker/app/optimizer_flags.h"
 
 #include <cstdint>
 #include <string>
@@ -14,6 +14,17 @@
 #include "common/lr_schedule.h"
 #include "common/status_macros.h"
 
+ABSL_FLAG(std::string, optimizer, "adam", "sgd | momentum | adam | adamw.");
+ABSL_FLAG(double, lr, -1,
+          "Learning rate (default: Keras's for the optimizer: "
+          "0.01 for sgd/momentum, 0.001 for adam/adamw).");
+ABSL_FLAG(double, momentum, -1,
+          "Momentum (default 0.9 for momentum, 0 for sgd).");
+ABSL_FLAG(bool, nesterov, false, "Nesterov momentum (momentum optimizer).");
+ABSL_FLAG(double, beta_1, 0.9, "Adam beta_1.");
+ABSL_FLAG(double, beta_2, 0.999, "Adam beta_2.");
+ABSL_FLAG(double, epsilon, 1e-7, "Adam epsilon (Keras's default).");
+ABSL_FLAG(double, weight_decay, -1, "AdamW weight decay (default 0.004).");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "How the learning rate follows the global step: constant, "
           "exponential (--lr_decay_steps, --lr_decay_rate, --lr_staircase), "
@@ -91,6 +102,33 @@ absl::StatusOr<LrSchedule> LrScheduleFromFlags(bool lr_given) {
         "the rates");
   }
   return s;
+}
+
+absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
+  const std::string name = absl::GetFlag(FLAGS_optimizer);
+  if (name != "sgd" && name != "momentum" && name != "adam" &&
+      name != "adamw") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer must be sgd, momentum, adam or adamw, got \"",
+                     name, "\""));
+  }
+  OptimizerConfig config = OptimizerConfig::Defaults(name);
+  if (absl::GetFlag(FLAGS_lr) >= 0) {
+    config.learning_rate = absl::GetFlag(FLAGS_lr);
+  }
+  if (absl::GetFlag(FLAGS_momentum) >= 0) {
+    config.momentum = absl::GetFlag(FLAGS_momentum);
+  }
+  config.nesterov = absl::GetFlag(FLAGS_nesterov);
+  config.beta_1 = absl::GetFlag(FLAGS_beta_1);
+  config.beta_2 = absl::GetFlag(FLAGS_beta_2);
+  config.epsilon = absl::GetFlag(FLAGS_epsilon);
+  if (absl::GetFlag(FLAGS_weight_decay) >= 0) {
+    config.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  }
+  ASSIGN_OR_RETURN(config.schedule,
+                   LrScheduleFromFlags(absl::GetFlag(FLAGS_lr) >= 0));
+  return config;
 }
 
 }  // namespace lockstep
