@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/varint.h"
 
 namespace lockstep {
 namespace {
@@ -87,14 +88,6 @@ class Cursor {
   size_t part_ = 0;
   size_t pos_ = 0;
 };
-
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
 
 void AppendVarintField(uint32_t field, int64_t value, std::string* out) {
   if (value == 0) return;  // proto3 leaves defaults out.

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/varint.h"
 
 namespace lockstep {
 namespace {
@@ -34,14 +35,6 @@ void AppendLittleEndian(uint64_t value, int bytes, std::string* out) {
   for (int i = 0; i < bytes; ++i) {
     out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
   }
-}
-
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
 }
 
 // Protobuf wire types: 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit.
