@@ -311,8 +311,11 @@ done
 expect_no_lockstep_processes "after SIGKILL to the launcher"
 echo "== 3. SIGKILL to the launcher: nothing left on a, b, c"
 
-# 4. A worker that fails ends the job, its server on host a included.
-start_launch failing "${kWorkerArgs[@]}" --max_steps=20 --no_such_flag=1
+# 4. A worker that fails ends the job, its server on host a included. The
+# data folder is missing on the hosts: a failure only the remote worker
+# meets (the launcher refuses a bad flag before anything starts).
+start_launch failing "${kWorkerArgs[@]}" --max_steps=20 --dataset=idx \
+  --data_dir=/nonexistent/lockstep-data
 rc=0
 wait "$launch_pid" || rc=$?
 show_log failing 10
