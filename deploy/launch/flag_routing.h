@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/nearest_name.h"  // NearestFlag, for its hints.
 #include "deploy/launch/launcher_args.h"
 
 namespace lockstep {
@@ -38,15 +39,6 @@ class FlagTable {
  private:
   std::map<std::string, FlagKind, std::less<>> kinds_;
 };
-
-// The Levenshtein distance between `a` and `b` (insertions, deletions and
-// substitutions of one character).
-size_t EditDistance(absl::string_view a, absl::string_view b);
-
-// The name in `known` nearest to `name` when it is near enough to be a
-// typo (at most 1 + |name| / 4 edits); empty when none is.
-std::string NearestFlag(absl::string_view name,
-                        const std::vector<std::string>& known);
 
 struct RoutedArgs {
   std::vector<std::string> server;

@@ -10,7 +10,7 @@
 #      launcher exits 143, and no lockstep process is left on any host;
 #   3. the same killed with SIGKILL: nothing is left on any host either
 #      (within the 5 s grace period, waited for up to 20 s);
-#   4. a worker that fails at once (an unknown flag) ends the job: the
+#   4. a worker that fails at once (no data on its host) ends the job: the
 #      launcher exits with its code 2 and stops the server on host A.
 #
 #   tests/deploy/ssh_launch_test.sh [--bin-dir DIR]
