@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/internal/program_name.h"
 #include "absl/flags/internal/usage.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
@@ -88,7 +89,9 @@ void PrintGroupedHelp(std::ostream& out, absl::string_view usage,
     if (!IsHelpFile(flag->Filename(), help_files)) continue;
     groups[FlagGroup(name)][name] = flag;
   }
-  out << usage << "\n";
+  // As absl starts its own help: "PROGRAM: usage".
+  out << absl::flags_internal::ShortProgramInvocationName() << ": " << usage
+      << "\n";
   std::vector<absl::string_view> order;
   for (const Topic& topic : kTopics) order.push_back(topic.title);
   order.push_back(kOther);
