@@ -96,5 +96,46 @@ TEST(TrainScriptTest, HelpPrintsUsage) {
   }
 }
 
+// --help lists each binary's own flags and the TLS flags of
+// common/tls_flags.cc (absl alone would list neither: it looks for a file
+// named after the program), and exits 0: the user asked for it.
+TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"lockstep_worker", "--servers", "--model", "--cpu_conv", "--sync", "--push_window",
+       "--push_thread", "--step_timeout_s", "--lr_schedule", "--lr_values",
+       "--tls_ca", "--token_file"},
+      {"lockstep_server", "--listen", "--workers", "--checkpoint_dir", "--init_from",
+       "--step_timeout_s", "--on_worker_loss", "--sum_order", "--tls_cert",
+       "--token_file"},
+      {"lockstep_ctl", "--watch", "--interval", "--timeout", "--tls_ca", "--token_file"},
+      {"lockstep_launch", "--workers", "--ps", "--gpus", "--grace_period"},
+      {"lockstep_gpu_bench", "--seconds", "--resnet_batch", "--large_batch"},
+  };
+  for (const std::vector<std::string>& c : cases) {
+    SCOPED_TRACE(c[0]);
+    RunResult r =
+        RunProcess({kBin + "/" + c[0], "--help"}, {}, absl::Seconds(30));
+    EXPECT_EQ(r.exit_code, kExitOk) << r.output;
+    for (size_t i = 1; i < c.size(); ++i) {
+      EXPECT_THAT(r.output, HasSubstr(c[i] + " ("));
+    }
+  }
+}
+
+// The production server carries no test hooks; they live in
+// lockstep_server_testing, whose help lists them beside the server's own.
+TEST(HelpTest, TestHooksAreOnlyInTheTestingServer) {
+  RunResult real =
+      RunProcess({kBin + "/lockstep_server", "--helpfull"}, {}, absl::Seconds(30));
+  EXPECT_EQ(real.exit_code, kExitOk) << real.output;
+  EXPECT_THAT(real.output, HasSubstr("--listen ("));
+  EXPECT_THAT(real.output, Not(HasSubstr("testing_")));
+  RunResult testing = RunProcess({kBin + "/lockstep_server_testing", "--help"},
+                                 {}, absl::Seconds(30));
+  EXPECT_EQ(testing.exit_code, kExitOk) << testing.output;
+  EXPECT_THAT(testing.output, HasSubstr("--listen ("));
+  EXPECT_THAT(testing.output, HasSubstr("--testing_checkpoint_pause_ms ("));
+}
+
 }  // namespace
 }  // namespace lockstep
