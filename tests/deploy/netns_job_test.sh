@@ -25,7 +25,6 @@
 # exit, whatever the outcome.
 set -euo pipefail
 
-readonly kSkip=77
 readonly kSubnet=10.213.0
 readonly kProcessTimeout=120
 readonly kWorkerOverrides=(--dataset=synthetic --max_steps=20 --device=cpu
@@ -33,28 +32,11 @@ readonly kWorkerOverrides=(--dataset=synthetic --max_steps=20 --device=cpu
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-bin_dir="${LOCKSTEP_BIN_DIR:-$root/build/bin}"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --bin-dir) bin_dir="$2"; shift 2 ;;
-    --bin-dir=*) bin_dir="${1#*=}"; shift ;;
-    *) echo "error: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
+# shellcheck source=netns_lib.sh
+source "$here/netns_lib.sh"
+parse_bin_dir_args "$@"
 
-skip() {
-  echo "SKIP: $*"
-  exit "$kSkip"
-}
-
-[[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no 'ip' command (Debian package iproute2)"
-for b in lockstep_server lockstep_worker; do
-  if [[ ! -x "$bin_dir/$b" ]]; then
-    echo "error: $bin_dir/$b not found; build first" >&2
-    exit 1
-  fi
-done
+require_netns_and_binaries lockstep_server lockstep_worker
 python=""
 for p in "${LOCKSTEP_PYTHON:-}" python3 /usr/bin/python3; do
   if [[ -n "$p" ]] && "$p" -c 'import yaml' 2>/dev/null; then
@@ -111,14 +93,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The bridge lives in a namespace of its own, not in the host's.
-bridge_ns="$prefix-br"
-if ! ip netns add "$bridge_ns" 2>"$work/err"; then
-  skip "'ip netns add' is not permitted here: $(cat "$work/err")"
-fi
-namespaces+=("$bridge_ns")
-ip -n "$bridge_ns" link add br0 type bridge
-ip -n "$bridge_ns" link set br0 up
+make_bridge_namespace
 
 # What each pod runs, as the manifests say.
 PYTHONDONTWRITEBYTECODE=1 "$python" "$here/manifests.py" render \
@@ -144,13 +119,7 @@ for line in "${pods[@]}"; do
   read -r name _ _ <<<"$line"
   i=$((i + 1))
   ns="$prefix-$i"
-  ip netns add "$ns"
-  namespaces+=("$ns")
-  ip link add eth0 netns "$ns" type veth peer name "v$i" netns "$bridge_ns"
-  ip -n "$bridge_ns" link set "v$i" master br0 up
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "$kSubnet.$i/24" dev eth0
-  ip -n "$ns" link set eth0 up
+  add_host_namespace "$ns" "$i" "$kSubnet.$i"
   # `ip netns exec` bind-mounts /etc/netns/NAME/* over /etc/*: the pods'
   # names come from this hosts file (standing in for the cluster DNS), and
   # any other lookup goes to the namespace's own loopback, where no name

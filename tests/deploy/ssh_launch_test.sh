@@ -25,7 +25,6 @@
 # keys, /run/sshd if it was made) is removed on exit, whatever the outcome.
 set -euo pipefail
 
-readonly kSkip=77
 readonly kSubnet=10.214.0
 readonly kTimeout=120
 readonly kWorkerArgs=(--dataset=synthetic --device=cpu --connect_timeout_s=30
@@ -33,29 +32,11 @@ readonly kWorkerArgs=(--dataset=synthetic --device=cpu --connect_timeout_s=30
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-bin_dir="${LOCKSTEP_BIN_DIR:-$root/build/bin}"
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --bin-dir) bin_dir="$2"; shift 2 ;;
-    --bin-dir=*) bin_dir="${1#*=}"; shift ;;
-    *) echo "error: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-bin_dir="$(cd "$bin_dir" && pwd)"
+# shellcheck source=netns_lib.sh
+source "$here/netns_lib.sh"
+parse_bin_dir_args "$@"
 
-skip() {
-  echo "SKIP: $*"
-  exit "$kSkip"
-}
-
-[[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces"
-command -v ip >/dev/null 2>&1 || skip "no 'ip' command (Debian package iproute2)"
-for b in lockstep_launch lockstep_server lockstep_worker; do
-  if [[ ! -x "$bin_dir/$b" ]]; then
-    echo "error: $bin_dir/$b not found; build first" >&2
-    exit 1
-  fi
-done
+require_netns_and_binaries lockstep_launch lockstep_server lockstep_worker
 if [[ ! -x /usr/sbin/sshd ]] || ! command -v ssh-keygen >/dev/null 2>&1; then
   echo "== installing openssh-server and openssh-client with apt-get"
   export DEBIAN_FRONTEND=noninteractive
@@ -105,14 +86,7 @@ fail() {
   exit 1
 }
 
-# The bridge lives in a namespace of its own, not in the host's.
-bridge_ns="$prefix-br"
-if ! ip netns add "$bridge_ns" 2>"$work/err"; then
-  skip "'ip netns add' is not permitted here: $(cat "$work/err")"
-fi
-namespaces+=("$bridge_ns")
-ip -n "$bridge_ns" link add br0 type bridge
-ip -n "$bridge_ns" link set br0 up
+make_bridge_namespace
 
 # Hosts a (server), b and c (workers), and l, where the launcher runs.
 declare -A address=([a]="$kSubnet.1" [b]="$kSubnet.2" [c]="$kSubnet.3"
@@ -120,14 +94,7 @@ declare -A address=([a]="$kSubnet.1" [b]="$kSubnet.2" [c]="$kSubnet.3"
 i=0
 for h in a b c l; do
   i=$((i + 1))
-  ns="$prefix-$h"
-  ip netns add "$ns"
-  namespaces+=("$ns")
-  ip link add eth0 netns "$ns" type veth peer name "v$i" netns "$bridge_ns"
-  ip -n "$bridge_ns" link set "v$i" master br0 up
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "${address[$h]}/24" dev eth0
-  ip -n "$ns" link set eth0 up
+  add_host_namespace "$prefix-$h" "$i" "${address[$h]}"
 done
 
 # Keys made for this run only: the hosts' key, and the client's, which is
