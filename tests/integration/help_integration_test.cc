@@ -101,13 +101,14 @@ TEST(TrainScriptTest, HelpPrintsUsage) {
 // named after the program), and exits 0: the user asked for it.
 TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
   const std::vector<std::vector<std::string>> cases = {
-      {"lockstep_worker", "--servers", "--model", "--cpu_conv", "--sync", "--push_window",
-       "--push_thread", "--step_timeout_s", "--lr_schedule", "--lr_values",
-       "--tls_ca", "--token_file"},
-      {"lockstep_server", "--listen", "--workers", "--checkpoint_dir", "--init_from",
-       "--step_timeout_s", "--on_worker_loss", "--sum_order", "--tls_cert",
+      {"lockstep_worker", "--servers", "--model", "--cpu_conv", "--sync",
+       "--push_window", "--push_thread", "--step_timeout_s", "--lr_schedule",
+       "--lr_values", "--tls_ca", "--token_file"},
+      {"lockstep_server", "--listen", "--workers", "--checkpoint_dir",
+       "--init_from", "--step_timeout_s", "--on_worker_loss", "--sum_order",
+       "--tls_cert", "--token_file"},
+      {"lockstep_ctl", "--watch", "--interval", "--timeout", "--tls_ca",
        "--token_file"},
-      {"lockstep_ctl", "--watch", "--interval", "--timeout", "--tls_ca", "--token_file"},
       {"lockstep_launch", "--workers", "--ps", "--gpus", "--grace_period"},
       {"lockstep_gpu_bench", "--seconds", "--resnet_batch", "--large_batch"},
   };
@@ -125,8 +126,8 @@ TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
 // The production server carries no test hooks; they live in
 // lockstep_server_testing, whose help lists them beside the server's own.
 TEST(HelpTest, TestHooksAreOnlyInTheTestingServer) {
-  RunResult real =
-      RunProcess({kBin + "/lockstep_server", "--helpfull"}, {}, absl::Seconds(30));
+  RunResult real = RunProcess({kBin + "/lockstep_server", "--helpfull"}, {},
+                              absl::Seconds(30));
   EXPECT_EQ(real.exit_code, kExitOk) << real.output;
   EXPECT_THAT(real.output, HasSubstr("--listen ("));
   EXPECT_THAT(real.output, Not(HasSubstr("testing_")));
