@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""A chaos run of a synchronous parameter-server job, counting what survived.
+
+One server and W workers on loopback train a small MLP (synthetic data, a
+fixed step count, --sum_order=rank). On a seeded schedule, one fault at a
+time, the run SIGKILLs a random worker or the server, or SIGSTOPs one for a
+drawn time and then SIGCONTs it; what was killed is started again with the
+same arguments, as Kubernetes restarts a pod (the server on its port and
+checkpoint folder). The faults stop at --faults, at --max_s, or when the
+job ends first. Then the job must finish by itself.
+
+A fault-free run with the same flags comes first. At the end the report
+gives the faults injected and survived, the steps redone (server restarts
+go back to their checkpoint), the time lost against the fault-free run,
+the recovery times, and whether rank 0's final weights equal the
+fault-free run's byte for byte, as synchronous PS with --sum_order=rank
+promises. Exit 0 only when all --faults were injected and survived, every
+last process exited 0 and the weights are equal.
+
+  tests/bench/chaos.py [--faults=100] [--seed=1] [--steps=12000] ...
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+KINDS = ("worker-kill", "worker-stop", "server-kill", "server-stop")
+
+
+def parse_args(argv):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bin-dir", default=os.environ.get(
+        "LOCKSTEP_BIN_DIR", os.path.join(root, "build", "bin")),
+                   help="where lockstep_server and lockstep_worker are")
+    p.add_argument("--faults", type=int, default=100,
+                   help="how many faults to inject, one at a time")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seeds the schedule: kinds, targets, gaps")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--steps", type=int, default=12000,
+                   help="the job's steps (long enough to hold the faults)")
+    p.add_argument("--straggle_ms", type=int, default=8,
+                   help="added to each step of rank 0, to pace the job")
+    p.add_argument("--gap_s", type=float, nargs=2, default=(0.5, 1.5),
+                   metavar=("MIN", "MAX"), help="time between faults")
+    p.add_argument("--stop_s", type=float, nargs=2, default=(0.2, 3.0),
+                   metavar=("MIN", "MAX"), help="how long a SIGSTOP lasts")
+    p.add_argument("--kinds", default="4,3,2,1",
+                   help="weights of " + ", ".join(KINDS))
+    p.add_argument("--checkpoint_every_steps", type=int, default=100,
+                   help="the server's; a restart redoes the steps since")
+    p.add_argument("--server_step_timeout_s", type=int, default=2,
+                   help="a worker stopped longer is evicted, then rejoins")
+    p.add_argument("--max_s", type=float, default=900,
+                   help="bound on the whole run, both jobs")
+    p.add_argument("--json", help="also write the report here")
+    args = p.parse_args(argv)
+    args.kind_weights = [float(w) for w in args.kinds.split(",")]
+    if len(args.kind_weights) != len(KINDS) or min(args.kind_weights) < 0:
+        p.error("--kinds takes 4 weights >= 0")
+    for name in ("lockstep_server", "lockstep_worker"):
+        if not os.access(os.path.join(args.bin_dir, name), os.X_OK):
+            p.error(f"{args.bin_dir}/{name} not found; build first")
+    return args
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """One server and its workers; every process started is kept by pid."""
+
+    def __init__(self, args, folder, deadline):
+        self.args, self.dir, self.deadline = args, folder, deadline
+        self.port = 0
+        self.server = None
+        self.metrics_port = 0
+        self.workers = {}
+        self.started = []  # every Popen, for cleanup by pid
+        self.logs = 0
+
+    def _start(self, argv, name):
+        self.logs += 1
+        log = open(os.path.join(self.dir, f"{self.logs:04d}-{name}.log"), "w")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        proc.log_path = log.name
+        log.close()
+        self.started.append(proc)
+        return proc
+
+    def start_server(self):
+        port_file = os.path.join(self.dir, "port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        self.metrics_port = free_port()
+        a = self.args
+        self.server = self._start([
+            os.path.join(a.bin_dir, "lockstep_server"),
+            f"--listen=127.0.0.1:{self.port}", f"--workers={a.workers}",
+            f"--checkpoint_dir={self.dir}/ckpt",
+            f"--checkpoint_every_steps={a.checkpoint_every_steps}",
+            "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}",
+            f"--metrics_port={self.metrics_port}", f"--port_file={port_file}",
+            "--no_worker_timeout_s=120"], "server")
+        while not os.path.exists(port_file):
+            if self.server.poll() is not None or time.time() > self.deadline:
+                raise RuntimeError("the server did not start; see "
+                                   + self.server.log_path)
+            time.sleep(0.01)
+        if self.port == 0:
+            with open(port_file) as f:
+                self.port = int(f.read())
+
+    def start_worker(self, rank):
+        a = self.args
+        self.workers[rank] = self._start([
+            os.path.join(a.bin_dir, "lockstep_worker"),
+            f"--servers=127.0.0.1:{self.port}", f"--workers={a.workers}",
+            f"--rank={rank}", "--dataset=synthetic",
+            "--synthetic_examples=6400", "--layers=64,32,10",
+            "--optimizer=adam", "--batch_size=8", "--epochs=1000",
+            f"--max_steps={a.steps}", "--seed=7", "--chunk_bytes=2048",
+            "--progress=none", "--step_timeout_s=30",
+            "--rejoin_timeout_s=120", f"--straggle=0:{a.straggle_ms}",
+            f"--dump_weights={self.dir}/weights-rank{rank}"], f"rank{rank}")
+
+    def metric(self, name):
+        """A gauge of the current server, or None while it does not answer."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=0.5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def version(self):
+        v = self.metric("lockstep_server_version")
+        return None if v is None else int(v)
+
+    def finished(self):
+        return self.server.poll() is not None
+
+    def wait_all(self):
+        """Every last process's exit code, waiting until the deadline."""
+        codes = {}
+        for name, proc in [("server", self.server)] + [
+                (f"rank{r}", p) for r, p in sorted(self.workers.items())]:
+            try:
+                codes[name] = proc.wait(max(1, self.deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                codes[name] = None
+        return codes
+
+    def cleanup(self):
+        for proc in self.started:
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+
+def run_job(args, folder, deadline, chaos=None):
+    job = Job(args, folder, deadline)
+    try:
+        t0 = time.time()
+        job.start_server()
+        for r in range(args.workers):
+            job.start_worker(r)
+        faults = chaos(job) if chaos else []
+        codes = job.wait_all()
+        wall = time.time() - t0
+        weights_path = f"{folder}/weights-rank0"
+        weights = open(weights_path, "rb").read() if os.path.exists(
+            weights_path) else b""
+        return job, faults, codes, wall, weights
+    finally:
+        job.cleanup()
+
+
+def wait_past(job, version, deadline):
+    """Seconds until the server's version exceeds `version`, or None."""
+    t0 = time.time()
+    while time.time() < deadline and not job.finished():
+        v = job.version()
+        if v is not None and v > version:
+            return time.time() - t0
+        time.sleep(0.02)
+    return time.time() - t0 if job.finished() else None
+
+
+def restored_version(proc, deadline):
+    """The version a restarted server says it restored, or None."""
+    while time.time() < deadline and proc.poll() is None:
+        with open(proc.log_path) as f:
+            for line in f:
+                if "restored version " in line:
+                    return int(line.split("restored version ")[1].split()[0])
+        time.sleep(0.02)
+    return None
+
+
+def inject(job, kind, rank, stop_s):
+    """One fault; returns the version it hit and what it records."""
+    record = {"kind": kind}
+    before = job.version()
+    record["version"] = before
+    if kind.startswith("worker"):
+        record["rank"] = rank
+        proc = job.workers[rank]
+    else:
+        proc = job.server
+    if kind.endswith("stop"):
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(stop_s)
+        os.kill(proc.pid, signal.SIGCONT)
+        record["stopped_s"] = round(stop_s, 3)
+    else:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if kind == "worker-kill":
+            job.start_worker(rank)
+        else:
+            job.start_server()
+            restored = restored_version(job.server, job.deadline)
+            record["restored"] = restored
+            if before is not None and restored is not None:
+                record["redone"] = max(0, before - restored)
+    return before, record
+
+
+def chaos_schedule(args):
+    rng = random.Random(args.seed)
+
+    def chaos(job):
+        faults = []
+        end = min(job.deadline, time.time() + args.max_s)
+        while len(faults) < args.faults and time.time() < end:
+            time.sleep(rng.uniform(*args.gap_s))
+            if job.finished():
+                break
+            kind = rng.choices(KINDS, weights=args.kind_weights)[0]
+            rank = rng.randrange(args.workers)
+            stop_s = rng.uniform(*args.stop_s)
+            # A server killed before its first checkpoint would come back
+            # with nothing to restore (and the job is refused, by design).
+            if kind == "server-kill" and (job.metric(
+                    "lockstep_server_checkpoint_version") or -1) < 0:
+                kind = "worker-kill"
+            on_worker = kind.startswith("worker")
+            target = job.workers[rank] if on_worker else job.server
+            if target.poll() is not None:
+                break  # The job is ending: this worker has finished.
+            t = time.time()
+            before, record = inject(job, kind, rank, stop_s)
+            record["at_s"] = round(t - job.t0, 3)
+            recovery = wait_past(job, before if before is not None else -1,
+                                 end)
+            record["recovered_s"] = (None if recovery is None else
+                                     round(time.time() - t, 3))
+            faults.append(record)
+            where = f"rank {rank}" if on_worker else "server"
+            print(f"  fault {len(faults):3d} {kind:11s} {where:7s}"
+                  f" at version {before}: recovered in "
+                  f"{record['recovered_s']} s", flush=True)
+        return faults
+
+    return chaos
+
+
+def median(values):
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] +
+                                                 values[mid]) / 2
+
+
+def report(args, clean, dirty):
+    _, _, clean_codes, clean_wall, clean_weights = clean
+    _, faults, codes, wall, weights = dirty
+    recovered = [f["recovered_s"] for f in faults
+                 if f["recovered_s"] is not None]
+    ok_exit = all(c == 0 for c in codes.values())
+    survived = len(recovered) if ok_exit else 0
+    by_kind = {k: sum(1 for f in faults if f["kind"] == k) for k in KINDS}
+    r = {
+        "seed": args.seed, "workers": args.workers, "steps": args.steps,
+        "faults_injected": len(faults), "faults_survived": survived,
+        "faults_by_kind": by_kind,
+        "steps_redone": sum(f.get("redone", 0) for f in faults),
+        "fault_free_s": round(clean_wall, 3), "chaos_s": round(wall, 3),
+        "time_lost_s": round(wall - clean_wall, 3),
+        "recovery_median_s": (None if not recovered else
+                              round(median(recovered), 3)),
+        "recovery_max_s": max(recovered) if recovered else None,
+        "exit_codes": codes, "fault_free_exit_codes": clean_codes,
+        "weights_bytes": len(weights),
+        "weights_equal": bool(clean_weights) and weights == clean_weights,
+        "faults": faults,
+    }
+    r["ok"] = (ok_exit and all(c == 0 for c in clean_codes.values()) and
+               survived == len(faults) and r["weights_equal"] and
+               len(faults) == args.faults)
+    if len(faults) < args.faults:
+        print(f"chaos: the job ended after {len(faults)} of {args.faults} "
+              "faults; give it more --steps", flush=True)
+    return r
+
+
+def main(argv):
+    args = parse_args(argv)
+    # SIGTERM (a timeout) unwinds as Ctrl-C does, through every cleanup.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    deadline = time.time() + args.max_s
+    with tempfile.TemporaryDirectory(prefix="lockstep-chaos.") as tmp:
+        os.makedirs(f"{tmp}/clean")
+        os.makedirs(f"{tmp}/chaos")
+        print(f"chaos: fault-free run of {args.steps} steps, "
+              f"{args.workers} workers", flush=True)
+        clean = run_job(args, f"{tmp}/clean", deadline)
+        print(f"chaos: {clean[3]:.1f} s; now with up to {args.faults} "
+              f"faults (seed {args.seed})", flush=True)
+        schedule = chaos_schedule(args)
+
+        def chaos(job):
+            job.t0 = time.time()
+            return schedule(job)
+
+        dirty = run_job(args, f"{tmp}/chaos", deadline, chaos)
+        r = report(args, clean, dirty)
+        if not r["ok"]:
+            for name in sorted(os.listdir(f"{tmp}/chaos"))[-4:]:
+                path = f"{tmp}/chaos/{name}"
+                if name.endswith(".log"):
+                    print(f"--- {name} (tail)")
+                    print("".join(open(path).readlines()[-10:]), end="")
+    summary = {k: v for k, v in r.items() if k != "faults"}
+    print("chaos: " + json.dumps(summary))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=1)
+    return 0 if r["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
