@@ -41,7 +41,71 @@ class WaitingGet final : public grpc::ServerUnaryReactor {
   CoordinationStore::WaiterId waiter_ = 0;
 };
 
+// A JoinGroup waiting for its group to form; finished, like WaitingGet,
+// by whichever of the rendezvous' callback and OnCancel comes first.
+class WaitingJoin final : public grpc::ServerUnaryReactor {
+ public:
+  WaitingJoin(GroupRendezvous* groups, v1::JoinGroupResponse* response)
+      : groups_(groups), response_(response) {}
+
+  void Start(const v1::JoinGroupRequest& r) {
+    GroupRendezvous::Request request;
+    request.group = r.group();
+    request.member = r.member();
+    request.rank = r.rank();
+    request.size = r.size();
+    request.version = r.version();
+    waiter_ = groups_->Join(
+        request, [this](absl::StatusOr<GroupRendezvous::Group> group) {
+          if (group.ok()) {
+            response_->set_generation(group->generation);
+            response_->set_rank(group->rank);
+            response_->set_size(group->size);
+            response_->set_version(group->version);
+            response_->set_state_needed(group->state_needed);
+            response_->set_source_rank(group->source_rank);
+          }
+          Finish(ToGrpcStatus(group.status()));
+        });
+  }
+
+  void OnCancel() override {
+    if (waiter_ != 0 && groups_->Cancel(waiter_)) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "JoinGroup cancelled before the group formed"));
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  GroupRendezvous* const groups_;          // Not owned.
+  v1::JoinGroupResponse* const response_;  // Owned by gRPC; valid until OnDone.
+  GroupRendezvous::WaiterId waiter_ = 0;
+};
+
+// The reactor of a call refused by `status`.
+grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context,
+                                  const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
 }  // namespace
+
+grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
+    grpc::CallbackServerContext* context, const v1::JoinGroupRequest* request,
+    v1::JoinGroupResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
+                                   "Coordinator.JoinGroup");
+      !s.ok()) {
+    return Refused(context, s);
+  }
+  auto* waiting = new WaitingJoin(groups_, response);
+  waiting->Start(*request);
+  return waiting;
+}
 
 grpc::ServerUnaryReactor* CoordinatorService::Set(
     grpc::CallbackServerContext* context, const v1::SetRequest* request,
@@ -49,9 +113,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Set(
   if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
                                    "Coordinator.Set");
       !s.ok()) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
+    return Refused(context, s);
   }
   absl::StatusOr<bool> created =
       store_->Set(request->key(), request->value(), request->if_absent());
@@ -67,9 +129,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Get(
   if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
                                    "Coordinator.Get");
       !s.ok()) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
+    return Refused(context, s);
   }
   if (request->no_wait()) {
     absl::StatusOr<std::string> value = store_->TryGet(request->key());

@@ -4,8 +4,9 @@
 // Set answers at once. A Get of a missing key stores a reactor with the
 // store and returns without holding a gRPC thread; the Set that creates the
 // key finishes it, and a cancelled call (its deadline passed, the client went
-// away, the server shuts down) withdraws it. Both first ask the Authorizer
-// (common/authorizer.h): they are worker RPCs. Protobuf types stop here.
+// away, the server shuts down) withdraws it. JoinGroup waits alike in a
+// GroupRendezvous. All first ask the Authorizer (common/authorizer.h): they
+// are worker RPCs. Protobuf types stop here.
 // Thread-safe (the store is).
 #ifndef LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 #define LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
@@ -13,16 +14,17 @@
 #include "common/authorizer.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
 #include "server/coordination/coordination_store.h"
+#include "server/coordination/group_rendezvous.h"
 
 namespace lockstep {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  // `store` and `authorizer` are not owned and must outlive the service; a
-  // null authorizer lets every caller in.
-  explicit CoordinatorService(CoordinationStore* store,
-                              const Authorizer* authorizer = nullptr)
-      : store_(store), authorizer_(authorizer) {}
+  // `store`, `groups` and `authorizer` are not owned and must outlive the
+  // service; a null authorizer lets every caller in.
+  CoordinatorService(CoordinationStore* store, GroupRendezvous* groups,
+                     const Authorizer* authorizer = nullptr)
+      : store_(store), groups_(groups), authorizer_(authorizer) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::SetRequest* request,
@@ -30,9 +32,13 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context,
                                 const v1::GetRequest* request,
                                 v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
+                                      const v1::JoinGroupRequest* request,
+                                      v1::JoinGroupResponse* response) override;
 
  private:
   CoordinationStore* const store_;      // Not owned.
+  GroupRendezvous* const groups_;       // Not owned.
   const Authorizer* const authorizer_;  // Not owned; may be null.
 };
 

@@ -335,7 +335,8 @@ int Daemon::Run() {
   service.HoldRegistration();  // Until the checkpoint is restored (below).
   // Rendezvous for --sync=allreduce workers (worker/exchange/allreduce).
   CoordinationStore coordination_store;
-  CoordinatorService coordinator(&coordination_store,
+  GroupRendezvous groups;
+  CoordinatorService coordinator(&coordination_store, &groups,
                                  security->authorizer.get());
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(

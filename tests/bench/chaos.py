@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""A chaos run of a synchronous parameter-server job, counting what survived.
+"""A chaos run of a synchronous job, PS or all-reduce, counting what survived.
 
 One server and W workers on loopback train a small MLP (synthetic data, a
-fixed step count, --sum_order=rank). On a seeded schedule, one fault at a
+fixed step count): through the server with --sum_order=rank (--sync=ps), or
+by all-reduce among the workers with gloo or the gRPC ring
+(--sync=allreduce, the server only hosting the coordinator). On a seeded
+schedule, one fault at a
 time, the run SIGKILLs a random worker or the server, or SIGSTOPs one for a
 drawn time and then SIGCONTs it; what was killed is started again with the
 same arguments, as Kubernetes restarts a pod (the server on its port and
@@ -10,19 +13,24 @@ checkpoint folder). The faults stop at --faults, at --max_s, or when the
 job ends first. Then the job must finish by itself.
 
 A fault-free run with the same flags comes first. At the end the report
-gives the faults injected and survived, the steps redone (server restarts
-go back to their checkpoint), the time lost against the fault-free run,
-the recovery times, and whether rank 0's final weights equal the
-fault-free run's byte for byte, as synchronous PS with --sum_order=rank
-promises. Exit 0 only when all --faults were injected and survived, every
-last process exited 0 and the weights are equal.
+gives the faults injected and survived, the steps redone (PS: a restarted
+server goes back to its checkpoint; all-reduce: the version polled just
+before the fault minus the one the re-formed group went on from), the time
+lost against the fault-free run, the recovery times, and whether rank 0's
+final weights equal the fault-free run's byte for byte, as synchronous PS
+with --sum_order=rank and all-reduce promise. Exit 0 only when all --faults
+were injected and survived, every last process exited 0 and the weights
+are equal.
 
-  tests/bench/chaos.py [--faults=100] [--seed=1] [--steps=12000] ...
+  tests/bench/chaos.py [--sync=allreduce --allreduce=gloo] [--faults=100]
+                       [--seed=1] [--steps=12000] ...
 """
 import argparse
+import glob
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -32,6 +40,8 @@ import time
 import urllib.request
 
 KINDS = ("worker-kill", "worker-stop", "server-kill", "server-stop")
+# What an all-reduce rank prints when its re-formed group goes on.
+RESUMED = re.compile(r"back in the group at version (\d+) \(generation (\d+)\)")
 
 
 def parse_args(argv):
@@ -46,6 +56,9 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1,
                    help="seeds the schedule: kinds, targets, gaps")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--sync", choices=("ps", "allreduce"), default="ps")
+    p.add_argument("--allreduce", choices=("gloo", "grpc-ring"),
+                   default="gloo", help="the backend, with --sync=allreduce")
     p.add_argument("--steps", type=int, default=12000,
                    help="the job's steps (long enough to hold the faults)")
     p.add_argument("--straggle_ms", type=int, default=8,
@@ -59,7 +72,8 @@ def parse_args(argv):
     p.add_argument("--checkpoint_every_steps", type=int, default=100,
                    help="the server's; a restart redoes the steps since")
     p.add_argument("--server_step_timeout_s", type=int, default=2,
-                   help="a worker stopped longer is evicted, then rejoins")
+                   help="a worker stopped longer is evicted, then rejoins "
+                   "(all-reduce: the workers' step timeout)")
     p.add_argument("--max_s", type=float, default=900,
                    help="bound on the whole run, both jobs")
     p.add_argument("--json", help="also write the report here")
@@ -88,6 +102,7 @@ class Job:
         self.server = None
         self.metrics_port = 0
         self.workers = {}
+        self.worker_metrics = {}  # rank -> its metrics port
         self.started = []  # every Popen, for cleanup by pid
         self.logs = 0
 
@@ -106,14 +121,15 @@ class Job:
             os.unlink(port_file)
         self.metrics_port = free_port()
         a = self.args
+        ps = [] if a.sync == "allreduce" else [
+            f"--checkpoint_dir={self.dir}/ckpt",
+            f"--checkpoint_every_steps={a.checkpoint_every_steps}",
+            "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}"]
         self.server = self._start([
             os.path.join(a.bin_dir, "lockstep_server"),
             f"--listen=127.0.0.1:{self.port}", f"--workers={a.workers}",
-            f"--checkpoint_dir={self.dir}/ckpt",
-            f"--checkpoint_every_steps={a.checkpoint_every_steps}",
-            "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}",
             f"--metrics_port={self.metrics_port}", f"--port_file={port_file}",
-            "--no_worker_timeout_s=120"], "server")
+            "--no_worker_timeout_s=120"] + ps, "server")
         while not os.path.exists(port_file):
             if self.server.poll() is not None or time.time() > self.deadline:
                 raise RuntimeError("the server did not start; see "
@@ -125,6 +141,11 @@ class Job:
 
     def start_worker(self, rank):
         a = self.args
+        mode = ["--step_timeout_s=30"]
+        if a.sync == "allreduce":
+            mode = ["--sync=allreduce", f"--allreduce={a.allreduce}",
+                    f"--step_timeout_s={a.server_step_timeout_s}"]
+        self.worker_metrics[rank] = free_port()
         self.workers[rank] = self._start([
             os.path.join(a.bin_dir, "lockstep_worker"),
             f"--servers=127.0.0.1:{self.port}", f"--workers={a.workers}",
@@ -132,13 +153,16 @@ class Job:
             "--synthetic_examples=6400", "--layers=64,32,10",
             "--optimizer=adam", "--batch_size=8", "--epochs=1000",
             f"--max_steps={a.steps}", "--seed=7", "--chunk_bytes=2048",
-            "--progress=none", "--step_timeout_s=30",
-            "--rejoin_timeout_s=120", f"--straggle=0:{a.straggle_ms}",
-            f"--dump_weights={self.dir}/weights-rank{rank}"], f"rank{rank}")
+            "--progress=none", "--rejoin_timeout_s=120",
+            f"--straggle=0:{a.straggle_ms}",
+            f"--metrics_port={self.worker_metrics[rank]}",
+            f"--dump_weights={self.dir}/weights-rank{rank}"] + mode,
+            f"rank{rank}")
 
-    def metric(self, name):
-        """A gauge of the current server, or None while it does not answer."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+    def metric(self, name, port=None):
+        """A gauge of the current server (or of the process serving its
+        metrics on `port`), or None while it does not answer."""
+        url = f"http://127.0.0.1:{port or self.metrics_port}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=0.5) as r:
                 text = r.read().decode()
@@ -150,11 +174,33 @@ class Job:
         return None
 
     def version(self):
-        v = self.metric("lockstep_server_version")
-        return None if v is None else int(v)
+        """The job's version: the server's, or in all-reduce mode the
+        highest of the live workers'."""
+        if self.args.sync == "ps":
+            v = self.metric("lockstep_server_version")
+            return None if v is None else int(v)
+        versions = [self.metric("lockstep_worker_version", port)
+                    for rank, port in self.worker_metrics.items()
+                    if self.workers[rank].poll() is None]
+        versions = [v for v in versions if v is not None]
+        return int(max(versions)) if versions else None
 
     def finished(self):
+        if self.args.sync == "allreduce":
+            # The server stays until every worker has left.
+            return all(p.poll() is not None for p in self.workers.values())
         return self.server.poll() is not None
+
+    def resumed(self):
+        """(generation, version) of the newest re-formed all-reduce group
+        in the workers' logs, or None."""
+        newest = None
+        for path in glob.glob(os.path.join(self.dir, "*-rank*.log")):
+            with open(path) as f:
+                for m in RESUMED.finditer(f.read()):
+                    g = (int(m.group(2)), int(m.group(1)))
+                    newest = g if newest is None or g > newest else newest
+        return newest
 
     def wait_all(self):
         """Every last process's exit code, waiting until the deadline."""
@@ -238,6 +284,8 @@ def inject(job, kind, rank, stop_s):
         proc.wait()
         if kind == "worker-kill":
             job.start_worker(rank)
+        elif job.args.sync == "allreduce":
+            job.start_server()  # Nothing to restore: only the coordinator.
         else:
             job.start_server()
             restored = restored_version(job.server, job.deadline)
@@ -262,7 +310,7 @@ def chaos_schedule(args):
             stop_s = rng.uniform(*args.stop_s)
             # A server killed before its first checkpoint would come back
             # with nothing to restore (and the job is refused, by design).
-            if kind == "server-kill" and (job.metric(
+            if kind == "server-kill" and args.sync == "ps" and (job.metric(
                     "lockstep_server_checkpoint_version") or -1) < 0:
                 kind = "worker-kill"
             on_worker = kind.startswith("worker")
@@ -270,12 +318,20 @@ def chaos_schedule(args):
             if target.poll() is not None:
                 break  # The job is ending: this worker has finished.
             t = time.time()
+            last_group = job.resumed() if args.sync == "allreduce" else None
             before, record = inject(job, kind, rank, stop_s)
             record["at_s"] = round(t - job.t0, 3)
-            recovery = wait_past(job, before if before is not None else -1,
-                                 end)
+            # An all-reduce rank may finish the step it was in before its
+            # peers notice: recovered is a step past that one.
+            past = -1 if before is None else before + (args.sync != "ps")
+            recovery = wait_past(job, past, end)
             record["recovered_s"] = (None if recovery is None else
                                      round(time.time() - t, 3))
+            group = job.resumed() if args.sync == "allreduce" else None
+            if group is not None and group != last_group:
+                record["generation"], record["resumed"] = group
+                if before is not None:
+                    record["redone"] = max(0, before - group[1])
             faults.append(record)
             where = f"rank {rank}" if on_worker else "server"
             print(f"  fault {len(faults):3d} {kind:11s} {where:7s}"
@@ -304,6 +360,8 @@ def report(args, clean, dirty):
     survived = len(recovered) if ok_exit else 0
     by_kind = {k: sum(1 for f in faults if f["kind"] == k) for k in KINDS}
     r = {
+        "sync": args.sync if args.sync == "ps" else
+                f"allreduce/{args.allreduce}",
         "seed": args.seed, "workers": args.workers, "steps": args.steps,
         "faults_injected": len(faults), "faults_survived": survived,
         "faults_by_kind": by_kind,
@@ -335,7 +393,8 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="lockstep-chaos.") as tmp:
         os.makedirs(f"{tmp}/clean")
         os.makedirs(f"{tmp}/chaos")
-        print(f"chaos: fault-free run of {args.steps} steps, "
+        mode = "PS" if args.sync == "ps" else f"all-reduce ({args.allreduce})"
+        print(f"chaos: fault-free {mode} run of {args.steps} steps, "
               f"{args.workers} workers", flush=True)
         clean = run_job(args, f"{tmp}/clean", deadline)
         print(f"chaos: {clean[3]:.1f} s; now with up to {args.faults} "

@@ -17,7 +17,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "lockstep/v1/coordination.grpc.pb.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 
 namespace lockstep {
@@ -150,20 +149,6 @@ bool Job::WaitForStopHandler(int slot) const {
       }
     }
     return false;
-  });
-}
-
-bool Job::WaitForCoordinatorKey(const std::string& key) const {
-  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
-      absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
-  return WaitFor([&] {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-    v1::GetRequest request;
-    request.set_key(key);
-    request.set_no_wait(true);
-    v1::GetResponse response;
-    return stub->Get(&context, request, &response).ok();
   });
 }
 

@@ -44,8 +44,6 @@ class Job final {
   bool WaitForPushFrom(int rank) const;
   // Until worker `slot` has its stop-signal handler installed.
   bool WaitForStopHandler(int slot) const;
-  // Until the server's coordinator holds `key` (an all-reduce rendezvous).
-  bool WaitForCoordinatorKey(const std::string& key) const;
 
   // The ranks the server counts as finished (left); empty when it does not
   // answer.

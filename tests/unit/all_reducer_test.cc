@@ -49,7 +49,8 @@ class Coordinator {
 
  private:
   CoordinationStore store_;
-  CoordinatorService service_{&store_};
+  GroupRendezvous groups_;
+  CoordinatorService service_{&store_, &groups_};
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
 };

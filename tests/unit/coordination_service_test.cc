@@ -41,7 +41,8 @@ class CoordinationServiceTest : public ::testing::Test {
   static absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
   CoordinationStore store_;
-  CoordinatorService service_{&store_};
+  GroupRendezvous groups_;
+  CoordinatorService service_{&store_, &groups_};
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::unique_ptr<CoordinatorClient> client_;
@@ -122,6 +123,48 @@ TEST_F(CoordinationServiceTest, ServerShutdownEndsAWaitingGet) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_EQ(store_.NumWaiters(), 0u);
   server_.reset();
+}
+
+// Two members of a 2-rank group over gRPC: both get the group, with rank
+// 1's newer version to go on from.
+TEST_F(CoordinationServiceTest, JoinGroupAnswersEveryMemberAtOnce) {
+  std::optional<absl::StatusOr<CoordinatorClient::Group>> first;
+  std::thread member([&] {
+    first = client_->JoinGroup({"job", 1, 0, 2, 3}, In(absl::Seconds(30)));
+  });
+  const absl::Time until = In(absl::Seconds(30));
+  while (groups_.NumWaiting() < 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(groups_.NumWaiting(), 1u);
+  absl::StatusOr<CoordinatorClient::Group> second =
+      client_->JoinGroup({"job", 2, 1, 2, 4}, In(absl::Seconds(30)));
+  member.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(first->ok()) << first->status();
+  EXPECT_EQ((*first)->generation, 1);
+  EXPECT_EQ(second->generation, 1);
+  EXPECT_EQ((*first)->rank, 0);
+  EXPECT_EQ(second->rank, 1);
+  EXPECT_EQ((*first)->version, 4);
+  EXPECT_TRUE((*first)->state_needed);
+  EXPECT_EQ((*first)->source_rank, 1);
+}
+
+// A member whose deadline passes is withdrawn: it no longer counts.
+TEST_F(CoordinationServiceTest, JoinGroupPastItsDeadlineLeavesNoMember) {
+  absl::StatusOr<CoordinatorClient::Group> group =
+      client_->JoinGroup({"job", 1, 0, 2, 0}, In(absl::Milliseconds(300)));
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kDeadlineExceeded);
+  const absl::Time until = In(absl::Seconds(30));
+  while (groups_.NumWaiting() > 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(groups_.NumWaiting(), 0u);
+  absl::StatusOr<CoordinatorClient::Group> bad =
+      client_->JoinGroup({"job", 1, 5, 2, 0}, In(absl::Seconds(10)));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

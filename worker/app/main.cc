@@ -25,6 +25,7 @@
 #include "worker/data/validation_split.h"
 #include "worker/device/device_factory.h"
 #include "worker/exchange/allreduce/all_reducer.h"
+#include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/allreduce_exchanger.h"
 #include "worker/exchange/ps/ps_client.h"
 #include "worker/exchange/ps_exchanger.h"
@@ -84,8 +85,7 @@ absl::StatusOr<std::vector<float>> ReadInitialWeights(const std::string& path,
   return FlattenByName(AllTensors(model), file);
 }
 
-// The exchanger of o->trainer.sync over `client`; in all-reduce mode,
-// once every worker has arrived at the rendezvous.
+// The exchanger of o->trainer.sync over `client`.
 absl::StatusOr<std::unique_ptr<Exchanger>> MakeExchanger(WorkerMainOptions* o,
                                                          PsClient* client,
                                                          StopSignals* stop) {
@@ -96,15 +96,20 @@ absl::StatusOr<std::unique_ptr<Exchanger>> MakeExchanger(WorkerMainOptions* o,
   }
   stop->SetLastLeave(
       [client, rank] { return client->LeaveUnregistered(rank); });
-  ASSIGN_OR_RETURN(std::unique_ptr<AllReducer> reducer,
-                   CreateAllReducer(o->allreduce));
+  // Groups of more than one rank form at the coordinator (Join).
+  std::unique_ptr<CoordinatorClient> coordinator;
+  if (o->allreduce.size > 1) {
+    ASSIGN_OR_RETURN(
+        coordinator,
+        CoordinatorClient::Create(o->allreduce.coordinator, o->allreduce.tls));
+  }
   // The trainer stops on the ranks' agreed stop, not on its own signal
   // (which still makes a failed step a stop).
   o->trainer.stop = stop->agreed();
   o->trainer.stop_signal = stop->requested();
   return std::make_unique<AllReduceExchanger>(
-      std::move(reducer), client, rank, o->trainer.num_workers,
-      stop->requested(), stop->agreed());
+      o->allreduce, std::move(coordinator), client, stop->requested(),
+      stop->agreed());
 }
 
 // A run that failed after a stop signal (its waiting calls were cancelled

@@ -112,6 +112,10 @@ StopSignals* StopSignals::Install(int rank) {
     action.sa_flags = SA_RESTART;
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
+    // A peer that went away is an error on the socket (gloo's, gRPC's), not
+    // a SIGPIPE that kills this process (exit 141) before it can re-form
+    // its all-reduce group.
+    signal(SIGPIPE, SIG_IGN);
     return new StopSignals;
   }();
   return signals;

@@ -1,16 +1,45 @@
 #include "worker/exchange/allreduce_exchanger.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace lockstep {
+namespace {
 
-absl::StatusOr<int64_t> AllReduceExchanger::Join(
+// A non-zero id that no other process draws (in practice).
+uint64_t NewMemberId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) {
+    id = (static_cast<uint64_t>(device()) << 32) ^ device();
+  }
+  return id;
+}
+
+}  // namespace
+
+AllReduceExchanger::AllReduceExchanger(
+    AllReduceOptions options, std::unique_ptr<CoordinatorClient> coordinator,
+    PsClient* server, const std::atomic<bool>* stop_requested,
+    std::atomic<bool>* stop_agreed, ReducerFactory create)
+    : options_(std::move(options)),
+      coordinator_(std::move(coordinator)),
+      server_(server),
+      stop_requested_(stop_requested),
+      stop_agreed_(stop_agreed),
+      create_(std::move(create)),
+      member_(NewMemberId()) {}
+
+absl::Status AllReduceExchanger::Start(
     const ModelSignature& signature,
     const std::function<std::vector<float>()>& initial,
-    absl::Span<float> weights, absl::Duration timeout) {
+    absl::Span<float> weights) {
   ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(signature.optimizer,
                                                  signature.NumParameters()));
   num_parameters_ = signature.NumParameters();
@@ -23,7 +52,100 @@ absl::StatusOr<int64_t> AllReduceExchanger::Join(
         weights.size()));
   }
   std::copy(version0.begin(), version0.end(), weights.begin());
-  return 0;
+  version_ = 0;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> AllReduceExchanger::Join(
+    const ModelSignature& signature,
+    const std::function<std::vector<float>()>& initial,
+    absl::Span<float> weights, absl::Duration timeout) {
+  if (optimizer_ == nullptr)
+    RETURN_IF_ERROR(Start(signature, initial, weights));
+  // A failed generation's reducer goes first: its connections and service.
+  reducer_.reset();
+  if (options_.size == 1) {
+    ASSIGN_OR_RETURN(reducer_, create_(options_));
+    return version_;
+  }
+  if (coordinator_ == nullptr) {
+    return absl::InternalError("an all-reduce group without a coordinator");
+  }
+  CoordinatorClient::GroupRequest request;
+  request.group = options_.group;
+  request.member = member_;
+  request.rank = options_.rank;
+  request.size = options_.size;
+  request.version = version_;
+  if (generation_ == 0) {
+    std::printf(
+        "Waiting for the all-reduce group \"%s\" to form: rank %d of %d, at "
+        "the coordinator %s\n",
+        options_.group.c_str(), options_.rank, options_.size,
+        coordinator_->address().c_str());
+    std::fflush(stdout);
+  }
+  // The first Join has no deadline of its own: the rendezvous timeout
+  // (--connect_timeout_s) bounds each wait for the group.
+  const absl::Duration wait = std::min(timeout, options_.rendezvous_timeout);
+  ASSIGN_OR_RETURN(const CoordinatorClient::Group group,
+                   coordinator_->JoinGroup(request, absl::Now() + wait));
+  if (group.rank != options_.rank || group.size != options_.size) {
+    return absl::InternalError(absl::StrCat(
+        "the coordinator placed rank ", options_.rank, " of ", options_.size,
+        " as rank ", group.rank, " of ", group.size));
+  }
+  AllReduceOptions generation = options_;
+  generation.group = absl::StrCat(options_.group, "/g", group.generation);
+  ASSIGN_OR_RETURN(reducer_, create_(generation));
+  if (group.state_needed) {
+    RETURN_IF_ERROR(ShareState(group.source_rank == options_.rank, weights));
+    if (group.source_rank != options_.rank && version_ != group.version) {
+      std::printf("Rank %d took version %lld from rank %d\n", options_.rank,
+                  static_cast<long long>(group.version), group.source_rank);
+      std::fflush(stdout);
+    }
+  }
+  if (generation_ > 0) {
+    std::printf(
+        "Rank %d is back in the group at version %lld (generation "
+        "%lld)\n",
+        options_.rank, static_cast<long long>(group.version),
+        static_cast<long long>(group.generation));
+    std::fflush(stdout);
+  }
+  version_ = group.version;
+  generation_ = group.generation;
+  return version_;
+}
+
+absl::Status AllReduceExchanger::ShareState(bool send,
+                                            absl::Span<float> weights) {
+  std::vector<std::pair<std::string, absl::Span<float>>> slots =
+      optimizer_->Slots();
+  size_t total = weights.size();
+  for (const auto& slot : slots) total += slot.second.size();
+  state_buffer_.resize(total);
+  // -0.0 + x is x, bits and all, for every x (+0.0 would turn -0.0 into
+  // +0.0): the sum is the sender's values.
+  if (!send) std::fill(state_buffer_.begin(), state_buffer_.end(), -0.0f);
+  float* at = state_buffer_.data();
+  if (send) {
+    at = std::copy(weights.begin(), weights.end(), at);
+    for (const auto& slot : slots) {
+      at = std::copy(slot.second.begin(), slot.second.end(), at);
+    }
+  }
+  RETURN_IF_ERROR(reducer_->AllReduceSum(absl::MakeSpan(state_buffer_)));
+  if (send) return absl::OkStatus();
+  const float* from = state_buffer_.data();
+  std::copy(from, from + weights.size(), weights.begin());
+  from += weights.size();
+  for (const auto& slot : slots) {
+    std::copy(from, from + slot.second.size(), slot.second.begin());
+    from += slot.second.size();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
@@ -31,6 +153,9 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
                                                  absl::Span<float> weights,
                                                  const ComputeFn& compute,
                                                  BatchStats* stats) {
+  if (reducer_ == nullptr) {
+    return absl::FailedPreconditionError("all-reduce step before Join");
+  }
   ASSIGN_OR_RETURN(*stats, compute(nullptr));
   if (gradient.size() != weights.size() + 1) {
     return absl::InternalError(
@@ -42,10 +167,12 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
   // next step.
   gradient[weights.size()] =
       stop_requested_ != nullptr && stop_requested_->load() ? 1.0f : 0.0f;
+  // A failed sum changes nothing here: the weights and the optimizer's
+  // state stay at version_ for the re-formed group.
   RETURN_IF_ERROR(reducer_->AllReduceSum(gradient));
   // The same scaling as a parameter server's: the sum times 1/W, in the
   // optimizer's pass.
-  const float scale = 1.0f / static_cast<float>(num_workers_);
+  const float scale = 1.0f / static_cast<float>(options_.size);
   const absl::Span<float> parameters = weights.subspan(0, num_parameters_);
   optimizer_->ApplyMean(step, 0, parameters, parameters,
                         gradient.subspan(0, num_parameters_), scale);
@@ -54,17 +181,18 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
        ++i) {
     weights[i] = gradient[i] * scale;
   }
+  version_ = step + 1;
   // Some rank was asked to stop: every rank stops after this same step, so
   // none waits for the others in a step they will not take.
   if (gradient[weights.size()] > 0 && stop_agreed_ != nullptr) {
     stop_agreed_->store(true);
   }
-  return step + 1;
+  return version_;
 }
 
 absl::Status AllReduceExchanger::Leave() {
   if (server_ == nullptr) return absl::OkStatus();
-  return server_->LeaveUnregistered(rank_);
+  return server_->LeaveUnregistered(options_.rank);
 }
 
 }  // namespace lockstep

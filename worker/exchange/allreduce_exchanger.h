@@ -3,15 +3,32 @@
 // sees the workers leave). Every worker sums the gradients (and state) with
 // the others, divides by the worker count and applies the same optimizer to
 // its own copy of the weights, so all replicas stay bit-identical (the
-// backends give every rank the same sum). Externally synchronized.
+// backends give every rank the same sum).
+//
+// Peers lost mid-job are survived at step granularity. A step whose
+// collective fails applies nothing on this rank; the trainer then joins
+// again (Join, through its Rejoiner's backoff and deadline), and the group
+// re-forms at the coordinator (Coordinator.JoinGroup) from the ranks still
+// alive and the replacements of the lost ones, as a new generation with
+// reducers of its own. The group goes on from the highest version any member
+// holds: a step that completed on some rank before the failure is kept
+// (every rank that applied it applied the same full sum), one that did not
+// is redone. Members behind that version (a replacement, or a rank whose
+// step failed where another's completed) receive the weights, the model's
+// state and the optimizer's state from a member at that version, bit for
+// bit, before training on. So a job that lost and replaced ranks ends with
+// the weights of a job that lost none. Externally synchronized.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_EXCHANGER_H_
 #define LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_EXCHANGER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "common/optimizer.h"
 #include "worker/exchange/allreduce/all_reducer.h"
+#include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/exchanger.h"
 #include "worker/exchange/ps/ps_client.h"
 
@@ -19,21 +36,25 @@ namespace lockstep {
 
 class AllReduceExchanger final : public Exchanger {
  public:
-  // `reducer` is owned; `server` (for leaving the job, may be null) is not.
-  // A stop is agreed between the ranks: each step carries whether this rank
-  // was asked to stop (`stop_requested`, a signal handler's flag), summed
-  // with the gradients, and when any was, every rank sets `stop_agreed`
-  // after that same step (the trainer's stop flag). Either may be null.
-  AllReduceExchanger(std::unique_ptr<AllReducer> reducer, PsClient* server,
-                     int rank, int num_workers,
+  using ReducerFactory =
+      std::function<absl::StatusOr<std::unique_ptr<AllReducer>>(
+          const AllReduceOptions&)>;
+
+  // `options` describe this rank and the job's group (options.group is the
+  // prefix of every generation's keys). `coordinator` (owned) forms the
+  // groups; it may be null only when options.size is 1. `server` (for
+  // leaving the job, may be null) is not owned. A stop is agreed between
+  // the ranks: each step carries whether this rank was asked to stop
+  // (`stop_requested`, a signal handler's flag), summed with the gradients,
+  // and when any was, every rank sets `stop_agreed` after that same step
+  // (the trainer's stop flag). Either may be null. `create` makes each
+  // generation's reducer (tests pass their own).
+  AllReduceExchanger(AllReduceOptions options,
+                     std::unique_ptr<CoordinatorClient> coordinator,
+                     PsClient* server,
                      const std::atomic<bool>* stop_requested = nullptr,
-                     std::atomic<bool>* stop_agreed = nullptr)
-      : reducer_(std::move(reducer)),
-        server_(server),
-        rank_(rank),
-        num_workers_(num_workers),
-        stop_requested_(stop_requested),
-        stop_agreed_(stop_agreed) {}
+                     std::atomic<bool>* stop_agreed = nullptr,
+                     ReducerFactory create = CreateAllReducer);
 
   absl::StatusOr<int64_t> Join(const ModelSignature& signature,
                                const std::function<std::vector<float>()>& initial,
@@ -44,19 +65,38 @@ class AllReduceExchanger final : public Exchanger {
                                const ComputeFn& compute,
                                BatchStats* stats) override;
   absl::Status Leave() override;
-  bool CanRejoin() const override { return false; }
+  // A group of more than one rank re-forms after a lost peer.
+  bool CanRejoin() const override { return options_.size > 1; }
   // The stop flag travels after the gradient and state.
   int GradientTailSlots() const override { return 1; }
 
+  // The generation of the group this rank trains in (0 before the first
+  // Join, and always with one rank).
+  int64_t generation() const { return generation_; }
+
  private:
-  std::unique_ptr<AllReducer> reducer_;
-  PsClient* const server_;  // Not owned; may be null.
-  const int rank_;
-  const int num_workers_;
+  // The first Join's part: the optimizer and version 0.
+  absl::Status Start(const ModelSignature& signature,
+                     const std::function<std::vector<float>()>& initial,
+                     absl::Span<float> weights);
+  // Sends (`send`) or receives the weights and the optimizer's state with
+  // one sum in which every other rank adds -0.0, which leaves each value's
+  // bits unchanged.
+  absl::Status ShareState(bool send, absl::Span<float> weights);
+
+  const AllReduceOptions options_;
+  const std::unique_ptr<CoordinatorClient> coordinator_;  // May be null.
+  PsClient* const server_;                         // Not owned; may be null.
   const std::atomic<bool>* const stop_requested_;  // Not owned; may be null.
   std::atomic<bool>* const stop_agreed_;           // Not owned; may be null.
+  const ReducerFactory create_;
+  const uint64_t member_;  // This process's id at the coordinator.
+  std::unique_ptr<AllReducer> reducer_;  // The current generation's.
   std::unique_ptr<Optimizer> optimizer_;
   int64_t num_parameters_ = 0;
+  int64_t version_ = 0;  // Steps applied to the weights.
+  int64_t generation_ = 0;
+  std::vector<float> state_buffer_;  // ShareState's.
 };
 
 }  // namespace lockstep

@@ -76,8 +76,8 @@ absl::StatusOr<int64_t> Rejoiner::Rejoin(const absl::Status& cause,
       return absl::Status(
           version.status().code(),
           absl::StrCat("gave up registering again after ",
-                       absl::FormatDuration(rejoin_timeout_), ": ",
-                       version.status().message()));
+                       absl::FormatDuration(rejoin_timeout_), " (",
+                       timeout_name_, "): ", version.status().message()));
     }
     if (!Backoff(Random::Derive(stream, attempt++))) return stopped;
   }

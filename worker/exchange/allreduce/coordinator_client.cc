@@ -79,4 +79,28 @@ absl::StatusOr<std::string> CoordinatorClient::Get(absl::string_view key,
   return std::move(*response.mutable_value());
 }
 
+absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
+    const GroupRequest& r, absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  context.set_wait_for_ready(true);
+  v1::JoinGroupRequest request;
+  request.set_group(r.group);
+  request.set_member(r.member);
+  request.set_rank(r.rank);
+  request.set_size(r.size);
+  request.set_version(r.version);
+  v1::JoinGroupResponse response;
+  grpc::Status status = impl_->stub_->JoinGroup(&context, request, &response);
+  if (!status.ok()) return Annotate(status, "JoinGroup", r.group, address_);
+  Group group;
+  group.generation = response.generation();
+  group.rank = response.rank();
+  group.size = response.size();
+  group.version = response.version();
+  group.state_needed = response.state_needed();
+  group.source_rank = response.source_rank();
+  return group;
+}
+
 }  // namespace lockstep

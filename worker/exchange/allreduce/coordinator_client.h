@@ -6,6 +6,7 @@
 #ifndef LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_COORDINATOR_CLIENT_H_
 #define LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_COORDINATOR_CLIENT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,27 @@ class CoordinatorClient final {
   // The value of `key`, waiting until it exists; DEADLINE_EXCEEDED when
   // `deadline` passes first.
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline);
+
+  // The all-reduce group this member belongs to, once a member of every
+  // rank has joined (Coordinator.JoinGroup); DEADLINE_EXCEEDED when
+  // `deadline` passes first.
+  struct GroupRequest {
+    std::string group;
+    uint64_t member = 0;
+    int rank = 0;
+    int size = 1;
+    int64_t version = 0;
+  };
+  struct Group {
+    int64_t generation = 0;
+    int rank = 0;
+    int size = 0;
+    int64_t version = 0;
+    bool state_needed = false;
+    int source_rank = 0;
+  };
+  absl::StatusOr<Group> JoinGroup(const GroupRequest& request,
+                                  absl::Time deadline);
 
   const std::string& address() const { return address_; }
 
