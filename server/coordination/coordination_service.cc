@@ -1,5 +1,7 @@
 #include "server/coordination/coordination_service.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -55,15 +57,21 @@ class WaitingJoin final : public grpc::ServerUnaryReactor {
     request.rank = r.rank();
     request.size = r.size();
     request.version = r.version();
+    request.min_size = r.min_size();
+    // Clamped before the conversion; Check refuses what is out of range.
+    request.settle = absl::Milliseconds(std::clamp<int64_t>(
+        r.settle_ms(), -1,
+        absl::ToInt64Milliseconds(GroupRendezvous::kMaxSettle) + 1));
     waiter_ = groups_->Join(
         request, [this](absl::StatusOr<GroupRendezvous::Group> group) {
           if (group.ok()) {
             response_->set_generation(group->generation);
-            response_->set_rank(group->rank);
-            response_->set_size(group->size);
+            response_->set_index(group->index);
+            response_->set_size(static_cast<int32_t>(group->members.size()));
+            for (int rank : group->members) response_->add_members(rank);
             response_->set_version(group->version);
             response_->set_state_needed(group->state_needed);
-            response_->set_source_rank(group->source_rank);
+            response_->set_source_index(group->source_index);
           }
           Finish(ToGrpcStatus(group.status()));
         });
@@ -81,6 +89,37 @@ class WaitingJoin final : public grpc::ServerUnaryReactor {
  private:
   GroupRendezvous* const groups_;          // Not owned.
   v1::JoinGroupResponse* const response_;  // Owned by gRPC; valid until OnDone.
+  GroupRendezvous::WaiterId waiter_ = 0;
+};
+
+// A WatchGroup waiting for a joiner or a new generation.
+class WaitingWatch final : public grpc::ServerUnaryReactor {
+ public:
+  WaitingWatch(GroupRendezvous* groups, v1::WatchGroupResponse* response)
+      : groups_(groups), response_(response) {}
+
+  void Start(const v1::WatchGroupRequest& r) {
+    waiter_ = groups_->Watch(r.group(), r.generation(),
+                             [this](absl::StatusOr<int> waiting) {
+                               if (waiting.ok())
+                                 response_->set_waiting(*waiting);
+                               Finish(ToGrpcStatus(waiting.status()));
+                             });
+  }
+
+  void OnCancel() override {
+    if (waiter_ != 0 && groups_->Cancel(waiter_)) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                          "WatchGroup cancelled before anyone joined"));
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  GroupRendezvous* const groups_;  // Not owned.
+  v1::WatchGroupResponse* const
+      response_;  // Owned by gRPC; valid until OnDone.
   GroupRendezvous::WaiterId waiter_ = 0;
 };
 
@@ -103,6 +142,19 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
     return Refused(context, s);
   }
   auto* waiting = new WaitingJoin(groups_, response);
+  waiting->Start(*request);
+  return waiting;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::WatchGroup(
+    grpc::CallbackServerContext* context, const v1::WatchGroupRequest* request,
+    v1::WatchGroupResponse* response) {
+  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
+                                   "Coordinator.WatchGroup");
+      !s.ok()) {
+    return Refused(context, s);
+  }
+  auto* waiting = new WaitingWatch(groups_, response);
   waiting->Start(*request);
   return waiting;
 }

@@ -4,9 +4,9 @@
 // Set answers at once. A Get of a missing key stores a reactor with the
 // store and returns without holding a gRPC thread; the Set that creates the
 // key finishes it, and a cancelled call (its deadline passed, the client went
-// away, the server shuts down) withdraws it. JoinGroup waits alike in a
-// GroupRendezvous. All first ask the Authorizer (common/authorizer.h): they
-// are worker RPCs. Protobuf types stop here.
+// away, the server shuts down) withdraws it. JoinGroup and WatchGroup wait
+// alike in a GroupRendezvous. All first ask the Authorizer
+// (common/authorizer.h): they are worker RPCs. Protobuf types stop here.
 // Thread-safe (the store is).
 #ifndef LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 #define LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
@@ -35,6 +35,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
                                       const v1::JoinGroupRequest* request,
                                       v1::JoinGroupResponse* response) override;
+  grpc::ServerUnaryReactor* WatchGroup(
+      grpc::CallbackServerContext* context,
+      const v1::WatchGroupRequest* request,
+      v1::WatchGroupResponse* response) override;
 
  private:
   CoordinationStore* const store_;      // Not owned.

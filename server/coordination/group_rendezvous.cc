@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace lockstep {
 namespace {
@@ -13,7 +14,23 @@ absl::Status ShutDownError() {
   return absl::UnavailableError("the coordinator is shutting down");
 }
 
+int MinSize(const GroupRendezvous::Request& r) {
+  return r.min_size == 0 ? r.size : r.min_size;
+}
+
 }  // namespace
+
+void GroupRendezvous::Answers::Run() {
+  for (auto& [done, result] : members) done(std::move(result));
+  for (auto& [done, result] : watchers) done(std::move(result));
+}
+
+GroupRendezvous::GroupRendezvous() : settle_thread_([this] { SettleLoop(); }) {}
+
+GroupRendezvous::~GroupRendezvous() {
+  Shutdown();
+  settle_thread_.join();
+}
 
 absl::Status GroupRendezvous::Check(const Request& r) const {
   if (shut_down_) return ShutDownError();
@@ -31,17 +48,29 @@ absl::Status GroupRendezvous::Check(const Request& r) const {
     return absl::InvalidArgumentError(
         absl::StrCat("rank must be in [0, ", r.size, "), got ", r.rank));
   }
+  if (r.min_size < 0 || r.min_size > r.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the minimum group size must be in [1, ", r.size,
+                     "], got ", r.min_size));
+  }
   if (r.version < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("negative version ", r.version));
   }
-  auto round = rounds_.find(r.group);
-  if (round != rounds_.end() && round->second.size != r.size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group \"", r.group, "\" is forming with ", round->second.size,
-        " ranks; this worker has --workers=", r.size));
+  if (r.settle < absl::ZeroDuration() || r.settle > kMaxSettle) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the settle time must be in [0, ", absl::FormatDuration(kMaxSettle),
+        "], got ", absl::FormatDuration(r.settle)));
   }
-  if (!generations_.contains(r.group) && generations_.size() >= kMaxGroups) {
+  auto known = groups_.find(r.group);
+  if (known != groups_.end() &&
+      (known->second.size != r.size || known->second.min_size != MinSize(r))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group \"", r.group, "\" has ", known->second.min_size, " to ",
+        known->second.size, " ranks; this worker has ", MinSize(r), " to ",
+        r.size, " (--min_workers, --workers)"));
+  }
+  if (known == groups_.end() && groups_.size() >= kMaxGroups) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the coordinator holds ", kMaxGroups, " groups already"));
   }
@@ -50,93 +79,189 @@ absl::Status GroupRendezvous::Check(const Request& r) const {
 
 GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
                                                 Done done) {
-  std::vector<std::pair<Done, absl::StatusOr<Group>>> answers;
+  Answers answers;
   WaiterId id = 0;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = Check(request); !s.ok()) {
-      answers.emplace_back(std::move(done), s);
+      answers.members.emplace_back(std::move(done), s);
     } else {
-      generations_.try_emplace(request.group, 0);
+      groups_.try_emplace(request.group,
+                          Known{request.size, MinSize(request), 0});
       Round& round = rounds_[request.group];
       round.size = request.size;
+      round.min_size = MinSize(request);
+      round.settle = request.settle;
+      round.last_join = absl::Now();
       auto held = round.by_rank.find(request.rank);
       if (held != round.by_rank.end()) {
         // The newer process for a rank wins (as a replacement pod would).
-        auto old = waiters_.find(held->second);
-        answers.emplace_back(std::move(old->second.done),
-                             absl::AlreadyExistsError(absl::StrCat(
-                                 "replaced: another worker joined group \"",
-                                 request.group, "\" as rank ", request.rank)));
-        waiters_.erase(old);
+        auto old = members_.find(held->second);
+        answers.members.emplace_back(
+            std::move(old->second.done),
+            absl::AlreadyExistsError(
+                absl::StrCat("replaced: another worker joined group \"",
+                             request.group, "\" as rank ", request.rank)));
+        members_.erase(old);
       }
       id = next_id_++;
-      waiters_.emplace(id, Waiter{request, std::move(done)});
+      members_.emplace(id, Member{request, std::move(done)});
       round.by_rank[request.rank] = id;
+      ++changes_;
       if (static_cast<int>(round.by_rank.size()) == round.size) {
         FormLocked(request.group, &answers);
         id = 0;  // Answered below.
+      } else {
+        WakeWatchersLocked(request.group, &answers);
       }
     }
   }
-  for (auto& [callback, result] : answers) callback(std::move(result));
+  answers.Run();
   return id;
 }
 
-void GroupRendezvous::FormLocked(
-    const std::string& group,
-    std::vector<std::pair<Done, absl::StatusOr<Group>>>* done) {
+void GroupRendezvous::FormLocked(const std::string& group, Answers* answers) {
   Round round = std::move(rounds_[group]);
   rounds_.erase(group);
   Group formed;
-  formed.generation = ++generations_[group];
-  formed.size = round.size;
+  formed.generation = ++groups_.at(group).generation;
   formed.version = -1;
   for (const auto& [rank, id] : round.by_rank) {
-    const int64_t version = waiters_.at(id).request.version;
+    const int64_t version = members_.at(id).request.version;
     formed.state_needed |= formed.version >= 0 && version != formed.version;
     if (version > formed.version) {
       formed.version = version;
-      formed.source_rank = rank;  // The lowest rank at the highest version.
+      // The lowest index at the highest version.
+      formed.source_index = static_cast<int>(formed.members.size());
+    }
+    formed.members.push_back(rank);
+  }
+  int index = 0;
+  for (const auto& [rank, id] : round.by_rank) {
+    auto it = members_.find(id);
+    Group mine = formed;
+    mine.index = index++;
+    answers->members.emplace_back(std::move(it->second.done), std::move(mine));
+    members_.erase(it);
+  }
+  WakeWatchersLocked(group, answers);
+}
+
+void GroupRendezvous::WakeWatchersLocked(const std::string& group,
+                                         Answers* answers) {
+  const int64_t generation = groups_.at(group).generation;
+  auto round = rounds_.find(group);
+  const int waiting = round == rounds_.end()
+                          ? 0
+                          : static_cast<int>(round->second.by_rank.size());
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    Watcher& w = it->second;
+    if (w.group == group && (generation > w.generation || waiting > 0)) {
+      answers->watchers.emplace_back(std::move(w.done),
+                                     generation > w.generation ? 0 : waiting);
+      watchers_.erase(it++);
+    } else {
+      ++it;
     }
   }
-  for (const auto& [rank, id] : round.by_rank) {
-    auto it = waiters_.find(id);
-    Group mine = formed;
-    mine.rank = rank;
-    done->emplace_back(std::move(it->second.done), mine);
-    waiters_.erase(it);
+}
+
+GroupRendezvous::WaiterId GroupRendezvous::Watch(const std::string& group,
+                                                 int64_t generation,
+                                                 WatchDone done) {
+  Answers answers;
+  WaiterId id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) {
+      answers.watchers.emplace_back(std::move(done), ShutDownError());
+    } else if (!groups_.contains(group)) {
+      answers.watchers.emplace_back(
+          std::move(done), absl::InvalidArgumentError(absl::StrCat(
+                               "no group \"", group, "\" has formed here")));
+    } else {
+      id = next_id_++;
+      watchers_.emplace(id, Watcher{group, generation, std::move(done)});
+      WakeWatchersLocked(group, &answers);
+      if (!answers.watchers.empty()) id = 0;
+    }
   }
+  answers.Run();
+  return id;
 }
 
 bool GroupRendezvous::Cancel(WaiterId id) {
   absl::MutexLock lock(&mu_);
-  auto it = waiters_.find(id);
-  if (it == waiters_.end()) return false;
+  if (watchers_.erase(id) > 0) return true;
+  auto it = members_.find(id);
+  if (it == members_.end()) return false;
   const Request& r = it->second.request;
   auto round = rounds_.find(r.group);
   round->second.by_rank.erase(r.rank);
   if (round->second.by_rank.empty()) rounds_.erase(round);
-  waiters_.erase(it);
+  members_.erase(it);
+  ++changes_;
   return true;
 }
 
+void GroupRendezvous::SettleLoop() {
+  struct Changed {
+    const GroupRendezvous* self;
+    int64_t seen;
+    bool operator()() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+      return self->shut_down_ || self->changes_ != seen;
+    }
+  };
+  absl::MutexLock lock(&mu_);
+  while (!shut_down_) {
+    // The earliest time a round may form with fewer than every rank.
+    absl::Time next = absl::InfiniteFuture();
+    for (const auto& [name, round] : rounds_) {
+      if (static_cast<int>(round.by_rank.size()) >= round.min_size) {
+        next = std::min(next, round.last_join + round.settle);
+      }
+    }
+    const Changed changed{this, changes_};
+    mu_.AwaitWithDeadline(absl::Condition(&changed), next);
+    if (shut_down_) break;
+    const absl::Time now = absl::Now();
+    std::vector<std::string> due;
+    for (const auto& [name, round] : rounds_) {
+      if (static_cast<int>(round.by_rank.size()) >= round.min_size &&
+          now >= round.last_join + round.settle) {
+        due.push_back(name);
+      }
+    }
+    Answers answers;
+    for (const std::string& name : due) FormLocked(name, &answers);
+    if (answers.members.empty() && answers.watchers.empty()) continue;
+    mu_.Unlock();
+    answers.Run();
+    mu_.Lock();
+  }
+}
+
 void GroupRendezvous::Shutdown() {
-  std::vector<Done> failed;
+  Answers answers;
   {
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
-    for (auto& [id, waiter] : waiters_)
-      failed.push_back(std::move(waiter.done));
-    waiters_.clear();
+    for (auto& [id, member] : members_) {
+      answers.members.emplace_back(std::move(member.done), ShutDownError());
+    }
+    for (auto& [id, watcher] : watchers_) {
+      answers.watchers.emplace_back(std::move(watcher.done), ShutDownError());
+    }
+    members_.clear();
+    watchers_.clear();
     rounds_.clear();
   }
-  for (Done& done : failed) done(ShutDownError());
+  answers.Run();
 }
 
 size_t GroupRendezvous::NumWaiting() const {
   absl::MutexLock lock(&mu_);
-  return waiters_.size();
+  return members_.size();
 }
 
 }  // namespace lockstep

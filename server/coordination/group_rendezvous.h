@@ -1,22 +1,27 @@
-// Forms all-reduce groups for the Coordinator's JoinGroup
+// Forms all-reduce groups for the Coordinator's JoinGroup and WatchGroup
 // (proto/lockstep/v1/coordination.proto), free of any transport.
 //
-// A group of `size` ranks forms when a member of every rank has joined;
-// then every member is answered at once with the same generation (a new
-// number each time the group forms, from 1), the highest version any member
-// holds, and the rank that sends its state when some member is behind. A
-// group re-forms this way after a failed step: the survivors and the
-// replacements of the lost ranks join again (worker/exchange/
-// allreduce_exchanger.h). A member that joins for a rank another waiting
-// member holds replaces it, and the older one is told ALREADY_EXISTS.
+// Members join a group's forming round under their rank (their identity in
+// the job, in [0, size)). The round forms at once when every rank has
+// joined, or with min_size or more members once `settle` has passed since
+// the last one joined (an elastic job going on with fewer). Then every
+// member is answered at once with the same generation (a new number each
+// time the group forms, from 1), the members' ranks in order (a member's
+// index there is its place in the group), the highest version any member
+// holds, and the index of the member that sends its state when some member
+// is behind. A group re-forms this way after a failed step, and when a
+// group of fewer than every rank lets a joiner in: Watch tells its members
+// that someone waits. A member that joins for a rank another waiting member
+// holds replaces it, and the older one is told ALREADY_EXISTS.
 //
 //   GroupRendezvous rendezvous;
 //   rendezvous.Join({"job", member, rank, 2, version},
 //                   [](absl::StatusOr<GroupRendezvous::Group> g) {...});
 //
-// Thread-safe. Callbacks run on the thread of the Join that completes the
-// group (or of Join itself for an immediate error, of Shutdown with
-// UNAVAILABLE) and never under the internal lock.
+// Thread-safe. Callbacks never run under the internal lock: they run on the
+// thread of the Join that completes a group (or of Join itself for an
+// immediate error), of the settle timer's own thread, or of Shutdown (with
+// UNAVAILABLE).
 #ifndef LOCKSTEP_SERVER_COORDINATION_GROUP_RENDEZVOUS_H_
 #define LOCKSTEP_SERVER_COORDINATION_GROUP_RENDEZVOUS_H_
 
@@ -24,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -31,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace lockstep {
 
@@ -40,6 +47,7 @@ class GroupRendezvous final {
   static constexpr int kMaxSize = 4096;
   // Group names a server keeps generations for.
   static constexpr size_t kMaxGroups = 4096;
+  static constexpr absl::Duration kMaxSettle = absl::Minutes(10);
 
   struct Request {
     std::string group;
@@ -47,19 +55,24 @@ class GroupRendezvous final {
     int rank = 0;
     int size = 1;
     int64_t version = 0;  // Non-negative.
+    int min_size = 0;     // 0: size.
+    absl::Duration settle;
   };
   struct Group {
     int64_t generation = 0;
-    int rank = 0;
-    int size = 0;
+    int index = 0;
+    std::vector<int> members;  // Ranks, ascending; members[index] is ours.
     int64_t version = 0;
     bool state_needed = false;
-    int source_rank = 0;
+    int source_index = 0;
   };
   using Done = std::function<void(absl::StatusOr<Group>)>;
+  // Watch's: the members waiting for the next generation.
+  using WatchDone = std::function<void(absl::StatusOr<int>)>;
   using WaiterId = int64_t;
 
-  GroupRendezvous() = default;
+  GroupRendezvous();
+  ~GroupRendezvous();  // Shuts down.
   GroupRendezvous(const GroupRendezvous&) = delete;
   GroupRendezvous& operator=(const GroupRendezvous&) = delete;
 
@@ -68,40 +81,76 @@ class GroupRendezvous final {
   // formed with this member). Errors: see coordination.proto.
   WaiterId Join(const Request& request, Done done);
 
-  // Withdraws a member whose caller gave up: true when it was still
-  // waiting (its callback is dropped unrun).
+  // `done` gets the count of members waiting to form a generation of
+  // `group` after `generation` as soon as there are some, or 0 once the
+  // group has formed past `generation` (at once where either holds; 0 is
+  // returned then). Watching an unknown group is INVALID_ARGUMENT.
+  WaiterId Watch(const std::string& group, int64_t generation, WatchDone done);
+
+  // Withdraws a member or a watch whose caller gave up: true when it was
+  // still waiting (its callback is dropped unrun).
   bool Cancel(WaiterId id);
 
-  // Fails every waiting member with UNAVAILABLE and refuses later calls.
+  // Fails every waiter with UNAVAILABLE and refuses later calls.
   void Shutdown();
 
   // Members waiting now, for tests and status pages.
   size_t NumWaiting() const;
 
  private:
-  struct Waiter {
+  struct Member {
     Request request;
     Done done;
   };
-  // A forming group: its size and its waiting members by rank.
+  struct Watcher {
+    std::string group;
+    int64_t generation = 0;
+    WatchDone done;
+  };
+  // A forming group: its waiting members by rank.
   struct Round {
     int size = 0;
+    int min_size = 0;
+    absl::Duration settle;
+    absl::Time last_join;
     std::map<int, WaiterId> by_rank;
+  };
+  // Callbacks to run once the lock is released.
+  struct Answers {
+    std::vector<std::pair<Done, absl::StatusOr<Group>>> members;
+    std::vector<std::pair<WatchDone, absl::StatusOr<int>>> watchers;
+    void Run();
   };
 
   absl::Status Check(const Request& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Answers the round's members (moved into `done`) and forgets the round.
-  void FormLocked(const std::string& group,
-                  std::vector<std::pair<Done, absl::StatusOr<Group>>>* done)
+  // Answers the round's members and forgets the round.
+  void FormLocked(const std::string& group, Answers* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers the group's watchers: someone waits, or the group moved on.
+  void WakeWatchersLocked(const std::string& group, Answers* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The settle timer: forms rounds whose settle time has passed.
+  void SettleLoop();
 
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Bumped by every change that may move the settle timer's next deadline.
+  int64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, Round> rounds_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int64_t> generations_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<WaiterId, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // What a server keeps of each group it has seen: the size and minimum
+  // its first member gave (every later one must give the same, so that a
+  // misconfigured joiner is refused, not the group), and its generations.
+  struct Known {
+    int size = 0;
+    int min_size = 0;
+    int64_t generation = 0;
+  };
+  absl::flat_hash_map<std::string, Known> groups_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<WaiterId, Member> members_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<WaiterId, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   WaiterId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::thread settle_thread_;
 };
 
 }  // namespace lockstep

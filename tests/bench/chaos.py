@@ -41,7 +41,7 @@ import urllib.request
 
 KINDS = ("worker-kill", "worker-stop", "server-kill", "server-stop")
 # What an all-reduce rank prints when its re-formed group goes on.
-RESUMED = re.compile(r"back in the group at version (\d+) \(generation (\d+)\)")
+RESUMED = re.compile(r"in the group at version (\d+) \(generation (\d+),")
 
 
 def parse_args(argv):

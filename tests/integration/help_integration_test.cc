@@ -74,6 +74,25 @@ TEST(HelpTest, ValidateOnlyChecksWithoutStarting) {
   RunResult refused = RunProcess(bad);
   EXPECT_EQ(refused.exit_code, kExitPermanent) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr("--optimizer must be"));
+  // Elastic membership is all-reduce's, within --workers.
+  const std::vector<std::string> elastic = {kBin + "/lockstep_worker",
+                                            "--servers=127.0.0.1:1",
+                                            "--workers=3",
+                                            "--rank=0",
+                                            "--validate_only",
+                                            "--min_workers=2"};
+  RunResult ps = RunProcess(elastic);
+  EXPECT_EQ(ps.exit_code, kExitPermanent) << ps.output;
+  EXPECT_THAT(ps.output, HasSubstr("--min_workers below --workers needs "
+                                   "--sync=allreduce"));
+  std::vector<std::string> allreduce = elastic;
+  allreduce.push_back("--sync=allreduce");
+  RunResult elastic_ok = RunProcess(allreduce);
+  EXPECT_EQ(elastic_ok.exit_code, kExitOk) << elastic_ok.output;
+  allreduce.push_back("--min_workers=4");
+  RunResult too_many = RunProcess(allreduce);
+  EXPECT_EQ(too_many.exit_code, kExitPermanent) << too_many.output;
+  EXPECT_THAT(too_many.output, HasSubstr("--min_workers must be in [1, "));
   RunResult server =
       RunProcess({kBin + "/lockstep_server", "--workers=1", "--validate_only"});
   EXPECT_EQ(server.exit_code, kExitOk) << server.output;

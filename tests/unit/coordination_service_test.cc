@@ -39,6 +39,17 @@ class CoordinationServiceTest : public ::testing::Test {
   }
 
   static absl::Time In(absl::Duration d) { return absl::Now() + d; }
+  // A member of a 2-rank group "job".
+  static CoordinatorClient::GroupRequest Request(uint64_t member, int rank,
+                                                 int64_t version) {
+    CoordinatorClient::GroupRequest r;
+    r.group = "job";
+    r.member = member;
+    r.rank = rank;
+    r.size = 2;
+    r.version = version;
+    return r;
+  }
 
   CoordinationStore store_;
   GroupRendezvous groups_;
@@ -130,7 +141,7 @@ TEST_F(CoordinationServiceTest, ServerShutdownEndsAWaitingGet) {
 TEST_F(CoordinationServiceTest, JoinGroupAnswersEveryMemberAtOnce) {
   std::optional<absl::StatusOr<CoordinatorClient::Group>> first;
   std::thread member([&] {
-    first = client_->JoinGroup({"job", 1, 0, 2, 3}, In(absl::Seconds(30)));
+    first = client_->JoinGroup(Request(1, 0, 3), In(absl::Seconds(30)));
   });
   const absl::Time until = In(absl::Seconds(30));
   while (groups_.NumWaiting() < 1 && absl::Now() < until) {
@@ -138,24 +149,57 @@ TEST_F(CoordinationServiceTest, JoinGroupAnswersEveryMemberAtOnce) {
   }
   ASSERT_EQ(groups_.NumWaiting(), 1u);
   absl::StatusOr<CoordinatorClient::Group> second =
-      client_->JoinGroup({"job", 2, 1, 2, 4}, In(absl::Seconds(30)));
+      client_->JoinGroup(Request(2, 1, 4), In(absl::Seconds(30)));
   member.join();
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_TRUE(first.has_value());
   ASSERT_TRUE(first->ok()) << first->status();
   EXPECT_EQ((*first)->generation, 1);
   EXPECT_EQ(second->generation, 1);
-  EXPECT_EQ((*first)->rank, 0);
-  EXPECT_EQ(second->rank, 1);
+  EXPECT_EQ((*first)->index, 0);
+  EXPECT_EQ(second->index, 1);
+  EXPECT_EQ(second->members, (std::vector<int>{0, 1}));
   EXPECT_EQ((*first)->version, 4);
   EXPECT_TRUE((*first)->state_needed);
-  EXPECT_EQ((*first)->source_rank, 1);
+  EXPECT_EQ((*first)->source_index, 1);
+}
+
+// A watch over gRPC sees the joiner of an elastic group, and CancelWatch
+// ends one in flight.
+TEST_F(CoordinationServiceTest, WatchGroupSeesAJoinerAndCanBeCancelled) {
+  CoordinatorClient::GroupRequest alone = Request(1, 0, 0);
+  alone.size = 3;
+  alone.min_size = 1;
+  ASSERT_TRUE(client_->JoinGroup(alone, In(absl::Seconds(30))).ok());
+  std::optional<absl::StatusOr<int>> seen;
+  std::thread watcher(
+      [&] { seen = client_->WatchGroup("job", 1, In(absl::Seconds(30))); });
+  CoordinatorClient::GroupRequest joiner = alone;
+  joiner.member = 2;
+  joiner.rank = 2;
+  joiner.settle = absl::Seconds(30);
+  std::thread joining(
+      [&] { client_->JoinGroup(joiner, In(absl::Seconds(2))).IgnoreError(); });
+  watcher.join();
+  ASSERT_TRUE(seen.has_value());
+  ASSERT_TRUE(seen->ok()) << seen->status();
+  EXPECT_EQ(**seen, 1);
+  joining.join();
+  std::thread cancelled(
+      [&] { seen = client_->WatchGroup("job", 1, In(absl::Seconds(30))); });
+  absl::SleepFor(absl::Milliseconds(200));
+  client_->CancelWatch();
+  cancelled.join();
+  EXPECT_EQ(seen->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(client_->WatchGroup("job", 1, In(absl::Seconds(1))).status().code(),
+            absl::StatusCode::kCancelled)
+      << "until ResetWatch";
 }
 
 // A member whose deadline passes is withdrawn: it no longer counts.
 TEST_F(CoordinationServiceTest, JoinGroupPastItsDeadlineLeavesNoMember) {
   absl::StatusOr<CoordinatorClient::Group> group =
-      client_->JoinGroup({"job", 1, 0, 2, 0}, In(absl::Milliseconds(300)));
+      client_->JoinGroup(Request(1, 0, 0), In(absl::Milliseconds(300)));
   EXPECT_EQ(group.status().code(), absl::StatusCode::kDeadlineExceeded);
   const absl::Time until = In(absl::Seconds(30));
   while (groups_.NumWaiting() > 0 && absl::Now() < until) {
@@ -163,7 +207,7 @@ TEST_F(CoordinationServiceTest, JoinGroupPastItsDeadlineLeavesNoMember) {
   }
   EXPECT_EQ(groups_.NumWaiting(), 0u);
   absl::StatusOr<CoordinatorClient::Group> bad =
-      client_->JoinGroup({"job", 1, 5, 2, 0}, In(absl::Seconds(10)));
+      client_->JoinGroup(Request(1, 5, 0), In(absl::Seconds(10)));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

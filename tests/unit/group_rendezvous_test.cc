@@ -2,7 +2,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -12,8 +15,12 @@ using Group = GroupRendezvous::Group;
 using Result = std::optional<absl::StatusOr<Group>>;
 
 GroupRendezvous::Request Req(int rank, int64_t version, uint64_t member,
-                             int size = 3, std::string group = "job") {
+                             int size = 3, std::string group = "job",
+                             int min_size = 0,
+                             absl::Duration settle = absl::ZeroDuration()) {
   GroupRendezvous::Request r;
+  r.min_size = min_size;
+  r.settle = settle;
   r.group = std::move(group);
   r.member = member;
   r.rank = rank;
@@ -41,11 +48,11 @@ TEST(GroupRendezvousTest, FormsOnceEveryRankHasJoined) {
     ASSERT_TRUE(r.has_value()) << rank;
     ASSERT_TRUE(r->ok()) << r->status();
     EXPECT_EQ((*r)->generation, 1);
-    EXPECT_EQ((*r)->rank, rank);
-    EXPECT_EQ((*r)->size, 3);
+    EXPECT_EQ((*r)->index, rank) << "every rank is there";
+    EXPECT_EQ((*r)->members, (std::vector<int>{0, 1, 2}));
     EXPECT_EQ((*r)->version, 7) << "the highest version";
     EXPECT_TRUE((*r)->state_needed) << "rank 0 is behind";
-    EXPECT_EQ((*r)->source_rank, 1) << "the lowest rank at version 7";
+    EXPECT_EQ((*r)->source_index, 1) << "the lowest rank at version 7";
   }
 }
 
@@ -82,7 +89,7 @@ TEST(GroupRendezvousTest, ANewerMemberForARankReplacesTheWaitingOne) {
   groups.Join(Req(0, 9, 20, 2), Into(&peer));
   ASSERT_TRUE(replacement.has_value() && replacement->ok());
   EXPECT_EQ((*replacement)->version, 9);
-  EXPECT_EQ((*replacement)->source_rank, 0);
+  EXPECT_EQ((*replacement)->source_index, 0);
   EXPECT_TRUE((*replacement)->state_needed);
 }
 
@@ -120,6 +127,10 @@ TEST(GroupRendezvousTest, RefusesBadRequests) {
       {Req(0, 0, 2, 1, ""), absl::StatusCode::kInvalidArgument},
       {Req(0, 0, 2, 1, std::string(1025, 'g')),
        absl::StatusCode::kInvalidArgument},
+      {Req(1, 0, 2, 3, "job", 2), absl::StatusCode::kFailedPrecondition},
+      {Req(0, 0, 2, 2, "y", 3), absl::StatusCode::kInvalidArgument},
+      {Req(0, 0, 2, 2, "y", 1, absl::Minutes(11)),
+       absl::StatusCode::kInvalidArgument},
   };
   for (const Case& c : cases) {
     Result r;
@@ -142,6 +153,91 @@ TEST(GroupRendezvousTest, ShutdownFailsWaitersAndLaterJoins) {
   ASSERT_TRUE(later.has_value());
   EXPECT_EQ(later->status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(groups.NumWaiting(), 0u);
+}
+
+// An elastic group (2 to 4 ranks) forms with those there once the settle
+// time has passed since the last one joined; its members' indices are
+// their places among the ranks present.
+TEST(GroupRendezvousTest, AnElasticGroupFormsWithFewerAfterTheSettleTime) {
+  GroupRendezvous groups;
+  const absl::Duration settle = absl::Milliseconds(200);
+  absl::Notification formed;
+  Result r1, r3;
+  groups.Join(Req(3, 5, 1, 4, "job", 2, settle), Into(&r3));
+  const absl::Time start = absl::Now();
+  groups.Join(Req(1, 5, 2, 4, "job", 2, settle), [&](absl::StatusOr<Group> g) {
+    r1 = std::move(g);
+    formed.Notify();
+  });
+  ASSERT_TRUE(formed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_GE(absl::Now() - start, settle);
+  ASSERT_TRUE(r1.has_value() && r1->ok()) << r1->status();
+  ASSERT_TRUE(r3.has_value() && r3->ok());
+  EXPECT_EQ((*r1)->members, (std::vector<int>{1, 3}));
+  EXPECT_EQ((*r1)->index, 0);
+  EXPECT_EQ((*r3)->index, 1);
+  EXPECT_EQ((*r1)->generation, 1);
+  EXPECT_FALSE((*r1)->state_needed);
+}
+
+// A group's size and minimum are those of its first member, for good: a
+// joiner that differs is refused even when no round is forming.
+TEST(GroupRendezvousTest, AJoinerWithAnotherLayoutIsRefused) {
+  GroupRendezvous groups;
+  Result a, b;
+  groups.Join(Req(0, 0, 1, 2), Into(&a));
+  groups.Join(Req(1, 0, 2, 2), Into(&b));
+  ASSERT_TRUE(a.has_value() && a->ok());
+  Result other;
+  groups.Join(Req(1, 0, 3, 2, "job", 1), Into(&other));
+  ASSERT_TRUE(other.has_value());
+  EXPECT_EQ(other->status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other->status().message().find("--min_workers"), std::string::npos);
+  EXPECT_EQ(groups.NumWaiting(), 0u);
+}
+
+// One member of a 2-to-3 group is not enough, however long it waits.
+TEST(GroupRendezvousTest, AnElasticGroupWaitsForItsMinimum) {
+  GroupRendezvous groups;
+  Result r0;
+  groups.Join(Req(0, 0, 1, 3, "job", 2, absl::Milliseconds(1)), Into(&r0));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(r0.has_value());
+  EXPECT_EQ(groups.NumWaiting(), 1u);
+}
+
+// A watch of generation 1 answers once a member waits for the next
+// generation, and at once for a generation the group has formed past.
+TEST(GroupRendezvousTest, WatchSeesAJoinerAndANewerGeneration) {
+  GroupRendezvous groups;
+  Result a, b;
+  absl::Notification formed;
+  groups.Join(Req(0, 0, 1, 3, "job", 2), Into(&a));
+  groups.Join(Req(1, 0, 2, 3, "job", 2), [&](absl::StatusOr<Group> g) {
+    b = std::move(g);
+    formed.Notify();
+  });
+  // Settle 0: the timer forms it as soon as it runs.
+  ASSERT_TRUE(formed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  ASSERT_TRUE(a.has_value() && a->ok());
+  EXPECT_EQ((*a)->members, (std::vector<int>{0, 1}));
+  std::optional<absl::StatusOr<int>> seen;
+  auto into = [&](absl::StatusOr<int> n) { seen = std::move(n); };
+  EXPECT_NE(groups.Watch("job", 1, into), 0);
+  EXPECT_FALSE(seen.has_value());
+  Result joiner;
+  groups.Join(Req(2, 0, 3, 3, "job", 2, absl::Seconds(60)), Into(&joiner));
+  ASSERT_TRUE(seen.has_value());
+  ASSERT_TRUE(seen->ok());
+  EXPECT_EQ(**seen, 1);
+  seen.reset();
+  EXPECT_EQ(groups.Watch("job", 0, into), 0);
+  ASSERT_TRUE(seen.has_value() && seen->ok());
+  EXPECT_EQ(**seen, 0) << "generation 1 formed past 0";
+  seen.reset();
+  EXPECT_EQ(groups.Watch("nobody", 0, into), 0);
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<Exchanger>> MakeExchanger(WorkerMainOptions* o,
   o->trainer.stop = stop->agreed();
   o->trainer.stop_signal = stop->requested();
   return std::make_unique<AllReduceExchanger>(
-      o->allreduce, std::move(coordinator), client, stop->requested(),
+      o->allreduce, o->group, std::move(coordinator), client, stop->requested(),
       stop->agreed());
 }
 

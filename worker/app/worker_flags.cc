@@ -77,6 +77,13 @@ ABSL_FLAG(std::string, allreduce_host, "127.0.0.1",
 ABSL_FLAG(std::string, allreduce_group, "lockstep",
           "sync=allreduce: rendezvous key prefix; use a new one per run "
           "against a long-lived server.");
+ABSL_FLAG(int, min_workers, 0,
+          "sync=allreduce: the fewest workers the job goes on with (elastic: "
+          "ranks may leave and join at step boundaries while at least this "
+          "many train; --workers is then the most). 0: --workers.");
+ABSL_FLAG(int, group_settle_ms, 1000,
+          "sync=allreduce with --min_workers: how long a re-forming group "
+          "waits for more members after the last one joined.");
 ABSL_FLAG(int, backup_workers, 0,
           "sync=ps: each step applies the first workers - b gradients to "
           "arrive; late ones are dropped and counted.");
@@ -316,6 +323,24 @@ absl::Status ParseStepFlags(WorkerMainOptions* options) {
   if (o.trainer.backup_workers > 0 && o.trainer.sync != SyncMode::kSync) {
     return absl::InvalidArgumentError("--backup_workers needs --sync=ps");
   }
+  o.group.min_workers = absl::GetFlag(FLAGS_min_workers);
+  if (o.group.min_workers < 0 || o.group.min_workers > workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--min_workers must be in [1, --workers=", workers,
+                     "] (or 0), got ", o.group.min_workers));
+  }
+  if (o.group.min_workers > 0 && o.group.min_workers < workers &&
+      o.trainer.sync != SyncMode::kAllReduce) {
+    return absl::InvalidArgumentError(
+        "--min_workers below --workers needs --sync=allreduce: a parameter "
+        "server's steps wait for every one of --workers");
+  }
+  const int settle_ms = absl::GetFlag(FLAGS_group_settle_ms);
+  if (settle_ms < 0 || settle_ms > 600000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--group_settle_ms must be in [0, 600000], got ", settle_ms));
+  }
+  o.group.settle = absl::Milliseconds(settle_ms);
   o.trainer.staleness = absl::GetFlag(FLAGS_staleness);
   if (o.trainer.staleness < 0) {
     return absl::InvalidArgumentError("--staleness must not be negative");

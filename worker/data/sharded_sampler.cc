@@ -46,12 +46,13 @@ int64_t ShardedSampler::StepsPerEpoch() const {
   return num_examples_ / (int64_t{num_workers_} * batch_size_);
 }
 
-std::vector<int64_t> ShardedSampler::BatchIndices(int64_t step) {
-  if (step < 0) {
-    // The signature has no room for a status and a negative step can only
-    // come from a bug in the caller's step counter.
-    std::fprintf(stderr, "ShardedSampler::BatchIndices: negative step %lld\n",
-                 static_cast<long long>(step));
+std::vector<int64_t> ShardedSampler::BatchIndices(int64_t step, int shard) {
+  if (step < 0 || shard < 0 || shard >= num_workers_) {
+    // The signature has no room for a status and these can only come from
+    // a bug in the caller's step counter or shard plan.
+    std::fprintf(stderr,
+                 "ShardedSampler::BatchIndices: step %lld, shard %d of %d\n",
+                 static_cast<long long>(step), shard, num_workers_);
     std::abort();
   }
   const int64_t steps_per_epoch = StepsPerEpoch();
@@ -64,7 +65,7 @@ std::vector<int64_t> ShardedSampler::BatchIndices(int64_t step) {
     cached_epoch_ = epoch;
   }
   const int64_t start =
-      (step_in_epoch * num_workers_ + rank_) * int64_t{batch_size_};
+      (step_in_epoch * num_workers_ + shard) * int64_t{batch_size_};
   return std::vector<int64_t>(
       cached_permutation_.begin() + start,
       cached_permutation_.begin() + start + batch_size_);

@@ -7,8 +7,10 @@
 // permutation; worker r takes the B positions starting at s*W*B + r*B. The
 // shards are therefore disjoint, one global step consumes W*B distinct
 // examples, and W workers with batch B see exactly the examples one worker
-// with batch W*B sees. An epoch has floor(N / (W*B)) steps; the remainder is
-// dropped (a different remainder each epoch, as the order changes).
+// with batch W*B sees (whoever computes each of the W shards: see the
+// two-argument BatchIndices). An epoch has floor(N / (W*B)) steps; the
+// remainder is dropped (a different remainder each epoch, as the order
+// changes).
 //
 // Immutable after construction, except for a one-epoch permutation cache:
 // externally synchronized.
@@ -34,7 +36,14 @@ class ShardedSampler final {
 
   // Indices of this worker's batch at global step `step` (counting across
   // epochs from 0): batch_size entries.
-  std::vector<int64_t> BatchIndices(int64_t step);
+  std::vector<int64_t> BatchIndices(int64_t step) {
+    return BatchIndices(step, rank_);
+  }
+  // The same for shard `shard` of the step, 0 <= shard < num_workers: the
+  // batch rank `shard` takes. A job going on with fewer workers than
+  // num_workers has some compute several shards of each step, so that the
+  // step's examples stay those of a full job.
+  std::vector<int64_t> BatchIndices(int64_t step, int shard);
 
   // The permutation of [0, num_examples) used in `epoch`.
   std::vector<int64_t> EpochPermutation(int64_t epoch) const;

@@ -1,6 +1,7 @@
 #include "worker/exchange/allreduce_exchanger.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <utility>
@@ -25,16 +26,23 @@ uint64_t NewMemberId() {
 }  // namespace
 
 AllReduceExchanger::AllReduceExchanger(
-    AllReduceOptions options, std::unique_ptr<CoordinatorClient> coordinator,
-    PsClient* server, const std::atomic<bool>* stop_requested,
-    std::atomic<bool>* stop_agreed, ReducerFactory create)
+    AllReduceOptions options, GroupOptions group,
+    std::unique_ptr<CoordinatorClient> coordinator, PsClient* server,
+    const std::atomic<bool>* stop_requested, std::atomic<bool>* stop_agreed,
+    ReducerFactory create)
     : options_(std::move(options)),
+      group_(group),
       coordinator_(std::move(coordinator)),
       server_(server),
       stop_requested_(stop_requested),
       stop_agreed_(stop_agreed),
       create_(std::move(create)),
-      member_(NewMemberId()) {}
+      member_(NewMemberId()) {
+  for (int r = 0; r < options_.size; ++r) members_.push_back(r);
+  index_ = options_.rank;
+}
+
+AllReduceExchanger::~AllReduceExchanger() { StopWatch(); }
 
 absl::Status AllReduceExchanger::Start(
     const ModelSignature& signature,
@@ -56,27 +64,8 @@ absl::Status AllReduceExchanger::Start(
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> AllReduceExchanger::Join(
-    const ModelSignature& signature,
-    const std::function<std::vector<float>()>& initial,
-    absl::Span<float> weights, absl::Duration timeout) {
-  if (optimizer_ == nullptr)
-    RETURN_IF_ERROR(Start(signature, initial, weights));
-  // A failed generation's reducer goes first: its connections and service.
-  reducer_.reset();
-  if (options_.size == 1) {
-    ASSIGN_OR_RETURN(reducer_, create_(options_));
-    return version_;
-  }
-  if (coordinator_ == nullptr) {
-    return absl::InternalError("an all-reduce group without a coordinator");
-  }
-  CoordinatorClient::GroupRequest request;
-  request.group = options_.group;
-  request.member = member_;
-  request.rank = options_.rank;
-  request.size = options_.size;
-  request.version = version_;
+absl::StatusOr<CoordinatorClient::Group> AllReduceExchanger::JoinGroup(
+    absl::Duration timeout) {
   if (generation_ == 0) {
     std::printf(
         "Waiting for the all-reduce group \"%s\" to form: rank %d of %d, at "
@@ -85,38 +74,121 @@ absl::StatusOr<int64_t> AllReduceExchanger::Join(
         coordinator_->address().c_str());
     std::fflush(stdout);
   }
+  CoordinatorClient::GroupRequest request;
+  request.group = options_.group;
+  request.member = member_;
+  request.rank = options_.rank;
+  request.size = options_.size;
+  request.version = version_;
+  request.min_size = Elastic() ? group_.min_workers : 0;
+  request.settle = group_.settle;
   // The first Join has no deadline of its own: the rendezvous timeout
   // (--connect_timeout_s) bounds each wait for the group.
   const absl::Duration wait = std::min(timeout, options_.rendezvous_timeout);
-  ASSIGN_OR_RETURN(const CoordinatorClient::Group group,
-                   coordinator_->JoinGroup(request, absl::Now() + wait));
-  if (group.rank != options_.rank || group.size != options_.size) {
-    return absl::InternalError(absl::StrCat(
-        "the coordinator placed rank ", options_.rank, " of ", options_.size,
-        " as rank ", group.rank, " of ", group.size));
+  return coordinator_->JoinGroup(request, absl::Now() + wait);
+}
+
+absl::StatusOr<int64_t> AllReduceExchanger::Join(
+    const ModelSignature& signature,
+    const std::function<std::vector<float>()>& initial,
+    absl::Span<float> weights, absl::Duration timeout) {
+  if (optimizer_ == nullptr)
+    RETURN_IF_ERROR(Start(signature, initial, weights));
+  // A failed generation's reducer goes first: its connections and service.
+  StopWatch();
+  reducer_.reset();
+  regroup_ = false;
+  joiner_seen_ = false;
+  if (options_.size == 1) {
+    ASSIGN_OR_RETURN(reducer_, create_(options_));
+    return version_;
   }
+  if (coordinator_ == nullptr) {
+    return absl::InternalError("an all-reduce group without a coordinator");
+  }
+  ASSIGN_OR_RETURN(const CoordinatorClient::Group group, JoinGroup(timeout));
   AllReduceOptions generation = options_;
   generation.group = absl::StrCat(options_.group, "/g", group.generation);
+  generation.rank = group.index;
+  generation.size = static_cast<int>(group.members.size());
   ASSIGN_OR_RETURN(reducer_, create_(generation));
+  index_ = group.index;
+  members_ = group.members;
   if (group.state_needed) {
-    RETURN_IF_ERROR(ShareState(group.source_rank == options_.rank, weights));
-    if (group.source_rank != options_.rank && version_ != group.version) {
+    RETURN_IF_ERROR(ShareState(group.source_index == index_, weights));
+    if (group.source_index != index_ && version_ != group.version) {
       std::printf("Rank %d took version %lld from rank %d\n", options_.rank,
-                  static_cast<long long>(group.version), group.source_rank);
+                  static_cast<long long>(group.version),
+                  group.members[group.source_index]);
       std::fflush(stdout);
     }
   }
-  if (generation_ > 0) {
+  const int size = static_cast<int>(members_.size());
+  if (generation_ > 0 || size < options_.size) {
     std::printf(
-        "Rank %d is back in the group at version %lld (generation "
-        "%lld)\n",
+        "Rank %d is in the group at version %lld (generation %lld, %d "
+        "of %d ranks)\n",
         options_.rank, static_cast<long long>(group.version),
-        static_cast<long long>(group.generation));
+        static_cast<long long>(group.generation), size, options_.size);
     std::fflush(stdout);
   }
   version_ = group.version;
   generation_ = group.generation;
+  if (Elastic() && index_ == 0 && size < options_.size) StartWatch();
   return version_;
+}
+
+std::vector<int> AllReduceExchanger::BatchShards(int rank) const {
+  std::vector<int> shards;
+  const int w = static_cast<int>(members_.size());
+  for (int shard = index_; shard < options_.size; shard += w) {
+    shards.push_back(shard);
+  }
+  return shards;
+}
+
+void AllReduceExchanger::StartWatch() {
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watch_stop_ = false;
+  }
+  coordinator_->ResetWatch();
+  watch_ = std::thread([this, generation = generation_] { Watch(generation); });
+}
+
+void AllReduceExchanger::StopWatch() {
+  if (!watch_.joinable()) return;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watch_stop_ = true;
+  }
+  coordinator_->CancelWatch();
+  watch_.join();
+}
+
+void AllReduceExchanger::Watch(int64_t generation) {
+  while (true) {
+    absl::StatusOr<int> waiting = coordinator_->WatchGroup(
+        options_.group, generation, absl::Now() + group_.watch_poll);
+    // Someone waits to join, or the coordinator forgot the group (it
+    // restarted): re-forming lets the one in, or tells the new coordinator
+    // of us.
+    if (waiting.ok() ||
+        waiting.status().code() == absl::StatusCode::kInvalidArgument) {
+      joiner_seen_ = true;
+      return;
+    }
+    if (waiting.status().code() == absl::StatusCode::kCancelled) return;
+    // Away or slow: ask again, after a pause unless it just timed out.
+    const absl::Duration pause =
+        waiting.status().code() == absl::StatusCode::kDeadlineExceeded
+            ? absl::ZeroDuration()
+            : absl::Seconds(1);
+    absl::MutexLock lock(&watch_mu_);
+    if (watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), pause)) {
+      return;
+    }
+  }
 }
 
 absl::Status AllReduceExchanger::ShareState(bool send,
@@ -157,21 +229,23 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
     return absl::FailedPreconditionError("all-reduce step before Join");
   }
   ASSIGN_OR_RETURN(*stats, compute(nullptr));
-  if (gradient.size() != weights.size() + 1) {
+  if (gradient.size() != weights.size() + 2) {
     return absl::InternalError(
         absl::StrCat("all-reduce gradient vector has ", gradient.size(),
-                     " values, expected ", weights.size() + 1,
-                     " (the weights and the stop flag)"));
+                     " values, expected ", weights.size() + 2,
+                     " (the weights, the stop and the joiners' flags)"));
   }
   // Read as late as possible: a stop asked for after this goes with the
   // next step.
-  gradient[weights.size()] =
-      stop_requested_ != nullptr && stop_requested_->load() ? 1.0f : 0.0f;
+  stop_sent_ = stop_requested_ != nullptr && stop_requested_->load();
+  gradient[weights.size()] = stop_sent_ ? 1.0f : 0.0f;
+  gradient[weights.size() + 1] = joiner_seen_ ? 1.0f : 0.0f;
   // A failed sum changes nothing here: the weights and the optimizer's
   // state stay at version_ for the re-formed group.
   RETURN_IF_ERROR(reducer_->AllReduceSum(gradient));
   // The same scaling as a parameter server's: the sum times 1/W, in the
-  // optimizer's pass.
+  // optimizer's pass, W being the step's shards (--workers) whoever
+  // computed them.
   const float scale = 1.0f / static_cast<float>(options_.size);
   const absl::Span<float> parameters = weights.subspan(0, num_parameters_);
   optimizer_->ApplyMean(step, 0, parameters, parameters,
@@ -182,16 +256,43 @@ absl::StatusOr<int64_t> AllReduceExchanger::Step(int64_t step,
     weights[i] = gradient[i] * scale;
   }
   version_ = step + 1;
-  // Some rank was asked to stop: every rank stops after this same step, so
-  // none waits for the others in a step they will not take.
-  if (gradient[weights.size()] > 0 && stop_agreed_ != nullptr) {
-    stop_agreed_->store(true);
-  }
+  AfterStep(gradient[weights.size()], gradient[weights.size() + 1]);
   return version_;
 }
 
+void AllReduceExchanger::AfterStep(float stops, float joiners) {
+  if (stops > 0) {
+    // Some rank was asked to stop. In an elastic job as many may leave as
+    // leave min_workers behind, and those re-form; otherwise every rank
+    // stops after this same step, so that none waits for the others in a
+    // step they will not take.
+    const int left = static_cast<int>(members_.size()) -
+                     static_cast<int>(std::lround(stops));
+    const bool others_go_on = Elastic() && left >= group_.min_workers;
+    if (others_go_on && !stop_sent_) {
+      regroup_ = true;
+    } else if (stop_agreed_ != nullptr) {
+      stop_agreed_->store(true);
+    }
+    return;
+  }
+  if (joiners > 0) regroup_ = true;
+}
+
 absl::Status AllReduceExchanger::Leave() {
+  StopWatch();
   if (server_ == nullptr) return absl::OkStatus();
+  const bool stopped = stop_agreed_ != nullptr && stop_agreed_->load();
+  if (!stopped && index_ == 0) {
+    // The job is done: the ranks missing from the group that finished it
+    // (an elastic job's) will not come back for it, so that the server
+    // need not wait for them.
+    for (int r = 0; r < options_.size; ++r) {
+      if (std::find(members_.begin(), members_.end(), r) == members_.end()) {
+        RETURN_IF_ERROR(server_->LeaveUnregistered(r));
+      }
+    }
+  }
   return server_->LeaveUnregistered(options_.rank);
 }
 

@@ -67,6 +67,15 @@ class Exchanger {
     return version;
   }
 
+  // The shards of the step's global batch (one --batch_size batch each, of
+  // --workers) that rank `rank` computes at its next step: its own, unless
+  // the job goes on with fewer workers (AllReduceExchanger).
+  virtual std::vector<int> BatchShards(int rank) const { return {rank}; }
+
+  // After a step that succeeded: whether this worker must Join again
+  // before the next (its group changes at this step boundary).
+  virtual bool WantsRejoin() const { return false; }
+
   // The step this worker trains after Join returned `version`, having got
   // to `step` before (0 at the start). By default: the version.
   virtual int64_t StepAfterJoin(int64_t step, int64_t version) const {

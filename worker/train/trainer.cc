@@ -90,9 +90,44 @@ void Trainer::Straggle(int64_t step) const {
   if (ms > 0) options_.env->SleepFor(absl::Milliseconds(ms));
 }
 
+absl::StatusOr<BatchStats> Trainer::ComputeShards(
+    absl::Span<const Batch> batches, const Model::GradientReadyFn& ready) {
+  const absl::Span<float> gradient = absl::MakeSpan(gradient_);
+  const size_t state_size = weights_.size() - num_parameters_;
+  BatchStats total;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    // The first shard's gradient goes straight into the exchanged vector,
+    // later ones (a job going on with fewer workers) are added to it.
+    if (k == 1) shard_gradient_.resize(weights_.size());
+    const absl::Span<float> into = k == 0 ? gradient.subspan(0, weights_.size())
+                                          : absl::MakeSpan(shard_gradient_);
+    if (k > 0 && state_size > 0) {
+      // Each shard's moving statistics start from the version's.
+      RETURN_IF_ERROR(model_->SetState(
+          absl::Span<const float>(weights_).subspan(num_parameters_)));
+    }
+    ASSIGN_OR_RETURN(
+        const BatchStats batch,
+        model_->ComputeGradients(batches[k].features, batches[k].labels,
+                                 into.subspan(0, num_parameters_),
+                                 batches.size() == 1 ? ready : nullptr));
+    if (state_size > 0) {
+      // The moving statistics this batch produced go out with the gradient.
+      RETURN_IF_ERROR(model_->State(into.subspan(num_parameters_)));
+      if (ready && batches.size() == 1) ready(num_parameters_, weights_.size());
+    }
+    if (k > 0) {
+      for (size_t i = 0; i < into.size(); ++i) gradient[i] += into[i];
+    }
+    total.loss_sum += batch.loss_sum;
+    total.correct += batch.correct;
+    total.examples += batch.examples;
+  }
+  return total;
+}
+
 absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
-                                          absl::Span<const float> features,
-                                          absl::Span<const int32_t> labels,
+                                          absl::Span<const Batch> batches,
                                           BatchStats* stats) {
   using Phase = StepObserver::Phase;  // Timed for metrics and traces.
   StepObserver* const observer = options_.observer;
@@ -113,16 +148,7 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
         on_ready(begin, end);
       };
     }
-    ASSIGN_OR_RETURN(BatchStats batch,
-                     model_->ComputeGradients(
-                         features, labels, gradient.subspan(0, num_parameters_),
-                         ready));
-    if (model_->StateSize() > 0) {
-      // The moving statistics this batch produced go out with the gradient.
-      RETURN_IF_ERROR(model_->State(gradient.subspan(
-          num_parameters_, weights_.size() - num_parameters_)));
-      if (ready) ready(num_parameters_, weights_.size());
-    }
+    ASSIGN_OR_RETURN(BatchStats batch, ComputeShards(batches, ready));
     compute_phase.Stop();
     computed_at = absl::Now();
     return batch;
@@ -169,17 +195,32 @@ bool Trainer::StopRequested() const {
 
 absl::StatusOr<int64_t> Trainer::TrainStep(int64_t step,
                                            ShardedSampler* sampler,
-                                           Batch* batch, BatchStats* stats) {
-  const std::vector<int64_t> indices = sampler->BatchIndices(step);
-  GatherBatch(*train_, indices, absl::MakeSpan(batch->features),
-              absl::MakeSpan(batch->labels));
-  if (options_.augmentation.random_crop ||
-      options_.augmentation.horizontal_flip) {
-    AugmentImages(options_.augmentation, options_.image_size, options_.seed,
-                  step, indices, absl::MakeSpan(batch->features));
+                                           std::vector<Batch>* batches,
+                                           BatchStats* stats) {
+  const std::vector<int> shards = exchanger_->BatchShards(options_.rank);
+  while (batches->size() < shards.size()) batches->push_back(NewBatch());
+  for (size_t k = 0; k < shards.size(); ++k) {
+    Batch& batch = (*batches)[k];
+    const std::vector<int64_t> indices = sampler->BatchIndices(step, shards[k]);
+    GatherBatch(*train_, indices, absl::MakeSpan(batch.features),
+                absl::MakeSpan(batch.labels));
+    if (options_.augmentation.random_crop ||
+        options_.augmentation.horizontal_flip) {
+      AugmentImages(options_.augmentation, options_.image_size, options_.seed,
+                    step, indices, absl::MakeSpan(batch.features));
+    }
   }
   Straggle(step);
-  return Exchange(step, batch->features, batch->labels, stats);
+  return Exchange(step, absl::MakeConstSpan(batches->data(), shards.size()),
+                  stats);
+}
+
+Trainer::Batch Trainer::NewBatch() const {
+  Batch batch;
+  batch.features.resize(static_cast<size_t>(options_.batch_size) *
+                        model_->FeatureSize());
+  batch.labels.resize(options_.batch_size);
+  return batch;
 }
 
 absl::Status Trainer::OnFailedStep(const absl::Status& failed, int64_t* step,
@@ -258,9 +299,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
         "the data has ", train_->feature_dim, " values per example, the model "
         "takes ", dim));
   }
-  Batch batch;
-  batch.features.resize(static_cast<size_t>(options_.batch_size) * dim);
-  batch.labels.resize(options_.batch_size);
+  std::vector<Batch> batches;
 
   TrainSummary summary;
   summary.final_version = version;
@@ -272,7 +311,7 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
       summary.stopped = true;
       break;
     }
-    RETURN_IF_ERROR(RunEpoch(&sampler, &batch, &step, &summary));
+    RETURN_IF_ERROR(RunEpoch(&sampler, &batches, &step, &summary));
   }
   summary.wall_seconds = absl::ToDoubleSeconds(training_time_);
   summary.examples_per_sec =

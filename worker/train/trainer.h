@@ -122,12 +122,22 @@ class Trainer final {
  private:
   absl::StatusOr<int64_t> JoinJob(
       absl::Duration timeout = absl::InfiniteDuration());
-  // One step's exchange: compute the gradient (handing each layer to the
-  // exchanger as it is ready) and receive the next weights. Returns the
-  // version received.
-  absl::StatusOr<int64_t> Exchange(int64_t step, absl::Span<const float> features,
-                                   absl::Span<const int32_t> labels,
+  struct Batch {  // One shard's examples, reused.
+    std::vector<float> features;
+    std::vector<int32_t> labels;
+  };
+  Batch NewBatch() const;
+  // One step's exchange: compute the gradient of this worker's shards of
+  // the step (handing each layer to the exchanger as it is ready, when it
+  // computes one) and receive the next weights. Returns the version
+  // received.
+  absl::StatusOr<int64_t> Exchange(int64_t step,
+                                   absl::Span<const Batch> batches,
                                    BatchStats* stats);
+  // The gradient (and state) of `batches` summed into gradient_, and their
+  // figures.
+  absl::StatusOr<BatchStats> ComputeShards(absl::Span<const Batch> batches,
+                                           const Model::GradientReadyFn& ready);
   // Loads weights_ (parameters and state) into the model.
   absl::Status LoadModel();
   ModelSignature Signature() const;
@@ -137,17 +147,14 @@ class Trainer final {
   absl::StatusOr<BatchStats> Evaluate(const Dataset& data);
 
   // Run's parts, in order.
-  struct Batch {  // One step's examples, reused.
-    std::vector<float> features;
-    std::vector<int32_t> labels;
-  };
   // Adopts the model's own host buffer for the weights, where it lends one.
   absl::Status UseModelWeightBuffer();
   bool StopRequested() const;
-  // Gathers (and augments) step's batch and exchanges its gradient; the
-  // version the step produced.
+  // Gathers (and augments) this worker's shards of the step's batch and
+  // exchanges their gradient; the version the step produced.
   absl::StatusOr<int64_t> TrainStep(int64_t step, ShardedSampler* sampler,
-                                    Batch* batch, BatchStats* stats);
+                                    std::vector<Batch>* batches,
+                                    BatchStats* stats);
   // After a failed step: stop (a stop signal: summary->stopped), rejoin (a
   // retryable failure, moving *step to where the exchanger resumes), or
   // return the failure.
@@ -155,8 +162,8 @@ class Trainer final {
                             TrainSummary* summary);
   // Trains from *step to the end of its epoch (or until a stop or a
   // rejoin), with the epoch's progress and evaluation.
-  absl::Status RunEpoch(ShardedSampler* sampler, Batch* batch, int64_t* step,
-                        TrainSummary* summary);
+  absl::Status RunEpoch(ShardedSampler* sampler, std::vector<Batch>* batches,
+                        int64_t* step, TrainSummary* summary);
   // The running figures of one epoch's steps on this worker.
   struct EpochTotals {
     double loss_sum = 0;
@@ -193,6 +200,7 @@ class Trainer final {
   absl::Span<float> weights_;
   std::vector<float> own_weights_;
   std::vector<float> gradient_;
+  std::vector<float> shard_gradient_;  // A second shard's, and later ones'.
   int64_t total_steps_ = 0;  // Set by Run before joining.
   absl::Time loop_start_;    // When Run's first step began.
   absl::Duration training_time_;  // The epochs' time, evaluation excluded.

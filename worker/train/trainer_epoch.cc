@@ -45,8 +45,9 @@ void Trainer::ReportStep(int64_t step, const BatchStats& stats,
   options_.callback->OnStepEnd(logs);
 }
 
-absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
-                               int64_t* step, TrainSummary* summary) {
+absl::Status Trainer::RunEpoch(ShardedSampler* sampler,
+                               std::vector<Batch>* batches, int64_t* step,
+                               TrainSummary* summary) {
   const int64_t steps_per_epoch = sampler->StepsPerEpoch();
   const int epoch = static_cast<int>(*step / steps_per_epoch);
   const int64_t epoch_begin = epoch * steps_per_epoch;
@@ -60,7 +61,8 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
   absl::Time last_step_end = epoch_start;
   while (*step < epoch_end && !StopRequested()) {
     BatchStats stats;
-    absl::StatusOr<int64_t> version = TrainStep(*step, sampler, batch, &stats);
+    absl::StatusOr<int64_t> version =
+        TrainStep(*step, sampler, batches, &stats);
     if (!version.ok()) {
       // Stopped, or rejoined: Run re-enters at the version's epoch. What
       // is said about it gets a line of its own.
@@ -78,6 +80,16 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler, Batch* batch,
     ++summary->steps;
     progress.Update(std::min(*step, epoch_end) - epoch_begin, totals.loss(),
                     totals.accuracy());
+    if (exchanger_->WantsRejoin() && !StopRequested() && *step < total_steps_) {
+      // The group changes at this step boundary (a worker joins or
+      // leaves): join again, as after a failed step, and go on from there.
+      progress.EndBar();
+      RETURN_IF_ERROR(OnFailedStep(
+          absl::AbortedError(
+              "a worker joins or leaves the all-reduce group at this step"),
+          step, summary));
+      break;
+    }
   }
   const absl::Duration epoch_time = options_.env->Now() - epoch_start;
   training_time_ += epoch_time;

@@ -6,6 +6,7 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
@@ -31,6 +32,10 @@ class CoordinatorClient::Impl {
       : stub_(v1::Coordinator::NewStub(std::move(channel))) {}
 
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  // WatchGroup's call in flight, for CancelWatch.
+  absl::Mutex watch_mu_;
+  grpc::ClientContext* watch_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
+  bool watch_cancelled_ ABSL_GUARDED_BY(watch_mu_) = false;
 };
 
 absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
@@ -90,17 +95,63 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
   request.set_rank(r.rank);
   request.set_size(r.size);
   request.set_version(r.version);
+  request.set_min_size(r.min_size);
+  request.set_settle_ms(absl::ToInt64Milliseconds(r.settle));
   v1::JoinGroupResponse response;
   grpc::Status status = impl_->stub_->JoinGroup(&context, request, &response);
   if (!status.ok()) return Annotate(status, "JoinGroup", r.group, address_);
   Group group;
   group.generation = response.generation();
-  group.rank = response.rank();
-  group.size = response.size();
+  group.index = response.index();
+  group.members.assign(response.members().begin(), response.members().end());
   group.version = response.version();
   group.state_needed = response.state_needed();
-  group.source_rank = response.source_rank();
+  group.source_index = response.source_index();
+  if (group.members.empty() || group.index < 0 ||
+      group.index >= static_cast<int>(group.members.size()) ||
+      group.members[group.index] != r.rank || group.source_index < 0 ||
+      group.source_index >= static_cast<int>(group.members.size())) {
+    return absl::InternalError(
+        absl::StrCat("coordinator ", address_, " answered JoinGroup of rank ",
+                     r.rank, " with an inconsistent group"));
+  }
   return group;
+}
+
+absl::StatusOr<int> CoordinatorClient::WatchGroup(const std::string& group,
+                                                  int64_t generation,
+                                                  absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  {
+    absl::MutexLock lock(&impl_->watch_mu_);
+    if (impl_->watch_cancelled_) {
+      return absl::CancelledError("the watch was cancelled");
+    }
+    impl_->watch_ = &context;
+  }
+  v1::WatchGroupRequest request;
+  request.set_group(group);
+  request.set_generation(generation);
+  v1::WatchGroupResponse response;
+  grpc::Status status = impl_->stub_->WatchGroup(&context, request, &response);
+  {
+    absl::MutexLock lock(&impl_->watch_mu_);
+    impl_->watch_ = nullptr;
+  }
+  if (!status.ok()) return Annotate(status, "WatchGroup", group, address_);
+  return response.waiting();
+}
+
+void CoordinatorClient::CancelWatch() {
+  absl::MutexLock lock(&impl_->watch_mu_);
+  impl_->watch_cancelled_ = true;
+  if (impl_->watch_ != nullptr) impl_->watch_->TryCancel();
+}
+
+void CoordinatorClient::ResetWatch() {
+  absl::MutexLock lock(&impl_->watch_mu_);
+  impl_->watch_cancelled_ = false;
 }
 
 }  // namespace lockstep

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,26 +41,39 @@ class CoordinatorClient final {
   // `deadline` passes first.
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline);
 
-  // The all-reduce group this member belongs to, once a member of every
-  // rank has joined (Coordinator.JoinGroup); DEADLINE_EXCEEDED when
-  // `deadline` passes first.
+  // The all-reduce group this member belongs to, once it forms
+  // (Coordinator.JoinGroup: every rank has joined, or min_size of them and
+  // `settle` passed); DEADLINE_EXCEEDED when `deadline` passes first.
   struct GroupRequest {
     std::string group;
     uint64_t member = 0;
     int rank = 0;
     int size = 1;
     int64_t version = 0;
+    int min_size = 0;  // 0: size.
+    absl::Duration settle;
   };
   struct Group {
     int64_t generation = 0;
-    int rank = 0;
-    int size = 0;
+    int index = 0;             // This member's place in the group.
+    std::vector<int> members;  // The members' ranks, ascending.
     int64_t version = 0;
     bool state_needed = false;
-    int source_rank = 0;
+    int source_index = 0;
   };
   absl::StatusOr<Group> JoinGroup(const GroupRequest& request,
                                   absl::Time deadline);
+
+  // The number of members waiting to form a generation of `group` after
+  // `generation` (Coordinator.WatchGroup), once there are some; 0 when the
+  // group has formed past it. DEADLINE_EXCEEDED when `deadline` passes
+  // first, CANCELLED after CancelWatch. One watch at a time.
+  absl::StatusOr<int> WatchGroup(const std::string& group, int64_t generation,
+                                 absl::Time deadline);
+  // Ends a WatchGroup in flight (from another thread), and the next one to
+  // start before ResetWatch.
+  void CancelWatch();
+  void ResetWatch();
 
   const std::string& address() const { return address_; }
 

@@ -1,0 +1,132 @@
+// Elastic all-reduce jobs (--min_workers below --workers) with real
+// processes: ranks join and leave at step boundaries, a lost rank is left
+// behind once the minimum re-forms, and the global batch stays --workers
+// shards, so the result stays that of a job that had every rank throughout
+// (to the last bits of the sums, which add a rank's shards first).
+#include <signal.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fault/fault_flags.h"
+#include "tests/fault/job.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Flags() for gloo all-reduce with 3 ranks (26 steps an epoch), 60 steps,
+// rank 0 paced at 100 ms a step; `elastic` adds --min_workers=2.
+std::vector<std::string> ElasticFlags(bool elastic, int rank) {
+  std::vector<std::string> flags =
+      Flags({"--sync=allreduce", "--allreduce=gloo", "--step_timeout_s=2",
+             "--max_steps=60", "--straggle=0:100"});
+  if (elastic) {
+    flags.insert(flags.end(), {"--min_workers=2", "--group_settle_ms=300"});
+  }
+  if (rank == 0) flags.push_back("--progress=none");
+  return flags;
+}
+
+// Rank 0's weights after the same job with every rank throughout, computed
+// once.
+const std::vector<float>& FullJobWeights() {
+  static const std::vector<float>* full = [] {
+    Job clean(3);
+    clean.StartServer({});
+    for (int r = 0; r < 3; ++r) clean.StartWorker(r, ElasticFlags(false, r));
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(clean.WaitWorker(r), 0) << clean.WorkerOutput(r);
+    }
+    EXPECT_EQ(clean.WaitServer(), 0) << clean.ServerOutput();
+    return new std::vector<float>(clean.Weights(0));
+  }();
+  return *full;
+}
+
+// The largest difference between two weight vectors of the same size.
+float MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float most = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    most = std::max(most, std::fabs(a[i] - b[i]));
+  }
+  return most;
+}
+
+// Ranks 0 and 1 start alone (2 of 3), rank 2 joins mid-job and takes the
+// weights from rank 0, then rank 1 is told to stop and leaves (143) while
+// the other two go on and finish.
+TEST(ElasticTest, AJoinerComesInAndALeaverGoes) {
+  const std::vector<float>& full = FullJobWeights();
+  ASSERT_FALSE(full.empty());
+  Job job(3);
+  job.StartServer({});
+  job.StartWorker(0, ElasticFlags(true, 0));
+  job.StartWorker(1, ElasticFlags(true, 1));
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "(generation 1, 2 of 3 ranks)"))
+      << job.WorkerOutput(0);
+  job.StartWorker(2, ElasticFlags(true, 2));
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "(generation 2, 3 of 3 ranks)"))
+      << job.WorkerOutput(0);
+  job.Signal(job.worker(1), SIGTERM);
+  EXPECT_EQ(job.WaitWorker(1), 143) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(2), 0) << job.WorkerOutput(2);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("(generation 3, 2 of 3 ranks)"));
+  EXPECT_THAT(job.WorkerOutput(2), HasSubstr("Rank 2 took version "));
+  EXPECT_EQ(job.Weights(0), job.Weights(2));
+  // Every step had the full job's examples: only the sums' order differs.
+  EXPECT_LT(MaxDifference(job.Weights(0), full), 1e-5f);
+}
+
+// A rank SIGKILLed and never replaced: the other two re-form without it
+// once the settle time has passed, finish, and the server exits by itself.
+TEST(ElasticTest, TheJobGoesOnWithoutALostRank) {
+  const std::vector<float>& full = FullJobWeights();
+  ASSERT_FALSE(full.empty());
+  Job job(3);
+  job.StartServer({});
+  std::vector<std::string> rank0 = ElasticFlags(true, 0);
+  rank0.back() = "--progress=lines";
+  job.StartWorker(0, rank0);
+  job.StartWorker(1, ElasticFlags(true, 1));
+  job.StartWorker(2, ElasticFlags(true, 2));
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "6/26 [")) << job.WorkerOutput(0);
+  job.Signal(job.worker(2), SIGKILL);
+  job.WaitWorker(2);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.WorkerOutput(0), HasSubstr("(generation 2, 2 of 3 ranks)"));
+  EXPECT_EQ(job.Weights(0), job.Weights(1));
+  EXPECT_LT(MaxDifference(job.Weights(0), full), 1e-5f);
+}
+
+// A joiner whose --min_workers differs from the group's is refused (exit
+// 2); the group it wanted to join is not disturbed.
+TEST(ElasticTest, AJoinerWithAnotherMinimumIsRefused) {
+  Job job(3);
+  job.StartServer({});
+  job.StartWorker(0, ElasticFlags(true, 0));
+  job.StartWorker(1, ElasticFlags(true, 1));
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "(generation 1, 2 of 3 ranks)"))
+      << job.WorkerOutput(0);
+  std::vector<std::string> odd = ElasticFlags(true, 2);
+  odd.push_back("--min_workers=1");
+  job.StartWorker(2, odd);
+  EXPECT_EQ(job.WaitWorker(2), 2) << job.WorkerOutput(2);
+  EXPECT_THAT(job.WorkerOutput(2), HasSubstr("--min_workers"));
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+}
+
+}  // namespace
+}  // namespace lockstep
