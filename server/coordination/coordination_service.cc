@@ -58,6 +58,7 @@ class WaitingJoin final : public grpc::ServerUnaryReactor {
     request.size = r.size();
     request.version = r.version();
     request.min_size = r.min_size();
+    request.signature = r.signature();
     // Clamped before the conversion; Check refuses what is out of range.
     request.settle = absl::Milliseconds(std::clamp<int64_t>(
         r.settle_ms(), -1,

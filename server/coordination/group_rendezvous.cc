@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/signature_proto.h"
 
 namespace lockstep {
 namespace {
@@ -16,6 +17,22 @@ absl::Status ShutDownError() {
 
 int MinSize(const GroupRendezvous::Request& r) {
   return r.min_size == 0 ? r.size : r.min_size;
+}
+
+// How the model signature `got` differs from the group's `expected` (both
+// serialized lockstep.v1.ModelSignature messages); empty when they describe
+// the same model.
+std::string DescribeSignatures(const std::string& expected,
+                               const std::string& got) {
+  if (got == expected) return "";
+  v1::ModelSignature a, b;
+  if (!a.ParseFromString(expected) || !b.ParseFromString(got)) {
+    return "a signature that does not parse";
+  }
+  absl::StatusOr<ModelSignature> want = SignatureFromProto(a);
+  absl::StatusOr<ModelSignature> have = SignatureFromProto(b);
+  if (!want.ok() || !have.ok()) return "a signature with an unknown setting";
+  return DescribeDifference(*want, *have);
 }
 
 }  // namespace
@@ -70,6 +87,21 @@ absl::Status GroupRendezvous::Check(const Request& r) const {
         known->second.size, " ranks; this worker has ", MinSize(r), " to ",
         r.size, " (--min_workers, --workers)"));
   }
+  if (r.signature.size() > kMaxSignatureBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a model signature of ", r.signature.size(),
+                     " bytes exceeds ", kMaxSignatureBytes));
+  }
+  if (known != groups_.end() && !r.signature.empty() &&
+      !known->second.signature.empty()) {
+    const std::string difference =
+        DescribeSignatures(known->second.signature, r.signature);
+    if (!difference.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this worker's model differs from group \"", r.group,
+                       "\"'s: ", difference));
+    }
+  }
   if (known == groups_.end() && groups_.size() >= kMaxGroups) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the coordinator holds ", kMaxGroups, " groups already"));
@@ -86,8 +118,8 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
     if (absl::Status s = Check(request); !s.ok()) {
       answers.members.emplace_back(std::move(done), s);
     } else {
-      groups_.try_emplace(request.group,
-                          Known{request.size, MinSize(request), 0});
+      groups_.try_emplace(request.group, Known{request.size, MinSize(request),
+                                               request.signature, 0});
       Round& round = rounds_[request.group];
       round.size = request.size;
       round.min_size = MinSize(request);

@@ -9,10 +9,12 @@
 // time the group forms, from 1), the members' ranks in order (a member's
 // index there is its place in the group), the highest version any member
 // holds, and the index of the member that sends its state when some member
-// is behind. A group re-forms this way after a failed step, and when a
-// group of fewer than every rank lets a joiner in: Watch tells its members
-// that someone waits. A member that joins for a rank another waiting member
-// holds replaces it, and the older one is told ALREADY_EXISTS.
+// is behind. A group's size, minimum and model signature are those its
+// first member gave: a member that differs is refused (FAILED_PRECONDITION). A
+// group re-forms this way after a failed step, and when a group of fewer than
+// every rank lets a joiner in: Watch tells its members that someone waits. A
+// member that joins for a rank another waiting member holds replaces it, and
+// the older one is told ALREADY_EXISTS.
 //
 //   GroupRendezvous rendezvous;
 //   rendezvous.Join({"job", member, rank, 2, version},
@@ -48,6 +50,7 @@ class GroupRendezvous final {
   // Group names a server keeps generations for.
   static constexpr size_t kMaxGroups = 4096;
   static constexpr absl::Duration kMaxSettle = absl::Minutes(10);
+  static constexpr size_t kMaxSignatureBytes = size_t{1} << 20;
 
   struct Request {
     std::string group;
@@ -57,6 +60,8 @@ class GroupRendezvous final {
     int64_t version = 0;  // Non-negative.
     int min_size = 0;     // 0: size.
     absl::Duration settle;
+    // A serialized lockstep.v1.ModelSignature; empty: not checked.
+    std::string signature;
   };
   struct Group {
     int64_t generation = 0;
@@ -144,6 +149,7 @@ class GroupRendezvous final {
   struct Known {
     int size = 0;
     int min_size = 0;
+    std::string signature;
     int64_t generation = 0;
   };
   absl::flat_hash_map<std::string, Known> groups_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,8 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/model_signature.h"
+#include "common/signature_proto.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
@@ -194,6 +196,37 @@ TEST(GroupRendezvousTest, AJoinerWithAnotherLayoutIsRefused) {
   EXPECT_EQ(other->status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(other->status().message().find("--min_workers"), std::string::npos);
   EXPECT_EQ(groups.NumWaiting(), 0u);
+}
+
+// A serialized signature of a one-tensor model of `shape`.
+std::string Signature(std::vector<int64_t> shape) {
+  ModelSignature signature;
+  signature.tensors.push_back({"dense/kernel", std::move(shape)});
+  v1::ModelSignature proto;
+  SignatureToProto(signature, &proto);
+  return proto.SerializeAsString();
+}
+
+// A member whose model differs from the group's is refused, naming the
+// difference; the same model is welcome.
+TEST(GroupRendezvousTest, AMemberWithAnotherModelIsRefused) {
+  GroupRendezvous groups;
+  GroupRendezvous::Request first = Req(0, 0, 1, 2);
+  first.signature = Signature({4, 3});
+  Result a, b, c;
+  groups.Join(first, Into(&a));
+  GroupRendezvous::Request other = Req(1, 0, 2, 2);
+  other.signature = Signature({4, 5});
+  groups.Join(other, Into(&b));
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(b->status().message().find("dense/kernel"), std::string::npos)
+      << b->status();
+  GroupRendezvous::Request same = Req(1, 0, 3, 2);
+  same.signature = Signature({4, 3});
+  groups.Join(same, Into(&c));
+  ASSERT_TRUE(c.has_value() && c->ok());
+  ASSERT_TRUE(a.has_value() && a->ok());
 }
 
 // One member of a 2-to-3 group is not enough, however long it waits.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/signature_proto.h"
 #include "common/status_macros.h"
 
 namespace lockstep {
@@ -51,6 +52,10 @@ absl::Status AllReduceExchanger::Start(
   ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(signature.optimizer,
                                                  signature.NumParameters()));
   num_parameters_ = signature.NumParameters();
+  // The coordinator refuses a member whose model differs from its group's.
+  v1::ModelSignature proto;
+  SignatureToProto(signature, &proto);
+  signature_ = proto.SerializeAsString();
   // Every rank draws version 0 from the same seed with a generator that
   // gives the same bits everywhere, so nothing needs to be sent.
   const std::vector<float> version0 = initial();
@@ -82,6 +87,7 @@ absl::StatusOr<CoordinatorClient::Group> AllReduceExchanger::JoinGroup(
   request.version = version_;
   request.min_size = Elastic() ? group_.min_workers : 0;
   request.settle = group_.settle;
+  request.signature = signature_;
   // The first Join has no deadline of its own: the rendezvous timeout
   // (--connect_timeout_s) bounds each wait for the group.
   const absl::Duration wait = std::min(timeout, options_.rendezvous_timeout);

@@ -140,6 +140,7 @@ class AllReduceExchanger final : public Exchanger {
   std::atomic<bool>* const stop_agreed_;           // Not owned; may be null.
   const ReducerFactory create_;
   const uint64_t member_;  // This process's id at the coordinator.
+  std::string signature_;  // The model's, serialized, for the coordinator.
   std::unique_ptr<AllReducer> reducer_;  // The current generation's.
   std::unique_ptr<Optimizer> optimizer_;
   int64_t num_parameters_ = 0;

@@ -97,6 +97,7 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
   request.set_version(r.version);
   request.set_min_size(r.min_size);
   request.set_settle_ms(absl::ToInt64Milliseconds(r.settle));
+  request.set_signature(r.signature);
   v1::JoinGroupResponse response;
   grpc::Status status = impl_->stub_->JoinGroup(&context, request, &response);
   if (!status.ok()) return Annotate(status, "JoinGroup", r.group, address_);

@@ -52,6 +52,7 @@ class CoordinatorClient final {
     int64_t version = 0;
     int min_size = 0;  // 0: size.
     absl::Duration settle;
+    std::string signature;  // A serialized lockstep.v1.ModelSignature.
   };
   struct Group {
     int64_t generation = 0;
