@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -10,126 +11,71 @@
 namespace lockstep {
 namespace {
 
-// A Get that waits for its key. Exactly one of two things finishes it: the
-// store's callback (the key appeared, or the store shut down) or OnCancel,
-// whichever removes the waiter from the store first. Deletes itself when
-// gRPC is done with it.
-class WaitingGet final : public grpc::ServerUnaryReactor {
+// A call that waits in the store or the rendezvous (a Get of a missing key,
+// a JoinGroup, a WatchGroup). Exactly one of two things finishes it: the
+// waiter's callback (it was answered, or the store shut down) or OnCancel,
+// whichever removes the waiter first. Deletes itself when gRPC is done with
+// it.
+class WaitingCall final : public grpc::ServerUnaryReactor {
  public:
-  WaitingGet(CoordinationStore* store, v1::GetResponse* response)
-      : store_(store), response_(response) {}
+  // `cancel` withdraws a waiter by its id (true when it was still waiting);
+  // `cancelled` is what the caller is told then.
+  WaitingCall(std::function<bool(int64_t)> cancel, const char* cancelled)
+      : cancel_(std::move(cancel)), cancelled_(cancelled) {}
 
-  // Called once, by the handler, before gRPC can call OnCancel (which it
-  // does only after the handler returns the reactor).
-  void Start(const std::string& key) {
-    waiter_ = store_->GetAsync(key, [this](absl::StatusOr<std::string> value) {
-      if (value.ok()) response_->set_value(*std::move(value));
-      Finish(ToGrpcStatus(value.status()));
-    });
-  }
+  // The id the waiter got (0: it was answered at once). Called once, by
+  // the handler, before gRPC can call OnCancel (which it does only after
+  // the handler returns the reactor).
+  void Waiting(int64_t id) { waiter_ = id; }
 
   void OnCancel() override {
-    if (waiter_ != 0 && store_->Cancel(waiter_)) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "Get cancelled before its key appeared"));
+    if (waiter_ != 0 && cancel_(waiter_)) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, cancelled_));
     }
   }
 
   void OnDone() override { delete this; }
 
  private:
-  CoordinationStore* const store_;   // Not owned.
-  v1::GetResponse* const response_;  // Owned by gRPC; valid until OnDone.
-  CoordinationStore::WaiterId waiter_ = 0;
+  const std::function<bool(int64_t)> cancel_;
+  const char* const cancelled_;
+  int64_t waiter_ = 0;
 };
 
-// A JoinGroup waiting for its group to form; finished, like WaitingGet,
-// by whichever of the rendezvous' callback and OnCancel comes first.
-class WaitingJoin final : public grpc::ServerUnaryReactor {
- public:
-  WaitingJoin(GroupRendezvous* groups, v1::JoinGroupResponse* response)
-      : groups_(groups), response_(response) {}
-
-  void Start(const v1::JoinGroupRequest& r) {
-    GroupRendezvous::Request request;
-    request.group = r.group();
-    request.member = r.member();
-    request.rank = r.rank();
-    request.size = r.size();
-    request.version = r.version();
-    request.min_size = r.min_size();
-    request.signature = r.signature();
-    // Clamped before the conversion; Check refuses what is out of range.
-    request.settle = absl::Milliseconds(std::clamp<int64_t>(
-        r.settle_ms(), -1,
-        absl::ToInt64Milliseconds(GroupRendezvous::kMaxSettle) + 1));
-    waiter_ = groups_->Join(
-        request, [this](absl::StatusOr<GroupRendezvous::Group> group) {
-          if (group.ok()) {
-            response_->set_generation(group->generation);
-            response_->set_index(group->index);
-            response_->set_size(static_cast<int32_t>(group->members.size()));
-            for (int rank : group->members) response_->add_members(rank);
-            response_->set_version(group->version);
-            response_->set_state_needed(group->state_needed);
-            response_->set_source_index(group->source_index);
-          }
-          Finish(ToGrpcStatus(group.status()));
-        });
-  }
-
-  void OnCancel() override {
-    if (waiter_ != 0 && groups_->Cancel(waiter_)) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "JoinGroup cancelled before the group formed"));
-    }
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  GroupRendezvous* const groups_;          // Not owned.
-  v1::JoinGroupResponse* const response_;  // Owned by gRPC; valid until OnDone.
-  GroupRendezvous::WaiterId waiter_ = 0;
-};
-
-// A WatchGroup waiting for a joiner or a new generation.
-class WaitingWatch final : public grpc::ServerUnaryReactor {
- public:
-  WaitingWatch(GroupRendezvous* groups, v1::WatchGroupResponse* response)
-      : groups_(groups), response_(response) {}
-
-  void Start(const v1::WatchGroupRequest& r) {
-    waiter_ = groups_->Watch(r.group(), r.generation(),
-                             [this](absl::StatusOr<int> waiting) {
-                               if (waiting.ok())
-                                 response_->set_waiting(*waiting);
-                               Finish(ToGrpcStatus(waiting.status()));
-                             });
-  }
-
-  void OnCancel() override {
-    if (waiter_ != 0 && groups_->Cancel(waiter_)) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "WatchGroup cancelled before anyone joined"));
-    }
-  }
-
-  void OnDone() override { delete this; }
-
- private:
-  GroupRendezvous* const groups_;  // Not owned.
-  v1::WatchGroupResponse* const
-      response_;  // Owned by gRPC; valid until OnDone.
-  GroupRendezvous::WaiterId waiter_ = 0;
-};
-
-// The reactor of a call refused by `status`.
-grpc::ServerUnaryReactor* Refused(grpc::CallbackServerContext* context,
-                                  const absl::Status& status) {
+// The reactor of a call answered at once with `status` (a refusal, or
+// the result).
+grpc::ServerUnaryReactor* Answered(grpc::CallbackServerContext* context,
+                                   const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+GroupRendezvous::Request FromProto(const v1::JoinGroupRequest& r) {
+  GroupRendezvous::Request request;
+  request.group = r.group();
+  request.member = r.member();
+  request.rank = r.rank();
+  request.size = r.size();
+  request.version = r.version();
+  request.min_size = r.min_size();
+  request.signature = r.signature();
+  // Clamped before the conversion; the rendezvous refuses what is out of
+  // range.
+  request.settle = absl::Milliseconds(std::clamp<int64_t>(
+      r.settle_ms(), -1,
+      absl::ToInt64Milliseconds(GroupRendezvous::kMaxSettle) + 1));
+  return request;
+}
+
+void ToProto(const GroupRendezvous::Group& group, v1::JoinGroupResponse* r) {
+  r->set_generation(group.generation);
+  r->set_index(group.index);
+  r->set_size(static_cast<int32_t>(group.members.size()));
+  for (int rank : group.members) r->add_members(rank);
+  r->set_version(group.version);
+  r->set_state_needed(group.state_needed);
+  r->set_source_index(group.source_index);
 }
 
 }  // namespace
@@ -140,11 +86,18 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
   if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
                                    "Coordinator.JoinGroup");
       !s.ok()) {
-    return Refused(context, s);
+    return Answered(context, s);
   }
-  auto* waiting = new WaitingJoin(groups_, response);
-  waiting->Start(*request);
-  return waiting;
+  auto* call = new WaitingCall(
+      [groups = groups_](int64_t id) { return groups->Cancel(id); },
+      "JoinGroup cancelled before the group formed");
+  call->Waiting(groups_->Join(
+      FromProto(*request),
+      [call, response](absl::StatusOr<GroupRendezvous::Group> group) {
+        if (group.ok()) ToProto(*group, response);
+        call->Finish(ToGrpcStatus(group.status()));
+      }));
+  return call;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::WatchGroup(
@@ -153,11 +106,19 @@ grpc::ServerUnaryReactor* CoordinatorService::WatchGroup(
   if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
                                    "Coordinator.WatchGroup");
       !s.ok()) {
-    return Refused(context, s);
+    return Answered(context, s);
   }
-  auto* waiting = new WaitingWatch(groups_, response);
-  waiting->Start(*request);
-  return waiting;
+  auto* call = new WaitingCall(
+      [groups = groups_](int64_t id) { return groups->Cancel(id); },
+      "WatchGroup cancelled before anyone joined");
+  call->Waiting(groups_->Watch(request->group(), request->generation(),
+                               [call, response](absl::StatusOr<int> waiting) {
+                                 if (waiting.ok()) {
+                                   response->set_waiting(*waiting);
+                                 }
+                                 call->Finish(ToGrpcStatus(waiting.status()));
+                               }));
+  return call;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Set(
@@ -166,14 +127,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Set(
   if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
                                    "Coordinator.Set");
       !s.ok()) {
-    return Refused(context, s);
+    return Answered(context, s);
   }
   absl::StatusOr<bool> created =
       store_->Set(request->key(), request->value(), request->if_absent());
   if (created.ok()) response->set_created(*created);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(created.status()));
-  return reactor;
+  return Answered(context, created.status());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Get(
@@ -182,18 +141,22 @@ grpc::ServerUnaryReactor* CoordinatorService::Get(
   if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
                                    "Coordinator.Get");
       !s.ok()) {
-    return Refused(context, s);
+    return Answered(context, s);
   }
   if (request->no_wait()) {
     absl::StatusOr<std::string> value = store_->TryGet(request->key());
     if (value.ok()) response->set_value(*std::move(value));
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(value.status()));
-    return reactor;
+    return Answered(context, value.status());
   }
-  auto* waiting = new WaitingGet(store_, response);
-  waiting->Start(request->key());
-  return waiting;
+  auto* call = new WaitingCall(
+      [store = store_](int64_t id) { return store->Cancel(id); },
+      "Get cancelled before its key appeared");
+  call->Waiting(store_->GetAsync(
+      request->key(), [call, response](absl::StatusOr<std::string> value) {
+        if (value.ok()) response->set_value(*std::move(value));
+        call->Finish(ToGrpcStatus(value.status()));
+      }));
+  return call;
 }
 
 }  // namespace lockstep

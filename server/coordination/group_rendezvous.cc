@@ -35,6 +35,45 @@ std::string DescribeSignatures(const std::string& expected,
   return DescribeDifference(*want, *have);
 }
 
+// The request's own fields, before any group is looked at.
+absl::Status CheckFields(const GroupRendezvous::Request& r) {
+  using G = GroupRendezvous;
+  if (r.group.empty() || r.group.size() > G::kMaxGroupBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the group name must have 1 to ", G::kMaxGroupBytes,
+                     " bytes, got ", r.group.size()));
+  }
+  if (r.member == 0) return absl::InvalidArgumentError("member id 0");
+  if (r.size < 1 || r.size > G::kMaxSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group size must be in [1, ", G::kMaxSize, "], got ", r.size));
+  }
+  if (r.rank < 0 || r.rank >= r.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank must be in [0, ", r.size, "), got ", r.rank));
+  }
+  if (r.min_size < 0 || r.min_size > r.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the minimum group size must be in [1, ", r.size,
+                     "], got ", r.min_size));
+  }
+  if (r.version < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("negative version ", r.version));
+  }
+  if (r.settle < absl::ZeroDuration() || r.settle > G::kMaxSettle) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the settle time must be in [0, ", absl::FormatDuration(G::kMaxSettle),
+        "], got ", absl::FormatDuration(r.settle)));
+  }
+  if (r.signature.size() > G::kMaxSignatureBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a model signature of ", r.signature.size(),
+                     " bytes exceeds ", G::kMaxSignatureBytes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void GroupRendezvous::Answers::Run() {
@@ -51,62 +90,27 @@ GroupRendezvous::~GroupRendezvous() {
 
 absl::Status GroupRendezvous::Check(const Request& r) const {
   if (shut_down_) return ShutDownError();
-  if (r.group.empty() || r.group.size() > kMaxGroupBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the group name must have 1 to ", kMaxGroupBytes,
-                     " bytes, got ", r.group.size()));
-  }
-  if (r.member == 0) return absl::InvalidArgumentError("member id 0");
-  if (r.size < 1 || r.size > kMaxSize) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group size must be in [1, ", kMaxSize, "], got ", r.size));
-  }
-  if (r.rank < 0 || r.rank >= r.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank must be in [0, ", r.size, "), got ", r.rank));
-  }
-  if (r.min_size < 0 || r.min_size > r.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the minimum group size must be in [1, ", r.size,
-                     "], got ", r.min_size));
-  }
-  if (r.version < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("negative version ", r.version));
-  }
-  if (r.settle < absl::ZeroDuration() || r.settle > kMaxSettle) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the settle time must be in [0, ", absl::FormatDuration(kMaxSettle),
-        "], got ", absl::FormatDuration(r.settle)));
-  }
+  if (absl::Status s = CheckFields(r); !s.ok()) return s;
   auto known = groups_.find(r.group);
-  if (known != groups_.end() &&
-      (known->second.size != r.size || known->second.min_size != MinSize(r))) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group \"", r.group, "\" has ", known->second.min_size, " to ",
-        known->second.size, " ranks; this worker has ", MinSize(r), " to ",
-        r.size, " (--min_workers, --workers)"));
-  }
-  if (r.signature.size() > kMaxSignatureBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a model signature of ", r.signature.size(),
-                     " bytes exceeds ", kMaxSignatureBytes));
-  }
-  if (known != groups_.end() && !r.signature.empty() &&
-      !known->second.signature.empty()) {
-    const std::string difference =
-        DescribeSignatures(known->second.signature, r.signature);
-    if (!difference.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("this worker's model differs from group \"", r.group,
-                       "\"'s: ", difference));
-    }
-  }
-  if (known == groups_.end() && groups_.size() >= kMaxGroups) {
+  if (known == groups_.end()) {
+    if (groups_.size() < kMaxGroups) return absl::OkStatus();
     return absl::ResourceExhaustedError(
         absl::StrCat("the coordinator holds ", kMaxGroups, " groups already"));
   }
-  return absl::OkStatus();
+  const Known& group = known->second;
+  if (group.size != r.size || group.min_size != MinSize(r)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group \"", r.group, "\" has ", group.min_size, " to ",
+                     group.size, " ranks; this worker has ", MinSize(r), " to ",
+                     r.size, " (--min_workers, --workers)"));
+  }
+  if (r.signature.empty() || group.signature.empty()) return absl::OkStatus();
+  const std::string difference =
+      DescribeSignatures(group.signature, r.signature);
+  if (difference.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this worker's model differs from group \"", r.group,
+                   "\"'s: ", difference));
 }
 
 GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,

@@ -60,6 +60,16 @@ float MaxDifference(const std::vector<float>& a, const std::vector<float>& b) {
   return most;
 }
 
+// Starts `job`'s server and ranks 0 and 1 of an elastic job of 3, and
+// returns once they train as a group of 2.
+void StartTwoOfThree(Job& job) {
+  job.StartServer({});
+  job.StartWorker(0, ElasticFlags(true, 0));
+  job.StartWorker(1, ElasticFlags(true, 1));
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "(generation 1, 2 of 3 ranks)"))
+      << job.WorkerOutput(0);
+}
+
 // Ranks 0 and 1 start alone (2 of 3), rank 2 joins mid-job and takes the
 // weights from rank 0, then rank 1 is told to stop and leaves (143) while
 // the other two go on and finish.
@@ -67,11 +77,8 @@ TEST(ElasticTest, AJoinerComesInAndALeaverGoes) {
   const std::vector<float>& full = FullJobWeights();
   ASSERT_FALSE(full.empty());
   Job job(3);
-  job.StartServer({});
-  job.StartWorker(0, ElasticFlags(true, 0));
-  job.StartWorker(1, ElasticFlags(true, 1));
-  ASSERT_TRUE(job.WaitForWorkerLog(0, "(generation 1, 2 of 3 ranks)"))
-      << job.WorkerOutput(0);
+  StartTwoOfThree(job);
+  if (::testing::Test::HasFatalFailure()) return;
   job.StartWorker(2, ElasticFlags(true, 2));
   ASSERT_TRUE(job.WaitForWorkerLog(0, "(generation 2, 3 of 3 ranks)"))
       << job.WorkerOutput(0);
@@ -116,11 +123,8 @@ TEST(ElasticTest, TheJobGoesOnWithoutALostRank) {
 // (exit 2, naming the difference); the group is not disturbed.
 TEST(ElasticTest, JoinersWithAnotherLayoutOrModelAreRefused) {
   Job job(3);
-  job.StartServer({});
-  job.StartWorker(0, ElasticFlags(true, 0));
-  job.StartWorker(1, ElasticFlags(true, 1));
-  ASSERT_TRUE(job.WaitForWorkerLog(0, "(generation 1, 2 of 3 ranks)"))
-      << job.WorkerOutput(0);
+  StartTwoOfThree(job);
+  if (::testing::Test::HasFatalFailure()) return;
   std::vector<std::string> odd = ElasticFlags(true, 2);
   odd.push_back("--min_workers=1");
   job.StartWorker(2, odd);

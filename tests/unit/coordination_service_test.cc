@@ -185,6 +185,12 @@ TEST_F(CoordinationServiceTest, WatchGroupSeesAJoinerAndCanBeCancelled) {
   ASSERT_TRUE(seen->ok()) << seen->status();
   EXPECT_EQ(**seen, 1);
   joining.join();
+  // The joiner's deadline passed; the server withdraws it a moment later.
+  const absl::Time until = In(absl::Seconds(30));
+  while (groups_.NumWaiting() > 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(groups_.NumWaiting(), 0u);
   std::thread cancelled(
       [&] { seen = client_->WatchGroup("job", 1, In(absl::Seconds(30))); });
   absl::SleepFor(absl::Milliseconds(200));

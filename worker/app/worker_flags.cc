@@ -310,19 +310,10 @@ absl::Status ParseExchange(WorkerMainOptions* options) {
   return absl::OkStatus();
 }
 
-// Backup workers, staleness, stragglers, and how pushes go on the wire.
-absl::Status ParseStepFlags(WorkerMainOptions* options) {
+// --min_workers and --group_settle_ms: how an all-reduce group forms.
+absl::Status ParseGroupFlags(WorkerMainOptions* options) {
   WorkerMainOptions& o = *options;
-  const int rank = o.trainer.rank;
   const int workers = o.trainer.num_workers;
-  o.trainer.backup_workers = absl::GetFlag(FLAGS_backup_workers);
-  if (o.trainer.backup_workers < 0 || o.trainer.backup_workers >= workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backup_workers must be in [0, ", workers, ")"));
-  }
-  if (o.trainer.backup_workers > 0 && o.trainer.sync != SyncMode::kSync) {
-    return absl::InvalidArgumentError("--backup_workers needs --sync=ps");
-  }
   o.group.min_workers = absl::GetFlag(FLAGS_min_workers);
   if (o.group.min_workers < 0 || o.group.min_workers > workers) {
     return absl::InvalidArgumentError(
@@ -341,6 +332,23 @@ absl::Status ParseStepFlags(WorkerMainOptions* options) {
         "--group_settle_ms must be in [0, 600000], got ", settle_ms));
   }
   o.group.settle = absl::Milliseconds(settle_ms);
+  return absl::OkStatus();
+}
+
+// Backup workers, staleness, stragglers, and how pushes go on the wire.
+absl::Status ParseStepFlags(WorkerMainOptions* options) {
+  WorkerMainOptions& o = *options;
+  const int rank = o.trainer.rank;
+  const int workers = o.trainer.num_workers;
+  o.trainer.backup_workers = absl::GetFlag(FLAGS_backup_workers);
+  if (o.trainer.backup_workers < 0 || o.trainer.backup_workers >= workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backup_workers must be in [0, ", workers, ")"));
+  }
+  if (o.trainer.backup_workers > 0 && o.trainer.sync != SyncMode::kSync) {
+    return absl::InvalidArgumentError("--backup_workers needs --sync=ps");
+  }
+  RETURN_IF_ERROR(ParseGroupFlags(&o));
   o.trainer.staleness = absl::GetFlag(FLAGS_staleness);
   if (o.trainer.staleness < 0) {
     return absl::InvalidArgumentError("--staleness must not be negative");
