@@ -125,8 +125,6 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
       groups_.try_emplace(request.group, Known{request.size, MinSize(request),
                                                request.signature, 0});
       Round& round = rounds_[request.group];
-      round.size = request.size;
-      round.min_size = MinSize(request);
       round.settle = request.settle;
       round.last_join = absl::Now();
       auto held = round.by_rank.find(request.rank);
@@ -144,7 +142,7 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
       members_.emplace(id, Member{request, std::move(done)});
       round.by_rank[request.rank] = id;
       ++changes_;
-      if (static_cast<int>(round.by_rank.size()) == round.size) {
+      if (static_cast<int>(round.by_rank.size()) == request.size) {
         FormLocked(request.group, &answers);
         id = 0;  // Answered below.
       } else {
@@ -253,7 +251,7 @@ void GroupRendezvous::SettleLoop() {
     // The earliest time a round may form with fewer than every rank.
     absl::Time next = absl::InfiniteFuture();
     for (const auto& [name, round] : rounds_) {
-      if (static_cast<int>(round.by_rank.size()) >= round.min_size) {
+      if (static_cast<int>(round.by_rank.size()) >= groups_.at(name).min_size) {
         next = std::min(next, round.last_join + round.settle);
       }
     }
@@ -263,7 +261,7 @@ void GroupRendezvous::SettleLoop() {
     const absl::Time now = absl::Now();
     std::vector<std::string> due;
     for (const auto& [name, round] : rounds_) {
-      if (static_cast<int>(round.by_rank.size()) >= round.min_size &&
+      if (static_cast<int>(round.by_rank.size()) >= groups_.at(name).min_size &&
           now >= round.last_join + round.settle) {
         due.push_back(name);
       }

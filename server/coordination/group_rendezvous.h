@@ -40,6 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/group_membership.h"
 
 namespace lockstep {
 
@@ -52,25 +53,8 @@ class GroupRendezvous final {
   static constexpr absl::Duration kMaxSettle = absl::Minutes(10);
   static constexpr size_t kMaxSignatureBytes = size_t{1} << 20;
 
-  struct Request {
-    std::string group;
-    uint64_t member = 0;  // Non-zero.
-    int rank = 0;
-    int size = 1;
-    int64_t version = 0;  // Non-negative.
-    int min_size = 0;     // 0: size.
-    absl::Duration settle;
-    // A serialized lockstep.v1.ModelSignature; empty: not checked.
-    std::string signature;
-  };
-  struct Group {
-    int64_t generation = 0;
-    int index = 0;
-    std::vector<int> members;  // Ranks, ascending; members[index] is ours.
-    int64_t version = 0;
-    bool state_needed = false;
-    int source_index = 0;
-  };
+  using Request = GroupRequest;
+  using Group = GroupView;
   using Done = std::function<void(absl::StatusOr<Group>)>;
   // Watch's: the members waiting for the next generation.
   using WatchDone = std::function<void(absl::StatusOr<int>)>;
@@ -112,10 +96,9 @@ class GroupRendezvous final {
     int64_t generation = 0;
     WatchDone done;
   };
-  // A forming group: its waiting members by rank.
+  // A forming group (its size and minimum are its Known's): its waiting
+  // members by rank.
   struct Round {
-    int size = 0;
-    int min_size = 0;
     absl::Duration settle;
     absl::Time last_join;
     std::map<int, WaiterId> by_rank;

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/group_membership.h"
 #include "common/tls_options.h"
 
 namespace lockstep {
@@ -44,24 +45,8 @@ class CoordinatorClient final {
   // The all-reduce group this member belongs to, once it forms
   // (Coordinator.JoinGroup: every rank has joined, or min_size of them and
   // `settle` passed); DEADLINE_EXCEEDED when `deadline` passes first.
-  struct GroupRequest {
-    std::string group;
-    uint64_t member = 0;
-    int rank = 0;
-    int size = 1;
-    int64_t version = 0;
-    int min_size = 0;  // 0: size.
-    absl::Duration settle;
-    std::string signature;  // A serialized lockstep.v1.ModelSignature.
-  };
-  struct Group {
-    int64_t generation = 0;
-    int index = 0;             // This member's place in the group.
-    std::vector<int> members;  // The members' ranks, ascending.
-    int64_t version = 0;
-    bool state_needed = false;
-    int source_index = 0;
-  };
+  using GroupRequest = ::lockstep::GroupRequest;
+  using Group = GroupView;
   absl::StatusOr<Group> JoinGroup(const GroupRequest& request,
                                   absl::Time deadline);
 
