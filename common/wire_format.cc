@@ -22,6 +22,8 @@ constexpr uint32_t kPushStep = 3;
 constexpr uint32_t kPushChunk = 4;
 constexpr uint32_t kPushDtype = 5;
 constexpr uint32_t kPushData = 6;
+constexpr uint32_t kPushGeneration = 7;
+constexpr uint32_t kPushBatchShard = 8;
 
 // PushResponse / PullResponse field numbers.
 constexpr uint32_t kReplyVersion = 1;
@@ -171,6 +173,12 @@ absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
           case kPushStep: view.step = value; break;
           case kPushChunk: view.chunk = static_cast<int32_t>(value); break;
           case kPushDtype: view.dtype = static_cast<int32_t>(value); break;
+          case kPushGeneration:
+            view.group_generation = value;
+            break;
+          case kPushBatchShard:
+            view.batch_shard = static_cast<int32_t>(value);
+            break;
           default: break;  // Unknown fields are skipped, as protobuf does.
         }
       });
@@ -220,13 +228,18 @@ grpc::ByteBuffer MakeWeightsReply(int64_t version, int32_t chunk,
 
 grpc::ByteBuffer MakePushRequest(int32_t rank, int64_t incarnation,
                                  int64_t step, int32_t chunk, int32_t dtype,
-                                 absl::string_view payload) {
+                                 absl::string_view payload,
+                                 const PushSlot& slot) {
   std::string header;
   AppendVarintField(kPushRank, rank, &header);
   AppendVarintField(kPushIncarnation, incarnation, &header);
   AppendVarintField(kPushStep, step, &header);
   AppendVarintField(kPushChunk, chunk, &header);
   AppendVarintField(kPushDtype, dtype, &header);
+  if (slot.generation != 0) {
+    AppendVarintField(kPushGeneration, slot.generation, &header);
+    AppendVarintField(kPushBatchShard, slot.batch_shard, &header);
+  }
   if (!payload.empty()) AppendBytesKey(kPushData, payload.size(), &header);
   grpc::Slice slices[2] = {
       grpc::Slice(header),

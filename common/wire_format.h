@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/group_membership.h"
 
 namespace lockstep {
 
@@ -28,6 +29,8 @@ struct PushView {
   int64_t step = 0;
   int32_t chunk = 0;
   int32_t dtype = 0;  // lockstep.v1.DType value.
+  int64_t group_generation = 0;
+  int32_t batch_shard = 0;
   std::vector<grpc::Slice> slices;      // Keep `data` alive.
   std::vector<absl::string_view> data;  // The payload, in pieces.
 };
@@ -42,10 +45,12 @@ grpc::ByteBuffer MakeWeightsReply(int64_t version, int32_t chunk,
                                   std::shared_ptr<const void> owner);
 
 // A PushRequest whose data field refers to `payload` without owning it: the
-// caller keeps it alive and unchanged until the call completes.
+// caller keeps it alive and unchanged until the call completes. `slot`'s
+// fields are written when its generation is not 0.
 grpc::ByteBuffer MakePushRequest(int32_t rank, int64_t incarnation,
                                  int64_t step, int32_t chunk, int32_t dtype,
-                                 absl::string_view payload);
+                                 absl::string_view payload,
+                                 const PushSlot& slot = {});
 
 // A parsed PushResponse / PullResponse whose payload stays in the slices.
 struct WeightsView {

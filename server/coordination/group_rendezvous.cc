@@ -76,12 +76,19 @@ absl::Status CheckFields(const GroupRendezvous::Request& r) {
 
 }  // namespace
 
-void GroupRendezvous::Answers::Run() {
+void GroupRendezvous::Answers::Run(const GenerationObserver& observer) {
+  if (observer) {
+    for (const auto& [group, generation] : generations) {
+      observer(group, generation);
+    }
+  }
   for (auto& [done, result] : members) done(std::move(result));
   for (auto& [done, result] : watchers) done(std::move(result));
 }
 
-GroupRendezvous::GroupRendezvous() : settle_thread_([this] { SettleLoop(); }) {}
+GroupRendezvous::GroupRendezvous(GenerationObserver observer)
+    : observer_(std::move(observer)),
+      settle_thread_([this] { SettleLoop(); }) {}
 
 GroupRendezvous::~GroupRendezvous() {
   Shutdown();
@@ -122,8 +129,16 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
     if (absl::Status s = Check(request); !s.ok()) {
       answers.members.emplace_back(std::move(done), s);
     } else {
-      groups_.try_emplace(request.group, Known{request.size, MinSize(request),
-                                               request.signature, 0});
+      const Known& known =
+          groups_
+              .try_emplace(request.group, Known{request.size, MinSize(request),
+                                                request.signature, 0})
+              .first->second;
+      // A member of a formed group wants the next one: every member must
+      // re-form (a joiner, or a member whose step failed).
+      if (known.generation > 0) {
+        answers.generations.emplace_back(request.group, known.generation + 1);
+      }
       Round& round = rounds_[request.group];
       round.settle = request.settle;
       round.last_join = absl::Now();
@@ -150,7 +165,7 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
       }
     }
   }
-  answers.Run();
+  answers.Run(observer_);
   return id;
 }
 
@@ -159,6 +174,7 @@ void GroupRendezvous::FormLocked(const std::string& group, Answers* answers) {
   rounds_.erase(group);
   Group formed;
   formed.generation = ++groups_.at(group).generation;
+  answers->generations.emplace_back(group, formed.generation);
   formed.version = -1;
   for (const auto& [rank, id] : round.by_rank) {
     const int64_t version = members_.at(id).request.version;
@@ -220,7 +236,7 @@ GroupRendezvous::WaiterId GroupRendezvous::Watch(const std::string& group,
       if (!answers.watchers.empty()) id = 0;
     }
   }
-  answers.Run();
+  answers.Run(observer_);
   return id;
 }
 
@@ -270,7 +286,7 @@ void GroupRendezvous::SettleLoop() {
     for (const std::string& name : due) FormLocked(name, &answers);
     if (answers.members.empty() && answers.watchers.empty()) continue;
     mu_.Unlock();
-    answers.Run();
+    answers.Run(observer_);
     mu_.Lock();
   }
 }
@@ -290,7 +306,7 @@ void GroupRendezvous::Shutdown() {
     watchers_.clear();
     rounds_.clear();
   }
-  answers.Run();
+  answers.Run(observer_);
 }
 
 size_t GroupRendezvous::NumWaiting() const {

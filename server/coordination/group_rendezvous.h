@@ -60,7 +60,15 @@ class GroupRendezvous final {
   using WatchDone = std::function<void(absl::StatusOr<int>)>;
   using WaiterId = int64_t;
 
-  GroupRendezvous();
+  // Told (group, generation) when a group forms that generation, and when
+  // a member joins a formed group, which must then form the next one: an
+  // elastic PS job's servers refuse older generations' pushes
+  // (ParameterServer::RequireGeneration). Runs outside the lock, before
+  // the members it concerns are answered. May be null.
+  using GenerationObserver =
+      std::function<void(const std::string& group, int64_t generation)>;
+
+  explicit GroupRendezvous(GenerationObserver observer = nullptr);
   ~GroupRendezvous();  // Shuts down.
   GroupRendezvous(const GroupRendezvous&) = delete;
   GroupRendezvous& operator=(const GroupRendezvous&) = delete;
@@ -107,7 +115,8 @@ class GroupRendezvous final {
   struct Answers {
     std::vector<std::pair<Done, absl::StatusOr<Group>>> members;
     std::vector<std::pair<WatchDone, absl::StatusOr<int>>> watchers;
-    void Run();
+    std::vector<std::pair<std::string, int64_t>> generations;  // Observed.
+    void Run(const GenerationObserver& observer);
   };
 
   absl::Status Check(const Request& request) const
@@ -139,6 +148,7 @@ class GroupRendezvous final {
   absl::flat_hash_map<WaiterId, Member> members_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   WaiterId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  const GenerationObserver observer_;
   std::thread settle_thread_;
 };
 

@@ -48,10 +48,9 @@ ParameterServer::ParameterServer(const ParameterServerOptions& options)
 
 ParameterServer::~ParameterServer() { Shutdown(); }
 
-absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(int rank,
-                                                         int64_t incarnation,
-                                                         int chunk,
-                                                         int64_t step) const {
+absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(
+    int rank, int64_t incarnation, int chunk, int64_t step,
+    const PushSlot& slot) const {
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
@@ -59,6 +58,7 @@ absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(int rank,
     return absl::UnavailableError(
         "the server is draining: it takes no new steps");
   }
+  RETURN_IF_ERROR(CheckSlotLocked(slot));
   return OwnedChunkLocked(chunk);
 }
 
@@ -117,10 +117,14 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
 void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
                            int chunk, WireDType dtype,
                            absl::Span<const absl::string_view> payload,
-                           ChunkCallback done) {
+                           ChunkCallback done, const PushSlot& slot) {
   const absl::Time arrival = options_.env->Now();
+  // A newer generation than this shard knows: the group re-formed (only
+  // the first server hosts the coordinator), and a step older ones gather
+  // here is given up, as there.
+  if (slot.generation > 0) RequireGeneration(slot.generation);
   absl::StatusOr<ChunkBarrier*> barrier =
-      FindChunk(rank, incarnation, chunk, step);
+      FindChunk(rank, incarnation, chunk, step, slot);
   absl::Status valid = barrier.status();
   if (valid.ok()) {
     NoteContact(rank, arrival, step);
@@ -128,7 +132,10 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
     valid = CheckPayloadSize(payload, dtype, (*barrier)->chunk());
   }
   if (!valid.ok()) return done(RefusePush(&counters_, std::move(valid)));
-  (*barrier)->Push(rank, step, dtype, payload, arrival, std::move(done));
+  // The barrier counts batch shards: a rank's own, or in an elastic job
+  // the one the push carries.
+  const int shard = slot.generation != 0 ? slot.batch_shard : rank;
+  (*barrier)->Push(shard, step, dtype, payload, arrival, std::move(done));
 }
 
 void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
@@ -162,20 +169,69 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
 }
 
 absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
+  int64_t regroup = 0;
   {
     absl::MutexLock lock(&mu_);
     if (incarnation == 0 && rank >= 0 && rank < options_.num_workers &&
-        incarnations_[rank] == 0) {
+        (incarnations_[rank] == 0 || finished_[rank])) {
       // An all-reduce worker: it never registered, the server only hosted
       // its rendezvous, and it leaves so the server can end with the job.
+      // Or an elastic job's absent rank (evicted, or gone already), for
+      // which the group that finishes leaves.
       finished_[rank] = true;
       return absl::OkStatus();
     }
     RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
     finished_[rank] = true;
+    // An elastic job's member leaves: the others re-form without it.
+    if (min_generation_ > 0) regroup = min_generation_ + 1;
   }
   NoteContact(rank, options_.env->Now());
+  if (regroup > 0) RequireGeneration(regroup);
   return absl::OkStatus();
+}
+
+absl::Status ParameterServer::CheckSlotLocked(const PushSlot& slot) const {
+  if (slot.generation == 0) return absl::OkStatus();
+  if (slot.generation < 0 || slot.batch_shard < 0 ||
+      slot.batch_shard >= options_.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group generation ", slot.generation, " batch shard ",
+                     slot.batch_shard, ": the shard must be in [0, ",
+                     options_.num_workers, ") and the generation positive"));
+  }
+  if (!signature_.has_value() || signature_->sync.mode != SyncMode::kSync ||
+      signature_->sync.backup_workers != 0) {
+    return absl::FailedPreconditionError(
+        "elastic pushes (a group generation) need --sync=sync without "
+        "backup workers");
+  }
+  if (slot.generation < min_generation_) {
+    return absl::AbortedError(
+        absl::StrCat("the worker group re-forms (generation ", min_generation_,
+                     ", this push's is ", slot.generation,
+                     "): a worker joins or leaves; join the group again"));
+  }
+  return absl::OkStatus();
+}
+
+void ParameterServer::RequireGeneration(int64_t generation) {
+  std::vector<ChunkBarrier*> chunks;
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation <= min_generation_) return;
+    min_generation_ = generation;
+    chunks = OwnedChunksLocked();
+  }
+  const absl::Status aborted = absl::AbortedError(absl::StrCat(
+      "the worker group re-forms (generation ", generation,
+      "): a worker joins or leaves; this step was not applied, join the "
+      "group again and push it again"));
+  for (ChunkBarrier* c : chunks) {
+    if (std::optional<ChunkBarrier::Gathering> g = c->Pending()) {
+      c->Expire(g->step, aborted);
+    }
+  }
 }
 
 void ParameterServer::NoteContact(int rank, absl::Time when,

@@ -45,6 +45,7 @@
 #include "absl/time/time.h"
 #include "common/chunk_plan.h"
 #include "common/env.h"
+#include "common/group_membership.h"
 #include "common/model_signature.h"
 #include "common/optimizer.h"
 #include "common/wire_codec.h"
@@ -156,14 +157,31 @@ class ParameterServer final {
   // counted again; it gets the same answer.
   // The payload may come in pieces (gRPC's slices); it is read in place
   // before Push returns, so the caller may free it then.
+  // In an elastic job (`slot` has a generation, see RequireGeneration) the
+  // push carries batch shard slot.batch_shard of the step, which the
+  // barrier counts in place of the rank: a worker covers absent ranks'
+  // shards. INVALID_ARGUMENT for a shard outside [0, num_workers),
+  // FAILED_PRECONDITION outside plain sync mode, ABORTED for a generation
+  // older than the one required.
   void Push(int rank, int64_t incarnation, int64_t step, int chunk,
             WireDType dtype, absl::Span<const absl::string_view> payload,
-            ChunkCallback done);
+            ChunkCallback done, const PushSlot& slot = {});
   void Push(int rank, int64_t incarnation, int64_t step, int chunk,
-            WireDType dtype, absl::string_view bytes, ChunkCallback done) {
+            WireDType dtype, absl::string_view bytes, ChunkCallback done,
+            const PushSlot& slot = {}) {
     Push(rank, incarnation, step, chunk, dtype,
-         absl::Span<const absl::string_view>(&bytes, 1), std::move(done));
+         absl::Span<const absl::string_view>(&bytes, 1), std::move(done), slot);
   }
+
+  // Elastic PS jobs: the coordinator's group of workers (kPsGroupName)
+  // formed `generation`, or will form it because a member joins or leaves.
+  // From now on pushes of older generations are refused (ABORTED: join the
+  // group again), and a step they are gathering is given up (nothing
+  // applied; its pushes are answered ABORTED). A Leave in such a job
+  // requires the next generation. Lower or equal generations: no-op. A
+  // push of a newer generation than required requires it (shards other
+  // than the coordinator's learn of a new group so).
+  void RequireGeneration(int64_t generation);
 
   // `done` receives the chunk's latest weights once their version is at
   // least `min_version` (with `exact`, those of min_version itself where
@@ -282,8 +300,11 @@ class ParameterServer final {
   // server still takes that step (StopNewSteps); returns the chunk's
   // barrier.
   absl::StatusOr<ChunkBarrier*> FindChunk(int rank, int64_t incarnation,
-                                          int chunk,
-                                          int64_t step = kNotAPush) const;
+                                          int chunk, int64_t step = kNotAPush,
+                                          const PushSlot& slot = {}) const;
+  // A push's slot (see Push): OK without a generation.
+  absl::Status CheckSlotLocked(const PushSlot& slot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The barrier of a chunk this shard owns, or why there is none.
   absl::StatusOr<ChunkBarrier*> OwnedChunkLocked(int chunk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -325,6 +346,8 @@ class ParameterServer final {
   std::vector<std::unique_ptr<ChunkBarrier>> chunks_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<ChunkBarrier>> retired_chunks_
       ABSL_GUARDED_BY(mu_);
+  // RequireGeneration's: pushes of an older group generation are refused.
+  int64_t min_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t warned_step_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t ssp_stalled_step_ ABSL_GUARDED_BY(mu_) = -1;
 

@@ -335,7 +335,10 @@ int Daemon::Run() {
   service.HoldRegistration();  // Until the checkpoint is restored (below).
   // Rendezvous for --sync=allreduce workers (worker/exchange/allreduce).
   CoordinationStore coordination_store;
-  GroupRendezvous groups;
+  // An elastic PS job's worker group: its pushes carry their generation.
+  GroupRendezvous groups([this](const std::string& group, int64_t generation) {
+    if (group == kPsGroupName) core_->RequireGeneration(generation);
+  });
   CoordinatorService coordinator(&coordination_store, &groups,
                                  security->authorizer.get());
   int port = 0;

@@ -188,7 +188,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The core sums the payload from the received slices before it returns.
   core_->Push(push->rank, push->incarnation, push->step, push->chunk, *dtype,
-              push->data, WeightsReply(core_, *dtype, reactor, response));
+              push->data, WeightsReply(core_, *dtype, reactor, response),
+              PushSlot{push->group_generation, push->batch_shard});
   // The push may now wait for the barrier, but its gradient is summed:
   // release the received slices rather than hold every waiting worker's
   // chunk until the step closes (memory O(model), not O(workers x model)).

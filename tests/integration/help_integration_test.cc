@@ -74,7 +74,8 @@ TEST(HelpTest, ValidateOnlyChecksWithoutStarting) {
   RunResult refused = RunProcess(bad);
   EXPECT_EQ(refused.exit_code, kExitPermanent) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr("--optimizer must be"));
-  // Elastic membership is all-reduce's, within --workers.
+  // Elastic membership: all-reduce's and synchronous PS's, within
+  // --workers.
   const std::vector<std::string> elastic = {kBin + "/lockstep_worker",
                                             "--servers=127.0.0.1:1",
                                             "--workers=3",
@@ -82,9 +83,17 @@ TEST(HelpTest, ValidateOnlyChecksWithoutStarting) {
                                             "--validate_only",
                                             "--min_workers=2"};
   RunResult ps = RunProcess(elastic);
-  EXPECT_EQ(ps.exit_code, kExitPermanent) << ps.output;
-  EXPECT_THAT(ps.output, HasSubstr("--min_workers below --workers needs "
-                                   "--sync=allreduce"));
+  EXPECT_EQ(ps.exit_code, kExitOk) << ps.output;
+  for (const char* refused_mode : {"--sync=async", "--backup_workers=1"}) {
+    std::vector<std::string> flags = elastic;
+    flags.push_back(refused_mode);
+    RunResult no_steps = RunProcess(flags);
+    EXPECT_EQ(no_steps.exit_code, kExitPermanent) << no_steps.output;
+    EXPECT_THAT(no_steps.output,
+                HasSubstr("--min_workers below --workers needs "
+                          "--sync=allreduce, or --sync=ps without "
+                          "--backup_workers"));
+  }
   std::vector<std::string> allreduce = elastic;
   allreduce.push_back("--sync=allreduce");
   RunResult elastic_ok = RunProcess(allreduce);

@@ -273,5 +273,24 @@ TEST(GroupRendezvousTest, WatchSeesAJoinerAndANewerGeneration) {
   EXPECT_EQ(seen->status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// An elastic PS job's servers learn each generation a group forms, and
+// that a member joining a formed group makes it form the next one.
+TEST(GroupRendezvousTest, TheObserverHearsOfEachGeneration) {
+  std::vector<std::pair<std::string, int64_t>> heard;
+  GroupRendezvous groups([&heard](const std::string& group, int64_t g) {
+    heard.emplace_back(group, g);
+  });
+  Result a, b, c;
+  groups.Join(Req(0, 0, 1, 2, "ps"), Into(&a));
+  EXPECT_TRUE(heard.empty()) << "no group has formed yet";
+  groups.Join(Req(1, 0, 2, 2, "ps"), Into(&b));
+  ASSERT_TRUE(a.has_value() && a->ok());
+  using Heard = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(heard, (Heard{{"ps", 1}}));
+  groups.Join(Req(0, 3, 3, 2, "ps"), Into(&c));  // Rank 0 again: re-form.
+  EXPECT_EQ(heard, (Heard{{"ps", 1}, {"ps", 2}}));
+  EXPECT_FALSE(c.has_value());
+}
+
 }  // namespace
 }  // namespace lockstep

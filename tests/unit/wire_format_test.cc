@@ -131,6 +131,22 @@ TEST(WireFormatTest, PushRequestIsProtobufAndRepliesParseAtAnyBoundary) {
   EXPECT_EQ(parsed.chunk(), 3);
   EXPECT_EQ(parsed.dtype(), v1::DTYPE_FLOAT16);
   EXPECT_EQ(parsed.data(), payload);
+  EXPECT_EQ(parsed.group_generation(), 0) << "not written without a group";
+
+  // An elastic job's push: its group generation and batch shard, both ways.
+  grpc::ByteBuffer elastic =
+      MakePushRequest(1, 99, 12, 3, v1::DTYPE_FLOAT32, payload, PushSlot{5, 2});
+  ASSERT_TRUE(elastic.DumpToSingleSlice(&joined).ok());
+  ASSERT_TRUE(
+      parsed.ParseFromArray(joined.begin(), static_cast<int>(joined.size())));
+  EXPECT_EQ(parsed.group_generation(), 5);
+  EXPECT_EQ(parsed.batch_shard(), 2);
+  EXPECT_EQ(parsed.data(), payload);
+  absl::StatusOr<PushView> view = ParsePushRequest(elastic);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->group_generation, 5);
+  EXPECT_EQ(view->batch_shard, 2);
+  EXPECT_EQ(view->rank, 1);
 
   v1::PullResponse reply;
   reply.set_version(8);

@@ -92,7 +92,20 @@ absl::StatusOr<std::unique_ptr<Exchanger>> MakeExchanger(WorkerMainOptions* o,
   const int rank = o->trainer.rank;
   if (o->trainer.sync != SyncMode::kAllReduce) {
     stop->SetLastLeave([client] { return client->LeaveFromAnyThread(); });
-    return std::make_unique<PsExchanger>(client, rank);
+    const int workers = o->trainer.num_workers;
+    if (o->group.min_workers == 0 || o->group.min_workers == workers) {
+      return std::make_unique<PsExchanger>(client, rank);
+    }
+    // Elastic: the workers' group forms at the first server's coordinator.
+    PsExchanger::Elastic elastic;
+    elastic.workers = workers;
+    elastic.group = o->group;
+    elastic.rendezvous_timeout = o->client.connect_timeout;
+    elastic.stop_requested = stop->requested();
+    ASSIGN_OR_RETURN(
+        elastic.coordinator,
+        CoordinatorClient::Create(o->client.servers.front(), o->client.tls));
+    return std::make_unique<PsExchanger>(client, rank, std::move(elastic));
   }
   stop->SetLastLeave(
       [client, rank] { return client->LeaveUnregistered(rank); });

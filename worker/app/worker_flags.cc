@@ -78,12 +78,12 @@ ABSL_FLAG(std::string, allreduce_group, "lockstep",
           "sync=allreduce: rendezvous key prefix; use a new one per run "
           "against a long-lived server.");
 ABSL_FLAG(int, min_workers, 0,
-          "sync=allreduce: the fewest workers the job goes on with (elastic: "
-          "ranks may leave and join at step boundaries while at least this "
-          "many train; --workers is then the most). 0: --workers.");
+          "sync=allreduce or ps: the fewest workers the job goes on with "
+          "(elastic: ranks may leave and join at step boundaries while at "
+          "least this many train; --workers is then the most). 0: --workers.");
 ABSL_FLAG(int, group_settle_ms, 1000,
-          "sync=allreduce with --min_workers: how long a re-forming group "
-          "waits for more members after the last one joined.");
+          "with --min_workers: how long a re-forming group waits for more "
+          "members after the last one joined.");
 ABSL_FLAG(int, backup_workers, 0,
           "sync=ps: each step applies the first workers - b gradients to "
           "arrive; late ones are dropped and counted.");
@@ -321,10 +321,13 @@ absl::Status ParseGroupFlags(WorkerMainOptions* options) {
                      "] (or 0), got ", o.group.min_workers));
   }
   if (o.group.min_workers > 0 && o.group.min_workers < workers &&
-      o.trainer.sync != SyncMode::kAllReduce) {
+      o.trainer.sync != SyncMode::kAllReduce &&
+      (o.trainer.sync != SyncMode::kSync ||
+       absl::GetFlag(FLAGS_backup_workers) > 0)) {
     return absl::InvalidArgumentError(
-        "--min_workers below --workers needs --sync=allreduce: a parameter "
-        "server's steps wait for every one of --workers");
+        "--min_workers below --workers needs --sync=allreduce, or --sync=ps "
+        "without --backup_workers: the asynchronous modes have no steps "
+        "every worker shares");
   }
   const int settle_ms = absl::GetFlag(FLAGS_group_settle_ms);
   if (settle_ms < 0 || settle_ms > 600000) {

@@ -24,7 +24,7 @@ struct WorkerMainOptions {
   PsClientOptions client;
   DeviceOptions device;
   AllReduceOptions allreduce;
-  GroupOptions group;  // sync=allreduce: how the group forms.
+  GroupOptions group;  // With --min_workers: how the group forms.
   ModelSpec model;
   DataOptions data;
   std::string summary_json;

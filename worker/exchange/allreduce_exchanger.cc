@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,20 +11,6 @@
 #include "common/status_macros.h"
 
 namespace lockstep {
-namespace {
-
-// A non-zero id that no other process draws (in practice).
-uint64_t NewMemberId() {
-  std::random_device device;
-  uint64_t id = 0;
-  while (id == 0) {
-    id = (static_cast<uint64_t>(device()) << 32) ^ device();
-  }
-  return id;
-}
-
-}  // namespace
-
 AllReduceExchanger::AllReduceExchanger(
     AllReduceOptions options, GroupOptions group,
     std::unique_ptr<CoordinatorClient> coordinator, PsClient* server,
@@ -38,7 +23,7 @@ AllReduceExchanger::AllReduceExchanger(
       stop_requested_(stop_requested),
       stop_agreed_(stop_agreed),
       create_(std::move(create)),
-      member_(NewMemberId()) {
+      member_(NewGroupMemberId()) {
   for (int r = 0; r < options_.size; ++r) members_.push_back(r);
   index_ = options_.rank;
 }

@@ -44,6 +44,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/group_membership.h"
 #include "common/optimizer.h"
 #include "worker/exchange/allreduce/all_reducer.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
@@ -51,17 +52,6 @@
 #include "worker/exchange/ps/ps_client.h"
 
 namespace lockstep {
-
-// How the group forms and re-forms.
-struct GroupOptions {
-  // The fewest ranks the job goes on with; 0: every rank (not elastic).
-  int min_workers = 0;
-  // An elastic group forms this long after its last member joined.
-  absl::Duration settle = absl::Seconds(1);
-  // A group missing a rank asks the coordinator for joiners with calls
-  // this long.
-  absl::Duration watch_poll = absl::Seconds(30);
-};
 
 class AllReduceExchanger final : public Exchanger {
  public:

@@ -72,6 +72,12 @@ class Exchanger {
   // the job goes on with fewer workers (AllReduceExchanger).
   virtual std::vector<int> BatchShards(int rank) const { return {rank}; }
 
+  // Whether a worker computing several shards sums their gradients into
+  // the one Step exchanges (all-reduce). Otherwise (an elastic PS job,
+  // whose barriers count shards) Step gets each shard's after the other:
+  // n floats apiece, n the weights' size, in BatchShards' order.
+  virtual bool SumsShardsLocally() const { return true; }
+
   // After a step that succeeded: whether this worker must Join again
   // before the next (its group changes at this step boundary).
   virtual bool WantsRejoin() const { return false; }

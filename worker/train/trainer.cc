@@ -91,16 +91,19 @@ void Trainer::Straggle(int64_t step) const {
 }
 
 absl::StatusOr<BatchStats> Trainer::ComputeShards(
-    absl::Span<const Batch> batches, const Model::GradientReadyFn& ready) {
-  const absl::Span<float> gradient = absl::MakeSpan(gradient_);
-  const size_t state_size = weights_.size() - num_parameters_;
+    absl::Span<const Batch> batches, absl::Span<float> gradient,
+    const Model::GradientReadyFn& ready) {
+  const size_t n = weights_.size();
+  const size_t state_size = n - num_parameters_;
+  // Several shards (a job going on with fewer workers): summed into the
+  // exchanged vector, or laid out one after the other in it.
+  const bool apart = !exchanger_->SumsShardsLocally();
   BatchStats total;
   for (size_t k = 0; k < batches.size(); ++k) {
-    // The first shard's gradient goes straight into the exchanged vector,
-    // later ones (a job going on with fewer workers) are added to it.
-    if (k == 1) shard_gradient_.resize(weights_.size());
-    const absl::Span<float> into = k == 0 ? gradient.subspan(0, weights_.size())
-                                          : absl::MakeSpan(shard_gradient_);
+    if (k == 1 && !apart) shard_gradient_.resize(n);
+    const absl::Span<float> into = k == 0 || apart
+                                       ? gradient.subspan(k * n, n)
+                                       : absl::MakeSpan(shard_gradient_);
     if (k > 0 && state_size > 0) {
       // Each shard's moving statistics start from the version's.
       RETURN_IF_ERROR(model_->SetState(
@@ -116,7 +119,7 @@ absl::StatusOr<BatchStats> Trainer::ComputeShards(
       RETURN_IF_ERROR(model_->State(into.subspan(num_parameters_)));
       if (ready && batches.size() == 1) ready(num_parameters_, weights_.size());
     }
-    if (k > 0) {
+    if (k > 0 && !apart) {
       for (size_t i = 0; i < into.size(); ++i) gradient[i] += into[i];
     }
     total.loss_sum += batch.loss_sum;
@@ -135,7 +138,11 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
   PhaseTimer pull(observer, Phase::kPull, step);
   RETURN_IF_ERROR(LoadModel());
   pull.Stop();
-  const absl::Span<float> gradient = absl::MakeSpan(gradient_);
+  absl::Span<float> gradient = absl::MakeSpan(gradient_);
+  if (batches.size() > 1 && !exchanger_->SumsShardsLocally()) {
+    apart_gradient_.resize(batches.size() * weights_.size());
+    gradient = absl::MakeSpan(apart_gradient_);
+  }
   absl::Time computed_at;
   auto compute = [&](const Model::GradientReadyFn& on_ready)
       -> absl::StatusOr<BatchStats> {
@@ -148,7 +155,7 @@ absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
         on_ready(begin, end);
       };
     }
-    ASSIGN_OR_RETURN(BatchStats batch, ComputeShards(batches, ready));
+    ASSIGN_OR_RETURN(BatchStats batch, ComputeShards(batches, gradient, ready));
     compute_phase.Stop();
     computed_at = absl::Now();
     return batch;

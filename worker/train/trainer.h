@@ -134,9 +134,11 @@ class Trainer final {
   absl::StatusOr<int64_t> Exchange(int64_t step,
                                    absl::Span<const Batch> batches,
                                    BatchStats* stats);
-  // The gradient (and state) of `batches` summed into gradient_, and their
-  // figures.
+  // The gradient (and state) of `batches` into `gradient`, and their
+  // figures: summed, or one after the other where the exchanger takes each
+  // shard's apart (Exchanger::SumsShardsLocally).
   absl::StatusOr<BatchStats> ComputeShards(absl::Span<const Batch> batches,
+                                           absl::Span<float> gradient,
                                            const Model::GradientReadyFn& ready);
   // Loads weights_ (parameters and state) into the model.
   absl::Status LoadModel();
@@ -201,6 +203,7 @@ class Trainer final {
   std::vector<float> own_weights_;
   std::vector<float> gradient_;
   std::vector<float> shard_gradient_;  // A second shard's, and later ones'.
+  std::vector<float> apart_gradient_;  // Several shards' apart, in turn.
   int64_t total_steps_ = 0;  // Set by Run before joining.
   absl::Time loop_start_;    // When Run's first step began.
   absl::Duration training_time_;  // The epochs' time, evaluation excluded.

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <random>
 #include <utility>
 
 #include "absl/memory/memory.h"
@@ -25,6 +26,15 @@ absl::Status Annotate(const grpc::Status& status, absl::string_view rpc,
 }
 
 }  // namespace
+
+uint64_t NewGroupMemberId() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) {
+    id = (static_cast<uint64_t>(device()) << 32) ^ device();
+  }
+  return id;
+}
 
 class CoordinatorClient::Impl {
  public:

@@ -20,6 +20,10 @@
 
 namespace lockstep {
 
+// A group member id (GroupRequest::member): non-zero, and drawn by no
+// other process (in practice).
+uint64_t NewGroupMemberId();
+
 class CoordinatorClient final {
  public:
   // A client of the coordinator at `address` (host:port), secured by `tls`

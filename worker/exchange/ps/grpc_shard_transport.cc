@@ -169,7 +169,7 @@ class GrpcShardTransport final : public ShardTransport {
     push->context->set_deadline(absl::ToChronoTime(args.deadline));
     push->request =
         MakePushRequest(args.rank, args.incarnation, args.step, args.chunk,
-                        ToProtoDType(args.dtype), args.payload);
+                        ToProtoDType(args.dtype), args.payload, args.slot);
     return push;
   }
 

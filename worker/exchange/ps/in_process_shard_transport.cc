@@ -92,11 +92,13 @@ void InProcessShardTransport::StartPush(PreparedPush* prepared,
   auto* push = static_cast<InProcessPush*>(prepared);
   push->done = std::move(done);
   const PushArgs& args = push->args;
-  server_->Push(args.rank, args.incarnation, args.step, args.chunk, args.dtype,
-                args.payload,
-                [server = server_, push](absl::StatusOr<ChunkSnapshot> s) {
-                  Reply(server, push->args.dtype, s, push->done);
-                });
+  server_->Push(
+      args.rank, args.incarnation, args.step, args.chunk, args.dtype,
+      args.payload,
+      [server = server_, push](absl::StatusOr<ChunkSnapshot> s) {
+        Reply(server, push->args.dtype, s, push->done);
+      },
+      args.slot);
 }
 
 }  // namespace lockstep

@@ -201,6 +201,24 @@ class PsClient::Impl {
 
   void AbandonStep() { step_.reset(); }
 
+  void SetPushSlot(const PushSlot& slot) { push_target_.slot = slot; }
+
+  absl::StatusOr<int64_t> PushShards(int64_t step,
+                                     absl::Span<const PushSlot> slots,
+                                     absl::Span<const float> gradients,
+                                     absl::Span<float> weights) {
+    RETURN_IF_ERROR(CheckRegistered(weights.size()));
+    if (step_ != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step ", step_->step(), " is still in flight"));
+    }
+    absl::StatusOr<int64_t> result =
+        shard_pushes_.Run(push_target_, step, slots, gradients, weights,
+                          options_.env->Now() + options_.step_timeout);
+    ++timings_.steps;
+    return result;
+  }
+
   int num_shards() const { return static_cast<int>(shards_.size()); }
 
   absl::StatusOr<int64_t> PushPull(int64_t step,
@@ -330,6 +348,7 @@ class PsClient::Impl {
   ps_client_internal::PushTarget push_target_;
   std::vector<std::string> encoded_;
   std::unique_ptr<ps_client_internal::PushStep> step_;
+  ps_client_internal::ShardPushes shard_pushes_;
 };
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
@@ -384,6 +403,13 @@ void PsClient::AbandonStep() { impl_->AbandonStep(); }
 
 absl::StatusOr<int64_t> PsClient::FinishStep() {
   return impl_->FinishStep();
+}
+void PsClient::SetPushSlot(const PushSlot& slot) { impl_->SetPushSlot(slot); }
+absl::StatusOr<int64_t> PsClient::PushShards(int64_t step,
+                                             absl::Span<const PushSlot> slots,
+                                             absl::Span<const float> gradients,
+                                             absl::Span<float> weights) {
+  return impl_->PushShards(step, slots, gradients, weights);
 }
 absl::Status PsClient::Leave() { return impl_->Leave(); }
 absl::Status PsClient::LeaveFromAnyThread() {

@@ -149,6 +149,18 @@ class PsClient final {
   void AbandonStep();
   absl::StatusOr<int64_t> FinishStep();
 
+  // An elastic job's (ParameterServer::Push): the group generation and
+  // the batch shard later steps push; generation 0: none, the rank's shard.
+  void SetPushSlot(const PushSlot& slot);
+  // One step of several batch shards, slots[k]'s gradient being
+  // gradients[k * n, (k + 1) * n) for the n weights: every shard's pushes
+  // go out at once, and the replies land in `weights`. Returns the first
+  // failure or the oldest version.
+  absl::StatusOr<int64_t> PushShards(int64_t step,
+                                     absl::Span<const PushSlot> slots,
+                                     absl::Span<const float> gradients,
+                                     absl::Span<float> weights);
+
   // Says this worker is done.
   absl::Status Leave();
   // Says rank `rank`, which never registered (an all-reduce worker, for

@@ -134,6 +134,7 @@ void PushStep::Prepare(const Chunk& chunk) {
   args.chunk = chunk.index;
   args.dtype = ChunkWireDType(chunk, target_.wire_dtype);
   args.deadline = deadline_;
+  args.slot = target_.slot;
   if (args.dtype == WireDType::kFloat32) {
     args.payload =
         absl::string_view(reinterpret_cast<const char*>(values.data()),
@@ -240,6 +241,48 @@ absl::StatusOr<int64_t> PushStep::Result() {
     // Chunks may stand at different versions (with backup workers or
     // asynchronous modes); the step's result is the oldest.
     result = result.ok() ? std::min(*result, call.version) : call.version;
+  }
+  return result;
+}
+
+absl::StatusOr<int64_t> ShardPushes::Run(const PushTarget& base, int64_t step,
+                                         absl::Span<const PushSlot> slots,
+                                         absl::Span<const float> gradients,
+                                         absl::Span<float> weights,
+                                         absl::Time deadline) {
+  const size_t n = weights.size();
+  if (slots.empty() || gradients.size() < slots.size() * n) {
+    return absl::InternalError(
+        absl::StrCat(slots.size(), " batch shards' gradients need ",
+                     slots.size() * n, " floats, got ", gradients.size()));
+  }
+  // Targets first: each PushStep keeps a reference to its own.
+  targets_.assign(slots.size(), base);
+  encoded_.resize(slots.size());
+  replies_.resize(slots.size() - 1);
+  std::vector<std::unique_ptr<PushStep>> steps;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    encoded_[k].resize(base.plan->num_chunks());
+    targets_[k].slot = slots[k];
+    targets_[k].encoded = &encoded_[k];
+    targets_[k].pusher = nullptr;  // Readied here, in order.
+    absl::Span<float> into = weights;
+    if (k > 0) {
+      replies_[k - 1].resize(n);
+      into = absl::MakeSpan(replies_[k - 1]);
+    }
+    steps.push_back(std::make_unique<PushStep>(
+        targets_[k], step, gradients.subspan(k * n, n), into, deadline));
+    steps.back()->GradientReady(0, static_cast<int64_t>(n));
+  }
+  absl::StatusOr<int64_t> result = absl::InternalError("no shard pushed");
+  for (size_t k = 0; k < steps.size(); ++k) {
+    absl::StatusOr<int64_t> version = steps[k]->Finish();
+    if (k == 0 || (result.ok() && !version.ok())) {
+      result = version;
+    } else if (result.ok()) {
+      result = std::min(*result, *version);
+    }
   }
   return result;
 }

@@ -67,6 +67,8 @@ struct PushTarget {
   StepTimings* timings = nullptr;
   std::atomic<int64_t>* decode_ns = nullptr;
   Env* env = Env::Default();
+  // An elastic job's: the group generation and the batch shard pushed.
+  PushSlot slot;
 };
 
 class PushStep final {
@@ -143,6 +145,27 @@ class PushStep final {
   bool abandoned_ ABSL_GUARDED_BY(mu_) = false;  // ~PushStep: push no more.
   // The failure that stopped a shard first: the step's result.
   absl::Status first_failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// Several batch shards' pushes of one step at once (an elastic job's worker
+// that covers absent ranks' shards): a PushStep for each, with its own
+// target (the shard's slot) and encoded payloads, all readied before any
+// reply is awaited, since each shard's barrier waits for the others.
+// Reused from step to step.
+class ShardPushes final {
+ public:
+  // Shard k's gradient is gradients[k * n, (k + 1) * n) for the n weights;
+  // the replies go into `weights` (every shard's carry the same version).
+  // Returns the first failure, or the oldest version.
+  absl::StatusOr<int64_t> Run(const PushTarget& base, int64_t step,
+                              absl::Span<const PushSlot> slots,
+                              absl::Span<const float> gradients,
+                              absl::Span<float> weights, absl::Time deadline);
+
+ private:
+  std::vector<PushTarget> targets_;                // By shard pushed.
+  std::vector<std::vector<std::string>> encoded_;  // By shard, then chunk.
+  std::vector<std::vector<float>> replies_;        // Shards after the first.
 };
 
 }  // namespace ps_client_internal

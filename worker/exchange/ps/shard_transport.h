@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/group_membership.h"
 #include "common/model_signature.h"
 #include "common/wire_codec.h"
 
@@ -59,6 +60,7 @@ struct PushArgs {
   // Must stay alive and unchanged until the push's callback has run.
   absl::string_view payload;
   absl::Time deadline;
+  PushSlot slot;  // An elastic job's group generation and batch shard.
 };
 
 // One pull of one chunk.
