@@ -37,16 +37,8 @@ std::vector<std::string> ElasticFlags(bool elastic, int rank) {
 // Rank 0's weights after the same job with every rank throughout, computed
 // once.
 const std::vector<float>& FullJobWeights() {
-  static const std::vector<float>* full = [] {
-    Job clean(3);
-    clean.StartServer({});
-    for (int r = 0; r < 3; ++r) clean.StartWorker(r, ElasticFlags(false, r));
-    for (int r = 0; r < 3; ++r) {
-      EXPECT_EQ(clean.WaitWorker(r), 0) << clean.WorkerOutput(r);
-    }
-    EXPECT_EQ(clean.WaitServer(), 0) << clean.ServerOutput();
-    return new std::vector<float>(clean.Weights(0));
-  }();
+  static const std::vector<float>* full = new std::vector<float>(
+      FaultFreeWeights(3, {}, [](int r) { return ElasticFlags(false, r); }));
   return *full;
 }
 

@@ -3,6 +3,7 @@
 #ifndef LOCKSTEP_TESTS_FAULT_FAULT_FLAGS_H_
 #define LOCKSTEP_TESTS_FAULT_FAULT_FLAGS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,18 +28,25 @@ inline std::vector<std::string> Flags(std::vector<std::string> extra = {}) {
   return flags;
 }
 
+// Rank 0's final weights after a fault-free job of `workers`: the server
+// started with `server_flags`, rank r with flags(r).
+inline std::vector<float> FaultFreeWeights(
+    int workers, const std::vector<std::string>& server_flags,
+    const std::function<std::vector<std::string>(int)>& flags) {
+  Job job(workers);
+  job.StartServer(server_flags);
+  for (int r = 0; r < workers; ++r) job.StartWorker(r, flags(r));
+  for (int r = 0; r < workers; ++r) {
+    EXPECT_EQ(job.WaitWorker(r), 0) << job.WorkerOutput(r);
+  }
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  return job.Weights(0);
+}
+
 // The fault-free result of two workers with Flags(), computed once.
 inline const std::vector<float>& Reference() {
-  static const std::vector<float>* reference = [] {
-    Job job(2);
-    job.StartServer({});
-    job.StartWorker(0, Flags());
-    job.StartWorker(1, Flags());
-    EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
-    EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
-    EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
-    return new std::vector<float>(job.Weights(0));
-  }();
+  static const std::vector<float>* reference = new std::vector<float>(
+      FaultFreeWeights(2, {}, [](int) { return Flags(); }));
   return *reference;
 }
 
