@@ -119,13 +119,15 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
                            absl::Span<const absl::string_view> payload,
                            ChunkCallback done, const PushSlot& slot) {
   const absl::Time arrival = options_.env->Now();
-  // A newer generation than this shard knows: the group re-formed (only
-  // the first server hosts the coordinator), and a step older ones gather
-  // here is given up, as there.
-  if (slot.generation > 0) RequireGeneration(slot.generation);
   absl::StatusOr<ChunkBarrier*> barrier =
       FindChunk(rank, incarnation, chunk, step, slot);
   absl::Status valid = barrier.status();
+  if (valid.ok() && slot.generation > 0) {
+    // A member's push of a newer generation than this shard has seen: the
+    // group re-formed (only the first server hosts the coordinator), and a
+    // step older ones gather here is given up, as there.
+    NoteGeneration(slot.generation);
+  }
   if (valid.ok()) {
     NoteContact(rank, arrival, step);
     // The size; the barrier checks the values as it sums them.
@@ -170,6 +172,7 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
 
 absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
   int64_t regroup = 0;
+  bool elastic = false;
   {
     absl::MutexLock lock(&mu_);
     if (incarnation == 0 && rank >= 0 && rank < options_.num_workers &&
@@ -183,11 +186,20 @@ absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
     }
     RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
     finished_[rank] = true;
-    // An elastic job's member leaves: the others re-form without it.
+    // An elastic job's member leaves: the others re-form without it (the
+    // shard hosting the coordinator requires the next generation; the
+    // others give their step up, which may wait for the leaver's shard).
+    elastic = seen_generation_ > 0;
     if (min_generation_ > 0) regroup = min_generation_ + 1;
   }
   NoteContact(rank, options_.env->Now());
-  if (regroup > 0) RequireGeneration(regroup);
+  if (regroup > 0) {
+    RequireGeneration(regroup);
+  } else if (elastic) {
+    GiveUpGathering(absl::AbortedError(absl::StrCat(
+        "rank ", rank, " left the worker group; this step was not applied, "
+        "join the group again and push it again")));
+  }
   return absl::OkStatus();
 }
 
@@ -216,20 +228,40 @@ absl::Status ParameterServer::CheckSlotLocked(const PushSlot& slot) const {
 }
 
 void ParameterServer::RequireGeneration(int64_t generation) {
-  std::vector<ChunkBarrier*> chunks;
   {
     absl::MutexLock lock(&mu_);
     if (generation <= min_generation_) return;
     min_generation_ = generation;
-    chunks = OwnedChunksLocked();
+    seen_generation_ = std::max(seen_generation_, generation);
   }
-  const absl::Status aborted = absl::AbortedError(absl::StrCat(
+  GiveUpGathering(ReformingError(generation));
+}
+
+void ParameterServer::NoteGeneration(int64_t generation) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (generation <= seen_generation_) return;
+    seen_generation_ = generation;
+  }
+  GiveUpGathering(ReformingError(generation));
+}
+
+absl::Status ParameterServer::ReformingError(int64_t generation) {
+  return absl::AbortedError(absl::StrCat(
       "the worker group re-forms (generation ", generation,
       "): a worker joins or leaves; this step was not applied, join the "
       "group again and push it again"));
+}
+
+void ParameterServer::GiveUpGathering(const absl::Status& why) {
+  std::vector<ChunkBarrier*> chunks;
+  {
+    absl::MutexLock lock(&mu_);
+    chunks = OwnedChunksLocked();
+  }
   for (ChunkBarrier* c : chunks) {
     if (std::optional<ChunkBarrier::Gathering> g = c->Pending()) {
-      c->Expire(g->step, aborted);
+      c->Expire(g->step, why);
     }
   }
 }

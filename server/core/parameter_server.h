@@ -173,14 +173,16 @@ class ParameterServer final {
          absl::Span<const absl::string_view>(&bytes, 1), std::move(done), slot);
   }
 
-  // Elastic PS jobs: the coordinator's group of workers (kPsGroupName)
-  // formed `generation`, or will form it because a member joins or leaves.
-  // From now on pushes of older generations are refused (ABORTED: join the
-  // group again), and a step they are gathering is given up (nothing
-  // applied; its pushes are answered ABORTED). A Leave in such a job
-  // requires the next generation. Lower or equal generations: no-op. A
-  // push of a newer generation than required requires it (shards other
-  // than the coordinator's learn of a new group so).
+  // Elastic PS jobs, on the shard hosting the coordinator: its group of
+  // workers (kPsGroupName) formed `generation`, or will form it because a
+  // member joins or leaves. From now on pushes of older generations are
+  // refused (ABORTED: join the group again), and a step they are gathering
+  // is given up (nothing applied; its pushes are answered ABORTED). A
+  // Leave in such a job requires the next generation. Lower or equal
+  // generations: no-op. Other shards only give a step up when a member
+  // pushes a newer generation than they have seen, or leaves: they refuse
+  // no generation, so a coordinator restarted (numbering from 1 again)
+  // never locks them out.
   void RequireGeneration(int64_t generation);
 
   // `done` receives the chunk's latest weights once their version is at
@@ -302,6 +304,12 @@ class ParameterServer final {
   absl::StatusOr<ChunkBarrier*> FindChunk(int rank, int64_t incarnation,
                                           int chunk, int64_t step = kNotAPush,
                                           const PushSlot& slot = {}) const;
+  // A member pushed `generation`: newer than seen, the step being
+  // gathered is given up (RequireGeneration).
+  void NoteGeneration(int64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
+  static absl::Status ReformingError(int64_t generation);
+  // Gives up the step each chunk gathers, answering its pushes `why`.
+  void GiveUpGathering(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   // A push's slot (see Push): OK without a generation.
   absl::Status CheckSlotLocked(const PushSlot& slot) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -348,6 +356,8 @@ class ParameterServer final {
       ABSL_GUARDED_BY(mu_);
   // RequireGeneration's: pushes of an older group generation are refused.
   int64_t min_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The newest generation required or pushed by a member; 0: not elastic.
+  int64_t seen_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t warned_step_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t ssp_stalled_step_ ABSL_GUARDED_BY(mu_) = -1;
 

@@ -97,15 +97,46 @@ TEST_F(ElasticServerTest, AnOlderGenerationIsAbortedAndItsStepGivenUp) {
   EXPECT_EQ(ps_->GetStatus().version, 1);
 }
 
-TEST_F(ElasticServerTest, ANewerGenerationInAPushIsRequired) {
+TEST_F(ElasticServerTest, OtherShardsGiveUpOlderStepsButRefuseNone) {
   // A shard other than the coordinator's learns of a group from pushes.
   Reply old_one;
-  Push(0, 0, 1, g0_, &old_one);
+  Push(0, 0, 2, g0_, &old_one);
   Reply newer;
-  Push(1, 1, 2, g1_, &newer);
+  Push(1, 1, 3, g1_, &newer);
   ASSERT_TRUE(old_one.result.has_value());
   EXPECT_EQ(old_one.result->status().code(), absl::StatusCode::kAborted);
   EXPECT_FALSE(newer.result.has_value());
+  // Generation 1 after 3 (a restarted coordinator numbers from 1 again)
+  // is taken: this shard requires none.
+  Reply a, c;
+  Push(0, 0, 1, g0_, &a);
+  Push(0, 2, 1, g2_, &c);
+  ASSERT_TRUE(a.ok() && newer.ok());
+  EXPECT_THAT(a.values(), ElementsAre(0.5f, 1.5f, 2.5f, 3.5f, 5.0f));
+}
+
+TEST_F(ElasticServerTest, AnUnregisteredPushChangesNoGeneration) {
+  ps_->RequireGeneration(1);
+  Reply forged;
+  ps_->Push(2, 12345, 0, 0, WireDType::kFloat32, Bytes(g2_), forged.Callback(),
+            PushSlot{9, 2});
+  ASSERT_TRUE(forged.result.has_value());
+  EXPECT_FALSE(forged.result->ok());
+  Reply a, b, c;
+  Push(0, 0, 1, g0_, &a);
+  Push(0, 2, 1, g2_, &c);
+  Push(1, 1, 1, g1_, &b);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok()) << "generation 1 is still the one";
+}
+
+TEST_F(ElasticServerTest, ALeaverMakesOtherShardsGiveTheirStepUp) {
+  Reply waiting;
+  Push(0, 0, 1, g0_, &waiting);  // Seen from a push only: not the first.
+  ASSERT_TRUE(ps_->Leave(1, inc1_).ok());
+  ASSERT_TRUE(waiting.result.has_value());
+  EXPECT_EQ(waiting.result->status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(waiting.result->status().message(),
+              HasSubstr("rank 1 left the worker group"));
 }
 
 TEST_F(ElasticServerTest, AMemberLeavingRequiresTheNextGeneration) {
