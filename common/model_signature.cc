@@ -18,20 +18,53 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 
 const char* SyncModeName(SyncMode mode) {
   switch (mode) {
-    case SyncMode::kSync: return "sync";
-    case SyncMode::kAsync: return "async";
-    case SyncMode::kSsp: return "ssp";
-    case SyncMode::kAllReduce: return "allreduce";
+    case SyncMode::kSync:
+      return "sync";
+    case SyncMode::kAsync:
+      return "async";
+    case SyncMode::kSsp:
+      return "ssp";
+    case SyncMode::kAllReduce:
+      return "allreduce";
   }
   return "?";
 }
 
+std::vector<std::string> SignatureSyncModeNames() {
+  return {SyncModeName(SyncMode::kSync), SyncModeName(SyncMode::kAsync),
+          SyncModeName(SyncMode::kSsp)};
+}
+
 absl::StatusOr<SyncMode> ParseSyncMode(absl::string_view name) {
-  if (name.empty() || name == "sync") return SyncMode::kSync;
-  if (name == "async") return SyncMode::kAsync;
-  if (name == "ssp") return SyncMode::kSsp;
+  if (name.empty()) return SyncMode::kSync;
+  for (SyncMode mode : {SyncMode::kSync, SyncMode::kAsync, SyncMode::kSsp}) {
+    if (name == SyncModeName(mode)) return mode;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown sync mode \"", name, "\"; expected sync, async or ssp"));
+}
+
+const std::vector<std::string>& OptimizerConfig::Names() {
+  static const auto* const names =
+      new std::vector<std::string>{"sgd", "momentum", "adam", "adamw"};
+  return *names;
+}
+
+bool OptimizerConfig::IsName(absl::string_view name) {
+  for (const std::string& known : Names()) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
+std::string OptimizerConfig::NamesText() {
+  const std::vector<std::string>& names = Names();
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) text += i + 1 == names.size() ? " or " : ", ";
+    text += names[i];
+  }
+  return text;
 }
 
 int64_t TensorInfo::NumElements() const {

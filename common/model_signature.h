@@ -61,6 +61,13 @@ struct OptimizerConfig {
   // (momentum 0.9 for the latter), 0.001 for Adam and AdamW, AdamW's weight
   // decay 0.004).
   static OptimizerConfig Defaults(const std::string& name);
+  // The optimizers the servers (and all-reduce workers) run, in order:
+  // "sgd", "momentum", "adam", "adamw"; the one list every check and the
+  // Python package read.
+  static const std::vector<std::string>& Names();
+  static bool IsName(absl::string_view name);
+  // "sgd, momentum, adam or adamw", for messages.
+  static std::string NamesText();
   bool operator==(const OptimizerConfig& other) const;
 };
 
@@ -89,6 +96,9 @@ struct SyncPolicy {
 // "sync", "async", "ssp", "allreduce": the names in signatures and on the
 // wire.
 const char* SyncModeName(SyncMode mode);
+// The modes a signature names, in order: "sync", "async", "ssp" (the
+// Python package offers exactly these, read from its native module).
+std::vector<std::string> SignatureSyncModeNames();
 // The inverse for a signature, the one place a mode's name is read:
 // "sync", "async" or "ssp" ("" is "sync", as a signature from before modes
 // had names says); INVALID_ARGUMENT otherwise, "allreduce" included (an

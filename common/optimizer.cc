@@ -37,11 +37,10 @@ absl::Status CheckUnitInterval(const char* setting, double value) {
 }
 
 absl::Status Validate(const OptimizerConfig& config, int64_t num_parameters) {
-  if (config.name != "sgd" && config.name != "momentum" &&
-      config.name != "adam" && config.name != "adamw") {
+  if (!OptimizerConfig::IsName(config.name)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown optimizer \"", config.name,
-                     "\"; expected sgd, momentum, adam or adamw"));
+        absl::StrCat("unknown optimizer \"", config.name, "\"; expected ",
+                     OptimizerConfig::NamesText()));
   }
   if (num_parameters < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

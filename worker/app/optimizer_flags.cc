@@ -106,11 +106,10 @@ absl::StatusOr<LrSchedule> LrScheduleFromFlags(bool lr_given) {
 
 absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
   const std::string name = absl::GetFlag(FLAGS_optimizer);
-  if (name != "sgd" && name != "momentum" && name != "adam" &&
-      name != "adamw") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer must be sgd, momentum, adam or adamw, got \"",
-                     name, "\""));
+  if (!OptimizerConfig::IsName(name)) {
+    return absl::InvalidArgumentError(absl::StrCat("--optimizer must be ",
+                                                   OptimizerConfig::NamesText(),
+                                                   ", got \"", name, "\""));
   }
   OptimizerConfig config = OptimizerConfig::Defaults(name);
   if (absl::GetFlag(FLAGS_lr) >= 0) {
