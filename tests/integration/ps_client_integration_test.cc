@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/training_jobs.h"
 #include "worker/exchange/ps/ps_client.h"
-#include "worker/exchange/ps_exchanger.h"
+#include "worker/exchange/ps_step_session.h"
 
 namespace lockstep {
 namespace {
@@ -161,14 +161,14 @@ TEST(PsClientWireTest, StateTravelsAsFp32UnderBf16) {
   EXPECT_EQ(server.process.Wait(kDeadline), 0) << server.process.Output();
 }
 
-// The exchanger's steps cut short, with pushes started on the training
-// thread and on the client's push thread (the parameter).
-class PsExchangerTest : public ::testing::TestWithParam<bool> {};
+// Steps cut short, with pushes started on the training thread and on the
+// client's push thread (the parameter).
+class PsStepCutShortTest : public ::testing::TestWithParam<bool> {};
 
 // A step whose gradient computation fails pushes only what it handed over:
 // the rest of the buffer is not this step's gradient (the last step's here)
 // and must not be applied.
-TEST_P(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
+TEST_P(PsStepCutShortTest, AFailedComputationPushesOnlyWhatItHandedOver) {
   const std::string dir = MakeTempDir();
   Server server = StartServer(/*workers=*/1, dir);
   PsClientOptions options;
@@ -178,28 +178,20 @@ TEST_P(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
   ASSERT_TRUE(client.ok()) << client.status();
   const ModelSignature signature = OneTensor(/*shards=*/1, /*workers=*/1);
   const std::vector<float> initial = RandomValues(1);
-  PsExchanger exchanger(client->get(), /*rank=*/0);
+  absl::StatusOr<RegisterResult> reg = (*client)->Register(0, signature);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  ASSERT_TRUE(reg->must_initialize);
+  ASSERT_TRUE((*client)->Initialize(initial).ok());
   std::vector<float> weights(kElements, 0.0f);
-  ASSERT_TRUE(exchanger
-                  .Join(
-                      signature, [&] { return initial; },
-                      absl::MakeSpan(weights), absl::Seconds(30))
-                  .ok());
+  ASSERT_TRUE((*client)->Pull(0, absl::MakeSpan(weights), true).ok());
   ASSERT_EQ(weights, initial);
 
   // The buffer holds a gradient from before; the computation hands over its
   // last chunk only, then fails.
   std::vector<float> gradient = RandomValues(7);
-  BatchStats stats;
-  absl::StatusOr<int64_t> step = exchanger.Step(
-      0, absl::MakeSpan(gradient), absl::MakeSpan(weights),
-      [](const Model::GradientReadyFn& ready) -> absl::StatusOr<BatchStats> {
-        ready(768, kElements);
-        return absl::InternalError("the device failed");
-      },
-      &stats);
-  ASSERT_FALSE(step.ok());
-  EXPECT_EQ(step.status().message(), "the device failed");
+  ASSERT_TRUE((*client)->BeginStep(0, gradient, absl::MakeSpan(weights)).ok());
+  (*client)->GradientReady(768, kElements);
+  (*client)->AbandonStep();
 
   // One worker: the chunk it pushed closed at version 1; the others are
   // still version 0, untouched.
@@ -213,12 +205,21 @@ TEST_P(PsExchangerTest, AFailedComputationPushesOnlyWhatItHandedOver) {
   server.process.Kill();
 }
 
+StepSessionOptions SessionOptions(const PsClientOptions& client, int rank) {
+  StepSessionOptions o;
+  o.client = client;
+  o.rank = rank;
+  o.num_workers = 2;
+  return o;
+}
+
 // A worker lost in the middle of a step, after its push closed the last
 // chunk while the others still gather: its replacement registers at
 // version 0 and pulls exactly version 0 (the closed chunk's weights from
 // before the step, not after it), so the step it computes again is the one
 // that was lost, and the step ends as if nothing had happened.
-TEST_P(PsExchangerTest, AReplacementRecomputesAHalfClosedStepFromItsWeights) {
+TEST_P(PsStepCutShortTest,
+       AReplacementRecomputesAHalfClosedStepFromItsWeights) {
   const std::string dir = MakeTempDir();
   Server server = StartServer(/*workers=*/2, dir);
   PsClientOptions options;
@@ -227,47 +228,66 @@ TEST_P(PsExchangerTest, AReplacementRecomputesAHalfClosedStepFromItsWeights) {
   const ModelSignature signature = OneTensor(/*shards=*/1, /*workers=*/2);
   const std::vector<float> initial = RandomValues(1);
   auto initial_fn = [&] { return initial; };
-  absl::StatusOr<std::unique_ptr<PsClient>> client0 = PsClient::Create(options);
-  absl::StatusOr<std::unique_ptr<PsClient>> client1 = PsClient::Create(options);
-  ASSERT_TRUE(client0.ok() && client1.ok());
-  PsExchanger rank0(client0->get(), 0), rank1(client1->get(), 1);
+  absl::StatusOr<std::unique_ptr<StepSession>> rank0 =
+      StepSession::Create(SessionOptions(options, 0));
+  absl::StatusOr<std::unique_ptr<StepSession>> rank1 =
+      StepSession::Create(SessionOptions(options, 1));
+  ASSERT_TRUE(rank0.ok() && rank1.ok());
   std::vector<float> w0(kElements), w1(kElements);
-  ASSERT_TRUE(
-      rank0.Join(signature, initial_fn, absl::MakeSpan(w0), absl::Seconds(30))
-          .ok());
-  ASSERT_TRUE(
-      rank1.Join(signature, initial_fn, absl::MakeSpan(w1), absl::Seconds(30))
-          .ok());
+  ASSERT_TRUE((*rank0)
+                  ->Join(signature, initial_fn, absl::MakeSpan(w0), {},
+                         absl::Seconds(30))
+                  .ok());
+  ASSERT_TRUE((*rank1)
+                  ->Join(signature, initial_fn, absl::MakeSpan(w1), {},
+                         absl::Seconds(30))
+                  .ok());
   const std::vector<float> g0 = RandomValues(10), g1 = RandomValues(11);
 
   // Rank 1 hands over its last chunk only; rank 0 its whole step, which
   // then waits for rank 1's other chunks.
-  ASSERT_TRUE((*client1)->BeginStep(0, g1, absl::MakeSpan(w1)).ok());
-  (*client1)->GradientReady(768, kElements);
-  absl::StatusOr<int64_t> version0;
-  std::thread step0(
-      [&] { version0 = (*client0)->PushPull(0, g0, absl::MakeSpan(w0)); });
+  absl::StatusOr<StepPlan> plan1 = (*rank1)->BeginStep();
+  ASSERT_TRUE(plan1.ok()) << plan1.status();
+  std::copy(g1.begin(), g1.end(), plan1->gradient.begin());
+  (*rank1)->GradientReady(768, kElements);
+  absl::StatusOr<StepOutcome> done0;
+  std::thread step0([&] {
+    absl::StatusOr<StepPlan> plan0 = (*rank0)->BeginStep();
+    if (!plan0.ok()) {
+      done0 = plan0.status();
+      return;
+    }
+    std::copy(g0.begin(), g0.end(), plan0->gradient.begin());
+    (*rank0)->GradientReady(0, kElements);
+    done0 = (*rank0)->FinishStep();
+  });
   // Returns once the pushed chunk is answered: it has closed step 0.
-  (*client1)->AbandonStep();
+  ASSERT_TRUE((*rank1)->AbandonStep().ok());
 
-  absl::StatusOr<std::unique_ptr<PsClient>> replacement =
-      PsClient::Create(options);
+  absl::StatusOr<std::unique_ptr<StepSession>> replacement =
+      StepSession::Create(SessionOptions(options, 1));
   ASSERT_TRUE(replacement.ok());
-  PsExchanger rank1b(replacement->get(), 1);
   std::vector<float> w1b(kElements);
-  absl::StatusOr<int64_t> joined = rank1b.Join(
-      signature, initial_fn, absl::MakeSpan(w1b), absl::Seconds(30));
+  absl::StatusOr<StepOutcome> joined =
+      (*replacement)
+          ->Join(signature, initial_fn, absl::MakeSpan(w1b), {},
+                 absl::Seconds(30));
   ASSERT_TRUE(joined.ok()) << joined.status();
-  EXPECT_EQ(*joined, 0);
+  EXPECT_EQ(joined->version, 0);
+  EXPECT_EQ(joined->next_step, 0);
   EXPECT_EQ(w1b, initial) << "the closed chunk came back at version 1";
 
-  absl::StatusOr<int64_t> version1 =
-      (*replacement)->PushPull(0, g1, absl::MakeSpan(w1b));
+  absl::StatusOr<StepPlan> plan1b = (*replacement)->BeginStep();
+  ASSERT_TRUE(plan1b.ok()) << plan1b.status();
+  EXPECT_EQ(plan1b->step, 0);
+  std::copy(g1.begin(), g1.end(), plan1b->gradient.begin());
+  absl::StatusOr<StepOutcome> done1 = (*replacement)->FinishStep();
   step0.join();
-  ASSERT_TRUE(version0.ok()) << version0.status();
-  ASSERT_TRUE(version1.ok()) << version1.status();
-  EXPECT_EQ(*version0, 1);
-  EXPECT_EQ(*version1, 1);
+  ASSERT_TRUE(done0.ok()) << done0.status();
+  ASSERT_TRUE(done1.ok()) << done1.status();
+  EXPECT_EQ(done0->version, 1);
+  EXPECT_EQ(done1->version, 1);
+  EXPECT_TRUE(done0->applied && done1->applied);
   for (int i = 0; i < kElements; ++i) {
     const float want = initial[i] - kLearningRate * ((g0[i] + g1[i]) * 0.5f);
     ASSERT_EQ(w0[i], want) << "element " << i;
@@ -285,7 +305,7 @@ INSTANTIATE_TEST_SUITE_P(
                           "shards",
                           std::get<2>(info.param) ? "_push_thread" : "");
     });
-INSTANTIATE_TEST_SUITE_P(PushThread, PsExchangerTest, ::testing::Bool(),
+INSTANTIATE_TEST_SUITE_P(PushThread, PsStepCutShortTest, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "on" : "off";
                          });

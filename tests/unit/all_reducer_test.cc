@@ -22,6 +22,7 @@
 #include "server/coordination/coordination_service.h"
 #include "server/coordination/coordination_store.h"
 #include "tests/unit/gpu_required.h"
+#include "tests/unit/in_process_coordinator.h"
 
 namespace lockstep {
 namespace {
@@ -31,37 +32,7 @@ using ::testing::HasSubstr;
 // Small enough that 1000003 floats make hundreds of chunks per rank.
 constexpr int64_t kSmallChunkBytes = 16 << 10;
 
-class Coordinator {
- public:
-  Coordinator() {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    address_ = absl::StrCat("127.0.0.1:", port);
-  }
-  ~Coordinator() {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
-  }
-  const std::string& address() const { return address_; }
-
- private:
-  CoordinationStore store_;
-  GroupRendezvous groups_;
-  CoordinatorService service_{&store_, &groups_};
-  std::unique_ptr<grpc::Server> server_;
-  std::string address_;
-};
-
-// Runs fn(rank) for ranks [0, n) on threads and waits for all of them.
-template <typename Fn>
-void RunRanks(int n, Fn fn) {
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) threads.emplace_back(fn, rank);
-  for (std::thread& t : threads) t.join();
-}
+using Coordinator = InProcessCoordinator;
 
 AllReduceOptions Options(const std::string& backend, int rank, int size,
                          const Coordinator& coordinator,

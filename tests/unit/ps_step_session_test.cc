@@ -1,8 +1,8 @@
-// PsExchanger and PsClient against real ParameterServer shards in this
+// PsStepSession and PsClient against real ParameterServer shards in this
 // process (InProcessShardTransport): workers on threads run synchronous
 // steps, and the weights they receive are checked against SGD worked out
 // by hand. No sockets, no subprocesses.
-#include "worker/exchange/ps_exchanger.h"
+#include "worker/exchange/ps_step_session.h"
 
 #include <memory>
 #include <thread>
@@ -24,6 +24,14 @@ using ::testing::HasSubstr;
 constexpr int kElements = 8;
 constexpr int kSteps = 3;
 constexpr float kLearningRate = 0.5f;
+
+StepSessionOptions SessionOptions(int rank, int workers) {
+  StepSessionOptions o;
+  o.rank = rank;
+  o.num_workers = workers;
+  o.rejoin_timeout = absl::Seconds(30);
+  return o;
+}
 
 // Two tensors of 4 values, in chunks of 4 values: chunk 0 holds "a" and
 // chunk 1 "b", one per shard when there are two.
@@ -74,36 +82,37 @@ struct WorkerRun {
 
 // Joins as `rank`, runs kSteps steps (handing the gradient over in two
 // halves, the second first, as backprop does), and leaves.
-absl::Status RunWorker(PsClient* client, int rank,
+absl::Status RunWorker(std::unique_ptr<PsClient> client, int rank,
                        const ModelSignature& signature, WorkerRun* run) {
-  PsExchanger exchanger(client, rank);
+  PsStepSession session(SessionOptions(rank, 2), std::move(client), nullptr);
   std::vector<float> weights(kElements);
-  std::vector<float> gradient(kElements);
   auto initial = [run] {
     ++run->initial_calls;
     return InitialWeights();
   };
-  ASSIGN_OR_RETURN(run->joined_version,
-                   exchanger.Join(signature, initial, absl::MakeSpan(weights),
-                                  absl::Seconds(30)));
+  ASSIGN_OR_RETURN(const StepOutcome joined,
+                   session.Join(signature, initial, absl::MakeSpan(weights), {},
+                                absl::Seconds(30)));
+  run->joined_version = joined.version;
   for (int64_t step = 0; step < kSteps; ++step) {
-    auto compute =
-        [&](const Model::GradientReadyFn& ready) -> absl::StatusOr<BatchStats> {
-      for (int j = 0; j < kElements; ++j) {
-        gradient[j] = GradientValue(rank, step, j);
-      }
-      ready(4, 8);
-      ready(0, 4);
-      return BatchStats{};
-    };
-    BatchStats stats;
-    ASSIGN_OR_RETURN(const int64_t version,
-                     exchanger.Step(step, absl::MakeSpan(gradient),
-                                    absl::MakeSpan(weights), compute, &stats));
-    run->versions.push_back(version);
+    ASSIGN_OR_RETURN(const StepPlan plan, session.BeginStep());
+    if (plan.step != step || !plan.streams ||
+        plan.gradient.size() != static_cast<size_t>(kElements)) {
+      return absl::InternalError("unexpected plan");
+    }
+    for (int j = 0; j < kElements; ++j) {
+      plan.gradient[j] = GradientValue(rank, step, j);
+    }
+    session.GradientReady(4, 8);
+    session.GradientReady(0, 4);
+    ASSIGN_OR_RETURN(const StepOutcome done, session.FinishStep());
+    if (!done.applied || done.rejoined || done.next_step != step + 1) {
+      return absl::InternalError("unexpected outcome");
+    }
+    run->versions.push_back(done.version);
     run->weights.push_back(weights);
   }
-  return exchanger.Leave();
+  return session.Leave();
 }
 
 struct ClientSetting {
@@ -112,9 +121,9 @@ struct ClientSetting {
   bool push_thread;
 };
 
-class PsExchangerTest : public ::testing::TestWithParam<ClientSetting> {};
+class PsStepSessionTest : public ::testing::TestWithParam<ClientSetting> {};
 
-TEST_P(PsExchangerTest, TwoWorkersStepInLockstepWithTheMeanGradient) {
+TEST_P(PsStepSessionTest, TwoWorkersStepInLockstepWithTheMeanGradient) {
   const ClientSetting setting = GetParam();
   absl::StatusOr<InProcessJob> job =
       InProcessJob::Create(/*num_workers=*/2, setting.num_shards);
@@ -134,7 +143,7 @@ TEST_P(PsExchangerTest, TwoWorkersStepInLockstepWithTheMeanGradient) {
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       runs[rank].status =
-          RunWorker(clients[rank].get(), rank, signature, &runs[rank]);
+          RunWorker(std::move(clients[rank]), rank, signature, &runs[rank]);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -165,45 +174,73 @@ TEST_P(PsExchangerTest, TwoWorkersStepInLockstepWithTheMeanGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Settings, PsExchangerTest,
+    Settings, PsStepSessionTest,
     ::testing::Values(ClientSetting{1, kAutoPushWindow, false},
                       ClientSetting{2, kAutoPushWindow, false},
                       ClientSetting{2, 1, false}, ClientSetting{2, 0, true}));
 
-// A computation that fails abandons the step: nothing of it is pushed, and
-// the shard still waits for that step.
-TEST(PsExchangerFailureTest, AFailedComputationPushesNothing) {
+// A computation that fails abandons the step: only what was handed over
+// is pushed, the shard still waits for that step, and the weights are
+// read again at the job's version, so every tensor is of one version.
+TEST(PsStepSessionFailureTest, AnAbandonedStepPushesOnlyWhatWasHandedOver) {
   absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       job->NewClient(PsClientOptions());
   ASSERT_TRUE(client.ok()) << client.status();
-  PsExchanger exchanger(client->get(), 0);
-  std::vector<float> weights(kElements), gradient(kElements, 1.0f);
-  ASSERT_TRUE(exchanger
+  PsStepSession session(SessionOptions(0, 1), *std::move(client), nullptr);
+  std::vector<float> weights(kElements);
+  ASSERT_TRUE(session
                   .Join(TwoChunkSignature(1, 1), InitialWeights,
-                        absl::MakeSpan(weights), absl::Seconds(30))
+                        absl::MakeSpan(weights), {}, absl::Seconds(30))
                   .ok());
-  auto failing =
-      [&](const Model::GradientReadyFn& ready) -> absl::StatusOr<BatchStats> {
-    ready(4, 8);  // Chunk 1 is pushed before the failure.
-    return absl::InternalError("out of memory");
-  };
-  BatchStats stats;
-  absl::StatusOr<int64_t> version = exchanger.Step(
-      0, absl::MakeSpan(gradient), absl::MakeSpan(weights), failing, &stats);
-  EXPECT_EQ(version.status().code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(version.status().message(), HasSubstr("out of memory"));
+  absl::StatusOr<StepPlan> plan = session.BeginStep();
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::fill(plan->gradient.begin(), plan->gradient.end(), 1.0f);
+  session.GradientReady(4, 8);  // Chunk 1 is pushed before the failure.
+  ASSERT_TRUE(session.AbandonStep().ok());
   const ServerStatus status = job->server(0)->GetStatus();
   EXPECT_EQ(status.version, 0);
   EXPECT_EQ(status.counters.pushes_accepted, 1);
   EXPECT_EQ(status.counters.chunk_steps, 1);
+  EXPECT_THAT(weights, ElementsAreArray(InitialWeights()));
+  // A step may begin again; a second BeginStep without an end may not.
+  ASSERT_TRUE(session.BeginStep().ok());
+  EXPECT_EQ(session.BeginStep().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(session.AbandonStep().ok());
 }
 
-// The exchanger owns the sync mode's step rules, from the signature it
-// joined with: synchronous steps follow the version, asynchronous ones are
-// the worker's own count.
-TEST(PsExchangerStepsTest, TheNextStepFollowsTheJobsSyncMode) {
+// Join refuses buffers of another size than the model's, and a job
+// already past its length.
+TEST(PsStepSessionFailureTest, JoinRefusesWrongBuffersAndAFinishedJob) {
+  absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      job->NewClient(PsClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  PsStepSession session(SessionOptions(0, 1), *std::move(client), nullptr);
+  std::vector<float> weights(kElements), short_gradient(kElements - 1);
+  absl::StatusOr<StepOutcome> joined = session.Join(
+      TwoChunkSignature(1, 1), InitialWeights, absl::MakeSpan(weights),
+      absl::MakeSpan(short_gradient), absl::Seconds(30));
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(joined.status().message(),
+              HasSubstr("the gradient buffer holds 7 values"));
+  StepOutcome at;
+  at.version = at.next_step = 4;
+  ModelSignature three_steps = TwoChunkSignature(1, 1);
+  absl::Status past = CheckNotPastEnd(three_steps, at);
+  EXPECT_EQ(past.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(past.message(), HasSubstr("past this job's 3 steps"));
+  at.version = at.next_step = 3;
+  EXPECT_TRUE(CheckNotPastEnd(three_steps, at).ok());
+}
+
+// The session's step rules, from the signature it joined with:
+// synchronous steps follow the version, asynchronous ones are the worker's
+// own count.
+TEST(PsStepSessionStepsTest, TheNextStepFollowsTheJobsSyncMode) {
   struct Case {
     SyncPolicy sync;
     int64_t next_after_3_at_4;  // NextStep(3, 4).
@@ -217,22 +254,9 @@ TEST(PsExchangerStepsTest, TheNextStepFollowsTheJobsSyncMode) {
       {{SyncMode::kSsp, 0, 2}, 4, 4, 2},
   };
   for (const Case& c : cases) {
-    absl::StatusOr<InProcessJob> job = InProcessJob::Create(2, 1);
-    ASSERT_TRUE(job.ok()) << job.status();
-    absl::StatusOr<std::unique_ptr<PsClient>> client =
-        job->NewClient(PsClientOptions());
-    ASSERT_TRUE(client.ok()) << client.status();
-    PsExchanger exchanger(client->get(), 0);
-    ModelSignature signature = TwoChunkSignature(2, 1);
-    signature.sync = c.sync;
-    std::vector<float> weights(kElements);
-    ASSERT_TRUE(exchanger
-                    .Join(signature, InitialWeights, absl::MakeSpan(weights),
-                          absl::Seconds(30))
-                    .ok());
     const std::string mode = SyncModeName(c.sync.mode);
-    EXPECT_EQ(*exchanger.NextStep(3, 4), c.next_after_3_at_4) << mode;
-    absl::StatusOr<int64_t> next = exchanger.NextStep(3, 6);
+    EXPECT_EQ(*NextPsStep(c.sync, 3, 4), c.next_after_3_at_4) << mode;
+    absl::StatusOr<int64_t> next = NextPsStep(c.sync, 3, 6);
     if (c.next_after_3_at_6 < 0) {
       EXPECT_EQ(next.status().code(), absl::StatusCode::kInternal) << mode;
       EXPECT_THAT(next.status().message(),
@@ -240,12 +264,12 @@ TEST(PsExchangerStepsTest, TheNextStepFollowsTheJobsSyncMode) {
     } else {
       EXPECT_EQ(*next, c.next_after_3_at_6) << mode;
     }
-    EXPECT_EQ(exchanger.StepAfterJoin(2, 9), c.after_join_at_9) << mode;
+    EXPECT_EQ(PsStepAfterJoin(c.sync, 2, 9), c.after_join_at_9) << mode;
   }
 }
 
 // Registering with a client of the wrong shard count says so.
-TEST(PsExchangerFailureTest, AShardCountThatDiffersIsRefused) {
+TEST(PsStepSessionFailureTest, AShardCountThatDiffersIsRefused) {
   absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);
   ASSERT_TRUE(job.ok()) << job.status();
   absl::StatusOr<std::unique_ptr<PsClient>> client =

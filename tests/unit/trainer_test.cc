@@ -1,8 +1,9 @@
 // Trainer's loop in one process: a real MLP on the CPU device, synthetic
-// data, and either an in-process Exchanger that plays a one-worker
-// synchronous job (SGD on the gradient it is handed, version = step + 1)
-// and fails the steps a test asks it to, or the real PsExchanger over
-// ParameterServer shards in this process (workers on threads).
+// data, and either an in-process StepSession that plays a one-worker
+// synchronous job (SGD on the gradient it is handed, version = step + 1),
+// fails the steps a test asks it to and recovers with the real
+// StepRecovery, or the real PsStepSession over ParameterServer shards in
+// this process (workers on threads).
 #include "worker/train/trainer.h"
 
 #include <atomic>
@@ -20,8 +21,9 @@
 #include "tests/unit/in_process_job.h"
 #include "worker/data/dataset.h"
 #include "worker/device/device_factory.h"
-#include "worker/exchange/exchanger.h"
-#include "worker/exchange/ps_exchanger.h"
+#include "worker/exchange/ps_step_session.h"
+#include "worker/exchange/step_recovery.h"
+#include "worker/exchange/step_session.h"
 #include "worker/model/mlp.h"
 
 namespace lockstep {
@@ -35,58 +37,108 @@ constexpr int kBatch = 8;
 constexpr int kExamples = 64;  // 8 steps an epoch.
 constexpr float kLearningRate = 0.1f;
 
-class LocalExchanger final : public Exchanger {
+StepSessionOptions LocalOptions(const std::atomic<bool>* signal) {
+  StepSessionOptions o;
+  o.rejoin_timeout = absl::Seconds(30);
+  o.stop_requested = signal;
+  return o;
+}
+
+class LocalSession final : public StepSession {
  public:
-  absl::StatusOr<int64_t> Join(
-      const ModelSignature& signature,
-      const std::function<std::vector<float>()>& initial,
-      absl::Span<float> weights, absl::Duration) override {
-    ++joins;
+  // `signal` is the stop signal StepRecovery sees (a step that fails after
+  // it is a stop); `stopping` what Stopping() says (the agreed stop). Not
+  // owned; either may be null.
+  explicit LocalSession(const std::atomic<bool>* signal = nullptr,
+                        const std::atomic<bool>* stopping = nullptr)
+      : recovery_(LocalOptions(signal)), stopping_(stopping) {}
+
+  absl::StatusOr<StepOutcome> Join(const ModelSignature& signature,
+                                   InitialFn initial, absl::Span<float> weights,
+                                   absl::Span<float>, absl::Duration) override {
     joined_with = signature;
-    if (!initialized_) {
-      master_ = initial();
-      initialized_ = true;
-    }
-    std::copy(master_.begin(), master_.end(), weights.begin());
-    return join_version >= 0 ? join_version : version_;
+    initial_ = std::move(initial);
+    weights_ = weights;
+    gradient_.resize(weights.size());
+    ASSIGN_OR_RETURN(StepOutcome joined, JoinOnce());
+    RETURN_IF_ERROR(CheckNotPastEnd(signature, joined));
+    recovery_.StepSucceeded();
+    return joined;
   }
 
-  absl::StatusOr<int64_t> Step(int64_t step, absl::Span<float> gradient,
-                               absl::Span<float> weights,
-                               const ComputeFn& compute,
-                               BatchStats* stats) override {
+  absl::StatusOr<StepPlan> BeginStep() override {
+    StepPlan plan;
+    plan.step = next_step_;
+    plan.batch_shards = {0};
+    plan.gradient = absl::MakeSpan(gradient_);
+    return plan;
+  }
+  void GradientReady(int64_t, int64_t) override {}
+
+  absl::StatusOr<StepOutcome> FinishStep() override {
+    const int64_t step = next_step_;
     steps.push_back(step);
-    ASSIGN_OR_RETURN(*stats, compute(nullptr));
     if (auto it = failures.find(step); it != failures.end()) {
       absl::Status failure = it->second;
       failures.erase(it);  // Fails once.
-      return failure;
+      return recovery_.AfterFailure(
+          failure, /*can_rejoin=*/true,
+          [this](absl::Duration) { return JoinOnce(); });
     }
     for (size_t i = 0; i < master_.size(); ++i) {
-      master_[i] -= kLearningRate * gradient[i];
+      master_[i] -= kLearningRate * gradient_[i];
     }
-    std::copy(master_.begin(), master_.end(), weights.begin());
+    std::copy(master_.begin(), master_.end(), weights_.begin());
     version_ = step + 1;
-    return version_;
+    recovery_.StepSucceeded();
+    StepOutcome done;
+    done.applied = true;
+    done.version = done.next_step = next_step_ = version_;
+    return done;
   }
-
+  absl::Status AbandonStep() override { return absl::OkStatus(); }
+  bool Stopping() const override {
+    return stopping_ != nullptr && stopping_->load();
+  }
   absl::Status Leave() override {
     ++leaves;
     return absl::OkStatus();
   }
-  bool CanRejoin() const override { return true; }
+  absl::Status LeaveFromAnyThread() override { return Leave(); }
+  int64_t rejoins() const override { return recovery_.rejoins(); }
+  StepTimings step_timings() const override { return StepTimings(); }
+  int push_window() const override { return 0; }
 
   int joins = 0;
   int leaves = 0;
   int64_t join_version = -1;  // >= 0: what Join says, not the job's version.
   ModelSignature joined_with;
-  std::vector<int64_t> steps;  // Every Step call's step.
+  std::vector<int64_t> steps;  // Every step finished (or failed).
   std::map<int64_t, absl::Status> failures;
 
  private:
+  absl::StatusOr<StepOutcome> JoinOnce() {
+    ++joins;
+    if (!initialized_) {
+      master_ = initial_();
+      initialized_ = true;
+    }
+    std::copy(master_.begin(), master_.end(), weights_.begin());
+    StepOutcome joined;
+    joined.version = join_version >= 0 ? join_version : version_;
+    joined.next_step = next_step_ = joined.version;
+    return joined;
+  }
+
+  StepRecovery recovery_;
+  const std::atomic<bool>* const stopping_;
+  InitialFn initial_;
+  absl::Span<float> weights_;
+  std::vector<float> gradient_;
   bool initialized_ = false;
   std::vector<float> master_;
   int64_t version_ = 0;
+  int64_t next_step_ = 0;
 };
 
 // A CPU device and an MLP of 16-8-4 (172 parameters) on it.
@@ -116,15 +168,15 @@ class TrainerTest : public ::testing::Test {
     options_.batch_size = kBatch;
     options_.epochs = 2;
     options_.progress = ProgressMode::kNone;
-    options_.rejoin_timeout = absl::Seconds(30);
     options_.on_step = [this](int64_t step, double, double loss) {
       logged_.push_back(step);
       EXPECT_GT(loss, 0);
     };
   }
 
-  absl::StatusOr<TrainSummary> Run() {
-    Trainer trainer(options_, model_.get(), &exchanger_, &train_, &test_);
+  absl::StatusOr<TrainSummary> Run(StepSession* session = nullptr) {
+    Trainer trainer(options_, model_.get(),
+                    session != nullptr ? session : &session_, &train_, &test_);
     return trainer.Run();
   }
 
@@ -132,7 +184,7 @@ class TrainerTest : public ::testing::Test {
   std::unique_ptr<GraphModel> model_;
   Dataset train_, test_;
   TrainerOptions options_;
-  LocalExchanger exchanger_;
+  LocalSession session_;
   std::vector<int64_t> logged_;
 };
 
@@ -149,19 +201,19 @@ TEST_F(TrainerTest, TrainsEveryStepOfEveryEpochAndLeaves) {
   EXPECT_EQ(summary->final_version, 16);
   EXPECT_EQ(summary->rejoins, 0);
   EXPECT_FALSE(summary->stopped);
-  EXPECT_EQ(exchanger_.steps, Range(0, 16));
+  EXPECT_EQ(session_.steps, Range(0, 16));
   EXPECT_EQ(logged_, Range(0, 16));
-  EXPECT_EQ(exchanger_.joins, 1);
-  EXPECT_EQ(exchanger_.leaves, 1);
+  EXPECT_EQ(session_.joins, 1);
+  EXPECT_EQ(session_.leaves, 1);
   // Rank 0 evaluated on the test set.
   EXPECT_GE(summary->test_accuracy, 0);
   EXPECT_LE(summary->test_accuracy, 1);
   EXPECT_GT(summary->test_loss, 0);
   // The signature is the job's: 2 epochs of 8 steps, one worker, sync.
-  EXPECT_EQ(exchanger_.joined_with.total_steps, 16);
-  EXPECT_EQ(exchanger_.joined_with.num_workers, 1);
-  EXPECT_EQ(exchanger_.joined_with.sync.mode, SyncMode::kSync);
-  EXPECT_EQ(exchanger_.joined_with.tensors.size(), 4u);
+  EXPECT_EQ(session_.joined_with.total_steps, 16);
+  EXPECT_EQ(session_.joined_with.num_workers, 1);
+  EXPECT_EQ(session_.joined_with.sync.mode, SyncMode::kSync);
+  EXPECT_EQ(session_.joined_with.tensors.size(), 4u);
 }
 
 TEST_F(TrainerTest, MaxStepsEndsTheJobEarly) {
@@ -169,74 +221,75 @@ TEST_F(TrainerTest, MaxStepsEndsTheJobEarly) {
   absl::StatusOr<TrainSummary> summary = Run();
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->steps, 5);
-  EXPECT_EQ(exchanger_.steps, Range(0, 5));
-  EXPECT_EQ(exchanger_.joined_with.total_steps, 5);
+  EXPECT_EQ(session_.steps, Range(0, 5));
+  EXPECT_EQ(session_.joined_with.total_steps, 5);
 }
 
 // A retryable failure: the trainer registers again and goes on from the
 // version the job has, so step 3 is trained again and nothing is skipped.
 TEST_F(TrainerTest, RejoinsAfterARetryableFailureAndRepeatsTheStep) {
-  exchanger_.failures[3] = absl::UnavailableError("server restarted");
+  session_.failures[3] = absl::UnavailableError("server restarted");
   absl::StatusOr<TrainSummary> summary = Run();
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->rejoins, 1);
-  EXPECT_EQ(exchanger_.joins, 2);
+  EXPECT_EQ(session_.joins, 2);
   std::vector<int64_t> expected = Range(0, 4);
   for (int64_t s : Range(3, 16)) expected.push_back(s);
-  EXPECT_EQ(exchanger_.steps, expected);
+  EXPECT_EQ(session_.steps, expected);
   EXPECT_EQ(summary->steps, 16);  // Successful steps only.
   EXPECT_EQ(logged_, Range(0, 16));
 }
 
 TEST_F(TrainerTest, APermanentFailureEndsTheRun) {
-  exchanger_.failures[2] = absl::FailedPreconditionError("signature differs");
+  session_.failures[2] = absl::FailedPreconditionError("signature differs");
   absl::StatusOr<TrainSummary> summary = Run();
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(exchanger_.steps, Range(0, 3));
-  EXPECT_EQ(exchanger_.joins, 1);
+  EXPECT_EQ(session_.steps, Range(0, 3));
+  EXPECT_EQ(session_.joins, 1);
 }
 
 TEST_F(TrainerTest, AStopRequestLeavesWithoutTraining) {
   std::atomic<bool> stop{true};
-  options_.stop = &stop;
-  absl::StatusOr<TrainSummary> summary = Run();
+  LocalSession session(&stop, &stop);
+  absl::StatusOr<TrainSummary> summary = Run(&session);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_TRUE(summary->stopped);
   EXPECT_EQ(summary->steps, 0);
-  EXPECT_TRUE(exchanger_.steps.empty());
-  EXPECT_EQ(exchanger_.leaves, 1);
+  EXPECT_TRUE(session.steps.empty());
+  EXPECT_EQ(session.leaves, 1);
   EXPECT_EQ(summary->test_accuracy, -1);  // A stopped job is not evaluated.
 }
 
-// A stop signal during a failing step ends the run as a stop, not a rejoin.
+// A stop signal during a failing step ends the run as a stop, not a rejoin
+// (all-reduce's case: the ranks had not yet agreed on the stop).
 TEST_F(TrainerTest, AFailureAfterAStopSignalIsAStop) {
   std::atomic<bool> signal{true};
-  options_.stop_signal = &signal;
-  exchanger_.failures[1] = absl::UnavailableError("servers draining");
-  absl::StatusOr<TrainSummary> summary = Run();
+  LocalSession session(&signal, /*stopping=*/nullptr);
+  session.failures[1] = absl::UnavailableError("servers draining");
+  absl::StatusOr<TrainSummary> summary = Run(&session);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_TRUE(summary->stopped);
   EXPECT_EQ(summary->rejoins, 0);
-  EXPECT_EQ(exchanger_.steps, Range(0, 2));
+  EXPECT_EQ(session.steps, Range(0, 2));
   EXPECT_EQ(summary->steps, 1);
 }
 
 TEST_F(TrainerTest, AJobPastItsStepsIsRefused) {
-  exchanger_.join_version = 17;
+  session_.join_version = 17;
   absl::StatusOr<TrainSummary> summary = Run();
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(summary.status().message()),
               HasSubstr("past this job's 16 steps"));
-  EXPECT_TRUE(exchanger_.steps.empty());
+  EXPECT_TRUE(session_.steps.empty());
 }
 
 // A job joined at version 10 (a restarted worker) trains steps 10..15 only:
 // the data position follows the version.
 TEST_F(TrainerTest, AWorkerJoiningLateStartsAtTheJobsVersion) {
-  exchanger_.join_version = 10;
+  session_.join_version = 10;
   absl::StatusOr<TrainSummary> summary = Run();
   ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_EQ(exchanger_.steps, Range(10, 16));
+  EXPECT_EQ(session_.steps, Range(10, 16));
   EXPECT_EQ(summary->steps, 6);
   EXPECT_EQ(summary->final_version, 16);
 }
@@ -284,7 +337,7 @@ std::vector<float> ServerWeights(const InProcessJob& job, int num_shards,
   return weights;
 }
 
-// Two workers on threads train through the real PsExchanger and two
+// Two workers on threads train through the real PsStepSession and two
 // in-process shards: each takes the job's 8 steps (64 examples, 2 x 8 a
 // step, 2 epochs) and both end with the very weights the shards hold.
 TEST_F(TrainerTest, TwoWorkersTrainThroughInProcessShards) {
@@ -310,10 +363,13 @@ TEST_F(TrainerTest, TwoWorkersTrainThroughInProcessShards) {
         summaries[rank] = mlp.ok() ? client.status() : mlp.status();
         return;
       }
-      PsExchanger exchanger(client->get(), rank);
+      StepSessionOptions session_options;
+      session_options.rank = rank;
+      session_options.num_workers = kWorkers;
+      PsStepSession session(session_options, *std::move(client), nullptr);
       TrainerOptions options = options_;
       options.rank = rank;
-      Trainer trainer(options, mlp->model.get(), &exchanger, &train_, &test_);
+      Trainer trainer(options, mlp->model.get(), &session, &train_, &test_);
       summaries[rank] = trainer.Run();
       weights[rank].assign(trainer.weights().begin(), trainer.weights().end());
     });
@@ -357,7 +413,7 @@ TEST_F(TrainerTest, ReportsStepsAndValidatedEpochs) {
   options_.callback = &callback;
   options_.validation = &validation;
   options_.optimizer.learning_rate = 0.05;
-  Trainer trainer(options_, model_.get(), &exchanger_, &train_, &test_);
+  Trainer trainer(options_, model_.get(), &session_, &train_, &test_);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
   ASSERT_TRUE(summary.ok()) << summary.status();
   ASSERT_EQ(callback.steps.size(), 16u);

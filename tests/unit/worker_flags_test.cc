@@ -54,7 +54,7 @@ class WorkerFlagsTest : public ::testing::Test {
 TEST_F(WorkerFlagsTest, ServersRankAndWorkersReachTheTrainerAndClient) {
   absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_THAT(o->client.servers,
+  EXPECT_THAT(o->session.client.servers,
               ElementsAre("127.0.0.1:7000", "127.0.0.1:7001"));
   EXPECT_EQ(o->trainer.num_shards, 2);
   EXPECT_EQ(o->trainer.rank, 3);
@@ -164,12 +164,12 @@ TEST_F(WorkerFlagsTest, NcclRanksUseTheWorkersGpu) {
   absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->trainer.sync, SyncMode::kAllReduce);
-  EXPECT_EQ(o->allreduce.backend, "nccl");
+  EXPECT_EQ(o->session.reducer.backend, "nccl");
   EXPECT_EQ(o->device.gpu, 3);
-  EXPECT_EQ(o->allreduce.gpu, 3);
-  EXPECT_EQ(o->allreduce.rank, 3);
-  EXPECT_EQ(o->allreduce.size, 4);
-  EXPECT_EQ(o->allreduce.coordinator, "127.0.0.1:7000");
+  EXPECT_EQ(o->session.reducer.gpu, 3);
+  EXPECT_EQ(o->session.reducer.rank, 3);
+  EXPECT_EQ(o->session.reducer.size, 4);
+  EXPECT_EQ(o->session.reducer.coordinator, "127.0.0.1:7000");
 }
 
 TEST_F(WorkerFlagsTest, AnUnknownSyncModeIsRefused) {

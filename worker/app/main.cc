@@ -24,11 +24,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/validation_split.h"
 #include "worker/device/device_factory.h"
-#include "worker/exchange/allreduce/all_reducer.h"
-#include "worker/exchange/allreduce/coordinator_client.h"
-#include "worker/exchange/allreduce_exchanger.h"
-#include "worker/exchange/ps/ps_client.h"
-#include "worker/exchange/ps_exchanger.h"
+#include "worker/exchange/step_session.h"
 #include "worker/model/models.h"
 #include "worker/train/history.h"
 #include "worker/train/progress.h"
@@ -56,10 +52,10 @@ absl::Status WriteSummary(const std::string& path, const TrainSummary& s,
       .Add("final_learning_rate",
            LearningRateAt(o.trainer.optimizer, s.final_version - 1))
       .Add("model", o.model.name)
-      .Add("wire_dtype", WireDTypeName(o.client.wire_dtype))
+      .Add("wire_dtype", WireDTypeName(o.session.client.wire_dtype))
       .Add("sync", o.sync)
       .Add("backup_workers", o.trainer.backup_workers)
-      .Add("servers", static_cast<int>(o.client.servers.size()))
+      .Add("servers", static_cast<int>(o.session.client.servers.size()))
       .AddJson("history", history.ToJson());
   return WriteFileAtomically(path, json.ToString());
 }
@@ -83,46 +79,6 @@ absl::StatusOr<std::vector<float>> ReadInitialWeights(const std::string& path,
                                                       const Model& model) {
   ASSIGN_OR_RETURN(std::vector<NamedTensor> file, ReadSafetensors(path));
   return FlattenByName(AllTensors(model), file);
-}
-
-// The exchanger of o->trainer.sync over `client`.
-absl::StatusOr<std::unique_ptr<Exchanger>> MakeExchanger(WorkerMainOptions* o,
-                                                         PsClient* client,
-                                                         StopSignals* stop) {
-  const int rank = o->trainer.rank;
-  if (o->trainer.sync != SyncMode::kAllReduce) {
-    stop->SetLastLeave([client] { return client->LeaveFromAnyThread(); });
-    const int workers = o->trainer.num_workers;
-    if (o->group.min_workers == 0 || o->group.min_workers == workers) {
-      return std::make_unique<PsExchanger>(client, rank);
-    }
-    // Elastic: the workers' group forms at the first server's coordinator.
-    PsExchanger::Elastic elastic;
-    elastic.workers = workers;
-    elastic.group = o->group;
-    elastic.rendezvous_timeout = o->client.connect_timeout;
-    elastic.stop_requested = stop->requested();
-    ASSIGN_OR_RETURN(
-        elastic.coordinator,
-        CoordinatorClient::Create(o->client.servers.front(), o->client.tls));
-    return std::make_unique<PsExchanger>(client, rank, std::move(elastic));
-  }
-  stop->SetLastLeave(
-      [client, rank] { return client->LeaveUnregistered(rank); });
-  // Groups of more than one rank form at the coordinator (Join).
-  std::unique_ptr<CoordinatorClient> coordinator;
-  if (o->allreduce.size > 1) {
-    ASSIGN_OR_RETURN(
-        coordinator,
-        CoordinatorClient::Create(o->allreduce.coordinator, o->allreduce.tls));
-  }
-  // The trainer stops on the ranks' agreed stop, not on its own signal
-  // (which still makes a failed step a stop).
-  o->trainer.stop = stop->agreed();
-  o->trainer.stop_signal = stop->requested();
-  return std::make_unique<AllReduceExchanger>(
-      o->allreduce, o->group, std::move(coordinator), client, stop->requested(),
-      stop->agreed());
 }
 
 // A run that failed after a stop signal (its waiting calls were cancelled
@@ -280,30 +236,22 @@ int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
   return kExitOk;
 }
 
-// Joins the job over `client` and trains, then finishes (Finish). A run
-// that a stop signal cut short while it waited ends as a stop.
-int TrainOver(WorkerMainOptions* options, PsClient* client, StopSignals* stop,
-              Model* model, const Device& device, const Dataset& train,
-              const Dataset& test, WorkerTelemetry* telemetry) {
+// Joins the job through `session` and trains, then finishes (Finish). A
+// run that a stop signal cut short while it waited ends as a stop.
+int TrainOver(WorkerMainOptions* options, StepSession* session,
+              StopSignals* stop, Model* model, const Device& device,
+              const Dataset& train, const Dataset& test,
+              WorkerTelemetry* telemetry) {
   WorkerMainOptions& o = *options;
   auto fail = [&](const absl::Status& s, int code) {
     return Fail(o.trainer.rank, s, code);
   };
-  // However it ends, the watchdog no longer uses the client after.
+  // However it ends, the watchdog no longer uses the session after.
+  stop->SetLastLeave([session] { return session->LeaveFromAnyThread(); });
   absl::Cleanup run_done = [stop] { stop->Done(); };
-  const bool allreduce = o.trainer.sync == SyncMode::kAllReduce;
-  const std::function<absl::Status()> leave = [client, allreduce,
-                                               rank = o.trainer.rank] {
-    return allreduce ? client->LeaveUnregistered(rank) : client->Leave();
+  const std::function<absl::Status()> leave = [session] {
+    return session->LeaveFromAnyThread();
   };
-  absl::StatusOr<std::unique_ptr<Exchanger>> exchanger =
-      MakeExchanger(&o, client, stop);
-  if (!exchanger.ok() && stop->requested()->load()) {
-    return StoppedWhileWaiting(o.trainer.rank, exchanger.status(), leave);
-  }
-  if (!exchanger.ok()) {
-    return fail(exchanger.status(), ExitCodeFor(exchanger.status()));
-  }
   PrintStart(o, *model, train, device);
   // Closed by its deleter.
   absl::StatusOr<StepLog> step_log = OpenStepLog(&o);
@@ -312,7 +260,7 @@ int TrainOver(WorkerMainOptions* options, PsClient* client, StopSignals* stop,
   if (absl::Status s = SetUpReports(&o, telemetry, &reports); !s.ok()) {
     return fail(s, kExitPermanent);
   }
-  Trainer trainer(o.trainer, model, exchanger->get(), &train, &test);
+  Trainer trainer(o.trainer, model, session, &train, &test);
   telemetry->SetTraining(true);
   absl::StatusOr<TrainSummary> summary = trainer.Run();
   telemetry->SetTraining(false);
@@ -333,8 +281,9 @@ int Run(WorkerMainOptions o) {
     return Fail(o.trainer.rank, s, code);
   };
   StopSignals* const stop = StopSignals::Install(o.trainer.rank);
-  o.trainer.stop = stop->requested();
-  o.client.cancel = stop->token();
+  o.session.stop_requested = stop->requested();
+  o.session.client.cancel = stop->token();
+  o.session.env = o.trainer.env;
   // Health, metrics and trace; NOT_SERVING until training starts.
   absl::StatusOr<std::unique_ptr<WorkerTelemetry>> telemetry =
       WorkerTelemetry::Create(o.telemetry);
@@ -356,14 +305,13 @@ int Run(WorkerMainOptions o) {
     if (!initial.ok()) return fail(initial.status(), kExitPermanent);
     o.trainer.initial_weights = *std::move(initial);
   }
-  // All-reduce steps push nothing: no thread for them.
-  o.client.push_thread =
-      o.trainer.sync != SyncMode::kAllReduce &&
+  o.session.client.push_thread =
       o.push_thread.value_or(!(*device)->BuffersAreHostMemory());
-  absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(o.client);
-  if (!client.ok()) return fail(client.status(), kExitPermanent);
-  return TrainOver(&o, client->get(), stop, model->get(), **device, train, test,
-                   telemetry->get());
+  absl::StatusOr<std::unique_ptr<StepSession>> session =
+      StepSession::Create(o.session);
+  if (!session.ok()) return fail(session.status(), kExitPermanent);
+  return TrainOver(&o, session->get(), stop, model->get(), **device, train,
+                   test, telemetry->get());
 }
 
 }  // namespace

@@ -27,7 +27,6 @@ constexpr int64_t kSameStopNs = int64_t{2} * 1000 * 1000 * 1000;
 // thread may outlive main.
 struct State {
   std::atomic<bool> requested{false};
-  std::atomic<bool> agreed{false};
   std::atomic<int64_t> requested_ns{0};  // CLOCK_MONOTONIC.
   sem_t signalled;
   CancelToken token;
@@ -124,7 +123,6 @@ StopSignals* StopSignals::Install(int rank) {
 const std::atomic<bool>* StopSignals::requested() const {
   return &state->requested;
 }
-std::atomic<bool>* StopSignals::agreed() { return &state->agreed; }
 CancelToken* StopSignals::token() { return &state->token; }
 
 void StopSignals::SetLastLeave(std::function<absl::Status()> leave) {

@@ -40,8 +40,6 @@ class StopSignals final {
 
   // Set by the first signal.
   const std::atomic<bool>* requested() const;
-  // All-reduce: set when any rank was asked to stop (AllReduceExchanger).
-  std::atomic<bool>* agreed();
   // Cancelled by the watchdog (kCancelAfter).
   CancelToken* token();
 

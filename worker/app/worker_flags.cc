@@ -166,8 +166,8 @@ absl::Status ParseJob(WorkerMainOptions* options) {
     return absl::InvalidArgumentError(
         "no parameter server: pass --servers=HOST:PORT or set TF_CONFIG");
   }
-  o.client.servers = absl::StrSplit(servers, ',', absl::SkipEmpty());
-  o.trainer.num_shards = static_cast<int>(o.client.servers.size());
+  o.session.client.servers = absl::StrSplit(servers, ',', absl::SkipEmpty());
+  o.trainer.num_shards = static_cast<int>(o.session.client.servers.size());
   if (workers < 1) {
     return absl::InvalidArgumentError(
         "--workers must be at least 1 (or come from TF_CONFIG)");
@@ -272,17 +272,23 @@ absl::Status ParseExchange(WorkerMainOptions* options) {
   }
   // The one place the worker reads --tls_* and --token_file: the client
   // and the all-reduce library are given the result.
-  ASSIGN_OR_RETURN(o.client.tls, TlsOptionsFromFlags());
-  o.allreduce.tls = o.client.tls;
-  o.client.connect_timeout =
+  ASSIGN_OR_RETURN(o.session.client.tls, TlsOptionsFromFlags());
+  o.session.reducer.tls = o.session.client.tls;
+  o.session.client.connect_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s));
-  o.client.step_timeout = absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
-  o.trainer.rejoin_timeout_name = "--rejoin_timeout_s";
-  o.trainer.rejoin_timeout =
+  o.session.client.step_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_step_timeout_s));
+  o.session.rejoin_timeout_name = "--rejoin_timeout_s";
+  o.session.rejoin_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_rejoin_timeout_s));
   const std::string sync = absl::GetFlag(FLAGS_sync);
   const int rank = o.trainer.rank;
   const int workers = o.trainer.num_workers;
+  o.session.rank = rank;
+  o.session.num_workers = workers;
+  o.session.who = absl::StrCat("lockstep_worker ", rank);
+  o.session.seed = o.trainer.seed;
+  o.session.allreduce = sync == "allreduce";
   if (sync == "ps") {
     o.trainer.sync = SyncMode::kSync;
   } else if (sync == "async") {
@@ -291,18 +297,19 @@ absl::Status ParseExchange(WorkerMainOptions* options) {
     o.trainer.sync = SyncMode::kSsp;
   } else if (sync == "allreduce") {
     o.trainer.sync = SyncMode::kAllReduce;
-    o.allreduce.backend = absl::GetFlag(FLAGS_allreduce);
-    o.allreduce.rank = rank;
-    o.allreduce.size = workers;
-    o.allreduce.coordinator = o.client.servers.front();
-    o.allreduce.host = absl::GetFlag(FLAGS_allreduce_host);
-    o.allreduce.group = absl::GetFlag(FLAGS_allreduce_group);
-    o.allreduce.gpu = o.device.gpu;  // NCCL's ranks each on their own GPU.
+    o.session.reducer.backend = absl::GetFlag(FLAGS_allreduce);
+    o.session.reducer.rank = rank;
+    o.session.reducer.size = workers;
+    o.session.reducer.coordinator = o.session.client.servers.front();
+    o.session.reducer.host = absl::GetFlag(FLAGS_allreduce_host);
+    o.session.reducer.group = absl::GetFlag(FLAGS_allreduce_group);
+    o.session.reducer.gpu =
+        o.device.gpu;  // NCCL's ranks each on their own GPU.
     // The same deadlines as in PS mode: waiting for the other ranks to
     // arrive, and for one step's exchange (the slowest rank's compute, or
     // rank 0's evaluation, included).
-    o.allreduce.rendezvous_timeout = o.client.connect_timeout;
-    o.allreduce.op_timeout = o.client.step_timeout;
+    o.session.reducer.rendezvous_timeout = o.session.client.connect_timeout;
+    o.session.reducer.op_timeout = o.session.client.step_timeout;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--sync must be ps, allreduce, async or ssp, got \"", sync, "\""));
@@ -314,13 +321,15 @@ absl::Status ParseExchange(WorkerMainOptions* options) {
 absl::Status ParseGroupFlags(WorkerMainOptions* options) {
   WorkerMainOptions& o = *options;
   const int workers = o.trainer.num_workers;
-  o.group.min_workers = absl::GetFlag(FLAGS_min_workers);
-  if (o.group.min_workers < 0 || o.group.min_workers > workers) {
+  o.session.group.min_workers = absl::GetFlag(FLAGS_min_workers);
+  if (o.session.group.min_workers < 0 ||
+      o.session.group.min_workers > workers) {
     return absl::InvalidArgumentError(
         absl::StrCat("--min_workers must be in [1, --workers=", workers,
-                     "] (or 0), got ", o.group.min_workers));
+                     "] (or 0), got ", o.session.group.min_workers));
   }
-  if (o.group.min_workers > 0 && o.group.min_workers < workers &&
+  if (o.session.group.min_workers > 0 &&
+      o.session.group.min_workers < workers &&
       o.trainer.sync != SyncMode::kAllReduce &&
       (o.trainer.sync != SyncMode::kSync ||
        absl::GetFlag(FLAGS_backup_workers) > 0)) {
@@ -334,7 +343,7 @@ absl::Status ParseGroupFlags(WorkerMainOptions* options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--group_settle_ms must be in [0, 600000], got ", settle_ms));
   }
-  o.group.settle = absl::Milliseconds(settle_ms);
+  o.session.group.settle = absl::Milliseconds(settle_ms);
   return absl::OkStatus();
 }
 
@@ -363,15 +372,15 @@ absl::Status ParseStepFlags(WorkerMainOptions* options) {
     return absl::InvalidArgumentError(
         "--straggle_random_ms must not be negative");
   }
-  ASSIGN_OR_RETURN(o.client.wire_dtype,
+  ASSIGN_OR_RETURN(o.session.client.wire_dtype,
                    ParseWireDType(absl::GetFlag(FLAGS_wire_dtype)));
   // auto picks at most kDefaultChunkBytes.
-  o.client.max_message_bytes =
+  o.session.client.max_message_bytes =
       static_cast<int>(o.trainer.chunk_bytes == kAutoChunkBytes
                            ? kDefaultChunkBytes
                            : o.trainer.chunk_bytes) +
       (1 << 20);
-  ASSIGN_OR_RETURN(o.client.max_pushes_in_flight,
+  ASSIGN_OR_RETURN(o.session.client.max_pushes_in_flight,
                    FromFlag("push_window",
                             ParsePushWindow(absl::GetFlag(FLAGS_push_window))));
   const std::string push_thread = absl::GetFlag(FLAGS_push_thread);

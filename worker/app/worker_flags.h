@@ -9,22 +9,21 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/exchange/allreduce_exchanger.h"
-#include "worker/device/device_factory.h"
-#include "worker/model/models.h"
-#include "worker/exchange/ps/ps_client.h"
 #include "worker/app/setup.h"
-#include "worker/train/trainer.h"
 #include "worker/app/worker_telemetry.h"
+#include "worker/device/device_factory.h"
+#include "worker/exchange/step_session.h"
+#include "worker/model/models.h"
+#include "worker/train/trainer.h"
 
 namespace lockstep {
 
 struct WorkerMainOptions {
   TrainerOptions trainer;
-  PsClientOptions client;
+  // How the worker's steps meet the others': the servers' client, the
+  // all-reduce backend, the elastic group (--min_workers), the rejoins.
+  StepSessionOptions session;
   DeviceOptions device;
-  AllReduceOptions allreduce;
-  GroupOptions group;  // With --min_workers: how the group forms.
   ModelSpec model;
   DataOptions data;
   std::string summary_json;
@@ -34,8 +33,8 @@ struct WorkerMainOptions {
   std::string step_log;
   std::string tensorboard_dir;  // Rank 0's event files; empty: none.
   double validation_split = 0;  // 0: no validation.
-  std::string sync;    // --sync, for the log line and the summary.
-  std::string layers;  // --layers, for the log line.
+  std::string sync;             // --sync, for the log line and the summary.
+  std::string layers;           // --layers, for the log line.
   // --push_thread: on, off, or nullopt (auto: on where the device's
   // buffers are not host memory, i.e. on a GPU).
   std::optional<bool> push_thread;

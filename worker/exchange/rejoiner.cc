@@ -31,8 +31,9 @@ absl::Status Rejoiner::CheckDeadline(const absl::Status& cause) const {
   if (env_->Now() < last_success_ + rejoin_timeout_) return absl::OkStatus();
   return absl::Status(
       cause.code(),
-      absl::StrCat("no step succeeded in ", absl::FormatDuration(rejoin_timeout_),
-                   " (", timeout_name_, "); giving up: ", cause.message()));
+      absl::StrCat("no step succeeded in ",
+                   absl::FormatDuration(rejoin_timeout_), " (", timeout_name_,
+                   "); giving up: ", cause.message()));
 }
 
 bool Rejoiner::Backoff(uint64_t jitter_seed) {

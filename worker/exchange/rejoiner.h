@@ -68,7 +68,7 @@ class Rejoiner final {
   const uint64_t seed_;
   const int rank_;
   const absl::Duration rejoin_timeout_;
-  Env* const env_;  // Not owned.
+  Env* const env_;                           // Not owned.
   const std::atomic<bool>* stop_ = nullptr;  // Not owned.
   absl::Time last_success_;
   absl::Duration backoff_ = kFirstBackoff;

@@ -13,20 +13,15 @@
 namespace lockstep {
 
 Trainer::Trainer(const TrainerOptions& options, Model* model,
-                 Exchanger* exchanger, const Dataset* train,
+                 StepSession* session, const Dataset* train,
                  const Dataset* test)
     : options_(options),
       model_(model),
-      exchanger_(exchanger),
+      session_(session),
       num_parameters_(model->NumParameters()),
       train_(train),
       test_(test),
-      own_weights_(model->NumParameters() + model->StateSize()),
-      gradient_(own_weights_.size() + exchanger->GradientTailSlots()),
-      rejoiner_(absl::StrCat("lockstep_worker ", options.rank), options.seed,
-                options.rank, options.rejoin_timeout,
-                options.rejoin_timeout_name, options.env) {
-  rejoiner_.set_stop(options.stop);
+      own_weights_(model->NumParameters() + model->StateSize()) {
   weights_ = absl::MakeSpan(own_weights_);
 }
 
@@ -56,8 +51,8 @@ ModelSignature Trainer::Signature() const {
   return signature;
 }
 
-// Joins the job and obtains the weights to start from; returns their version.
-absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
+// Joins the job and obtains the weights to start from.
+absl::StatusOr<StepOutcome> Trainer::JoinJob() {
   auto initial = [this]() {
     if (!options_.initial_weights.empty()) return options_.initial_weights;
     std::vector<float> w = model_->InitialWeights(options_.seed);
@@ -67,7 +62,8 @@ absl::StatusOr<int64_t> Trainer::JoinJob(absl::Duration timeout) {
   };
   // Joining pulls the first weights: timed like every step's pull.
   PhaseTimer pull(options_.observer, StepObserver::Phase::kPull, 0);
-  return exchanger_->Join(Signature(), initial, weights_, timeout);
+  return session_->Join(Signature(), initial, weights_, {},
+                        absl::InfiniteDuration());
 }
 
 absl::Status Trainer::LoadModel() {
@@ -85,19 +81,21 @@ void Trainer::Straggle(int64_t step) const {
     Random random(Random::Derive(
         Random::Derive(options_.seed, static_cast<uint64_t>(options_.rank)),
         static_cast<uint64_t>(step)));
-    ms += static_cast<int64_t>(random.UniformInt(options_.straggle_random_ms + 1));
+    ms += static_cast<int64_t>(
+        random.UniformInt(options_.straggle_random_ms + 1));
   }
   if (ms > 0) options_.env->SleepFor(absl::Milliseconds(ms));
 }
 
 absl::StatusOr<BatchStats> Trainer::ComputeShards(
-    absl::Span<const Batch> batches, absl::Span<float> gradient,
+    absl::Span<const Batch> batches, const StepPlan& plan,
     const Model::GradientReadyFn& ready) {
   const size_t n = weights_.size();
   const size_t state_size = n - num_parameters_;
+  const absl::Span<float> gradient = plan.gradient;
   // Several shards (a job going on with fewer workers): summed into the
   // exchanged vector, or laid out one after the other in it.
-  const bool apart = !exchanger_->SumsShardsLocally();
+  const bool apart = !plan.sum_shards_locally;
   BatchStats total;
   for (size_t k = 0; k < batches.size(); ++k) {
     if (k == 1 && !apart) shard_gradient_.resize(n);
@@ -129,45 +127,45 @@ absl::StatusOr<BatchStats> Trainer::ComputeShards(
   return total;
 }
 
-absl::StatusOr<int64_t> Trainer::Exchange(int64_t step,
-                                          absl::Span<const Batch> batches,
-                                          BatchStats* stats) {
+absl::StatusOr<StepOutcome> Trainer::Exchange(const StepPlan& plan,
+                                              absl::Span<const Batch> batches,
+                                              BatchStats* stats) {
   using Phase = StepObserver::Phase;  // Timed for metrics and traces.
   StepObserver* const observer = options_.observer;
+  const int64_t step = plan.step;
   const absl::Time start = observer != nullptr ? absl::Now() : absl::Time();
   PhaseTimer pull(observer, Phase::kPull, step);
-  RETURN_IF_ERROR(LoadModel());
+  const absl::Status loaded = LoadModel();
   pull.Stop();
-  absl::Span<float> gradient = absl::MakeSpan(gradient_);
-  if (batches.size() > 1 && !exchanger_->SumsShardsLocally()) {
-    apart_gradient_.resize(batches.size() * weights_.size());
-    gradient = absl::MakeSpan(apart_gradient_);
-  }
-  absl::Time computed_at;
-  auto compute = [&](const Model::GradientReadyFn& on_ready)
-      -> absl::StatusOr<BatchStats> {
+  absl::StatusOr<BatchStats> computed =
+      loaded.ok() ? absl::StatusOr<BatchStats>(BatchStats{}) : loaded;
+  if (loaded.ok()) {
     PhaseTimer compute_phase(observer, Phase::kCompute, step);
-    // Handing a range to the exchanger (a push) is timed on its own.
+    // Handing a range to the session (a push) is timed on its own.
     Model::GradientReadyFn ready;
-    if (on_ready) {
+    if (plan.streams) {
       ready = [&](int64_t begin, int64_t end) {
         PhaseTimer push(observer, Phase::kPush, step);
-        on_ready(begin, end);
+        session_->GradientReady(begin, end);
       };
     }
-    ASSIGN_OR_RETURN(BatchStats batch, ComputeShards(batches, gradient, ready));
-    compute_phase.Stop();
-    computed_at = absl::Now();
-    return batch;
-  };
-  absl::StatusOr<int64_t> version =
-      exchanger_->Step(step, gradient, weights_, compute, stats);
-  if (observer != nullptr && version.ok()) {
+    computed = ComputeShards(batches, plan, ready);
+  }
+  if (!computed.ok()) {
+    // What was not handed over is not this step's gradient: it must not
+    // be sent.
+    session_->AbandonStep().IgnoreError();
+    return computed.status();
+  }
+  *stats = *computed;
+  const absl::Time computed_at = absl::Now();
+  absl::StatusOr<StepOutcome> outcome = session_->FinishStep();
+  if (observer != nullptr && outcome.ok() && outcome->applied) {
     const absl::Time now = absl::Now();
     observer->OnPhase(Phase::kWait, step, computed_at, now);
-    observer->OnStep(step, *version, start, now);
+    observer->OnStep(step, outcome->version, start, now);
   }
-  return version;
+  return outcome;
 }
 
 absl::StatusOr<BatchStats> Trainer::Evaluate(const Dataset& data) {
@@ -196,15 +194,12 @@ absl::Status Trainer::UseModelWeightBuffer() {
   return absl::OkStatus();
 }
 
-bool Trainer::StopRequested() const {
-  return options_.stop != nullptr && options_.stop->load();
-}
-
-absl::StatusOr<int64_t> Trainer::TrainStep(int64_t step,
-                                           ShardedSampler* sampler,
-                                           std::vector<Batch>* batches,
-                                           BatchStats* stats) {
-  const std::vector<int> shards = exchanger_->BatchShards(options_.rank);
+absl::StatusOr<StepOutcome> Trainer::TrainStep(ShardedSampler* sampler,
+                                               std::vector<Batch>* batches,
+                                               BatchStats* stats) {
+  ASSIGN_OR_RETURN(const StepPlan plan, session_->BeginStep());
+  const int64_t step = plan.step;
+  const std::vector<int>& shards = plan.batch_shards;
   while (batches->size() < shards.size()) batches->push_back(NewBatch());
   for (size_t k = 0; k < shards.size(); ++k) {
     Batch& batch = (*batches)[k];
@@ -218,7 +213,7 @@ absl::StatusOr<int64_t> Trainer::TrainStep(int64_t step,
     }
   }
   Straggle(step);
-  return Exchange(step, absl::MakeConstSpan(batches->data(), shards.size()),
+  return Exchange(plan, absl::MakeConstSpan(batches->data(), shards.size()),
                   stats);
 }
 
@@ -230,45 +225,20 @@ Trainer::Batch Trainer::NewBatch() const {
   return batch;
 }
 
-absl::Status Trainer::OnFailedStep(const absl::Status& failed, int64_t* step,
-                                   TrainSummary* summary) {
-  if (StopRequested() ||
-      (options_.stop_signal != nullptr && options_.stop_signal->load())) {
-    // A stop signal came during the step (its servers may be draining or
-    // gone): stop here rather than register again.
-    summary->stopped = true;
-    return absl::OkStatus();
-  }
-  if (!IsRetryable(failed) || !exchanger_->CanRejoin()) return failed;
-  // The server restarted, gave up on the step or evicted us: register again
-  // and go on from the version it has (the data order follows the version,
-  // so no batch is skipped or repeated in sync mode). Registering may
-  // succeed again and again while no step does (a lost peer never
-  // replaced): the deadline counts from the last step that succeeded.
-  RETURN_IF_ERROR(rejoiner_.CheckDeadline(failed));
-  ASSIGN_OR_RETURN(const int64_t version,
-                   rejoiner_.Rejoin(failed, [this](absl::Duration timeout) {
-                     return JoinJob(timeout);
-                   }));
-  ++summary->rejoins;
-  *step = exchanger_->StepAfterJoin(*step, version);
-  return absl::OkStatus();
-}
-
 absl::Status Trainer::FinishJob(TrainSummary* summary) {
   if (options_.rank == 0 && test_ != nullptr && !summary->stopped) {
     absl::StatusOr<BatchStats> eval = Evaluate(*test_);
     if (!eval.ok()) {
       // The job is done either way: leave it (so that the servers can
       // finish), then report.
-      exchanger_->Leave().IgnoreError();
+      session_->Leave().IgnoreError();
       return eval.status();
     }
     summary->test_loss = eval->loss_sum / eval->examples;
     summary->test_accuracy =
         static_cast<double>(eval->correct) / eval->examples;
   }
-  absl::Status left = exchanger_->Leave();
+  absl::Status left = session_->Leave();
   if (!left.ok() && summary->stopped) {
     // Stopped by a signal that may well have stopped the servers too:
     // leaving is a courtesy then, not a failure.
@@ -289,32 +259,24 @@ absl::StatusOr<TrainSummary> Trainer::Run() {
     total_steps_ = std::min(total_steps_, options_.max_steps);
   }
   RETURN_IF_ERROR(UseModelWeightBuffer());
-  ASSIGN_OR_RETURN(const int64_t version, JoinJob());
-  // Synchronous steps follow the server's version; in the asynchronous
-  // modes each worker walks its own steps from 0, so a worker that joins
-  // late (slow to load its data) may find the version past its own step
-  // count and must still train.
-  int64_t step = exchanger_->StepAfterJoin(0, version);
-  if (step > total_steps_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the server is at version ", version, ", past this job's ",
-                     total_steps_, " steps"));
-  }
+  ASSIGN_OR_RETURN(const StepOutcome joined, JoinJob());
+  int64_t step = joined.next_step;
   const int64_t dim = model_->FeatureSize();
   if (train_->feature_dim != dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the data has ", train_->feature_dim, " values per example, the model "
-        "takes ", dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the data has ", train_->feature_dim,
+                     " values per example, the model "
+                     "takes ",
+                     dim));
   }
   std::vector<Batch> batches;
 
   TrainSummary summary;
-  summary.final_version = version;
-  rejoiner_.StepSucceeded();  // The rejoin deadline counts from here.
+  summary.final_version = joined.version;
   loop_start_ = options_.env->Now();
   training_time_ = absl::ZeroDuration();
   while (step < total_steps_ && !summary.stopped) {
-    if (StopRequested()) {
+    if (session_->Stopping()) {
       summary.stopped = true;
       break;
     }

@@ -1,14 +1,17 @@
 // The training loop of one worker.
 //
-// Trainer joins the job through its Exchanger (parameter servers or
-// all-reduce), obtains version 0 (rank 0's seeded initial weights), then
-// runs global steps: set the weights of version v, compute the gradient on
-// this worker's shard of step v's examples, exchange it and receive version
-// v + 1. Batch-norm moving statistics travel with the gradient and come
-// back as the workers' mean, so every replica evaluates alike. Rank 0
-// evaluates on the test set at the end (and after every epoch on request).
+// Trainer is a plain loop over the model and a StepSession (parameter
+// servers or all-reduce; the session owns the step protocol and its
+// rules): it joins the job, obtaining version 0 (rank 0's seeded initial
+// weights), then for each step asks the session what to compute, sets the
+// weights of version v, computes the gradient on this worker's shards of
+// step v's examples, handing layers to the session as backprop finishes
+// them, and lets the session exchange it for version v + 1. Batch-norm
+// moving statistics travel with the gradient and come back as the
+// workers' mean, so every replica evaluates alike. Rank 0 evaluates on the
+// test set at the end (and after every epoch on request).
 //
-// Externally synchronized; the model, exchanger and data are not owned.
+// Externally synchronized; the model, session and data are not owned.
 #ifndef LOCKSTEP_WORKER_TRAIN_TRAINER_H_
 #define LOCKSTEP_WORKER_TRAIN_TRAINER_H_
 
@@ -26,8 +29,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/image_data.h"
 #include "worker/data/sharded_sampler.h"
-#include "worker/exchange/exchanger.h"
-#include "worker/exchange/rejoiner.h"
+#include "worker/exchange/step_session.h"
 #include "worker/model/model.h"
 #include "worker/train/progress.h"
 #include "worker/train/step_observer.h"
@@ -64,19 +66,6 @@ struct TrainerOptions {
   // uniformly from [0, straggle_random_ms] (seeded by seed, rank and step).
   int straggle_ms = 0;
   int straggle_random_ms = 0;
-  // After a retryable failure (the server restarted or is away, a step timed
-  // out, this worker was evicted) register again and go on, for at most this
-  // long since the last step that succeeded.
-  absl::Duration rejoin_timeout = absl::Seconds(300);
-  // What a give-up message calls rejoin_timeout (the worker: its flag).
-  std::string rejoin_timeout_name = "rejoin_timeout";
-  // Set (by a signal handler's thread) to stop after the current step and
-  // leave the job. Not owned; may be null.
-  const std::atomic<bool>* stop = nullptr;
-  // The signal itself, where `stop` is the ranks' agreement on it
-  // (all-reduce): a step that fails after this rank was told to stop ends
-  // the run as a stop (143), not as the failure. May be null.
-  const std::atomic<bool>* stop_signal = nullptr;
   // Told where each step's time goes (metrics, traces). Not owned; may be
   // null.
   StepObserver* observer = nullptr;
@@ -88,7 +77,7 @@ struct TrainerOptions {
   // what loss-against-time curves need (--step_log). May be empty.
   std::function<void(int64_t step, double seconds, double loss)> on_step;
   // The clock of the loop's times (on_step, the epochs' rates, the
-  // summary) and of its sleeps (straggling, the rejoins' backoff); the
+  // summary) and of its sleeps (straggling); the
   // observer's phases are timed on the real clock, as its metrics and
   // traces are. Not owned.
   Env* env = Env::Default();
@@ -97,19 +86,19 @@ struct TrainerOptions {
 struct TrainSummary {
   double test_accuracy = -1;  // -1: not evaluated (ranks other than 0).
   double test_loss = -1;
-  double train_loss = 0;      // Mean over this worker's batches, last epoch.
+  double train_loss = 0;  // Mean over this worker's batches, last epoch.
   double train_accuracy = 0;
   double examples_per_sec = 0;  // All workers' examples per second.
   int64_t steps = 0;            // Global steps this worker took part in.
   int64_t rejoins = 0;          // Times it registered again after a fault.
   bool stopped = false;         // Left early on request (SIGTERM).
   int64_t final_version = 0;
-  double wall_seconds = 0;      // Training loop only.
+  double wall_seconds = 0;  // Training loop only.
 };
 
 class Trainer final {
  public:
-  Trainer(const TrainerOptions& options, Model* model, Exchanger* exchanger,
+  Trainer(const TrainerOptions& options, Model* model, StepSession* session,
           const Dataset* train, const Dataset* test);
 
   absl::StatusOr<TrainSummary> Run();
@@ -120,25 +109,22 @@ class Trainer final {
   absl::Span<const float> weights() const { return weights_; }
 
  private:
-  absl::StatusOr<int64_t> JoinJob(
-      absl::Duration timeout = absl::InfiniteDuration());
+  absl::StatusOr<StepOutcome> JoinJob();
   struct Batch {  // One shard's examples, reused.
     std::vector<float> features;
     std::vector<int32_t> labels;
   };
   Batch NewBatch() const;
-  // One step's exchange: compute the gradient of this worker's shards of
-  // the step (handing each layer to the exchanger as it is ready, when it
-  // computes one) and receive the next weights. Returns the version
-  // received.
-  absl::StatusOr<int64_t> Exchange(int64_t step,
-                                   absl::Span<const Batch> batches,
-                                   BatchStats* stats);
-  // The gradient (and state) of `batches` into `gradient`, and their
-  // figures: summed, or one after the other where the exchanger takes each
-  // shard's apart (Exchanger::SumsShardsLocally).
+  // One step's exchange: compute the gradient of the plan's shards
+  // (handing each layer to the session as it is ready, where the plan
+  // streams) and receive the next weights.
+  absl::StatusOr<StepOutcome> Exchange(const StepPlan& plan,
+                                       absl::Span<const Batch> batches,
+                                       BatchStats* stats);
+  // The gradient (and state) of `batches` into the plan's gradient, and
+  // their figures: summed, or one after the other (the plan says which).
   absl::StatusOr<BatchStats> ComputeShards(absl::Span<const Batch> batches,
-                                           absl::Span<float> gradient,
+                                           const StepPlan& plan,
                                            const Model::GradientReadyFn& ready);
   // Loads weights_ (parameters and state) into the model.
   absl::Status LoadModel();
@@ -151,17 +137,11 @@ class Trainer final {
   // Run's parts, in order.
   // Adopts the model's own host buffer for the weights, where it lends one.
   absl::Status UseModelWeightBuffer();
-  bool StopRequested() const;
-  // Gathers (and augments) this worker's shards of the step's batch and
-  // exchanges their gradient; the version the step produced.
-  absl::StatusOr<int64_t> TrainStep(int64_t step, ShardedSampler* sampler,
-                                    std::vector<Batch>* batches,
-                                    BatchStats* stats);
-  // After a failed step: stop (a stop signal: summary->stopped), rejoin (a
-  // retryable failure, moving *step to where the exchanger resumes), or
-  // return the failure.
-  absl::Status OnFailedStep(const absl::Status& failed, int64_t* step,
-                            TrainSummary* summary);
+  // Gathers (and augments) this worker's shards of the step the session
+  // plans and exchanges their gradient; where that left this worker.
+  absl::StatusOr<StepOutcome> TrainStep(ShardedSampler* sampler,
+                                        std::vector<Batch>* batches,
+                                        BatchStats* stats);
   // Trains from *step to the end of its epoch (or until a stop or a
   // rejoin), with the epoch's progress and evaluation.
   absl::Status RunEpoch(ShardedSampler* sampler, std::vector<Batch>* batches,
@@ -192,23 +172,19 @@ class Trainer final {
 
   const TrainerOptions options_;
   Model* const model_;          // Not owned.
-  Exchanger* const exchanger_;  // Not owned.
+  StepSession* const session_;  // Not owned.
   const int64_t num_parameters_;
   const Dataset* const train_;  // Not owned.
   const Dataset* const test_;   // Not owned; may be null.
   // Parameters, then state: in the model's HostWeightBuffer() where it has
-  // one (its upload then skips a copy), else in own_weights_. The exchanger
+  // one (its upload then skips a copy), else in own_weights_. The session
   // writes the weights it receives straight here.
   absl::Span<float> weights_;
   std::vector<float> own_weights_;
-  std::vector<float> gradient_;
-  std::vector<float> shard_gradient_;  // A second shard's, and later ones'.
-  std::vector<float> apart_gradient_;  // Several shards' apart, in turn.
-  int64_t total_steps_ = 0;  // Set by Run before joining.
-  absl::Time loop_start_;    // When Run's first step began.
-  absl::Duration training_time_;  // The epochs' time, evaluation excluded.
-  // Registers again after retryable failures (backoff, deadline).
-  Rejoiner rejoiner_;
+  std::vector<float> shard_gradient_;  // A second shard's, to be summed.
+  int64_t total_steps_ = 0;            // Set by Run before joining.
+  absl::Time loop_start_;              // When Run's first step began.
+  absl::Duration training_time_;       // The epochs' time, evaluation excluded.
 };
 
 }  // namespace lockstep

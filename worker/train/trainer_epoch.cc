@@ -59,37 +59,42 @@ absl::Status Trainer::RunEpoch(ShardedSampler* sampler,
   EpochTotals totals;
   const absl::Time epoch_start = options_.env->Now();
   absl::Time last_step_end = epoch_start;
-  while (*step < epoch_end && !StopRequested()) {
+  while (*step < epoch_end && !session_->Stopping()) {
     BatchStats stats;
-    absl::StatusOr<int64_t> version =
-        TrainStep(*step, sampler, batches, &stats);
-    if (!version.ok()) {
-      // Stopped, or rejoined: Run re-enters at the version's epoch. What
-      // is said about it gets a line of its own.
+    const int64_t trained = *step;  // The session plans the same step.
+    absl::StatusOr<StepOutcome> stepped = TrainStep(sampler, batches, &stats);
+    if (!stepped.ok()) {
+      progress.EndBar();  // The failure gets a line of its own.
+      return stepped.status();
+    }
+    const StepOutcome& outcome = *stepped;
+    if (outcome.applied) {
+      totals.loss_sum += stats.loss_sum;
+      totals.correct += stats.correct;
+      totals.seen += stats.examples;
+      ReportStep(trained, stats, totals, &last_step_end);
+      summary->final_version =
+          std::max(summary->final_version, outcome.version);
+      ++summary->steps;
+    }
+    if (outcome.stopped) {
+      // A step failed after a stop signal (its servers may be draining or
+      // gone): the run ends here. What is said about it gets a line of its
+      // own.
       progress.EndBar();
-      RETURN_IF_ERROR(OnFailedStep(version.status(), step, summary));
+      summary->stopped = true;
       break;
     }
-    rejoiner_.StepSucceeded();
-    totals.loss_sum += stats.loss_sum;
-    totals.correct += stats.correct;
-    totals.seen += stats.examples;
-    ReportStep(*step, stats, totals, &last_step_end);
-    ASSIGN_OR_RETURN(*step, exchanger_->NextStep(*step, *version));
-    summary->final_version = std::max(summary->final_version, *version);
-    ++summary->steps;
+    *step = outcome.next_step;
+    if (outcome.rejoined) {
+      // The session joined again (after a failed step, or as its group
+      // changes): Run re-enters at the step's epoch.
+      progress.EndBar();
+      ++summary->rejoins;
+      break;
+    }
     progress.Update(std::min(*step, epoch_end) - epoch_begin, totals.loss(),
                     totals.accuracy());
-    if (exchanger_->WantsRejoin() && !StopRequested() && *step < total_steps_) {
-      // The group changes at this step boundary (a worker joins or
-      // leaves): join again, as after a failed step, and go on from there.
-      progress.EndBar();
-      RETURN_IF_ERROR(OnFailedStep(
-          absl::AbortedError(
-              "a worker joins or leaves the all-reduce group at this step"),
-          step, summary));
-      break;
-    }
   }
   const absl::Duration epoch_time = options_.env->Now() - epoch_start;
   training_time_ += epoch_time;

@@ -19,7 +19,7 @@ import dataclasses
 import os
 
 from lockstep import _native
-from lockstep.errors import LockstepError, EXIT_PERMANENT
+from lockstep.errors import LockstepError, error
 
 _USAGE = ("set LOCKSTEP_SERVERS, LOCKSTEP_RANK and LOCKSTEP_WORKERS or "
           "TF_CONFIG (lockstep_launch --ps=1 --workers=2 -- python3 "
@@ -27,7 +27,7 @@ _USAGE = ("set LOCKSTEP_SERVERS, LOCKSTEP_RANK and LOCKSTEP_WORKERS or "
 
 
 def _bad(message):
-    return LockstepError(3, "INVALID_ARGUMENT", message, False, EXIT_PERMANENT)
+    return error("INVALID_ARGUMENT", message)
 
 
 def _int(env, name):

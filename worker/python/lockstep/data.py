@@ -15,11 +15,11 @@ script) goes on with the batch the servers are at.
 import numpy as np
 
 from lockstep import _native
-from lockstep.errors import LockstepError, EXIT_PERMANENT
+from lockstep.errors import error
 
 
 def _bad(message):
-    return LockstepError(3, "INVALID_ARGUMENT", message, False, EXIT_PERMANENT)
+    return error("INVALID_ARGUMENT", message)
 
 
 class Shard:

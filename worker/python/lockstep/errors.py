@@ -10,10 +10,13 @@ import os
 import sys
 import traceback
 
-EXIT_FAILURE = 1
-EXIT_PERMANENT = 2
-EXIT_RETRYABLE = 75
-EXIT_TERMINATED = 143
+from lockstep import _native
+
+# common/exit_codes.h's, through the native module: one definition.
+EXIT_FAILURE = _native.EXIT_FAILURE
+EXIT_PERMANENT = _native.EXIT_PERMANENT
+EXIT_RETRYABLE = _native.EXIT_RETRYABLE
+EXIT_TERMINATED = _native.EXIT_TERMINATED
 
 
 class LockstepError(RuntimeError):
@@ -35,6 +38,15 @@ class LockstepError(RuntimeError):
         self.message = message
         self.retryable = retryable
         self.exit_code = exit_code
+
+
+def error(code_name, message):
+    """A LockstepError of status `code_name` (e.g. "INVALID_ARGUMENT").
+
+    Its number, retryability and exit code are the C++ worker's for that
+    code (lockstep._native.status_fields), never written twice.
+    """
+    return LockstepError(*_native.status_fields(code_name, message))
 
 
 def _excepthook(kind, value, tb):

@@ -26,10 +26,11 @@ import numpy as np
 
 from lockstep import _native
 from lockstep.cluster import Cluster
-from lockstep.errors import LockstepError, EXIT_PERMANENT, install_exit_codes
+from lockstep.errors import error, install_exit_codes
 
-SYNC_MODES = ("sync", "async", "ssp")
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+# The C++ definitions' (common/model_signature.h), never a copy.
+SYNC_MODES = _native.SYNC_MODES
+OPTIMIZERS = _native.OPTIMIZERS
 # 0: auto, as lockstep_worker --chunk_bytes=auto (common/chunk_plan.h).
 DEFAULT_CHUNK_BYTES = 0
 
@@ -50,7 +51,7 @@ def current_job(wait_s=0):
 
 
 def _bad(message):
-    return LockstepError(3, "INVALID_ARGUMENT", message, False, EXIT_PERMANENT)
+    return error("INVALID_ARGUMENT", message)
 
 
 @contextlib.contextmanager
@@ -169,6 +170,7 @@ class Job:
             token_file=c.token_file)
         self.version = -1   # The weights' version once joined.
         self.steps = 0      # Steps this worker took part in.
+        self._next_step = 0  # The session's: the step to compute next.
         self.joined = False
         self._left = False
         self._step = None   # The step under way, or None.
@@ -192,12 +194,12 @@ class Job:
 
     @property
     def next_step(self):
-        """The global step this worker computes next.
+        """The global step this worker computes next, as the step session says.
 
         Synchronous: the weights' version, so that after a rejoin the data
         order follows the servers. Async and SSP: this worker's own count.
         """
-        return self.version if self.synchronous else self.steps
+        return self._next_step
 
     def learning_rate(self, step=None):
         """The learning rate the servers apply at `step` (default: next_step).
@@ -225,21 +227,17 @@ class Job:
         tensors, state = self.signature()
         s = self.settings
         with _interruptible():
-            self.version = self._client.join(
+            joined = self._client.join(
                 tensors, state, self.optimizer, s["learning_rate"],
                 s["momentum"], bool(s["nesterov"]), s["beta_1"], s["beta_2"],
                 s["epsilon"], s["weight_decay"], self.chunk_bytes,
                 self.num_workers, len(self.cluster.servers), self.sync,
                 self.backup_workers, self.staleness, self.total_steps,
-                self.weights,
+                self.weights, self.gradient,
                 timeout_s if timeout_s is not None else self.connect_timeout_s,
                 lr_schedule=self.lr_schedule)
-        if self.synchronous and self.total_steps and \
-                self.version > self.total_steps:
-            raise LockstepError(
-                9, "FAILED_PRECONDITION",
-                f"the server is at version {self.version}, past this job's "
-                f"{self.total_steps} steps", False, EXIT_PERMANENT)
+        self.version = joined.version
+        self._next_step = joined.next_step
         self.joined = True
         self._left = False
         with _joined:
@@ -255,9 +253,7 @@ class Job:
             raise _bad("join the job before the first step")
         if self._step is not None:
             return
-        step = self.next_step
-        self._client.begin_step(step, self.gradient, self.weights)
-        self._step = step
+        self._step = self._client.begin_step()
         self._readied.clear()
 
     @property
@@ -289,34 +285,28 @@ class Job:
         """
         if self._step is None:
             self.begin()
-        step, self._step = self._step, None
+        self._step = None
         with _interruptible():
-            version, rejoined = self._client.finish_step()
-        if rejoined:
-            self.version = version
-            return version
-        if self.synchronous and self.backup_workers == 0 and \
-                version != step + 1:
-            raise LockstepError(13, "INTERNAL",
-                                f"step {step} was answered with version "
-                                f"{version}", False, 1)
-        self.version = max(version, step + 1) if self.synchronous else version
-        self.steps += 1
+            outcome = self._client.finish_step()
+        if outcome.stopped:
+            raise error("CANCELLED", "the step failed after a stop signal")
+        self.version = outcome.version
+        self._next_step = outcome.next_step
+        if outcome.applied:
+            self.steps += 1
         return self.version
 
     def abandon(self):
         """Ends a step whose gradient is not to be pushed (a failed backward).
 
         Replies to what was already pushed may have written parts of the
-        next version into `weights`: they are read again at the version the
-        job is at, so every tensor is of one version.
+        next version into `weights`: the session reads them again at the
+        version the job is at, so every tensor is of one version.
         """
         if self._step is not None:
             self._step = None
-            self._client.abandon_step()
             with _interruptible():
-                self._client.pull(max(self.version, 0), self.weights,
-                                  self.synchronous)
+                self._client.abandon_step()
 
     def leave(self):
         """Says this worker is done; the servers finish when all have left."""

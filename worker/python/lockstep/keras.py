@@ -92,9 +92,9 @@ class SyncOptimizer(keras.optimizers.Optimizer):
         state = self._state_variables()
         for v in variables + state:
             if keras.backend.standardize_dtype(v.dtype) != "float32":
-                raise LockstepError(3, "INVALID_ARGUMENT",
+                raise _errors.error("INVALID_ARGUMENT",
                                     f"variable {v.path} is {v.dtype}; Lockstep "
-                                    "trains float32 variables", False, 2)
+                                    "trains float32 variables")
         # Eagerly, also when Keras builds us while tracing the train step.
         with tf.init_scope():
             model = self._model()
@@ -273,12 +273,11 @@ def load_safetensors(model, path):
     names = _model_names(model)
     for name, v in zip(names, variables):
         if name not in found:
-            raise LockstepError(9, "FAILED_PRECONDITION",
-                                f"{path} has no tensor {name!r}", False, 2)
+            raise _errors.error("FAILED_PRECONDITION",
+                                f"{path} has no tensor {name!r}")
         if found[name][0] != tuple(v.shape):
-            raise LockstepError(9, "FAILED_PRECONDITION",
+            raise _errors.error("FAILED_PRECONDITION",
                                 f"tensor {name!r} is {found[name][0]} in "
-                                f"{path}, {tuple(v.shape)} in the model",
-                                False, 2)
+                                f"{path}, {tuple(v.shape)} in the model")
     for name, v in zip(names, variables):
         v.assign(found[name][1].reshape(found[name][0]))

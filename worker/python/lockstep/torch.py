@@ -27,7 +27,7 @@ import torch
 from lockstep import data as _data
 from lockstep import _native
 from lockstep.cluster import Cluster
-from lockstep.errors import LockstepError, EXIT_PERMANENT
+from lockstep.errors import LockstepError, error
 from lockstep.job import Job, current_job
 
 __all__ = ["SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
@@ -35,7 +35,7 @@ __all__ = ["SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
 
 
 def _bad(message):
-    return LockstepError(3, "INVALID_ARGUMENT", message, False, EXIT_PERMANENT)
+    return error("INVALID_ARGUMENT", message)
 
 
 def _trainable(model):
@@ -250,15 +250,13 @@ def load_safetensors(model, path):
              for name, shape, values in _native.read_safetensors(str(path))}
     for name, t in tensors.items():
         if name not in found:
-            raise LockstepError(9, "FAILED_PRECONDITION",
-                                f"{path} has no tensor {name!r}", False,
-                                EXIT_PERMANENT)
+            raise error("FAILED_PRECONDITION",
+                        f"{path} has no tensor {name!r}")
         shape, values = found[name]
         if tuple(shape) != tuple(t.shape):
-            raise LockstepError(9, "FAILED_PRECONDITION",
-                                f"tensor {name!r} is {tuple(shape)} in {path}, "
-                                f"{tuple(t.shape)} in the model", False,
-                                EXIT_PERMANENT)
+            raise error("FAILED_PRECONDITION",
+                        f"tensor {name!r} is {tuple(shape)} in {path}, "
+                        f"{tuple(t.shape)} in the model")
     with torch.no_grad():
         for name, t in tensors.items():
             t.copy_(torch.from_numpy(found[name][1]).view(t.shape))

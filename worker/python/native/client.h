@@ -1,8 +1,9 @@
-// One Python worker's membership of a job: a PsClient and PsExchanger's join
-// rules (worker/exchange/ps/ps_client.h, worker/exchange/ps_exchanger.h) behind
-// the methods lockstep._native.Client offers. Every decision is theirs; this class only
-// holds a step's buffers, releases the GIL while it waits, and registers
-// again after a retryable failure with lockstep_worker's Rejoiner.
+// One Python worker's step session (worker/exchange/step_session.h) behind
+// the methods lockstep._native.Client offers: the same session, rules and
+// recovery lockstep_worker's trainer drives. This class only holds the
+// buffers Python lends, converts arguments and releases the GIL while the
+// session waits; every decision (the next step, rejoining, the sync mode's
+// rules) is the session's.
 //
 // Externally synchronized (Python's one training thread). Call with the GIL
 // held; the methods that wait release it themselves.
@@ -14,18 +15,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "common/model_signature.h"
 #include "common/tls_options.h"
-#include "worker/exchange/ps/ps_client.h"
-#include "worker/exchange/ps_exchanger.h"
+#include "worker/exchange/step_session.h"
 #include "worker/python/native/conversions.h"
-#include "worker/exchange/rejoiner.h"
 
 namespace lockstep {
 
@@ -53,7 +48,7 @@ struct JoinRequest {
   int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
   int num_workers = 1;
   int num_shards = 1;
-  std::string sync = "sync";  // sync, async or ssp.
+  std::string sync = "sync";  // One of SyncModeNames().
   int backup_workers = 0;
   int staleness = 0;
   int64_t total_steps = 0;
@@ -66,45 +61,32 @@ class Client final {
   ~Client();
 
   // Registers and pulls the version to start from into `weights` (rank 0's
-  // buffer defines version 0 when the job has none); returns the version.
-  // `timeout_s` <= 0: no bound.
-  int64_t Join(const JoinRequest& request, const pybind11::buffer& weights,
-               double timeout_s);
-  // A step: BeginStep, GradientReady for each range as it becomes final,
-  // then FinishStep (or AbandonStep). The buffers are held until it ends.
-  void BeginStep(int64_t step, const pybind11::buffer& gradient,
-                 const pybind11::buffer& weights);
+  // buffer defines version 0 when the job has none); returns where that
+  // left this worker. Both buffers are held for the client's life: every
+  // step's gradient is read from `gradient`, every version lands in
+  // `weights`. `timeout_s` <= 0: no bound.
+  StepOutcome Join(const JoinRequest& request, const pybind11::buffer& weights,
+                   const pybind11::buffer& gradient, double timeout_s);
+  // A step: BeginStep (returns the step to compute), GradientReady for
+  // each range as it becomes final, then FinishStep (or AbandonStep).
+  int64_t BeginStep();
   void GradientReady(int64_t begin, int64_t end);
-  // The version the step was answered with, and whether a retryable
-  // failure made this worker register again (the weights buffer then holds
-  // the version to go on from, and the step's gradient was dropped).
-  std::pair<int64_t, bool> FinishStep();
+  StepOutcome FinishStep();
   void AbandonStep();
-  int64_t Pull(int64_t min_version, const pybind11::buffer& weights,
-               bool exact);
   void Leave();
 
-  StepTimings timings() const { return client_->step_timings(); }
-  int push_window() const { return client_->push_window(); }
+  StepTimings timings() const { return session_->step_timings(); }
+  int push_window() const { return session_->push_window(); }
   bool in_step() const { return in_step_; }
-  int64_t rejoins() const { return rejoiner_.rejoins(); }
+  int64_t rejoins() const { return session_->rejoins(); }
 
  private:
-  // Registers; rank 0 defines version 0 from what `weights` holds now (the
-  // framework's own initial weights) when the job has none.
-  absl::StatusOr<int64_t> JoinOnce(const ModelSignature& signature,
-                                   absl::Span<float> weights,
-                                   absl::Duration timeout);
   void EnsureNoStep(const char* what) const;
-  void EndStep();
 
-  std::unique_ptr<PsClient> client_;
-  std::unique_ptr<PsExchanger> exchanger_;
-  Rejoiner rejoiner_;
-  ModelSignature signature_;  // The last join's.
+  std::unique_ptr<StepSession> session_;
   bool in_step_ = false;
-  FloatBuffer gradient_;  // Held while in_step_.
-  FloatBuffer weights_;
+  FloatBuffer weights_;  // Held from Join on.
+  FloatBuffer gradient_;
 };
 
 }  // namespace lockstep

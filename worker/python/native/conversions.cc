@@ -11,8 +11,9 @@ namespace py = pybind11;
 std::string CodeName(absl::StatusCode code) {
   std::string name = absl::StatusCodeToString(code);
   for (char& c : name) {
-    c = c == ' ' ? '_'
-                 : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    c = c == ' '
+            ? '_'
+            : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   }
   return name;
 }
@@ -22,8 +23,8 @@ FloatBuffer RequestFloats(const py::buffer& buffer, bool writable,
   FloatBuffer out;
   out.info = std::make_unique<py::buffer_info>(buffer.request(writable));
   const py::buffer_info& info = *out.info;
-  if (info.itemsize != 4 || (info.format != "f" && info.format != "<f" &&
-                             info.format != "=f")) {
+  if (info.itemsize != 4 ||
+      (info.format != "f" && info.format != "<f" && info.format != "=f")) {
     throw py::type_error(absl::StrCat(
         what, ": needs float32 values, got format '", info.format, "'"));
   }

@@ -1,10 +1,11 @@
 // lockstep._native: the C++ worker's parameter-server client, sampler,
 // TF_CONFIG reader, data readers and safetensors codec for Python workers.
 // Bindings only: the client is client.h, the conversions conversions.h, and
-// every decision is the C++ classes' (worker/exchange/ps/ps_client.h,
-// worker/exchange/ps_exchanger.h, worker/data/sharded_sampler.h), so a Python
-// worker speaks exactly the protocol lockstep_worker does. absl::Status becomes
-// lockstep.errors.LockstepError here and nowhere else.
+// every decision is the C++ classes' (worker/exchange/step_session.h,
+// worker/data/sharded_sampler.h), so a Python worker speaks exactly the
+// protocol lockstep_worker does. The names and codes Python needs (sync
+// modes, optimizers, exit codes) come from their C++ definitions here.
+// absl::Status becomes lockstep.errors.LockstepError here and nowhere else.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -108,13 +109,15 @@ LrSchedule ScheduleFromDict(const py::dict& d) {
   return s;
 }
 
-int64_t JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
-                std::string optimizer, double learning_rate, double momentum,
-                bool nesterov, double beta_1, double beta_2, double epsilon,
-                double weight_decay, int64_t chunk_bytes, int num_workers,
-                int num_shards, std::string sync, int backup_workers,
-                int staleness, int64_t total_steps, const py::buffer& weights,
-                double timeout_s, const py::dict& lr_schedule) {
+StepOutcome JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
+                    std::string optimizer, double learning_rate,
+                    double momentum, bool nesterov, double beta_1,
+                    double beta_2, double epsilon, double weight_decay,
+                    int64_t chunk_bytes, int num_workers, int num_shards,
+                    std::string sync, int backup_workers, int staleness,
+                    int64_t total_steps, const py::buffer& weights,
+                    const py::buffer& gradient, double timeout_s,
+                    const py::dict& lr_schedule) {
   JoinRequest r;
   r.tensors = std::move(tensors);
   r.state_tensors = std::move(state);
@@ -134,7 +137,15 @@ int64_t JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
   r.backup_workers = backup_workers;
   r.staleness = staleness;
   r.total_steps = total_steps;
-  return c.Join(r, weights, timeout_s);
+  return c.Join(r, weights, gradient, timeout_s);
+}
+
+// LockstepError's arguments for `s`: the code as a number and a name, the
+// message, whether it is retryable and its exit code (common/exit_codes.h).
+py::tuple StatusFields(const absl::Status& s) {
+  return py::make_tuple(static_cast<int>(s.code()), CodeName(s.code()),
+                        std::string(s.message()), IsRetryable(s),
+                        ExitCodeFor(s));
 }
 
 // absl::Status errors become lockstep.errors.LockstepError.
@@ -143,18 +154,29 @@ void TranslateErrors() {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const StatusError& e) {
-      const absl::Status& s = e.status;
-      py::object cls = py::module_::import("lockstep.errors").attr("LockstepError");
-      py::object error =
-          cls(static_cast<int>(s.code()), CodeName(s.code()),
-              std::string(s.message()), IsRetryable(s), ExitCodeFor(s));
+      py::object cls =
+          py::module_::import("lockstep.errors").attr("LockstepError");
+      py::object error = cls(*StatusFields(e.status));
       PyErr_SetObject(cls.ptr(), error.ptr());
     }
   });
 }
 
-// The parameter-server client (client.h).
+// The step session's client (client.h).
 void BindClient(py::module_& m) {
+  py::class_<StepOutcome>(m, "StepOutcome",
+                          "Where a step or a join left this worker.")
+      .def_readonly("applied", &StepOutcome::applied,
+                    "This worker's gradient went into `version`.")
+      .def_readonly("version", &StepOutcome::version,
+                    "The version of the weights now in the buffer.")
+      .def_readonly("next_step", &StepOutcome::next_step,
+                    "The step this worker computes next.")
+      .def_readonly("rejoined", &StepOutcome::rejoined,
+                    "The worker registered again after a retryable "
+                    "failure; the step's gradient was dropped.")
+      .def_readonly("stopped", &StepOutcome::stopped,
+                    "The step failed after a stop signal.");
   py::class_<Client>(m, "Client")
       .def(py::init(&NewClient), py::arg("servers"), py::arg("rank"),
            py::arg("wire_dtype") = "fp32",
@@ -171,18 +193,21 @@ void BindClient(py::module_& m) {
            py::arg("epsilon"), py::arg("weight_decay"), py::arg("chunk_bytes"),
            py::arg("num_workers"), py::arg("num_shards"), py::arg("sync"),
            py::arg("backup_workers"), py::arg("staleness"),
-           py::arg("total_steps"), py::arg("weights"), py::arg("timeout_s"),
-           py::arg("lr_schedule") = py::dict(),
+           py::arg("total_steps"), py::arg("weights"), py::arg("gradient"),
+           py::arg("timeout_s"), py::arg("lr_schedule") = py::dict(),
            "Registers (rank 0's weights buffer defines version 0 when the "
-           "job has none) and pulls the version to start from into weights.")
-      .def("begin_step", &Client::BeginStep, py::arg("step"),
-           py::arg("gradient"), py::arg("weights"))
+           "job has none) and pulls the version to start from into weights; "
+           "both buffers are held from then on. Returns a StepOutcome.")
+      .def("begin_step", &Client::BeginStep,
+           "Starts the next step; returns the step to compute.")
       .def("gradient_ready", &Client::GradientReady, py::arg("begin"),
            py::arg("end"))
-      .def("finish_step", &Client::FinishStep)
-      .def("abandon_step", &Client::AbandonStep)
-      .def("pull", &Client::Pull, py::arg("min_version"), py::arg("weights"),
-           py::arg("exact") = false)
+      .def("finish_step", &Client::FinishStep,
+           "Pushes the rest and waits for the next version (registering "
+           "again after a retryable failure); returns a StepOutcome.")
+      .def("abandon_step", &Client::AbandonStep,
+           "Ends a step without pushing the rest; the weights are then of "
+           "one version.")
       .def("leave", &Client::Leave)
       .def("timings",
            [](const Client& c) {
@@ -334,8 +359,27 @@ void BindData(py::module_& m) {
       "(N, 32, 32, 3), normalized per channel, and int32 labels.");
 }
 
-// The exit codes of common/exit_codes.h.
+// The names and codes of common/: sync modes, optimizers, status and
+// exit codes.
 void BindExitCodes(py::module_& m) {
+  m.def(
+      "status_fields",
+      [](const std::string& code_name, const std::string& message) {
+        for (int code = 1; code <= 16; ++code) {
+          const auto c = static_cast<absl::StatusCode>(code);
+          if (CodeName(c) == code_name) {
+            return StatusFields(absl::Status(c, message));
+          }
+        }
+        throw py::value_error("no status code named " + code_name);
+      },
+      py::arg("code_name"), py::arg("message"),
+      "LockstepError's arguments for a failure of that status code (e.g. "
+      "\"INVALID_ARGUMENT\"): (code, code_name, message, retryable, "
+      "exit_code), as the C++ worker decides them.");
+  m.attr("SYNC_MODES") = py::tuple(py::cast(SignatureSyncModeNames()));
+  m.attr("OPTIMIZERS") = py::tuple(py::cast(OptimizerConfig::Names()));
+  m.attr("EXIT_FAILURE") = kExitFailure;
   m.attr("EXIT_PERMANENT") = kExitPermanent;
   m.attr("EXIT_RETRYABLE") = kExitRetryable;
   m.attr("EXIT_TERMINATED") = kExitTerminated;

@@ -1,0 +1,282 @@
+#include "worker/exchange/ps_step_session.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/signature_proto.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+// The batch shards rank `rank` computes in a group of `members` (ascending)
+// out of `workers` ranks: its own first, then the absent ranks' shards
+// dealt out over the members in turn.
+std::vector<int> CoveredShards(const std::vector<int>& members, int rank,
+                               int workers) {
+  std::vector<int> shards = {rank};
+  const int index = static_cast<int>(
+      std::find(members.begin(), members.end(), rank) - members.begin());
+  int absent = 0;
+  for (int r = 0; r < workers; ++r) {
+    if (std::binary_search(members.begin(), members.end(), r)) continue;
+    if (absent++ % static_cast<int>(members.size()) == index) {
+      shards.push_back(r);
+    }
+  }
+  return shards;
+}
+
+}  // namespace
+
+void LeaveForAbsentRanks(PsClient* client, const std::vector<int>& members,
+                         int workers, const std::string& who) {
+  for (int r = 0; r < workers; ++r) {
+    if (std::binary_search(members.begin(), members.end(), r)) continue;
+    if (absl::Status left = client->LeaveUnregistered(r); !left.ok()) {
+      std::fprintf(stderr, "%s: could not leave for rank %d: %s\n", who.c_str(),
+                   r, left.ToString().c_str());
+    }
+  }
+}
+
+PsStepSession::PsStepSession(const StepSessionOptions& options,
+                             std::unique_ptr<PsClient> client,
+                             std::unique_ptr<CoordinatorClient> coordinator)
+    : rank_(options.rank),
+      workers_(options.num_workers),
+      group_(options.group),
+      rendezvous_timeout_(options.client.connect_timeout),
+      client_(std::move(client)),
+      coordinator_(std::move(coordinator)),
+      recovery_(options),
+      member_(NewGroupMemberId()) {}
+
+PsStepSession::~PsStepSession() {
+  // An unfinished step's pushes reference the buffers: end it first.
+  if (in_step_ && streamed_) client_->AbandonStep();
+}
+
+absl::Status PsStepSession::JoinGroup(int64_t version, absl::Duration timeout) {
+  v1::ModelSignature proto;
+  SignatureToProto(signature_, &proto);
+  GroupRequest request;
+  request.group = kPsGroupName;
+  request.member = member_;
+  request.rank = rank_;
+  request.size = workers_;
+  request.version = version;
+  request.min_size = group_.min_workers;
+  request.settle = group_.settle;
+  request.signature = proto.SerializeAsString();
+  if (generation_ == 0) {
+    std::printf(
+        "Waiting for the worker group to form: rank %d of %d (at least %d), "
+        "at the coordinator %s\n",
+        rank_, workers_, group_.min_workers, coordinator_->address().c_str());
+    std::fflush(stdout);
+  }
+  const absl::Duration wait = std::min(timeout, rendezvous_timeout_);
+  ASSIGN_OR_RETURN(const GroupView group,
+                   coordinator_->JoinGroup(request, absl::Now() + wait));
+  const bool changed =
+      generation_ > 0 || static_cast<int>(group.members.size()) < workers_;
+  generation_ = group.generation;
+  members_ = group.members;
+  shards_ = CoveredShards(members_, rank_, workers_);
+  client_->SetPushSlot(PushSlot{generation_, shards_.front()});
+  if (changed) {
+    std::printf(
+        "Rank %d is in the worker group (generation %lld, %zu of %d ranks), "
+        "pushing batch shard(s) %s\n",
+        rank_, static_cast<long long>(generation_), members_.size(), workers_,
+        absl::StrJoin(shards_, ", ").c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> PsStepSession::Join(const ModelSignature& signature,
+                                                InitialFn initial,
+                                                absl::Span<float> weights,
+                                                absl::Span<float> gradient,
+                                                absl::Duration timeout) {
+  if (in_step_) return absl::FailedPreconditionError("Join during a step");
+  RETURN_IF_ERROR(CheckSessionBuffers(signature, weights, gradient));
+  signature_ = signature;
+  initial_ = std::move(initial);
+  weights_ = weights;
+  if (gradient.empty()) {
+    own_gradient_.resize(weights.size());
+    gradient = absl::MakeSpan(own_gradient_);
+  }
+  gradient_ = gradient;
+  ASSIGN_OR_RETURN(StepOutcome joined, JoinOnce(timeout));
+  RETURN_IF_ERROR(CheckNotPastEnd(signature_, joined));
+  recovery_.StepSucceeded();  // The rejoin deadline counts from here.
+  return joined;
+}
+
+absl::StatusOr<StepOutcome> PsStepSession::JoinOnce(absl::Duration timeout) {
+  if (coordinator_ != nullptr) {
+    // The group first: registering after it has formed reads the version
+    // it goes on from (every member's pushes wait for this one's).
+    RETURN_IF_ERROR(JoinGroup(std::max<int64_t>(seen_version_, 0), timeout));
+  }
+  ASSIGN_OR_RETURN(RegisterResult reg,
+                   client_->Register(rank_, signature_, timeout));
+  if (reg.version < 0 && seen_version_ > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a parameter server came back without the job's weights (restarted "
+        "without a checkpoint, or with an empty checkpoint directory) after "
+        "version ",
+        seen_version_,
+        "; starting over from the initial weights would discard that "
+        "training. Restart the whole job, or give the servers a "
+        "checkpoint directory that outlives them (docs/faults.md)"));
+  }
+  // In sync mode shards differ by one step at most (one has closed the
+  // step the other still gathers). More, and a shard restored an older
+  // checkpoint than the others hold: their steps cannot line up again.
+  if (Synchronous() && reg.version >= 0 &&
+      reg.newest_version > reg.version + 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the parameter-server shards are at versions ", reg.version, " to ",
+        reg.newest_version,
+        ": a shard restarted from an older checkpoint than the others "
+        "hold. Restart every shard, from checkpoints of one version "
+        "(docs/faults.md)"));
+  }
+  if (reg.must_initialize) {
+    // Rank 0 defines version 0; everyone else receives it.
+    RETURN_IF_ERROR(client_->Initialize(initial_()));
+  }
+  // Exactly the version registered at: if some chunks have already closed
+  // the step after it (a worker was lost in the middle of that step), the
+  // step is recomputed from the weights it was computed from.
+  ASSIGN_OR_RETURN(version_,
+                   client_->Pull(std::max<int64_t>(reg.version, 0), weights_,
+                                 /*exact=*/true));
+  seen_version_ = std::max(seen_version_, version_);
+  next_step_ = PsStepAfterJoin(signature_.sync, next_step_, version_);
+  StepOutcome joined;
+  joined.version = version_;
+  joined.next_step = next_step_;
+  return joined;
+}
+
+absl::StatusOr<StepPlan> PsStepSession::BeginStep() {
+  if (weights_.empty())
+    return absl::FailedPreconditionError("step before Join");
+  if (in_step_) {
+    return absl::FailedPreconditionError(
+        "a step is under way; finish or abandon it first");
+  }
+  const size_t n = weights_.size();
+  StepPlan plan;
+  plan.step = next_step_;
+  plan.batch_shards = shards_;
+  plan.sum_shards_locally = false;  // The servers' barriers count shards.
+  plan.streams = shards_.size() == 1;
+  if (plan.streams) {
+    plan.gradient = gradient_;
+  } else {
+    shards_gradient_.resize(n * shards_.size());
+    plan.gradient = absl::MakeSpan(shards_gradient_);
+  }
+  if (plan.streams) {
+    RETURN_IF_ERROR(client_->BeginStep(plan.step, plan.gradient, weights_));
+  }
+  in_step_ = true;
+  streamed_ = plan.streams;
+  return plan;
+}
+
+void PsStepSession::GradientReady(int64_t begin, int64_t end) {
+  if (in_step_ && streamed_) client_->GradientReady(begin, end);
+}
+
+absl::StatusOr<int64_t> PsStepSession::Exchange() {
+  if (streamed_) return client_->FinishStep();
+  // Covering absent ranks: every shard's gradient, then all their pushes
+  // at once (each shard's barrier waits for the others).
+  std::vector<PushSlot> slots;
+  for (int shard : shards_) slots.push_back(PushSlot{generation_, shard});
+  return client_->PushShards(next_step_, slots, shards_gradient_, weights_);
+}
+
+absl::StatusOr<StepOutcome> PsStepSession::FinishStep() {
+  if (!in_step_) return absl::FailedPreconditionError("no step begun");
+  absl::StatusOr<int64_t> version = Exchange();
+  in_step_ = false;
+  if (!version.ok()) {
+    return recovery_.AfterFailure(
+        version.status(), /*can_rejoin=*/true,
+        [this](absl::Duration timeout) { return JoinOnce(timeout); });
+  }
+  seen_version_ = std::max(seen_version_, *version);
+  ASSIGN_OR_RETURN(const int64_t next,
+                   NextPsStep(signature_.sync, next_step_, *version));
+  recovery_.StepSucceeded();
+  version_ = *version;
+  next_step_ = next;
+  StepOutcome done;
+  done.applied = true;
+  done.version = version_;
+  done.next_step = next_step_;
+  return done;
+}
+
+absl::Status PsStepSession::AbandonStep() {
+  if (!in_step_) return absl::OkStatus();
+  in_step_ = false;
+  // What was not handed over is not this step's gradient (the last
+  // step's, or half written): it must not be pushed. No push outlives the
+  // step either way.
+  if (!streamed_) return absl::OkStatus();
+  client_->AbandonStep();
+  // Replies to what was pushed may have written parts of the next version
+  // into the weights: read them again at the version the job is at, so
+  // every tensor is of one version.
+  ASSIGN_OR_RETURN(version_, client_->Pull(std::max<int64_t>(version_, 0),
+                                           weights_, Synchronous()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> NextPsStep(const SyncPolicy& sync, int64_t step,
+                                   int64_t version) {
+  if (sync.mode != SyncMode::kSync) return step + 1;  // Its own steps.
+  // With backup workers a straggler may be answered with a later version;
+  // its data position follows the version, so it skips the batches the
+  // others already trained on.
+  if (sync.backup_workers == 0 && version != step + 1) {
+    return absl::InternalError(
+        absl::StrCat("step ", step, " was answered with version ", version));
+  }
+  return std::max(step + 1, version);
+}
+
+int64_t PsStepAfterJoin(const SyncPolicy& sync, int64_t step, int64_t version) {
+  return sync.mode == SyncMode::kSync ? version : step;
+}
+
+absl::Status PsStepSession::Leave() {
+  if (coordinator_ != nullptr && !recovery_.StopRequested() &&
+      !members_.empty() && members_.front() == rank_) {
+    // The job is done: the ranks missing from the group that finished it
+    // will not come back for it.
+    LeaveForAbsentRanks(client_.get(), members_, workers_,
+                        absl::StrCat("lockstep_worker ", rank_));
+  }
+  return client_->Leave();
+}
+
+absl::Status PsStepSession::LeaveFromAnyThread() {
+  return client_->LeaveFromAnyThread();
+}
+
+}  // namespace lockstep
