@@ -1,9 +1,6 @@
 #include "common/json_writer.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -57,25 +54,6 @@ std::string JsonObjectWriter::ToString() const {
   }
   out += "}\n";
   return out;
-}
-
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-  }
-  const size_t written = std::fwrite(contents.data(), 1, contents.size(), f);
-  const bool closed = std::fclose(f) == 0;
-  if (written != contents.size() || !closed ||
-      std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace lockstep

@@ -1,5 +1,5 @@
-// A small writer for flat JSON objects (summaries, benchmark results) and an
-// atomic text-file write. Not thread-safe; use one per thread.
+// A small writer for flat JSON objects (summaries, benchmark results).
+// Not thread-safe; use one per thread.
 #ifndef LOCKSTEP_COMMON_JSON_WRITER_H_
 #define LOCKSTEP_COMMON_JSON_WRITER_H_
 
@@ -8,8 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+// WriteFileAtomically, which writes the JSON files, is in common/env.h.
+#include "common/env.h"
 
 namespace lockstep {
 
@@ -37,11 +38,6 @@ class JsonObjectWriter final {
 
 // Quotes and escapes `text` as a JSON string.
 std::string JsonQuote(absl::string_view text);
-
-// Writes `contents` to `path` through a temporary file and a rename, so a
-// reader never sees half a file.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents);
 
 }  // namespace lockstep
 

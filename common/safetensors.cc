@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/env.h"
 #include "common/json_value.h"
 #include "common/json_writer.h"
 #include "common/status_macros.h"
@@ -29,7 +28,8 @@ absl::StatusOr<int64_t> WholeNumber(const JsonValue& value,
   constexpr double kExact = 9007199254740992.0;  // 2^53
   if (value.type() != JsonValue::Type::kNumber || value.number() < 0 ||
       value.number() > kExact ||
-      value.number() != static_cast<double>(static_cast<int64_t>(value.number()))) {
+      value.number() !=
+          static_cast<double>(static_cast<int64_t>(value.number()))) {
     return absl::InvalidArgumentError(
         absl::StrCat("safetensors: ", what, " is not a whole number >= 0"));
   }
@@ -78,11 +78,12 @@ absl::StatusOr<Entry> ParseEntry(const std::string& name,
     elements *= d;
     entry.info.shape.push_back(d);
   }
-  ASSIGN_OR_RETURN(entry.begin,
-                   WholeNumber(offsets->array()[0],
-                               absl::StrCat(name, "'s data_offsets")));
-  ASSIGN_OR_RETURN(entry.end, WholeNumber(offsets->array()[1],
-                                          absl::StrCat(name, "'s data_offsets")));
+  ASSIGN_OR_RETURN(
+      entry.begin,
+      WholeNumber(offsets->array()[0], absl::StrCat(name, "'s data_offsets")));
+  ASSIGN_OR_RETURN(
+      entry.end,
+      WholeNumber(offsets->array()[1], absl::StrCat(name, "'s data_offsets")));
   if (entry.end < entry.begin || entry.end - entry.begin != elements * 4) {
     return absl::InvalidArgumentError(absl::StrCat(
         "safetensors: tensor \"", name, "\" of shape ",
@@ -107,9 +108,9 @@ absl::StatusOr<std::string> EncodeSafetensors(
     }
     const int64_t bytes = t.NumElements() * 4;
     if (header.size() > 1) header += ",";
-    absl::StrAppend(&header, JsonQuote(t.name), ":{\"dtype\":\"F32\",\"shape\":",
-                    ShapeText(t.shape), ",\"data_offsets\":[", offset, ",",
-                    offset + bytes, "]}");
+    absl::StrAppend(&header, JsonQuote(t.name),
+                    ":{\"dtype\":\"F32\",\"shape\":", ShapeText(t.shape),
+                    ",\"data_offsets\":[", offset, ",", offset + bytes, "]}");
     offset += bytes;
   }
   if (offset != static_cast<int64_t>(flat.size()) * 4) {
@@ -127,15 +128,16 @@ absl::StatusOr<std::string> EncodeSafetensors(
   out += header;
   const size_t data_at = out.size();
   out.resize(data_at + static_cast<size_t>(offset));
-  if (offset > 0) std::memcpy(&out[data_at], flat.data(), static_cast<size_t>(offset));
+  if (offset > 0)
+    std::memcpy(&out[data_at], flat.data(), static_cast<size_t>(offset));
   return out;
 }
 
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<TensorInfo>& tensors,
-                              absl::Span<const float> flat) {
+                              absl::Span<const float> flat, Env* env) {
   ASSIGN_OR_RETURN(const std::string bytes, EncodeSafetensors(tensors, flat));
-  return WriteFileAtomically(path, bytes);
+  return WriteFileAtomically(path, bytes, env);
 }
 
 namespace {
@@ -144,8 +146,9 @@ namespace {
 // and the file's size.
 absl::StatusOr<uint64_t> HeaderLength(const std::string& bytes) {
   if (bytes.size() < 8) {
-    return absl::DataLossError(absl::StrCat(
-        "safetensors: ", bytes.size(), " bytes, too short for the header length"));
+    return absl::DataLossError(
+        absl::StrCat("safetensors: ", bytes.size(),
+                     " bytes, too short for the header length"));
   }
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) {
@@ -169,7 +172,8 @@ absl::StatusOr<uint64_t> HeaderLength(const std::string& bytes) {
 absl::StatusOr<std::vector<Entry>> SortedEntries(const JsonValue& header,
                                                  int64_t data_bytes) {
   if (header.type() != JsonValue::Type::kObject) {
-    return absl::InvalidArgumentError("safetensors: the header is not an object");
+    return absl::InvalidArgumentError(
+        "safetensors: the header is not an object");
   }
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.members()) {
@@ -226,14 +230,9 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
 }
 
 absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(
-    const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  absl::StatusOr<std::vector<NamedTensor>> tensors =
-      DecodeSafetensors(buffer.str());
+    const std::string& path, Env* env) {
+  ASSIGN_OR_RETURN(const std::string bytes, env->ReadFile(path));
+  absl::StatusOr<std::vector<NamedTensor>> tensors = DecodeSafetensors(bytes);
   if (!tensors.ok()) {
     return absl::Status(tensors.status().code(),
                         absl::StrCat(path, ": ", tensors.status().message()));
@@ -246,10 +245,9 @@ absl::StatusOr<std::vector<float>> FlattenByName(
     const std::vector<NamedTensor>& file) {
   std::vector<float> flat;
   for (const TensorInfo& t : tensors) {
-    const auto found =
-        std::find_if(file.begin(), file.end(), [&](const NamedTensor& f) {
-          return f.info.name == t.name;
-        });
+    const auto found = std::find_if(
+        file.begin(), file.end(),
+        [&](const NamedTensor& f) { return f.info.name == t.name; });
     if (found == file.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("the weights file has no tensor \"", t.name, "\""));

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/env.h"
 #include "common/model_signature.h"
 
 namespace lockstep {
@@ -34,11 +35,13 @@ struct NamedTensor {
 absl::StatusOr<std::string> EncodeSafetensors(
     const std::vector<TensorInfo>& tensors, absl::Span<const float> flat);
 
-// EncodeSafetensors, written to `path` through a temporary file and a
-// rename.
+// EncodeSafetensors, written to `path` through `env` with
+// WriteFileAtomically: `path` is never half written, and a failed write
+// leaves it as it was.
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<TensorInfo>& tensors,
-                              absl::Span<const float> flat);
+                              absl::Span<const float> flat,
+                              Env* env = Env::Default());
 
 // The tensors of a safetensors file's bytes, in the order of their data.
 // INVALID_ARGUMENT (DATA_LOSS for a truncated file) naming what is wrong: a
@@ -48,9 +51,10 @@ absl::Status WriteSafetensors(const std::string& path,
 absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(
     const std::string& bytes);
 
-// DecodeSafetensors of the file at `path` (NOT_FOUND when it is missing).
+// DecodeSafetensors of the file at `path`, read through `env` (NOT_FOUND
+// when it is missing); every error names `path`.
 absl::StatusOr<std::vector<NamedTensor>> ReadSafetensors(
-    const std::string& path);
+    const std::string& path, Env* env = Env::Default());
 
 // The flat layout of `tensors` filled from `file` by name. Tensors of the
 // file the model lacks are ignored; FAILED_PRECONDITION names the first

@@ -61,9 +61,10 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(absl::string_view bytes);
 class CheckpointStore final {
  public:
   // Creates `dir` (and its parents) if needed; FAILED_PRECONDITION when the
-  // shard's folder is not a directory this process can write. `env` (not
-  // owned) renames the files into place and aside, and is the clock of
-  // their write times and of the age of leftover temporary files.
+  // shard's folder is not a directory this process can write. Every file
+  // operation of the store goes through `env` (not owned), which is also
+  // the clock of the files' write times and of the age of leftover
+  // temporary files.
   static absl::StatusOr<std::unique_ptr<CheckpointStore>> Create(
       const std::string& dir, int shard, int num_shards, int keep,
       Env* env = Env::Default());
@@ -74,11 +75,16 @@ class CheckpointStore final {
   // folder's newest checkpoint is read. Read only: nothing there is
   // renamed or removed. NOT_FOUND when there is none, DATA_LOSS when the
   // one read is damaged (no fallback to an older one: that would train
-  // from other weights than the ones asked for).
+  // from other weights than the ones asked for). Read through `env`.
   static absl::StatusOr<ShardCheckpoint> ReadForInit(const std::string& path,
-                                                     int shard, int num_shards);
+                                                     int shard, int num_shards,
+                                                     Env* env = Env::Default());
 
-  // Writes atomically and removes all but the newest `keep`. Returns the path.
+  // Writes atomically (temporary file, fsync, rename, fsync of the folder)
+  // and then removes all but the newest `keep`. Returns the path. On
+  // failure UNAVAILABLE naming the file and the cause; no file under a
+  // checkpoint's name is half written, the temporary file is removed, and
+  // nothing older is pruned.
   absl::StatusOr<std::string> Save(const ShardCheckpoint& checkpoint);
 
   // The newest checkpoint that reads back intact, or nullopt when there is

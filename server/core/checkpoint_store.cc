@@ -1,14 +1,7 @@
 // CheckpointStore (declared in checkpoint.h): the folder of one shard's
 // checkpoints, written atomically and pruned, loaded newest first with the
 // damaged ones set aside. checkpoint.cc holds the file format.
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -30,64 +23,10 @@ constexpr char kSuffix[] = ".lsc";
 // leftover of a writer that died.
 constexpr absl::Duration kStaleTmpAge = absl::Minutes(10);
 
-absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::UnavailableError(
-      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status WriteAll(int fd, absl::string_view bytes,
-                      const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("cannot write", path);
-    }
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status FsyncPath(const std::string& path, int flags) {
-  const int fd = open(path.c_str(), flags);
-  if (fd < 0) return Errno("cannot open", path);
-  const int rc = fsync(fd);
-  close(fd);
-  return rc == 0 ? absl::OkStatus() : Errno("cannot fsync", path);
-}
-
-// The whole file, read with POSIX calls so that a failure names its errno.
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("cannot open", path);
-  std::string bytes;
-  char buf[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const absl::Status error = Errno("cannot read", path);
-      close(fd);
-      return error;
-    }
-    if (n == 0) break;
-    bytes.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return bytes;
-}
-
-absl::Status MakeDirs(const std::string& dir) {
-  std::string path;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      path = dir.substr(0, i);
-      if (!path.empty() && mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-        return Errno("cannot create", path);
-      }
-    }
-  }
-  return absl::OkStatus();
+// The store's file errors are UNAVAILABLE whatever the cause (the message
+// names it): a checkpoint the disk refused may be written later.
+absl::Status Unavailable(const absl::Status& status) {
+  return absl::UnavailableError(status.message());
 }
 
 }  // namespace
@@ -99,12 +38,13 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
   }
   const std::string shard_dir =
       absl::StrCat(dir, "/shard-", shard, "-of-", num_shards);
-  RETURN_IF_ERROR(MakeDirs(shard_dir));
+  if (absl::Status made = env->CreateDirs(shard_dir); !made.ok()) {
+    return Unavailable(made);
+  }
   // Found now, not at the first save: a file in the way, or a folder this
   // user cannot write.
-  struct stat st;
-  if (stat(shard_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-      access(shard_dir.c_str(), W_OK | X_OK) != 0) {
+  const absl::StatusOr<FileInfo> info = env->Stat(shard_dir);
+  if (!info.ok() || !info->is_directory || !info->writable) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint folder ", shard_dir, " is not a writable directory"));
   }
@@ -115,14 +55,15 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Create(
 std::vector<std::string> CheckpointStore::Files(
     absl::string_view suffix) const {
   std::vector<std::string> names;
-  if (DIR* d = opendir(dir_.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
+  // A folder that cannot be listed holds no checkpoint this store can use.
+  if (absl::StatusOr<std::vector<std::string>> children =
+          env_->GetChildren(dir_);
+      children.ok()) {
+    for (std::string& name : *children) {
       if (absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, suffix)) {
-        names.push_back(name);
+        names.push_back(std::move(name));
       }
     }
-    closedir(d);
   }
   // Zero-padded versions sort by name.
   std::sort(names.begin(), names.end());
@@ -140,23 +81,27 @@ absl::StatusOr<std::string> CheckpointStore::Save(
       absl::StrFormat("%s/ckpt-%012d%s", dir_, checkpoint.version, kSuffix);
   const std::string tmp = path + ".tmp";
   const std::string bytes = EncodeCheckpoint(checkpoint, env_->Now());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status written = WriteAll(fd, bytes, tmp);
-  if (written.ok() && fsync(fd) != 0) written = Errno("cannot fsync", tmp);
-  close(fd);
+  absl::StatusOr<std::unique_ptr<WritableFile>> file =
+      env_->NewWritableFile(tmp);
+  if (!file.ok()) return Unavailable(file.status());
+  absl::Status written = (*file)->Append(bytes);
+  if (written.ok()) written = (*file)->Sync();
+  if (absl::Status closed = (*file)->Close(); written.ok()) written = closed;
+  // Only a whole, synced file is renamed into place: a torn or unsynced one
+  // never carries a checkpoint's name.
+  if (written.ok()) written = env_->RenameFile(tmp, path);
   if (!written.ok()) {
-    unlink(tmp.c_str());
-    return written;
+    env_->RemoveFile(tmp).IgnoreError();
+    return Unavailable(written);
   }
-  if (absl::Status renamed = env_->RenameFile(tmp, path); !renamed.ok()) {
-    unlink(tmp.c_str());
-    return absl::UnavailableError(renamed.message());
+  // Until the folder is synced a crash may lose the new name; the older
+  // checkpoints are pruned only once it is durable.
+  if (absl::Status synced = env_->SyncDir(dir_); !synced.ok()) {
+    return Unavailable(synced);
   }
-  RETURN_IF_ERROR(FsyncPath(dir_, O_RDONLY | O_DIRECTORY));
   std::vector<std::string> all = List();
   for (size_t i = 0; i + keep_ < all.size(); ++i) {
-    if (all[i] != path) unlink(all[i].c_str());
+    if (all[i] != path) env_->RemoveFile(all[i]).IgnoreError();
   }
   return path;
 }
@@ -170,10 +115,9 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
   // shared volume (a replacement pod started early) keeps its own.
   const absl::Time now = env_->Now();
   for (const std::string& path : Files(absl::StrCat(kSuffix, ".tmp"))) {
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0 &&
-        now - absl::TimeFromTimespec(st.st_mtim) >= kStaleTmpAge &&
-        unlink(path.c_str()) == 0) {
+    const absl::StatusOr<FileInfo> info = env_->Stat(path);
+    if (info.ok() && now - info->modified >= kStaleTmpAge &&
+        env_->RemoveFile(path).ok()) {
       notes->push_back(
           absl::StrCat("removed ", path,
                        ", left by a checkpoint write that did not finish"));
@@ -183,10 +127,9 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     // A file that cannot be read (permissions, an I/O error) is not known
     // to be damaged: stop rather than set it aside and roll back.
-    absl::StatusOr<std::string> contents = ReadAll(*it);
+    absl::StatusOr<std::string> contents = env_->ReadFile(*it);
     if (!contents.ok()) {
-      return absl::Status(
-          contents.status().code(),
+      return absl::UnavailableError(
           absl::StrCat(contents.status().message(),
                        " (not set aside: it may be intact; make it readable "
                        "or move it away)"));
@@ -208,14 +151,13 @@ absl::StatusOr<std::optional<ShardCheckpoint>> CheckpointStore::LoadNewest(
 }
 
 absl::StatusOr<ShardCheckpoint> CheckpointStore::ReadForInit(
-    const std::string& path, int shard, int num_shards) {
+    const std::string& path, int shard, int num_shards, Env* env) {
   std::string file = path;
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return Errno("cannot read", path);
-  if (S_ISDIR(st.st_mode)) {
+  const absl::StatusOr<FileInfo> info = env->Stat(path);
+  if (!info.ok()) return Unavailable(info.status());
+  if (info->is_directory) {
     const CheckpointStore store(
-        absl::StrCat(path, "/shard-", shard, "-of-", num_shards), 1,
-        Env::Default());
+        absl::StrCat(path, "/shard-", shard, "-of-", num_shards), 1, env);
     const std::vector<std::string> all = store.List();
     if (all.empty()) {
       return absl::NotFoundError(absl::StrCat(
@@ -224,8 +166,9 @@ absl::StatusOr<ShardCheckpoint> CheckpointStore::ReadForInit(
     }
     file = all.back();
   }
-  ASSIGN_OR_RETURN(const std::string contents, ReadAll(file));
-  absl::StatusOr<ShardCheckpoint> checkpoint = DecodeCheckpoint(contents);
+  absl::StatusOr<std::string> contents = env->ReadFile(file);
+  if (!contents.ok()) return Unavailable(contents.status());
+  absl::StatusOr<ShardCheckpoint> checkpoint = DecodeCheckpoint(*contents);
   if (!checkpoint.ok()) {
     return absl::Status(
         checkpoint.status().code(),

@@ -66,8 +66,9 @@ struct DaemonOptions {
   // without a call from any worker, the job unfinished (every worker lost
   // and none replaced). Zero: wait for them forever.
   absl::Duration no_worker_timeout = absl::Seconds(600);
-  // The checkpoint store's renames and clock (CheckpointStore::Create); not
-  // owned. A test binary's may pause them.
+  // The file operations and clock of the checkpoint store
+  // (CheckpointStore::Create), of --init_from's read and of the
+  // --weights_file writer; not owned. A test binary's may pause them.
   Env* checkpoint_env = Env::Default();
   // --metrics_port and --trace; Run() fills in the shard and checkpoints.
   ServerTelemetryOptions telemetry;

@@ -40,7 +40,8 @@ absl::StatusOr<int64_t> Daemon::WriteWeightsFile() {
   std::vector<TensorInfo> tensors = snapshot->signature.tensors;
   tensors.insert(tensors.end(), snapshot->signature.state_tensors.begin(),
                  snapshot->signature.state_tensors.end());
-  RETURN_IF_ERROR(WriteSafetensors(options_.weights_file, tensors, flat));
+  RETURN_IF_ERROR(WriteSafetensors(options_.weights_file, tensors, flat,
+                                   options_.checkpoint_env));
   Log(absl::StrCat("weights of version ", snapshot->version, " in ",
                    options_.weights_file));
   return snapshot->version;
@@ -108,7 +109,8 @@ std::optional<int> Daemon::CheckWorkersGone(absl::Time now) {
 absl::Status Daemon::RestoreInitFrom() {
   if (options_.init_from.empty()) return absl::OkStatus();
   absl::StatusOr<ShardCheckpoint> init = CheckpointStore::ReadForInit(
-      options_.init_from, options_.shard, options_.num_shards);
+      options_.init_from, options_.shard, options_.num_shards,
+      options_.checkpoint_env);
   absl::Status restored = init.status();
   if (init.ok()) restored = core_->Restore(*init);
   if (!restored.ok()) {

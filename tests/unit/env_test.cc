@@ -1,14 +1,24 @@
 #include "common/env.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
 namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
 
 TEST(FakeEnvTest, StandsStillUntilMoved) {
   FakeEnv env(absl::FromUnixSeconds(100));
@@ -49,10 +59,78 @@ TEST(EnvTest, RenameMovesAFileAndNamesBothOnFailure) {
   in >> text;
   EXPECT_EQ(text, "payload");
   const absl::Status missing = Env::Default()->RenameFile(from, to);
-  EXPECT_EQ(missing.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.message().find(from), absl::string_view::npos);
   EXPECT_NE(missing.message().find(to), absl::string_view::npos);
   std::remove(to.c_str());
+}
+
+std::string NewTempDir() {
+  std::string dir = ::testing::TempDir() + "/env.XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) std::abort();
+  return dir;
+}
+
+TEST(EnvTest, WritesReadsListsAndRemovesAFile) {
+  Env* env = Env::Default();
+  const std::string dir = NewTempDir();
+  const std::string path = dir + "/file";
+  absl::StatusOr<std::unique_ptr<WritableFile>> file =
+      env->NewWritableFile(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE((*file)->Append("ab").ok());
+  ASSERT_TRUE((*file)->Append(std::string("c\0d", 3)).ok());
+  ASSERT_TRUE((*file)->Sync().ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  EXPECT_EQ(*env->ReadFile(path), std::string("abc\0d", 5));
+  const absl::StatusOr<FileInfo> info = env->Stat(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->is_directory);
+  EXPECT_EQ(info->size, 5);
+  EXPECT_TRUE(env->Stat(dir)->is_directory);
+  EXPECT_THAT(*env->GetChildren(dir), ElementsAre("file"));
+  EXPECT_TRUE(env->SyncDir(dir).ok());
+  ASSERT_TRUE(env->RemoveFile(path).ok());
+  EXPECT_THAT(*env->GetChildren(dir), IsEmpty());
+  const absl::Status gone = env->ReadFile(path).status();
+  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(gone.message(),
+            absl::StrCat("cannot open ", path, ": No such file or directory"));
+}
+
+TEST(EnvTest, CreateDirsMakesEveryMissingParentOnce) {
+  Env* env = Env::Default();
+  const std::string dir = NewTempDir() + "/a/b/c";
+  ASSERT_TRUE(env->CreateDirs(dir).ok());
+  ASSERT_TRUE(env->CreateDirs(dir).ok());
+  EXPECT_TRUE(env->Stat(dir)->is_directory);
+  EXPECT_TRUE(env->Stat(dir)->writable);
+}
+
+TEST(EnvTest, FileErrorSaysWhatWhereAndWhy) {
+  const absl::Status full = FileError("cannot write", "/d/f", ENOSPC);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.message(), "cannot write /d/f: No space left on device");
+  EXPECT_EQ(FileError("cannot open", "/d/f", ENOENT).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(FileError("cannot fsync", "/d/f", EIO).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(EnvTest, DirNameIsTheFolderAPathIsIn) {
+  EXPECT_EQ(DirName("/a/b/c.json"), "/a/b");
+  EXPECT_EQ(DirName("/c.json"), "/");
+  EXPECT_EQ(DirName("c.json"), ".");
+}
+
+TEST(EnvTest, WriteFileAtomicallyReplacesAndLeavesNoTemporaryFile) {
+  Env* env = Env::Default();
+  const std::string dir = NewTempDir();
+  const std::string path = dir + "/summary.json";
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "new").ok());
+  EXPECT_EQ(*env->ReadFile(path), "new");
+  EXPECT_THAT(*env->GetChildren(dir), ElementsAre("summary.json"));
 }
 
 }  // namespace
