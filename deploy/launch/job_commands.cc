@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/json_writer.h"
+#include "common/sum_order.h"
 #include "deploy/launch/launcher.h"
 
 namespace lockstep {
@@ -165,7 +166,7 @@ std::vector<std::string> ServerArgv(const LaunchOptions& options, int shard,
     argv.push_back(absl::StrCat("--shard=", shard));
     argv.push_back(absl::StrCat("--num_shards=", options.ps));
   }
-  if (options.sum_order != "arrival") {
+  if (options.sum_order != SumOrderName(SumOrder::kArrival)) {
     argv.push_back(absl::StrCat("--sum_order=", options.sum_order));
   }
   AddTlsFlags(options, "server", &argv);

@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/json_writer.h"
+#include "common/sum_order.h"
 #include "deploy/launch/remote_spawn.h"
 
 namespace lockstep {
@@ -131,10 +132,9 @@ std::optional<InvalidLaunchOption> ValidateLaunchOptions(
   if (options.grace_period < absl::ZeroDuration()) {
     return InvalidLaunchOption{"grace_period", "must not be negative"};
   }
-  if (options.sum_order != "arrival" && options.sum_order != "rank") {
-    return InvalidLaunchOption{"sum_order",
-                               absl::StrCat("must be arrival or rank, got \"",
-                                            options.sum_order, "\"")};
+  if (absl::Status order = ParseSumOrder(options.sum_order).status();
+      !order.ok()) {
+    return InvalidLaunchOption{"sum_order", std::string(order.message())};
   }
   if (auto invalid = ValidatePerProcessOptions(options)) return invalid;
   if (!options.tls_dir.empty()) {

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/sum_order.h"
 #include "deploy/launch/host_list.h"
 #include "deploy/launch/process_group.h"
 
@@ -47,9 +48,9 @@ struct LaunchOptions {
   std::string tls_dir;
   // Passed as --token_file to every server and worker; empty: none.
   std::string token_file;
-  // The servers' --sum_order ("arrival" or "rank"); passed on when not the
-  // default.
-  std::string sum_order = "arrival";
+  // The servers' --sum_order (a SumOrderName: "arrival" or "rank"); passed
+  // on when not the default.
+  std::string sum_order = std::string(SumOrderName(SumOrder::kArrival));
   // Across hosts over ssh (--hosts): where each process runs. Default:
   // everything on this machine.
   HostPlan hosts;

@@ -22,9 +22,10 @@
 #include "absl/time/time.h"
 #include "common/exit_codes.h"
 #include "common/flags.h"
-#include "deploy/launch/host_flags.h"
+#include "common/sum_order.h"
 #include "deploy/launch/flag_probe.h"
 #include "deploy/launch/flag_routing.h"
+#include "deploy/launch/host_flags.h"
 #include "deploy/launch/launcher.h"
 #include "deploy/launch/launcher_args.h"
 #include "deploy/launch/signal_pipe.h"
@@ -59,7 +60,8 @@ ABSL_FLAG(std::string, tls_dir, "",
 ABSL_FLAG(std::string, token_file, "",
           "A bearer-token file passed as --token_file to every server and "
           "worker.");
-ABSL_FLAG(std::string, sum_order, "arrival",
+ABSL_FLAG(std::string, sum_order,
+          std::string(lockstep::SumOrderName(lockstep::SumOrder::kArrival)),
           "The servers' --sum_order: arrival, or rank for the same bits in "
           "every run with three or more workers (see lockstep_server "
           "--help).");

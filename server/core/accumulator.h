@@ -18,23 +18,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/optimizer.h"
+#include "common/sum_order.h"
 #include "common/wire_codec.h"
 #include "common/work_pool.h"
 
 namespace lockstep {
-
-// The order in which a synchronous step sums its workers' gradients (the
-// server's --sum_order). Float addition is not associative: with three or
-// more workers the order changes the last bits of the result.
-//   kArrival  each push is added as it arrives, then released: the server
-//             holds one accumulator per chunk whatever W is.
-//   kRank     ascending rank, whatever the arrival order, so that a run (or
-//             a run recovered from a fault) gives the same bits every time.
-//             A push that arrives before a lower rank's is copied and held
-//             until that one is summed: up to W - 1 extra copies of a
-//             chunk's payload. With one or two workers both orders are the
-//             same sum and nothing is held.
-enum class SumOrder { kArrival, kRank };
 
 class Accumulator {
  public:

@@ -215,8 +215,8 @@ absl::Status ParameterServer::CheckSlotLocked(const PushSlot& slot) const {
   if (!signature_.has_value() || signature_->sync.mode != SyncMode::kSync ||
       signature_->sync.backup_workers != 0) {
     return absl::FailedPreconditionError(
-        "elastic pushes (a group generation) need --sync=sync without "
-        "backup workers");
+        "elastic pushes (a group generation) need the workers' --sync=ps "
+        "without --backup_workers");
   }
   if (slot.generation < min_generation_) {
     return absl::AbortedError(

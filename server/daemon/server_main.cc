@@ -24,6 +24,7 @@
 #include "common/json_writer.h"
 #include "common/malloc_tuning.h"
 #include "common/status_macros.h"
+#include "common/sum_order.h"
 #include "common/tf_config.h"
 #include "common/tls.h"
 #include "common/tls_flags.h"
@@ -97,7 +98,8 @@ ABSL_FLAG(int, step_timeout_s, 300,
 ABSL_FLAG(std::string, on_worker_loss, "wait",
           "After a step timeout: wait (for a replacement worker to register "
           "and push) or fail (exit with the retryable code 75).");
-ABSL_FLAG(std::string, sum_order, "arrival",
+ABSL_FLAG(std::string, sum_order,
+          std::string(lockstep::SumOrderName(lockstep::SumOrder::kArrival)),
           "How a synchronous step sums its workers' gradients: arrival (each "
           "as it comes, one buffer per chunk) or rank (ascending rank, so "
           "that runs with three or more workers give the same bits every "
@@ -306,12 +308,13 @@ absl::Status ParseStepRules(DaemonOptions* options_out) {
         "--on_worker_loss must be wait or fail, got \"", loss, "\""));
   }
   options.fail_on_worker_loss = loss == "fail";
-  const std::string order = absl::GetFlag(FLAGS_sum_order);
-  if (order != "arrival" && order != "rank") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--sum_order must be arrival or rank, got \"", order, "\""));
+  absl::StatusOr<SumOrder> order =
+      ParseSumOrder(absl::GetFlag(FLAGS_sum_order));
+  if (!order.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sum_order ", order.status().message()));
   }
-  options.sum_order = order == "rank" ? SumOrder::kRank : SumOrder::kArrival;
+  options.sum_order = *order;
   const int threads = absl::GetFlag(FLAGS_server_threads);
   if (threads < 0 || threads > 1024) {
     return absl::InvalidArgumentError(

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/telemetry_endpoints.h"
 
 namespace lockstep {
 namespace {
@@ -23,30 +24,19 @@ int ChunkTrack(int chunk) { return chunk + 1; }
 absl::StatusOr<std::unique_ptr<ServerTelemetry>> ServerTelemetry::Create(
     const ServerTelemetryOptions& options) {
   std::unique_ptr<ServerTelemetry> t(new ServerTelemetry(options));
-  if (options.health_port > 0) {
-    absl::StatusOr<std::unique_ptr<HealthServer>> health =
-        HealthServer::Start(options.health_port);
-    if (!health.ok()) return health.status();
-    t->health_ = std::move(*health);  // NOT_SERVING until told otherwise.
-  }
-  if (options.metrics_port > 0) {
-    MetricsHttpOptions http;
-    http.port = options.metrics_port;
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
-        MetricsHttpServer::Start(http, &t->registry_);
-    if (!server.ok()) return server.status();
-    t->http_ = std::move(*server);
-  }
-  if (!options.trace_path.empty()) {
-    TraceRecorderOptions trace;
-    trace.path = options.trace_path;
-    trace.process_name = absl::StrCat("lockstep_server shard ", options.shard);
-    trace.sort_index = options.shard;
-    absl::StatusOr<std::unique_ptr<TraceRecorder>> recorder =
-        TraceRecorder::Create(trace);
-    if (!recorder.ok()) return recorder.status();
-    t->trace_ = std::move(*recorder);
-  }
+  TelemetryEndpointOptions endpoints;
+  endpoints.health_port = options.health_port;
+  endpoints.metrics_port = options.metrics_port;
+  endpoints.trace.path = options.trace_path;
+  endpoints.trace.process_name =
+      absl::StrCat("lockstep_server shard ", options.shard);
+  endpoints.trace.sort_index = options.shard;
+  absl::StatusOr<TelemetryEndpoints> started =
+      StartTelemetryEndpoints(endpoints, &t->registry_);
+  if (!started.ok()) return started.status();
+  t->health_ = std::move(started->health);  // NOT_SERVING until told.
+  t->http_ = std::move(started->http);
+  t->trace_ = std::move(started->trace);
   t->enabled_ = t->http_ != nullptr || t->trace_ != nullptr;
   return t;
 }

@@ -32,7 +32,7 @@ class EquivalenceTest
     : public ::testing::TestWithParam<std::tuple<std::string, int, int>> {};
 
 // W workers x batch B, synchronous, equal one worker with batch W*B on the
-// same examples (DESIGN.md's first invariant).
+// same examples (docs/testing.md, "Invariants": the first).
 TEST_P(EquivalenceTest, WorkersTimesBatchEqualsOneBigBatch) {
   const auto& [optimizer, workers, shards] = GetParam();
   const int batch = 8;
@@ -87,7 +87,8 @@ TEST(TrainingTest, HalfPrecisionWireStaysCloseToFp32) {
 }
 
 // The same job through a parameter server and through each all-reduce
-// backend ends with the same weights (DESIGN.md's second invariant).
+// backend ends with the same weights (docs/testing.md, "Invariants": the
+// second).
 class AllReduceTest
     : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 

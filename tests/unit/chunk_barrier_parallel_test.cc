@@ -4,13 +4,13 @@
 // several steps. A NaN in a push leaves the sum of the others untouched.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/chunk_barrier.h"
@@ -25,12 +25,6 @@ using ::testing::HasSubstr;
 constexpr int64_t kElements = 4 * ChunkBarrier::kParallelGrain + 1234;
 constexpr int kWorkers = 3;
 constexpr int kSteps = 3;
-
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
 
 std::vector<float> Gradient(int rank, int step) {
   std::mt19937 rng(static_cast<uint32_t>(100 * step + rank));
@@ -130,7 +124,8 @@ void ExpectSameBits(const TrainedRun& want, const TrainedRun& got) {
   EXPECT_EQ(got.versions.front(), want.versions.front());
   int64_t differ = 0, first = -1;
   for (size_t i = 0; i < want.weights.size(); ++i) {
-    if (Bits(want.weights[i]) != Bits(got.weights[i])) {
+    if (absl::bit_cast<uint32_t>(want.weights[i]) !=
+        absl::bit_cast<uint32_t>(got.weights[i])) {
       if (first < 0) first = static_cast<int64_t>(i);
       ++differ;
     }
@@ -206,7 +201,9 @@ TEST(ParallelBarrierCheckTest, ARefusedPushLeavesTheSumAsItWas) {
   ASSERT_EQ(clean.size(), static_cast<size_t>(kElements));
   ASSERT_EQ(after_bad.size(), clean.size());
   for (int64_t i = 0; i < kElements; ++i) {
-    ASSERT_EQ(Bits(clean[i]), Bits(after_bad[i])) << "element " << i;
+    ASSERT_EQ(absl::bit_cast<uint32_t>(clean[i]),
+              absl::bit_cast<uint32_t>(after_bad[i]))
+        << "element " << i;
   }
 }
 

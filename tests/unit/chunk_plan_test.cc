@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -19,12 +20,6 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
-
-uint32_t Bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof(bits));
-  return bits;
-}
 
 // Element counts around the chunk size: empty, one element, one short of a
 // chunk, exactly a chunk, one over, and two chunks plus a ragged tail.
@@ -133,7 +128,9 @@ TEST(ChunkPlanTest, RoundTripThroughWireCodecIsBitExact) {
       }
 
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(Bits(received[i]), Bits(original[i])) << "element " << i;
+        ASSERT_EQ(absl::bit_cast<uint32_t>(received[i]),
+                  absl::bit_cast<uint32_t>(original[i]))
+            << "element " << i;
       }
       if (n > 0) {
         EXPECT_EQ(std::memcmp(received.data(), original.data(),

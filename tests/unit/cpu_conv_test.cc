@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "common/random.h"
 #include "gtest/gtest.h"
 #include "tests/unit/cpu_conv_test_util.h"
+#include "tests/unit/random_floats.h"
 #include "worker/device/cpu/cpu_conv_runner.h"
 #include "worker/device/image_geometry.h"
 
@@ -60,13 +60,6 @@ std::vector<Case> Cases() {
       // Valid padding that leaves the last rows and columns unread.
       {2, 8, 9, 8, 3, 3, 2, 2, 0, 0, 0, 0, 16},
   };
-}
-
-std::vector<float> RandomFloats(size_t n, uint64_t seed) {
-  Random random(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = random.Uniform(-1.0f, 1.0f);
-  return v;
 }
 
 // Calls visit(x_index, kernel_index, y_index) for every product of the

@@ -8,22 +8,15 @@
 #include <string>
 #include <vector>
 
-#include "common/random.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/random_floats.h"
 #include "worker/device/cpu/cpu_conv.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<float> RandomVector(size_t n, uint64_t seed) {
-  Random random(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = random.Uniform(-1.0f, 1.0f);
-  return v;
-}
 
 // c = alpha * op(a) * op(b) + beta * c in double, straight from the
 // definition, with the stored matrices row-major.
@@ -148,9 +141,9 @@ class GemmTest : public CpuDeviceTest,
 TEST_P(GemmTest, MatchesDoubleLoops) {
   const auto [trans_a, trans_b] = GetParam();
   const int m = 3, n = 5, k = 7;
-  const std::vector<float> a = RandomVector(m * k, 1);
-  const std::vector<float> b = RandomVector(k * n, 2);
-  const std::vector<float> c0 = RandomVector(m * n, 3);
+  const std::vector<float> a = RandomFloats(m * k, 1);
+  const std::vector<float> b = RandomFloats(k * n, 2);
+  const std::vector<float> c0 = RandomFloats(m * n, 3);
   struct Scalars {
     float alpha;
     float beta;
@@ -255,9 +248,9 @@ TEST_F(CpuDeviceTest, ReluForwardAndBackward) {
 // The one-pass forms give the bits of a copy followed by the in-place op
 // (the base class's way, which CUDA uses), into another buffer or in place.
 TEST_F(CpuDeviceTest, ReluIntoMatchesCopyThenInPlace) {
-  std::vector<float> x = RandomVector(1001, 31);
+  std::vector<float> x = RandomFloats(1001, 31);
   for (int i = 0; i < 1001; i += 7) x[i] = i % 2 ? 0.0f : -0.0f;
-  const std::vector<float> dy = RandomVector(1001, 32);
+  const std::vector<float> dy = RandomFloats(1001, 32);
   std::vector<float> want_y = x, y(x.size(), 9.0f);
   ASSERT_TRUE(device_->ReluForward(want_y.size(), want_y.data()).ok());
   ASSERT_TRUE(device_->ReluForwardInto(x.size(), x.data(), y.data()).ok());

@@ -1,7 +1,8 @@
 // Helpers for the tests that run the CUDA device's kernels on the CPU
-// through tests/cuda_emulation: seeded random operands, a closeness check
-// scaled by the expected values, kernel operands in emulated device memory,
-// and the fixture holding the CPU device the kernels are checked against.
+// through tests/cuda_emulation: seeded random operands (random_floats.h), a
+// closeness check scaled by the expected values, kernel operands in emulated
+// device memory, and the fixture holding the CPU device the kernels are
+// checked against.
 #ifndef LOCKSTEP_TESTS_UNIT_CUDA_EMULATED_TEST_UTIL_H_
 #define LOCKSTEP_TESTS_UNIT_CUDA_EMULATED_TEST_UTIL_H_
 
@@ -15,19 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "common/random.h"
 #include "gtest/gtest.h"
+#include "tests/unit/random_floats.h"
 #include "worker/device/cpu/cpu_device.h"
 
 namespace lockstep {
-
-inline std::vector<float> RandomFloats(size_t n, uint64_t seed,
-                                       float lo = -1.0f, float hi = 1.0f) {
-  Random random(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = random.Uniform(lo, hi);
-  return v;
-}
 
 // |got - want| <= tolerance * max |want|, element by element.
 inline void ExpectClose(const std::vector<float>& got,

@@ -230,6 +230,19 @@ TEST(GatherBatchTest, EmptyBatchTouchesNothing) {
   GatherBatch(data, {}, absl::Span<float>(), absl::Span<int32_t>());
 }
 
+// A caller's bug, not bad data: it stops, naming the precondition
+// (worker/data/check_or_die.h), rather than read past the data set.
+TEST(GatherBatchDeathTest, IndexPastTheDataSetStops) {
+  const Dataset data = MakeSyntheticDataset(3, 2, 2, 1);
+  const std::vector<int64_t> indices = {3};
+  std::vector<float> features(2);
+  std::vector<int32_t> labels(1);
+  EXPECT_DEATH(GatherBatch(data, indices, absl::MakeSpan(features),
+                           absl::MakeSpan(labels)),
+               "lockstep data: precondition failed: 0 <= index < "
+               "num_examples");
+}
+
 // The real data set, when the Debian package dataset-fashion-mnist is
 // installed; it exercises the gzip path on the files we train on.
 constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";

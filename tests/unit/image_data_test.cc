@@ -48,6 +48,13 @@ TEST(SyntheticImagesTest, DeterministicAndLearnable) {
     }
 }
 
+// A caller's bug stops with the precondition named (the same CheckOrDie as
+// worker/data/dataset.cc's).
+TEST(SyntheticImagesDeathTest, NoClassesStops) {
+  EXPECT_DEATH(MakeSyntheticImages(4, {5, 4, 3}, 0, 7),
+               "lockstep data: precondition failed: num_classes >= 1");
+}
+
 TEST(AugmentImagesTest, DisabledIsANoOp) {
   const ImageSize size = {4, 5, 2};
   std::vector<float> images = Labeled(3, size);

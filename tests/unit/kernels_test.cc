@@ -11,17 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
 namespace kernels {
 namespace {
-
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
 
 // Odd length: the vector loops' tails run too.
 constexpr size_t kN = 1000 + 37;
@@ -49,7 +44,8 @@ void ExpectSameBits(const std::vector<float>& want,
                     const std::vector<float>& got, const std::string& what) {
   ASSERT_EQ(want.size(), got.size()) << what;
   for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(Bits(want[i]), Bits(got[i]))
+    ASSERT_EQ(absl::bit_cast<uint32_t>(want[i]),
+              absl::bit_cast<uint32_t>(got[i]))
         << what << " element " << i << ": " << want[i] << " vs " << got[i];
   }
 }
@@ -127,7 +123,9 @@ TEST(KernelsTest, Float16WideningIsExactForEveryEncoding) {
     t->decode[kF16](reinterpret_cast<const char*>(all.data()), all.size(),
                     out.data());
     for (uint32_t h = 0; h < 65536; ++h) {
-      ASSERT_EQ(Bits(out[h]), Bits(HalfByFormula(static_cast<uint16_t>(h))))
+      ASSERT_EQ(
+          absl::bit_cast<uint32_t>(out[h]),
+          absl::bit_cast<uint32_t>(HalfByFormula(static_cast<uint16_t>(h))))
           << t->name << " half 0x" << std::hex << h;
     }
   }
@@ -137,7 +135,8 @@ TEST(KernelsTest, SumsDecodesAndChecksMatchGeneric) {
   const std::vector<float> values = Random(1, 3.0f);
   std::vector<uint16_t> halves(kN);
   for (size_t i = 0; i < kN; ++i) {
-    halves[i] = static_cast<uint16_t>(Bits(values[i]) >> 16);  // bf16 bits.
+    const uint32_t bits = absl::bit_cast<uint32_t>(values[i]);
+    halves[i] = static_cast<uint16_t>(bits >> 16);  // bf16 bits.
   }
   std::vector<uint16_t> fp16(kN);
   for (size_t i = 0; i < kN; ++i) fp16[i] = static_cast<uint16_t>(i * 61);

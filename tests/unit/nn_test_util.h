@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/random.h"
 #include "gtest/gtest.h"
 #include "tests/unit/gpu_required.h"
 #include "tests/unit/nn_reference_layers.h"
+#include "tests/unit/random_floats.h"
 #include "worker/device/device.h"
 #include "worker/device/device_factory.h"
 #include "worker/model/nn/layer.h"
@@ -70,13 +70,7 @@ class OnEachDevice : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Device> device_;
 };
 
-inline std::vector<float> RandomFloats(size_t n, uint64_t seed,
-                                       float lo = -1.0f, float hi = 1.0f) {
-  Random random(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = random.Uniform(lo, hi);
-  return v;
-}
+using ::lockstep::RandomFloats;  // tests/unit/random_floats.h
 
 // Uniform in [-1, 1) but at least `gap` from zero, so ReLU's kink and max
 // pooling's ties stay further than a finite-difference step away.

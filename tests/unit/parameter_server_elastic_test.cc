@@ -184,7 +184,10 @@ TEST(ElasticServerModeTest, OnlyPlainSyncModeTakesShards) {
   ASSERT_TRUE(reply.result.has_value());
   EXPECT_EQ(reply.result->status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(reply.result->status().message(), HasSubstr("--sync=sync"));
+  // The flag as the worker spells it (worker/app/worker_flags.cc).
+  EXPECT_EQ(reply.result->status().message(),
+            "elastic pushes (a group generation) need the workers' --sync=ps "
+            "without --backup_workers");
 }
 
 }  // namespace

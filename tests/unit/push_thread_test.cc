@@ -1,9 +1,12 @@
-// PushThread (worker/exchange/ps/push_thread.h): work runs in submission order
-// on one thread that is not the caller's; WaitIdle returns only once the work
-// running has ended; destruction runs what is left first.
+// PushThread (worker/exchange/ps/push_thread.h), a SerialExecutor with
+// WaitIdle: work runs in submission order on one thread that is not the
+// caller's; no amount of waiting work is refused; WaitIdle returns only once
+// the work running has ended and dropped what it held; destruction runs what
+// is left first.
 #include "worker/exchange/ps/push_thread.h"
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -44,7 +47,8 @@ TEST(PushThreadTest, WaitIdleWaitsForTheWorkRunning) {
     go.WaitForNotification();
     done = true;
   });
-  started.WaitForNotification();  // Off the queue: only running_ says busy.
+  // Off the queue: only the executor's running piece says busy.
+  started.WaitForNotification();
   std::thread waiter([&] {
     pusher.WaitIdle();
     returned = true;
@@ -55,6 +59,28 @@ TEST(PushThreadTest, WaitIdleWaitsForTheWorkRunning) {
   waiter.join();
   EXPECT_TRUE(done.load());
   pusher.WaitIdle();  // Idle already: returns at once.
+}
+
+TEST(PushThreadTest, WaitIdleReturnsOnceTheWorkDroppedWhatItHeld) {
+  PushThread pusher;
+  auto buffer = std::make_shared<int>(7);
+  std::atomic<int> seen{0};
+  pusher.Submit([&seen, held = buffer] { seen = *held; });
+  pusher.WaitIdle();
+  EXPECT_EQ(seen.load(), 7);
+  EXPECT_EQ(buffer.use_count(), 1);  // The work's copy is gone.
+}
+
+TEST(PushThreadTest, RefusesNoWorkHoweverMuchWaits) {
+  constexpr int kWaiting = 10000;  // More chunks than any model's step has.
+  PushThread pusher;
+  absl::Notification go;
+  std::atomic<int> ran{0};
+  pusher.Submit([&] { go.WaitForNotification(); });
+  for (int i = 0; i < kWaiting; ++i) pusher.Submit([&] { ++ran; });
+  go.Notify();
+  pusher.WaitIdle();
+  EXPECT_EQ(ran.load(), kWaiting);
 }
 
 TEST(PushThreadTest, DestructionRunsWhatWasSubmitted) {

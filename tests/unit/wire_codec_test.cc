@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
@@ -16,18 +17,6 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
-
-uint32_t Bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof(bits));
-  return bits;
-}
-
-float FromBits(uint32_t bits) {
-  float v;
-  std::memcpy(&v, &bits, sizeof(v));
-  return v;
-}
 
 constexpr float kMax = std::numeric_limits<float>::max();
 constexpr float kLowest = std::numeric_limits<float>::lowest();
@@ -44,7 +33,8 @@ std::vector<float> EdgeValues() {
           -1.0f,
           kDenormMin,
           -kDenormMin,
-          FromBits(0x00400001u),  // A denormal with more than one bit set.
+          absl::bit_cast<float>(
+              0x00400001u),  // A denormal with more than one bit set.
           std::numeric_limits<float>::min(),
           kMax,
           kLowest,
@@ -52,7 +42,7 @@ std::vector<float> EdgeValues() {
           3.14159265f,
           kInf,
           -kInf,
-          FromBits(0x7fc12345u)};  // Quiet NaN with payload.
+          absl::bit_cast<float>(0x7fc12345u)};  // Quiet NaN with payload.
 }
 
 TEST(WireCodecTest, EncodeLaysOutLittleEndianFloat32) {
@@ -76,7 +66,9 @@ TEST(WireCodecTest, RoundTripIsBitExact) {
   absl::Status status = DecodeFloat32(bytes, absl::MakeSpan(decoded));
   ASSERT_TRUE(status.ok()) << status;
   for (size_t i = 0; i < original.size(); ++i) {
-    EXPECT_EQ(Bits(decoded[i]), Bits(original[i])) << "element " << i;
+    EXPECT_EQ(absl::bit_cast<uint32_t>(decoded[i]),
+              absl::bit_cast<uint32_t>(original[i]))
+        << "element " << i;
   }
 }
 
@@ -117,11 +109,13 @@ TEST(WireCodecTest, DecodeRejectsSizeMismatch) {
 TEST(WireCodecTest, CheckFiniteAcceptsFiniteValues) {
   EXPECT_TRUE(CheckFinite({}).ok());
   EXPECT_TRUE(CheckFinite({0.0f, -0.0f, 1.0f, kMax, kLowest, kDenormMin,
-                           -kDenormMin, FromBits(0x00400001u),
+                           -kDenormMin, absl::bit_cast<float>(0x00400001u),
                            std::numeric_limits<float>::min()})
                   .ok());
   // The largest finite bit patterns sit just below the Inf/NaN exponent.
-  EXPECT_TRUE(CheckFinite({FromBits(0x7f7fffffu), FromBits(0xff7fffffu)}).ok());
+  EXPECT_TRUE(CheckFinite({absl::bit_cast<float>(0x7f7fffffu),
+                           absl::bit_cast<float>(0xff7fffffu)})
+                  .ok());
 }
 
 TEST(WireCodecTest, CheckFiniteNamesTheBadElement) {
@@ -152,7 +146,7 @@ TEST(WireCodecTest, CheckFiniteRejectsEveryNaNAndInfBitPattern) {
   // Any sign, any payload: exponent all ones is never finite.
   for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00000u,
                         0x7f800001u, 0x7fffffffu, 0xffffffffu}) {
-    absl::Status status = CheckFinite({1.0f, FromBits(bits)});
+    absl::Status status = CheckFinite({1.0f, absl::bit_cast<float>(bits)});
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
         << std::hex << bits;
     EXPECT_THAT(status.message(), HasSubstr("element 1 ")) << std::hex << bits;

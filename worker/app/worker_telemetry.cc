@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/telemetry_endpoints.h"
 
 namespace lockstep {
 namespace {
@@ -16,38 +17,21 @@ int Index(StepObserver::Phase phase) { return static_cast<int>(phase); }
 
 absl::StatusOr<std::unique_ptr<WorkerTelemetry>> WorkerTelemetry::Create(
     const WorkerTelemetryOptions& options) {
-  for (int port : {options.health_port, options.metrics_port}) {
-    if (port < 0 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("port ", port, " is outside [0, 65535]"));
-    }
-  }
   std::unique_ptr<WorkerTelemetry> t(new WorkerTelemetry(options));
-  if (options.health_port > 0) {
-    absl::StatusOr<std::unique_ptr<HealthServer>> health =
-        HealthServer::Start(options.health_port);
-    if (!health.ok()) return health.status();
-    t->health_ = std::move(*health);
-  }
-  if (options.metrics_port > 0) {
-    MetricsHttpOptions http;
-    http.port = options.metrics_port;
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
-        MetricsHttpServer::Start(http, &t->registry_);
-    if (!server.ok()) return server.status();
-    t->http_ = std::move(*server);
-  }
-  if (!options.trace_path.empty()) {
-    TraceRecorderOptions trace;
-    trace.path = options.trace_path;
-    trace.process_name = absl::StrCat("lockstep_worker rank ", options.rank);
-    trace.sort_index = 1000 + options.rank;  // After the servers.
-    absl::StatusOr<std::unique_ptr<TraceRecorder>> recorder =
-        TraceRecorder::Create(trace);
-    if (!recorder.ok()) return recorder.status();
-    t->trace_ = std::move(*recorder);
-    t->trace_->NameThread(kTrainingTrack, "training");
-  }
+  TelemetryEndpointOptions endpoints;
+  endpoints.health_port = options.health_port;
+  endpoints.metrics_port = options.metrics_port;
+  endpoints.trace.path = options.trace_path;
+  endpoints.trace.process_name =
+      absl::StrCat("lockstep_worker rank ", options.rank);
+  endpoints.trace.sort_index = 1000 + options.rank;  // After the servers.
+  absl::StatusOr<TelemetryEndpoints> started =
+      StartTelemetryEndpoints(endpoints, &t->registry_);
+  if (!started.ok()) return started.status();
+  t->health_ = std::move(started->health);
+  t->http_ = std::move(started->http);
+  t->trace_ = std::move(started->trace);
+  if (t->trace_ != nullptr) t->trace_->NameThread(kTrainingTrack, "training");
   t->enabled_ = t->http_ != nullptr || t->trace_ != nullptr;
   return t;
 }

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -13,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "worker/data/check_or_die.h"
 #include "worker/data/idx_reader.h"
 
 namespace lockstep {
@@ -21,15 +20,6 @@ namespace {
 // MNIST and Fashion-MNIST both have ten classes; a larger label means a
 // corrupt or foreign labels file.
 constexpr int kIdxNumClasses = 10;
-
-// Programmer errors only (the caller broke a documented precondition); a
-// quiet out-of-bounds write would be far worse than stopping here.
-void CheckOrDie(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "lockstep dataset: precondition failed: %s\n", what);
-    std::abort();
-  }
-}
 
 // Reads `dir`/`name`, or `dir`/`name`.gz when the plain file is absent, so
 // both the distribution's compressed files and unpacked copies work.

@@ -1,26 +1,12 @@
 #include "worker/data/image_data.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include "common/random.h"
+#include "worker/data/check_or_die.h"
 
 namespace lockstep {
-namespace {
-
-// Programmer errors only (a documented precondition broken); writing past
-// a buffer would be far worse than stopping.
-void CheckOrDie(bool condition, const char* what) {
-  if (!condition) {
-    std::fprintf(stderr, "lockstep image data: precondition failed: %s\n",
-                 what);
-    std::abort();
-  }
-}
-
-}  // namespace
 
 Dataset MakeSyntheticImages(int64_t num_examples, const ImageSize& size,
                             int num_classes, uint64_t seed, float noise) {

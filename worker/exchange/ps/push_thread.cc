@@ -1,48 +1,51 @@
 #include "worker/exchange/ps/push_thread.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <limits>
+#include <memory>
 #include <utility>
 
 namespace lockstep {
+namespace {
 
-PushThread::PushThread() : thread_([this] { Loop(); }) {}
+// Work waits without a bound: a step hands over one piece per chunk and
+// the push windows, not this queue, bound what is in flight. (The largest
+// int less one: SerialExecutor counts the running piece on top.)
+constexpr int kUnbounded = std::numeric_limits<int>::max() - 1;
 
-PushThread::~PushThread() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+// SerialExecutor refuses only after its shutdown, which only the
+// destructor starts: a refusal is a use after destruction.
+void SubmitOrDie(SerialExecutor* executor, std::function<void()> work) {
+  if (!executor->Submit(std::move(work))) {
+    std::fprintf(stderr, "PushThread: work submitted after shutdown\n");
+    std::abort();
   }
-  work_.notify_one();
-  thread_.join();
 }
 
+}  // namespace
+
+PushThread::PushThread() : executor_(kUnbounded) {}
+
 void PushThread::Submit(std::function<void()> work) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(work));
-  }
-  work_.notify_one();
+  // What the work holds (a chunk's buffers) goes as soon as it has run,
+  // on the push thread, before anything later starts.
+  SubmitOrDie(&executor_, [work = std::move(work)]() mutable {
+    work();
+    work = nullptr;
+  });
 }
 
 void PushThread::WaitIdle() {
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [this] { return queue_.empty() && !running_; });
-}
-
-void PushThread::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_, and nothing left to run.
-    std::function<void()> work = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    work();
-    work = nullptr;  // Whatever it holds goes before the thread is idle.
-    lock.lock();
-    running_ = false;
-    if (queue_.empty()) idle_.notify_all();
-  }
+  // The executor runs one piece at a time, in order, and each piece drops
+  // what it held when it ends (Submit): once this marker runs, everything
+  // submitted before it has run and is gone. The promise is shared, so the
+  // marker never touches this frame after WaitIdle has returned.
+  auto idle = std::make_shared<std::promise<void>>();
+  std::future<void> done = idle->get_future();
+  SubmitOrDie(&executor_, [idle] { idle->set_value(); });
+  done.wait();
 }
 
 }  // namespace lockstep

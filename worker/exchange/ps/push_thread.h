@@ -7,14 +7,17 @@
 // a pool: the pushes must start in the order backprop readied their chunks,
 // the same on every worker, or the push windows can wait on each other
 // (worker/exchange/ps/push_step.h).
+//
+// A SerialExecutor (common/serial_executor.h) with no bound that matters
+// runs the work; PushThread adds only WaitIdle.
+//
+// Thread-safe.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_PS_PUSH_THREAD_H_
 #define LOCKSTEP_WORKER_EXCHANGE_PS_PUSH_THREAD_H_
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
-#include <thread>
+
+#include "common/serial_executor.h"
 
 namespace lockstep {
 
@@ -22,26 +25,18 @@ class PushThread {
  public:
   PushThread();
   // Runs what was submitted, then joins.
-  ~PushThread();
+  ~PushThread() = default;
   PushThread(const PushThread&) = delete;
   PushThread& operator=(const PushThread&) = delete;
 
   // Runs `work` after everything submitted before it.
   void Submit(std::function<void()> work);
-  // Returns once everything submitted so far has run to its end.
+  // Returns once everything submitted so far has run to its end (and what
+  // it held is gone). Not from inside submitted work.
   void WaitIdle();
 
  private:
-  void Loop();
-
-  // std::mutex rather than absl::Mutex: ThreadSanitizer sees through it.
-  std::mutex mu_;
-  std::condition_variable work_;  // Work or stop_, for the thread.
-  std::condition_variable idle_;  // queue_ empty and nothing running.
-  std::deque<std::function<void()>> queue_;  // Guarded by mu_.
-  bool running_ = false;                     // Guarded by mu_.
-  bool stop_ = false;                        // Guarded by mu_.
-  std::thread thread_;  // Last: starts once the rest is built.
+  SerialExecutor executor_;
 };
 
 }  // namespace lockstep
