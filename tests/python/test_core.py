@@ -185,11 +185,30 @@ class ErrorTest(unittest.TestCase):
         with self.assertRaises(LockstepError) as e:
             client.join([("w", [2])], [], "sgd", 0.1, 0, False, 0.9, 0.999,
                         1e-7, 0, 4 << 20, 1, 1, "sync", 0, 0, 0,
-                        np.zeros(2, np.float32), 0.5)
+                        np.zeros(2, np.float32), np.zeros(2, np.float32), 0.5)
         self.assertTrue(e.exception.retryable)
         self.assertEqual(e.exception.exit_code, 75)
         self.assertIn(e.exception.code_name, ("DEADLINE_EXCEEDED",
                                               "UNAVAILABLE"))
+
+    def test_names_and_codes_come_from_the_native_module(self):
+        # One definition in C++ (common/model_signature.h, exit_codes.h):
+        # the package reads it, never a copy.
+        from lockstep import errors, job
+        self.assertEqual(job.SYNC_MODES, ("sync", "async", "ssp"))
+        self.assertIs(job.SYNC_MODES, _native.SYNC_MODES)
+        self.assertEqual(job.OPTIMIZERS, ("sgd", "momentum", "adam", "adamw"))
+        self.assertEqual((errors.EXIT_FAILURE, errors.EXIT_PERMANENT,
+                          errors.EXIT_RETRYABLE, errors.EXIT_TERMINATED),
+                         (1, 2, 75, 143))
+        bad = errors.error("INVALID_ARGUMENT", "no such thing")
+        self.assertEqual((bad.code, bad.code_name, bad.retryable,
+                          bad.exit_code), (3, "INVALID_ARGUMENT", False, 2))
+        gone = errors.error("UNAVAILABLE", "server away")
+        self.assertEqual((gone.code, gone.retryable, gone.exit_code),
+                         (14, True, 75))
+        with self.assertRaises(ValueError):
+            errors.error("NOT_A_CODE", "x")
 
     def test_an_uncaught_error_ends_the_script_with_its_exit_code(self):
         script = ("import lockstep.errors as e; e.install_exit_codes(); "

@@ -62,8 +62,7 @@ std::unique_ptr<AllReduceStepSession> NewSession(
   absl::StatusOr<std::unique_ptr<CoordinatorClient>> client =
       CoordinatorClient::Create(coordinator.address(), TlsOptions());
   EXPECT_TRUE(client.ok()) << client.status();
-  return std::make_unique<AllReduceStepSession>(o, nullptr,
-                                                *std::move(client));
+  return std::make_unique<AllReduceStepSession>(o, nullptr, *std::move(client));
 }
 
 // What a rank saw.
@@ -76,11 +75,10 @@ struct RankRun {
 };
 
 // Runs steps until the session stops or `steps` are done.
-void RunRank(AllReduceStepSession* session, int rank, int steps,
-             RankRun* run) {
+void RunRank(AllReduceStepSession* session, int rank, int steps, RankRun* run) {
   absl::StatusOr<StepOutcome> at =
-      session->Join(Signature(steps), Initial, absl::MakeSpan(run->weights),
-                    {}, absl::Seconds(30));
+      session->Join(Signature(steps), Initial, absl::MakeSpan(run->weights), {},
+                    absl::Seconds(30));
   if (!at.ok()) {
     run->status = at.status();
     return;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -177,7 +178,14 @@ INSTANTIATE_TEST_SUITE_P(
     Settings, PsStepSessionTest,
     ::testing::Values(ClientSetting{1, kAutoPushWindow, false},
                       ClientSetting{2, kAutoPushWindow, false},
-                      ClientSetting{2, 1, false}, ClientSetting{2, 0, true}));
+                      ClientSetting{2, 1, false}, ClientSetting{2, 0, true}),
+    [](const ::testing::TestParamInfo<ClientSetting>& info) {
+      const ClientSetting& s = info.param;
+      return absl::StrCat(
+          s.num_shards, "shards_window",
+          s.push_window < 0 ? std::string("auto") : absl::StrCat(s.push_window),
+          s.push_thread ? "_push_thread" : "");
+    });
 
 // A computation that fails abandons the step: only what was handed over
 // is pushed, the shard still waits for that step, and the weights are

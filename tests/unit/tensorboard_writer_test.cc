@@ -14,10 +14,14 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/testing/fault_injection_env.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {
 namespace {
+
+using ::testing::HasSubstr;
 
 std::string Bytes(std::vector<int> bytes) {
   std::string s;
@@ -102,6 +106,34 @@ TEST(EventFileWriterTest, UnwritableDirectoryIsUnavailable) {
       EventFileWriter::Create(file + "/sub", &env);
   ASSERT_FALSE(writer.ok());
   EXPECT_EQ(writer.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A full disk while events are written out: the callback says so
+// (RESOURCE_EXHAUSTED naming the file), stops writing, and what was written
+// before is intact.
+TEST(TensorBoardCallbackTest, AFullDiskIsReportedAndEarlierRecordsKept) {
+  const std::string dir = ::testing::TempDir() + "/tb_full_disk_test";
+  std::filesystem::remove_all(dir);
+  FakeEnv clock(absl::FromUnixSeconds(1700000000));
+  FaultInjectionEnv env(&clock);
+  absl::StatusOr<std::unique_ptr<EventFileWriter>> writer =
+      EventFileWriter::Create(dir, &env);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const std::string path = (*writer)->path();
+  const std::string header = EncodeRecord(EncodeFileVersionEvent(1700000000.0));
+  TensorBoardCallback callback(*std::move(writer));
+  env.FillDiskAfter(10);  // Less than one scalar's record.
+  EpochLogs epoch;
+  epoch.epoch = 1;
+  callback.OnEpochEnd(epoch);  // Four scalars, then a flush.
+  EXPECT_EQ(callback.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(callback.status().message()), HasSubstr(path));
+  env.Heal();
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  ASSERT_EQ(file.size(), header.size() + 10);
+  EXPECT_EQ(file.substr(0, header.size()), header);
 }
 
 TEST(TensorBoardCallbackTest, WritesTheTagsOfStepsAndEpochs) {

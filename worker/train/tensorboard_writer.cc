@@ -3,13 +3,11 @@
 #include <unistd.h>
 
 #include <array>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/varint.h"
 
 namespace lockstep {
@@ -116,60 +114,51 @@ std::string EncodeRecord(absl::string_view data) {
 
 absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(
     const std::string& dir, Env* env) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot make ", dir, ": ", error.message()));
-  }
+  RETURN_IF_ERROR(env->CreateDirs(dir));
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "localhost");
   const absl::Time now = env->Now();
   const std::string path = absl::StrCat(dir, "/events.out.tfevents.",
                                         absl::ToUnixSeconds(now), ".", host);
-  FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-  }
-  std::unique_ptr<EventFileWriter> writer(new EventFileWriter(path, file, env));
-  absl::Status written =
-      writer->Append(EncodeFileVersionEvent(UnixSeconds(now)));
-  if (written.ok()) written = writer->Flush();
-  if (!written.ok()) return written;
+  ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                   env->NewWritableFile(path));
+  std::unique_ptr<EventFileWriter> writer(
+      new EventFileWriter(path, std::move(file), env));
+  writer->Append(EncodeFileVersionEvent(UnixSeconds(now)));
+  RETURN_IF_ERROR(writer->Flush());
   return writer;
 }
 
-EventFileWriter::EventFileWriter(std::string path, FILE* file, Env* env)
-    : path_(std::move(path)), file_(file), env_(env), last_flush_(env->Now()) {}
+EventFileWriter::EventFileWriter(std::string path,
+                                 std::unique_ptr<WritableFile> file, Env* env)
+    : path_(std::move(path)),
+      file_(std::move(file)),
+      env_(env),
+      last_flush_(env->Now()) {}
 
-EventFileWriter::~EventFileWriter() { std::fclose(file_); }
+EventFileWriter::~EventFileWriter() {
+  // What is still pending goes out; a failure here has no one to tell.
+  Flush().IgnoreError();
+  file_->Close().IgnoreError();
+}
 
-absl::Status EventFileWriter::Append(const std::string& event) {
-  const std::string record = EncodeRecord(event);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+void EventFileWriter::Append(const std::string& event) {
+  pending_ += EncodeRecord(event);
 }
 
 absl::Status EventFileWriter::WriteScalar(absl::string_view tag, int64_t step,
                                           float value) {
   const absl::Time now = env_->Now();
-  absl::Status appended =
-      Append(EncodeScalarEvent(UnixSeconds(now), step, tag, value));
-  if (!appended.ok()) return appended;
+  Append(EncodeScalarEvent(UnixSeconds(now), step, tag, value));
   return now - last_flush_ >= kFlushEvery ? Flush() : absl::OkStatus();
 }
 
 absl::Status EventFileWriter::Flush() {
   last_flush_ = env_->Now();
-  if (std::fflush(file_) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  if (pending_.empty()) return absl::OkStatus();
+  const std::string out = std::move(pending_);
+  pending_.clear();
+  return file_->Append(out);
 }
 
 TensorBoardCallback::TensorBoardCallback(

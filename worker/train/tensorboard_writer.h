@@ -36,28 +36,31 @@ std::string EncodeRecord(absl::string_view data);
 
 class EventFileWriter final {
  public:
-  // Makes `dir` (and its parents) and a new event file in it.
-  // UNAVAILABLE when either cannot be made.
+  // Makes `dir` (and its parents) and a new event file in it, through
+  // `env` (not owned) as every file operation after. UNAVAILABLE (or
+  // RESOURCE_EXHAUSTED for a full disk) when either cannot be made.
   static absl::StatusOr<std::unique_ptr<EventFileWriter>> Create(
       const std::string& dir, Env* env);
   ~EventFileWriter();
   EventFileWriter(const EventFileWriter&) = delete;
   EventFileWriter& operator=(const EventFileWriter&) = delete;
 
-  // Appends a scalar, stamped with env's time; flushed at most every few
-  // seconds, and by Flush.
+  // Appends a scalar, stamped with env's time; written out at most every
+  // few seconds, and by Flush (write(2), no fsync: a reader sees it).
   absl::Status WriteScalar(absl::string_view tag, int64_t step, float value);
   absl::Status Flush();
 
   const std::string& path() const { return path_; }
 
  private:
-  EventFileWriter(std::string path, FILE* file, Env* env);
-  absl::Status Append(const std::string& event);
+  EventFileWriter(std::string path, std::unique_ptr<WritableFile> file,
+                  Env* env);
+  void Append(const std::string& event);
 
   const std::string path_;
-  FILE* const file_;  // Owned.
-  Env* const env_;    // Not owned.
+  const std::unique_ptr<WritableFile> file_;
+  Env* const env_;       // Not owned.
+  std::string pending_;  // Records not written out yet.
   absl::Time last_flush_;
 };
 
