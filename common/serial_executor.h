@@ -7,11 +7,13 @@
 #ifndef LOCKSTEP_COMMON_SERIAL_EXECUTOR_H_
 #define LOCKSTEP_COMMON_SERIAL_EXECUTOR_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace lockstep {
 
@@ -37,14 +39,16 @@ class SerialExecutor {
   void Shutdown();
 
  private:
+  bool HasTaskOrStopping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !waiting_.empty();
+  }
   void Loop();
 
   const int max_waiting_;
-  std::mutex mu_;
-  std::condition_variable work_;
-  std::deque<std::function<void()>> waiting_;  // Guarded by mu_.
-  bool stopping_ = false;                      // Guarded by mu_.
-  bool running_ = false;                       // Guarded by mu_.
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> waiting_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::once_flag joined_;
   std::thread thread_;  // Last: started once the rest exists.
 };

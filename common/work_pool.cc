@@ -18,8 +18,13 @@ struct WorkPool::Job {
   const int64_t grain;
   const int64_t blocks;
   const absl::FunctionRef<void(int64_t, int64_t)> fn;
+  // Whether no helper works on it; with the pool's mu_ held.
+  bool Unhelped() const { return helpers == 0; }
   std::atomic<int64_t> next{0};  // The next block to claim.
-  int helpers = 0;               // Helpers working on it; guarded by mu_.
+  // Helpers working on it, guarded by the pool's mu_ (which a nested
+  // struct's annotation cannot name): read and written only by WorkPool
+  // functions that hold it.
+  int helpers = 0;
 };
 
 WorkPool::WorkPool(int threads) {
@@ -28,10 +33,9 @@ WorkPool::WorkPool(int threads) {
 
 WorkPool::~WorkPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  work_.notify_all();
   for (std::thread& t : helpers_) t.join();
 }
 
@@ -61,26 +65,22 @@ void WorkPool::ParallelFor(int64_t count, int64_t grain,
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     queue_.push_back(&job);
   }
-  // As many helpers as there are blocks for beside the caller's.
-  const int64_t wanted =
-      std::min<int64_t>(job.blocks - 1, static_cast<int64_t>(helpers_.size()));
-  for (int64_t i = 0; i < wanted; ++i) work_.notify_one();
   Work(&job);
   // Every block is claimed: no helper may join any more; wait for those
   // still running theirs.
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   queue_.erase(std::remove(queue_.begin(), queue_.end(), &job), queue_.end());
-  done_.wait(lock, [&] { return job.helpers == 0; });
+  mu_.Await(absl::Condition(&job, &Job::Unhelped));
 }
 
 void WorkPool::Help() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   for (;;) {
-    work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
+    mu_.Await(absl::Condition(this, &WorkPool::HasJobOrStop));
+    if (stop_) break;
     Job* job = queue_.front();
     // A job whose blocks are all claimed has nothing left for a helper.
     if (job->next.load(std::memory_order_relaxed) >= job->blocks) {
@@ -88,12 +88,13 @@ void WorkPool::Help() {
       continue;
     }
     ++job->helpers;
-    lock.unlock();
+    mu_.Unlock();
     Work(job);
-    lock.lock();
+    mu_.Lock();
     // The caller may be waiting for this; it owns `job` until then.
-    if (--job->helpers == 0) done_.notify_all();
+    --job->helpers;
   }
+  mu_.Unlock();
 }
 
 }  // namespace lockstep

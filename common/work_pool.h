@@ -14,14 +14,14 @@
 #ifndef LOCKSTEP_COMMON_WORK_POOL_H_
 #define LOCKSTEP_COMMON_WORK_POOL_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
 
 namespace lockstep {
 
@@ -49,16 +49,19 @@ class WorkPool {
 
  private:
   struct Job;
+  bool HasJobOrStop() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !queue_.empty();
+  }
   void Help();
   // Claims and runs blocks of `job` until none is left.
   static void Work(Job* job);
 
-  // std::mutex rather than absl::Mutex: ThreadSanitizer sees through it.
-  std::mutex mu_;
-  std::condition_variable work_;  // A job was queued, or stop_.
-  std::condition_variable done_;  // A helper left a job.
-  std::deque<Job*> queue_;        // Jobs helpers may join; guarded by mu_.
-  bool stop_ = false;             // Guarded by mu_.
+  // Helpers wait holding mu_ exclusively (they take jobs off queue_), so
+  // absl::Mutex wakes them one per unlock: each that takes a job wakes
+  // the next while a job is queued.
+  absl::Mutex mu_;
+  std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);  // Jobs helpers may join.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> helpers_;
 };
 

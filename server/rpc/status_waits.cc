@@ -30,7 +30,9 @@ void StatusWaits::Hold(absl::Duration wait, Answer answer) {
 
 std::vector<StatusWaits::Answer> StatusWaits::TakeDueLocked(absl::Time now) {
   std::vector<Answer> due;
-  auto is_due = [&](const Held& h) { return closed_ || h.deadline <= now; };
+  // Read here, where the analysis sees mu_ held, not in the lambda.
+  const bool all = closed_;
+  auto is_due = [&](const Held& h) { return all || h.deadline <= now; };
   for (Held& h : held_) {
     if (is_due(h)) due.push_back(std::move(h.answer));
   }

@@ -12,10 +12,9 @@ CpuThreadPool::CpuThreadPool(int threads) : threads_(std::max(threads, 1)) {
 
 CpuThreadPool::~CpuThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  work_.notify_all();
   for (std::thread& helper : helpers_) helper.join();
 }
 
@@ -27,16 +26,15 @@ void CpuThreadPool::Run(
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     count_ = count;
     fn_ = &fn;
     running_ = threads_ - 1;
     ++generation_;
   }
-  work_.notify_all();
   Share(0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return running_ == 0; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &CpuThreadPool::HelpersDone));
   fn_ = nullptr;
 }
 
@@ -50,18 +48,15 @@ void CpuThreadPool::Loop(int share) {
   int64_t seen = 0;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      absl::ReaderMutexLock lock(&mu_);
+      const Woken woken{this, seen};
+      mu_.Await(absl::Condition(&woken));
       if (stop_) return;
       seen = generation_;
     }
     Share(share);
-    bool last;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      last = --running_ == 0;
-    }
-    if (last) done_.notify_one();
+    absl::MutexLock lock(&mu_);
+    --running_;
   }
 }
 

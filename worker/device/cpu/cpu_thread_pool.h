@@ -7,13 +7,13 @@
 #ifndef LOCKSTEP_WORKER_DEVICE_CPU_CPU_THREAD_POOL_H_
 #define LOCKSTEP_WORKER_DEVICE_CPU_CPU_THREAD_POOL_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
 
 namespace lockstep {
 
@@ -35,19 +35,30 @@ class CpuThreadPool {
            absl::FunctionRef<void(int share, int64_t begin, int64_t end)> fn);
 
  private:
+  // What a helper waits for: a loop after the one it has `seen`, or stop_.
+  struct Woken {
+    const CpuThreadPool* pool;
+    int64_t seen;
+    bool operator()() const ABSL_SHARED_LOCKS_REQUIRED(pool->mu_) {
+      return pool->stop_ || pool->generation_ != seen;
+    }
+  };
+  bool HelpersDone() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return running_ == 0;
+  }
   void Share(int share);
   void Loop(int share);
 
   const int threads_;
-  // std::mutex rather than absl::Mutex: ThreadSanitizer sees through it
-  // (Debian's absl is not built for it).
-  std::mutex mu_;
-  std::condition_variable work_;  // A new loop or stop_, for the helpers.
-  std::condition_variable done_;  // running_ reached 0, for Run.
-  int64_t generation_ = 0;        // Bumped by each Run; guarded by mu_.
-  int running_ = 0;               // Helper shares not done; guarded by mu_.
-  bool stop_ = false;             // Guarded by mu_.
-  // The loop in progress; set by Run before it bumps generation_.
+  // Helpers wait holding mu_ shared: absl::Mutex wakes every reader whose
+  // condition holds at once, but exclusive waiters one per unlock, which
+  // would start the shares one after another.
+  absl::Mutex mu_;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;  // Bumped by each Run.
+  int running_ ABSL_GUARDED_BY(mu_) = 0;         // Helper shares not done.
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // The loop in progress: set by Run with mu_ held before it bumps
+  // generation_, read by the shares after they saw it bumped.
   int64_t count_ = 0;
   const absl::FunctionRef<void(int, int64_t, int64_t)>* fn_ = nullptr;
   std::vector<std::thread> helpers_;
