@@ -3,17 +3,27 @@
 # named targets (e.g. lockstep_worker), or everything when none is named.
 # While it compiles it prints ninja's "[done/total]" count every 15 s; the
 # full output is in build/build.log, and shown when the build fails.
-# Re-running on an up-to-date tree takes seconds.
+# Re-running on an up-to-date tree takes seconds. --build-only installs only
+# the packages the binaries need (install_deps.sh --build-only); a later run
+# without it installs the rest and configures again, so that what they
+# enable (the Python package) is built.
 #
-# usage: deploy/local/build.sh [TARGET...]
+# usage: deploy/local/build.sh [--build-only] [TARGET...]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-"$root/deploy/local/install_deps.sh"
+deps=()
+if [[ "${1:-}" == "--build-only" ]]; then
+  deps=(--build-only)
+  shift
+fi
+"$root/deploy/local/install_deps.sh" "${deps[@]}"
 build="${LOCKSTEP_BUILD_DIR:-$root/build}"
-if [[ ! -f "$build/build.ninja" ]]; then
+# Packages installed since the last configure may enable more of the build.
+if [[ ! -f "$build/build.ninja" || /var/lib/dpkg/status -nt "$build/build.ninja" ]]; then
   echo "Configuring the build in $build..."
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLOCKSTEP_WERROR=ON >/dev/null
+  touch "$build/build.ninja"
 fi
 jobs="${LOCKSTEP_BUILD_JOBS:-$(nproc)}"
 targets=()

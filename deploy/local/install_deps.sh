@@ -3,8 +3,10 @@
 # and any named as arguments (python3-torch, for the Python package's tests
 # and the benchmarks), but only when
 # something is missing, so a second run costs a dpkg query.
+# --build-only leaves out what only the tests, the benchmarks and the Python
+# package need: enough to build and run the binaries (deploy/local/train.sh).
 #
-# usage: deploy/local/install_deps.sh [EXTRA_PACKAGE...]
+# usage: deploy/local/install_deps.sh [--build-only] [EXTRA_PACKAGE...]
 set -euo pipefail
 
 packages=(
@@ -13,10 +15,14 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libopenblas-dev zlib1g-dev libgloo-dev
   nlohmann-json3-dev
   dataset-fashion-mnist
-  python3-venv python3-yaml iproute2 python3-matplotlib
-  python3-dev pybind11-dev python3-numpy
   openssl
 )
+if [[ "${1:-}" == "--build-only" ]]; then
+  shift
+else
+  packages+=(python3-venv python3-yaml iproute2 python3-matplotlib
+             python3-dev pybind11-dev python3-numpy)
+fi
 packages+=("$@")
 
 missing=()

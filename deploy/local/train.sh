@@ -33,8 +33,10 @@ for arg in "$@"; do
   fi
 done
 echo "Building Lockstep (first run: installs packages and compiles)..."
-"$root/deploy/local/build.sh" lockstep_server lockstep_worker lockstep_launch \
-  lockstep_ctl
+# Only the packages and the four binaries the job runs (lockstep_ctl: the
+# status command the launcher prints).
+"$root/deploy/local/build.sh" --build-only lockstep_server lockstep_worker \
+  lockstep_launch lockstep_ctl
 for arg in "$@"; do
   if [[ "$arg" == "--tls" ]]; then
     "$root/deploy/tls/make_certs.sh" "$build/tls"

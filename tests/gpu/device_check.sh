@@ -33,10 +33,15 @@
 set -euo pipefail
 
 readonly kMaxBundleBytes=$((40 * 1024 * 1024))
-readonly kTests=(cuda_device_test cuda_models_test device_copies_test device_checks_test
-  cpu_device_test device_factory_test image_op_elements_test conv2d_test
-  pooling_layers_test batch_normalization_test basic_layers_test
-  graph_model_test all_reducer_test kernels_test chunk_barrier_parallel_test)
+# The test executables, one per tests/ folder; of the unit tests, the
+# device's, the layers', the all-reducers' and the kernels' suites.
+readonly kTests=(lockstep_gpu_tests lockstep_unit_tests)
+readonly kLayerSuites="*Conv2DTest.*:KerasWindowTest.*:*PoolingLayersTest.*"\
+":*BatchNormalizationTest.*:*BasicLayersTest.*:*GraphModelTest.*"
+readonly kUnitSuites="CpuDeviceTest.*:*GemmTest.*:DeviceFactoryTest.*"\
+":ImageGeometryTest.*:ImageOpElementsTest.*:$kLayerSuites:*AllReduce*"\
+":AllReducerFactoryTest.*:*LateRankTest.*:KernelsTest.*"\
+":ParallelBarrierCheckTest.*:*ParallelBarrierTest.*"
 readonly kTools=(lockstep_gpu_bench lockstep_server lockstep_worker
   lockstep_launch lockstep_bench)
 readonly kBinaries=("${kTests[@]}" "${kTools[@]}")
@@ -237,10 +242,8 @@ sanitize() {
   # test that asks cudaMalloc for 2^52 bytes on purpose (memcheck reports
   # the refusal as an API error), ResNet-50 (minutes under memcheck), and
   # image_op_elements_test (no CUDA call, which memcheck counts as an error).
-  local runs=("cuda_device_test -*ErrorsCarryTheCallFileAndLine"
-    "device_copies_test" "cuda_models_test -*resnet50" "conv2d_test"
-    "pooling_layers_test" "batch_normalization_test" "basic_layers_test"
-    "graph_model_test")
+  local runs=("lockstep_gpu_tests *-*ErrorsCarryTheCallFileAndLine:*resnet50"
+    "lockstep_unit_tests $kLayerSuites")
   local bin filter
   for run in "${runs[@]}"; do
     read -r bin filter <<<"$run"
@@ -303,11 +306,14 @@ run() {
     echo "(nvidia-smi lists a GPU: LOCKSTEP_REQUIRE_GPU=1, CUDA tests may not skip)"
   fi
   local failed=0
+  local filter
   for bin in "${kTests[@]}"; do
+    filter="*"
+    [[ $bin == lockstep_unit_tests ]] && filter="$kUnitSuites"
     echo "== $bin"
     # --gtest_brief prints failures only; the summary lines still say how
     # many tests passed and were skipped.
-    if ! "$dir/bin/$bin" --gtest_brief=1; then
+    if ! "$dir/bin/$bin" --gtest_brief=1 --gtest_filter="$filter"; then
       echo "FAILED: $bin"
       failed=1
     fi

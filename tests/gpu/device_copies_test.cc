@@ -168,9 +168,9 @@ TEST_P(DeviceTest, HostUploaderUploadsFromTheLentBufferAndFromAnywhere) {
   EXPECT_TRUE(uploader.Upload({}, (*target)->data()).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(BothDevices, DeviceTest,
-                         ::testing::Values("cpu", "cuda"),
-                         [](const auto& info) { return info.param; });
+// DeviceTest's tests here run on both devices through cuda_device_test.cc's
+// BothDevices instantiation: the two files share one test executable, and a
+// second instantiation would run every DeviceTest twice.
 
 }  // namespace
 }  // namespace lockstep

@@ -44,7 +44,7 @@ std::vector<float> RandomNonZero(Random& random, int n) {
   return values;
 }
 
-TEST(OptimizerTest, TwoHalvesEqualTheWhole) {
+TEST(OptimizerPropertiesTest, TwoHalvesEqualTheWhole) {
   // 11 elements split 4 + 7, so vector bodies and scalar tails both run.
   constexpr int kN = 11;
   constexpr int kSplit = 4;
@@ -90,7 +90,7 @@ std::vector<std::vector<float>> SlotValues(Optimizer& optimizer) {
   return values;
 }
 
-TEST(OptimizerTest, ApplyMeanHasTheBitsOfScalingThenApply) {
+TEST(OptimizerPropertiesTest, ApplyMeanHasTheBitsOfScalingThenApply) {
   // A server's step: a sum of 3 workers' gradients, scaled by 1/3, applied
   // to a copy of the published weights. ApplyMean does it in one pass, both
   // into a new buffer and in place, and must give the very same bits.
@@ -133,7 +133,7 @@ TEST(OptimizerTest, ApplyMeanHasTheBitsOfScalingThenApply) {
   }
 }
 
-TEST(OptimizerTest, SubRangeTouchesOnlyItsSlots) {
+TEST(OptimizerPropertiesTest, SubRangeTouchesOnlyItsSlots) {
   constexpr int kN = 10;
   constexpr int kOffset = 3;
   constexpr int kSize = 4;
@@ -158,7 +158,7 @@ TEST(OptimizerTest, SubRangeTouchesOnlyItsSlots) {
   }
 }
 
-TEST(OptimizerTest, SlotsHaveKerasNamesAndFullSize) {
+TEST(OptimizerPropertiesTest, SlotsHaveKerasNamesAndFullSize) {
   constexpr int64_t kN = 5;
   struct Case {
     std::string name;
@@ -190,7 +190,7 @@ TEST(OptimizerTest, SlotsHaveKerasNamesAndFullSize) {
   }
 }
 
-TEST(OptimizerTest, RestoredSlotsResumeTheSameTrajectory) {
+TEST(OptimizerPropertiesTest, RestoredSlotsResumeTheSameTrajectory) {
   // Slots are what a checkpoint saves: copying them into a fresh optimizer
   // must continue exactly where the original left off.
   for (const OptimizerConfig& config : AllKinds()) {
