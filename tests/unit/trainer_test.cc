@@ -1,9 +1,8 @@
 // Trainer's loop in one process: a real MLP on the CPU device, synthetic
-// data, and either an in-process StepSession that plays a one-worker
-// synchronous job (SGD on the gradient it is handed, version = step + 1),
-// fails the steps a test asks it to and recovers with the real
-// StepRecovery, or the real PsStepSession over ParameterServer shards in
-// this process (workers on threads).
+// data, and either LocalStepSession (tests/unit/local_step_session.h: a
+// one-worker synchronous job that fails the steps a test asks it to and
+// recovers with the real StepRecovery), or the real PsStepSession over
+// ParameterServer shards in this process (workers on threads).
 #include "worker/train/trainer.h"
 
 #include <atomic>
@@ -19,10 +18,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/in_process_job.h"
+#include "tests/unit/local_step_session.h"
 #include "worker/data/dataset.h"
 #include "worker/device/device_factory.h"
 #include "worker/exchange/ps_step_session.h"
-#include "worker/exchange/step_recovery.h"
 #include "worker/exchange/step_session.h"
 #include "worker/model/mlp.h"
 
@@ -36,110 +35,6 @@ using ::testing::HasSubstr;
 constexpr int kBatch = 8;
 constexpr int kExamples = 64;  // 8 steps an epoch.
 constexpr float kLearningRate = 0.1f;
-
-StepSessionOptions LocalOptions(const std::atomic<bool>* signal) {
-  StepSessionOptions o;
-  o.rejoin_timeout = absl::Seconds(30);
-  o.stop_requested = signal;
-  return o;
-}
-
-class LocalSession final : public StepSession {
- public:
-  // `signal` is the stop signal StepRecovery sees (a step that fails after
-  // it is a stop); `stopping` what Stopping() says (the agreed stop). Not
-  // owned; either may be null.
-  explicit LocalSession(const std::atomic<bool>* signal = nullptr,
-                        const std::atomic<bool>* stopping = nullptr)
-      : recovery_(LocalOptions(signal)), stopping_(stopping) {}
-
-  absl::StatusOr<StepOutcome> Join(const ModelSignature& signature,
-                                   InitialFn initial, absl::Span<float> weights,
-                                   absl::Span<float>, absl::Duration) override {
-    joined_with = signature;
-    initial_ = std::move(initial);
-    weights_ = weights;
-    gradient_.resize(weights.size());
-    ASSIGN_OR_RETURN(StepOutcome joined, JoinOnce());
-    RETURN_IF_ERROR(CheckNotPastEnd(signature, joined));
-    recovery_.StepSucceeded();
-    return joined;
-  }
-
-  absl::StatusOr<StepPlan> BeginStep() override {
-    StepPlan plan;
-    plan.step = next_step_;
-    plan.batch_shards = {0};
-    plan.gradient = absl::MakeSpan(gradient_);
-    return plan;
-  }
-  void GradientReady(int64_t, int64_t) override {}
-
-  absl::StatusOr<StepOutcome> FinishStep() override {
-    const int64_t step = next_step_;
-    steps.push_back(step);
-    if (auto it = failures.find(step); it != failures.end()) {
-      absl::Status failure = it->second;
-      failures.erase(it);  // Fails once.
-      return recovery_.AfterFailure(
-          failure, /*can_rejoin=*/true,
-          [this](absl::Duration) { return JoinOnce(); });
-    }
-    for (size_t i = 0; i < master_.size(); ++i) {
-      master_[i] -= kLearningRate * gradient_[i];
-    }
-    std::copy(master_.begin(), master_.end(), weights_.begin());
-    version_ = step + 1;
-    recovery_.StepSucceeded();
-    StepOutcome done;
-    done.applied = true;
-    done.version = done.next_step = next_step_ = version_;
-    return done;
-  }
-  absl::Status AbandonStep() override { return absl::OkStatus(); }
-  bool Stopping() const override {
-    return stopping_ != nullptr && stopping_->load();
-  }
-  absl::Status Leave() override {
-    ++leaves;
-    return absl::OkStatus();
-  }
-  absl::Status LeaveFromAnyThread() override { return Leave(); }
-  int64_t rejoins() const override { return recovery_.rejoins(); }
-  StepTimings step_timings() const override { return StepTimings(); }
-  int push_window() const override { return 0; }
-
-  int joins = 0;
-  int leaves = 0;
-  int64_t join_version = -1;  // >= 0: what Join says, not the job's version.
-  ModelSignature joined_with;
-  std::vector<int64_t> steps;  // Every step finished (or failed).
-  std::map<int64_t, absl::Status> failures;
-
- private:
-  absl::StatusOr<StepOutcome> JoinOnce() {
-    ++joins;
-    if (!initialized_) {
-      master_ = initial_();
-      initialized_ = true;
-    }
-    std::copy(master_.begin(), master_.end(), weights_.begin());
-    StepOutcome joined;
-    joined.version = join_version >= 0 ? join_version : version_;
-    joined.next_step = next_step_ = joined.version;
-    return joined;
-  }
-
-  StepRecovery recovery_;
-  const std::atomic<bool>* const stopping_;
-  InitialFn initial_;
-  absl::Span<float> weights_;
-  std::vector<float> gradient_;
-  bool initialized_ = false;
-  std::vector<float> master_;
-  int64_t version_ = 0;
-  int64_t next_step_ = 0;
-};
 
 // A CPU device and an MLP of 16-8-4 (172 parameters) on it.
 struct CpuMlp {
@@ -184,7 +79,7 @@ class TrainerTest : public ::testing::Test {
   std::unique_ptr<GraphModel> model_;
   Dataset train_, test_;
   TrainerOptions options_;
-  LocalSession session_;
+  LocalStepSession session_;
   std::vector<int64_t> logged_;
 };
 
@@ -250,7 +145,7 @@ TEST_F(TrainerTest, APermanentFailureEndsTheRun) {
 
 TEST_F(TrainerTest, AStopRequestLeavesWithoutTraining) {
   std::atomic<bool> stop{true};
-  LocalSession session(&stop, &stop);
+  LocalStepSession session(&stop, &stop);
   absl::StatusOr<TrainSummary> summary = Run(&session);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_TRUE(summary->stopped);
@@ -264,7 +159,7 @@ TEST_F(TrainerTest, AStopRequestLeavesWithoutTraining) {
 // (all-reduce's case: the ranks had not yet agreed on the stop).
 TEST_F(TrainerTest, AFailureAfterAStopSignalIsAStop) {
   std::atomic<bool> signal{true};
-  LocalSession session(&signal, /*stopping=*/nullptr);
+  LocalStepSession session(&signal, /*stopping=*/nullptr);
   session.failures[1] = absl::UnavailableError("servers draining");
   absl::StatusOr<TrainSummary> summary = Run(&session);
   ASSERT_TRUE(summary.ok()) << summary.status();

@@ -198,8 +198,7 @@ void BindClient(py::module_& m) {
            "Registers (rank 0's weights buffer defines version 0 when the "
            "job has none) and pulls the version to start from into weights; "
            "both buffers are held from then on. Returns a StepOutcome.")
-      .def("begin_step", &Client::BeginStep,
-           "Starts the next step; returns the step to compute.")
+      .def("begin_step", &Client::BeginStep, "Returns the step to compute.")
       .def("gradient_ready", &Client::GradientReady, py::arg("begin"),
            py::arg("end"))
       .def("finish_step", &Client::FinishStep,
