@@ -1,8 +1,9 @@
 #include "server/core/parameter_server.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <utility>
+
+#include <malloc.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -37,62 +38,49 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
 
 ParameterServer::ParameterServer(const ParameterServerOptions& options)
     : options_(options),
-      server_incarnation_(NewServerIncarnation()),
-      incarnations_(options.num_workers, 0),
-      finished_(options.num_workers, false) {
-  absl::MutexLock lock(&activity_mu_);
-  activity_.resize(options.num_workers);
-  step_started_.resize(options.num_workers);
-  for (int r = 0; r < options.num_workers; ++r) activity_[r].rank = r;
-}
+      members_(options.num_workers, NewServerIncarnation()),
+      barriers_(options, &counters_),
+      generations_(options.num_workers),
+      recovery_(options, &barriers_, &members_),
+      activity_(options.num_workers) {}
 
 ParameterServer::~ParameterServer() { Shutdown(); }
+
+absl::StatusOr<Registration> ParameterServer::Register(
+    int rank, const ModelSignature& signature) {
+  StepBarriers::Revocation revoked;
+  absl::StatusOr<Registration> result =
+      barriers_.Register(rank, signature, &members_, &revoked);
+  if (result.ok()) activity_.Note(rank, options_.env->Now());
+  // Old barriers: their waiting pulls learn why, and what they held (a
+  // provisional model's weights and optimizer state) goes back.
+  for (ChunkBarrier* b : revoked.barriers) {
+    b->Close(absl::FailedPreconditionError(revoked.reason));
+    b->ReleaseMemory();
+  }
+  if (!revoked.barriers.empty()) malloc_trim(0);  // To the system, not kept.
+  return result;
+}
 
 absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(
     int rank, int64_t incarnation, int chunk, int64_t step,
     const PushSlot& slot) const {
-  absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("server is shutting down");
-  RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
-  if (step >= step_limit_) {
+  // The layout before the member's check: a registration that overrules a
+  // provisional signature revokes its ranks before it publishes the new
+  // layout, so a rank that passes the check finds a barrier of the layout
+  // it registered under (closed now, if overruled), never a newer one.
+  const StepBarriers::Layout* layout = barriers_.layout();
+  if (barriers_.shutting_down()) {
+    return absl::UnavailableError("server is shutting down");
+  }
+  RETURN_IF_ERROR(members_.Check(rank, incarnation));
+  if (step >= barriers_.step_limit()) {
     return absl::UnavailableError(
         "the server is draining: it takes no new steps");
   }
-  RETURN_IF_ERROR(CheckSlotLocked(slot));
-  return OwnedChunkLocked(chunk);
-}
-
-absl::StatusOr<ChunkBarrier*> ParameterServer::OwnedChunkLocked(
-    int chunk) const {
-  if (chunk < 0 || chunk >= static_cast<int>(chunks_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", chunk, " is outside [0, ", chunks_.size(), ")"));
-  }
-  if (chunks_[chunk] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", chunk, " belongs to shard ", plan_->chunks()[chunk].shard,
-        ", not to this shard ", options_.shard));
-  }
-  return chunks_[chunk].get();
-}
-
-std::vector<ChunkBarrier*> ParameterServer::OwnedChunksLocked() const {
-  std::vector<ChunkBarrier*> owned;
-  for (const auto& c : chunks_) {
-    if (c != nullptr) owned.push_back(c.get());
-  }
-  return owned;
-}
-
-int64_t ParameterServer::VersionLocked() const {
-  int64_t version = -1;
-  bool first = true;
-  for (const auto& c : chunks_) {
-    if (c == nullptr) continue;
-    version = first ? c->version() : std::min(version, c->version());
-    first = false;
-  }
-  return version;
+  RETURN_IF_ERROR(generations_.CheckSlot(
+      slot, layout == nullptr ? nullptr : &layout->sync));
+  return barriers_.Owned(layout, chunk);
 }
 
 absl::StatusOr<int64_t> ParameterServer::Initialize(
@@ -102,7 +90,7 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
         absl::StrCat("only rank 0 initializes the weights, not rank ", rank));
   }
   ASSIGN_OR_RETURN(ChunkBarrier * barrier, FindChunk(rank, incarnation, chunk));
-  NoteContact(rank, options_.env->Now());
+  activity_.Note(rank, options_.env->Now());
   RETURN_IF_ERROR(
       CheckPayloadSize({fp32_bytes}, WireDType::kFloat32, barrier->chunk()));
   if (absl::Status finite = CheckFiniteEncoded(fp32_bytes, WireDType::kFloat32);
@@ -110,8 +98,7 @@ absl::StatusOr<int64_t> ParameterServer::Initialize(
     return NotFiniteError(barrier->chunk().index, finite);
   }
   RETURN_IF_ERROR(barrier->Initialize(fp32_bytes));
-  absl::MutexLock lock(&mu_);
-  return VersionLocked();
+  return StepBarriers::Version(barriers_.layout());
 }
 
 void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
@@ -122,14 +109,15 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   absl::StatusOr<ChunkBarrier*> barrier =
       FindChunk(rank, incarnation, chunk, step, slot);
   absl::Status valid = barrier.status();
-  if (valid.ok() && slot.generation > 0) {
+  if (valid.ok() && slot.generation > 0 && generations_.Note(slot.generation)) {
     // A member's push of a newer generation than this shard has seen: the
     // group re-formed (only the first server hosts the coordinator), and a
     // step older ones gather here is given up, as there.
-    NoteGeneration(slot.generation);
+    barriers_.ExpireGathering(
+        GroupGenerations::ReformingError(slot.generation));
   }
   if (valid.ok()) {
-    NoteContact(rank, arrival, step);
+    activity_.Note(rank, arrival, step);
     // The size; the barrier checks the values as it sums them.
     valid = CheckPayloadSize(payload, dtype, (*barrier)->chunk());
   }
@@ -140,163 +128,67 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
   (*barrier)->Push(shard, step, dtype, payload, arrival, std::move(done));
 }
 
+void ParameterServer::RequireGeneration(int64_t generation) {
+  if (generations_.Require(generation)) {
+    barriers_.ExpireGathering(GroupGenerations::ReformingError(generation));
+  }
+}
+
 void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
                            int64_t min_version, bool exact,
                            ChunkCallback done) {
-  ChunkBarrier* barrier = nullptr;
-  {
-    absl::ReleasableMutexLock lock(&mu_);
-    absl::Status status;
-    if (shutting_down_) {
-      status = absl::UnavailableError("server is shutting down");
-    } else if (incarnation != 0) {
-      status = CheckMemberLocked(rank, incarnation);
-    }
-    if (status.ok() && !signature_.has_value()) {
-      status = absl::FailedPreconditionError(
-          "no worker has registered yet, so there is no model");
-    }
-    if (status.ok()) {
-      absl::StatusOr<ChunkBarrier*> owned = OwnedChunkLocked(chunk);
-      status = owned.status();
-      if (owned.ok()) barrier = *owned;
-    }
-    if (!status.ok()) {
-      lock.Release();
-      return done(status);
-    }
+  // The layout first, as in FindChunk.
+  const StepBarriers::Layout* layout = barriers_.layout();
+  absl::Status status;
+  if (barriers_.shutting_down()) {
+    status = absl::UnavailableError("server is shutting down");
+  } else if (incarnation != 0) {
+    status = members_.Check(rank, incarnation);
   }
-  if (incarnation != 0) NoteContact(rank, options_.env->Now());
+  if (status.ok() && layout == nullptr) {
+    status = absl::FailedPreconditionError(
+        "no worker has registered yet, so there is no model");
+  }
+  ChunkBarrier* barrier = nullptr;
+  if (status.ok()) {
+    absl::StatusOr<ChunkBarrier*> owned = barriers_.Owned(layout, chunk);
+    status = owned.status();
+    if (owned.ok()) barrier = *owned;
+  }
+  if (!status.ok()) return done(status);
+  if (incarnation != 0) activity_.Note(rank, options_.env->Now());
   barrier->Pull(min_version, exact, std::move(done));
 }
 
 absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
-  int64_t regroup = 0;
-  bool elastic = false;
-  {
-    absl::MutexLock lock(&mu_);
-    if (incarnation == 0 && rank >= 0 && rank < options_.num_workers &&
-        (incarnations_[rank] == 0 || finished_[rank])) {
-      // An all-reduce worker: it never registered, the server only hosted
-      // its rendezvous, and it leaves so the server can end with the job.
-      // Or an elastic job's absent rank (evicted, or gone already), for
-      // which the group that finishes leaves.
-      finished_[rank] = true;
-      return absl::OkStatus();
-    }
-    RETURN_IF_ERROR(CheckMemberLocked(rank, incarnation));
-    finished_[rank] = true;
-    // An elastic job's member leaves: the others re-form without it (the
-    // shard hosting the coordinator requires the next generation; the
-    // others give their step up, which may wait for the leaver's shard).
-    elastic = seen_generation_ > 0;
-    if (min_generation_ > 0) regroup = min_generation_ + 1;
-  }
-  NoteContact(rank, options_.env->Now());
-  if (regroup > 0) {
-    RequireGeneration(regroup);
-  } else if (elastic) {
-    GiveUpGathering(absl::AbortedError(absl::StrCat(
+  ASSIGN_OR_RETURN(const bool member, members_.Leave(rank, incarnation));
+  if (!member) return absl::OkStatus();
+  // An elastic job's member leaves: the others re-form without it (the
+  // shard hosting the coordinator requires the next generation; the
+  // others give their step up, which may wait for the leaver's shard).
+  const GroupGenerations::Leaving leaving = generations_.OnLeave();
+  activity_.Note(rank, options_.env->Now());
+  if (leaving.regroup > 0) {
+    RequireGeneration(leaving.regroup);
+  } else if (leaving.elastic) {
+    barriers_.ExpireGathering(absl::AbortedError(absl::StrCat(
         "rank ", rank, " left the worker group; this step was not applied, "
         "join the group again and push it again")));
   }
   return absl::OkStatus();
 }
 
-absl::Status ParameterServer::CheckSlotLocked(const PushSlot& slot) const {
-  if (slot.generation == 0) return absl::OkStatus();
-  if (slot.generation < 0 || slot.batch_shard < 0 ||
-      slot.batch_shard >= options_.num_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group generation ", slot.generation, " batch shard ",
-                     slot.batch_shard, ": the shard must be in [0, ",
-                     options_.num_workers, ") and the generation positive"));
-  }
-  if (!signature_.has_value() || signature_->sync.mode != SyncMode::kSync ||
-      signature_->sync.backup_workers != 0) {
-    return absl::FailedPreconditionError(
-        "elastic pushes (a group generation) need the workers' --sync=ps "
-        "without --backup_workers");
-  }
-  if (slot.generation < min_generation_) {
-    return absl::AbortedError(
-        absl::StrCat("the worker group re-forms (generation ", min_generation_,
-                     ", this push's is ", slot.generation,
-                     "): a worker joins or leaves; join the group again"));
-  }
-  return absl::OkStatus();
-}
-
-void ParameterServer::RequireGeneration(int64_t generation) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (generation <= min_generation_) return;
-    min_generation_ = generation;
-    seen_generation_ = std::max(seen_generation_, generation);
-  }
-  GiveUpGathering(ReformingError(generation));
-}
-
-void ParameterServer::NoteGeneration(int64_t generation) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (generation <= seen_generation_) return;
-    seen_generation_ = generation;
-  }
-  GiveUpGathering(ReformingError(generation));
-}
-
-absl::Status ParameterServer::ReformingError(int64_t generation) {
-  return absl::AbortedError(absl::StrCat(
-      "the worker group re-forms (generation ", generation,
-      "): a worker joins or leaves; this step was not applied, join the "
-      "group again and push it again"));
-}
-
-void ParameterServer::GiveUpGathering(const absl::Status& why) {
-  std::vector<ChunkBarrier*> chunks;
-  {
-    absl::MutexLock lock(&mu_);
-    chunks = OwnedChunksLocked();
-  }
-  for (ChunkBarrier* c : chunks) {
-    if (std::optional<ChunkBarrier::Gathering> g = c->Pending()) {
-      c->Expire(g->step, why);
-    }
-  }
-}
-
-void ParameterServer::NoteContact(int rank, absl::Time when,
-                                  int64_t pushed_step) {
-  absl::MutexLock lock(&activity_mu_);
-  if (rank < 0 || rank >= static_cast<int>(activity_.size())) return;
-  WorkerActivity& a = activity_[rank];
-  a.last_contact = std::max(a.last_contact, when);
-  if (pushed_step <= a.last_step) return;  // Not a push, or not a new step.
-  if (pushed_step == a.last_step + 1 && a.last_step >= 0) {
-    a.last_step_time = when - step_started_[rank];
-  }
-  a.last_step = pushed_step;
-  step_started_[rank] = when;
-}
-
 ServerStatus ParameterServer::GetStatus() const {
   ServerStatus status;
-  std::vector<ChunkBarrier*> chunks;
-  {
-    absl::MutexLock lock(&mu_);
-    status.version = VersionLocked();
-    status.num_workers = options_.num_workers;
-    status.server_incarnation = server_incarnation_;
-    status.signature = signature_;
-    status.shard = options_.shard;
-    status.num_shards = options_.num_shards;
-    for (int r = 0; r < options_.num_workers; ++r) {
-      if (incarnations_[r] != 0) status.registered_ranks.push_back(r);
-      if (finished_[r]) status.finished_ranks.push_back(r);
-    }
-    chunks = OwnedChunksLocked();
-  }
+  StepBarriers::View view = barriers_.Current();
+  status.version = view.version;
+  status.num_workers = options_.num_workers;
+  status.server_incarnation = members_.server_incarnation();
+  status.signature = std::move(view.signature);
+  status.shard = options_.shard;
+  status.num_shards = options_.num_shards;
+  members_.Roster(&status.registered_ranks, &status.finished_ranks);
+  const std::vector<ChunkBarrier*>& chunks = view.owned;
   status.num_chunks = static_cast<int>(chunks.size());
   // A rank has pushed step `version` when every chunk still gathering that
   // step holds its gradient (chunks already past it had all they needed).
@@ -328,43 +220,32 @@ ServerStatus ParameterServer::GetStatus() const {
     }
   }
   status.now = options_.env->Now();
-  absl::MutexLock lock(&activity_mu_);
-  status.workers = activity_;
+  status.workers = activity_.Get();
   return status;
 }
 
-bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
-  absl::MutexLock lock(&mu_);
-  auto all_left = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return std::all_of(finished_.begin(), finished_.end(),
-                       [](bool f) { return f; });
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&all_left), timeout);
+absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
+    absl::Duration timeout) {
+  return recovery_.Snapshot(timeout);
 }
 
-void ParameterServer::StopNewSteps() {
-  absl::MutexLock lock(&mu_);
-  draining_ = true;
-  step_limit_ = 0;
-  if (!signature_.has_value() ||
-      signature_->sync.mode != SyncMode::kSync) {
-    return;
-  }
-  // The step after the newest version: chunks behind it may still close
-  // the step they gather.
-  for (ChunkBarrier* c : OwnedChunksLocked()) {
-    step_limit_ = std::max(step_limit_, c->version());
-  }
+absl::Status ParameterServer::Restore(const ShardCheckpoint& checkpoint) {
+  return barriers_.Restore(checkpoint);
 }
+
+std::vector<ParameterServer::StepAlarm> ParameterServer::CheckStepTimeout(
+    absl::Time now, absl::Duration timeout, bool fail_job) {
+  return recovery_.CheckStepTimeout(now, timeout, fail_job);
+}
+
+bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
+  return members_.WaitUntilAllLeft(timeout);
+}
+
+void ParameterServer::StopNewSteps() { barriers_.StopNewSteps(); }
 
 void ParameterServer::Shutdown(const absl::Status& reason) {
-  std::vector<ChunkBarrier*> chunks;
-  {
-    absl::MutexLock lock(&mu_);
-    shutting_down_ = true;
-    chunks = OwnedChunksLocked();
-  }
-  for (ChunkBarrier* c : chunks) c->Close(reason);
+  barriers_.Shutdown(reason);
 }
 
 }  // namespace lockstep

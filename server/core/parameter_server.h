@@ -23,6 +23,19 @@
 //      answered with that chunk's weights of version v + 1.
 //   4. Leave(rank) when done; once every rank has left, WaitUntilDone returns.
 //
+// ParameterServer wires parts that each have one job, one lock and their
+// own tests: Membership (ranks and incarnations), StepBarriers (the job's
+// signature and this shard's ChunkBarriers, draining and shutting down),
+// GroupGenerations (an elastic job's group generations), ShardRecovery
+// (step timeouts, snapshots) and ActivityLog (what each rank did last). It
+// has no lock of its own.
+//
+// Lock order: StepBarriers' lock may be held while taking Membership's (a
+// registration) or a ChunkBarrier's (a restore); every other part's lock is
+// a leaf, never held while calling another part. A push takes Membership's
+// lock, the ActivityLog's and its barrier's, one after the other, and
+// reads the rest without a lock.
+//
 // Thread-safe. Callbacks run on the thread that completes them (the pusher
 // that closes a barrier, or the caller) and never under an internal lock.
 #ifndef LOCKSTEP_SERVER_CORE_PARAMETER_SERVER_H_
@@ -30,63 +43,29 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/chunk_plan.h"
-#include "common/env.h"
 #include "common/group_membership.h"
 #include "common/model_signature.h"
-#include "common/optimizer.h"
 #include "common/wire_codec.h"
-#include "common/work_pool.h"
-#include "server/core/barrier_observer.h"
+#include "server/core/activity_log.h"
+#include "server/core/barrier_counters.h"
+#include "server/core/checkpoint.h"
 #include "server/core/chunk_barrier.h"
+#include "server/core/group_generations.h"
+#include "server/core/membership.h"
 #include "server/core/push_checks.h"
+#include "server/core/server_options.h"
+#include "server/core/shard_recovery.h"
+#include "server/core/step_barriers.h"
 
 namespace lockstep {
-
-struct ParameterServerOptions {
-  int num_workers = 1;  // Workers in every synchronous step.
-  int shard = 0;        // This server's index among num_shards.
-  int num_shards = 1;   // Chunks are spread over shards by ChunkPlan.
-  BarrierObserver* observer = nullptr;  // Not owned; may be null.
-  SumOrder sum_order = SumOrder::kArrival;  // Synchronous steps' sums.
-  // Splits each chunk's sums and optimizer step (--server_threads); not
-  // owned, outlives the server; null: each on the calling thread.
-  WorkPool* pool = nullptr;
-  // Most bytes the model's state on this shard may take (its weights, the
-  // sum, a copy for exact pulls and the optimizer's slots); a signature
-  // needing more is refused with RESOURCE_EXHAUSTED before anything is
-  // allocated. 0: no bound.
-  int64_t max_state_bytes = 0;
-  // The clock of arrivals, contacts and step timeouts, and the sleeps of
-  // Snapshot's wait (the server's incarnation reads the real clock); not
-  // owned.
-  Env* env = Env::Default();
-};
-
-// What a shard holding `elements` of a model trained with `optimizer`
-// allocates: weights, the sum, the exact pulls' copy and the optimizer's
-// slots (momentum: 1, Adam and AdamW: 2), fp32 each.
-int64_t ShardStateBytes(int64_t elements, const OptimizerConfig& optimizer);
-
-struct Registration {
-  int64_t incarnation = 0;
-  bool must_initialize = false;
-  int64_t version = -1;
-  int64_t server_incarnation = 0;
-};
 
 // Cumulative counters since the shard started (see ServerCounters in the
 // proto).
@@ -102,16 +81,6 @@ struct ServerCounters {
   int64_t bytes_sent = 0;
   // pushes_refused by code; codes with none are left out.
   std::vector<std::pair<absl::StatusCode, int64_t>> pushes_refused_by_code;
-};
-
-// What the shard last saw of one rank (see WorkerActivity in the proto).
-struct WorkerActivity {
-  int rank = 0;
-  absl::Time last_contact = absl::InfinitePast();  // Any RPC; past: never.
-  int64_t last_step = -1;  // Latest step pushed; -1: none.
-  // Between the first pushes of its two latest steps (when consecutive);
-  // zero until then.
-  absl::Duration last_step_time;
 };
 
 struct ServerStatus {
@@ -218,19 +187,7 @@ class ParameterServer final {
   // job resumed to train longer, docs/resume.md).
   absl::Status Restore(const ShardCheckpoint& checkpoint);
 
-  // What CheckStepTimeout found: a step gathered for longer than half the
-  // timeout (warn) or the whole of it (expired: not applied, its waiting
-  // pushes answered ABORTED, the missing ranks evicted).
-  struct StepAlarm {
-    int64_t step = 0;
-    absl::Duration waited;
-    std::vector<int> missing;
-    bool expired = false;
-    // kSsp: `step` is the slowest ranks' next step, which the others' held
-    // pushes wait for. Expired without `fail_job`, nothing is given up or
-    // evicted: the others go on waiting for those ranks (or a replacement).
-    bool ssp = false;
-  };
+  using StepAlarm = ::lockstep::StepAlarm;
 
   // Called periodically by the daemon. Reports each step once at half the
   // timeout and once when it expires. With `fail_job` an expired step's
@@ -259,113 +216,22 @@ class ParameterServer final {
  private:
   explicit ParameterServer(const ParameterServerOptions& options);
 
-  // Sets up the plan and this shard's chunk barriers for `signature`.
-  absl::Status ConfigureLocked(const ModelSignature& signature)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Registration> RegisterInternal(
-      int rank, const ModelSignature& signature,
-      std::vector<ChunkBarrier*>* revoked, std::string* reason)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Register's checks of the caller and its signature's layout.
-  absl::Status CheckRegistrationLocked(int rank,
-                                       const ModelSignature& signature) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets the job's length after a restore (Restore); FAILED_PRECONDITION
-  // when `total_steps` ends before the restored version.
-  absl::Status ExtendLocked(int64_t total_steps)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes `signature` the job's when there is none yet, or when rank 0
-  // brings another one than the provisional one (revoking the others:
-  // `revoked`, `reason`); FAILED_PRECONDITION when it differs otherwise.
-  absl::Status AdoptSignatureLocked(int rank, const ModelSignature& signature,
-                                    std::vector<ChunkBarrier*>* revoked,
-                                    std::string* reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CheckStepTimeout's parts: the oldest step `chunks` wait on at `now`
-  // (expired and ssp not set); the alarm unless its step was said already
-  // (`stalled`: an SSP stall, else a warning); giving the step up.
-  std::optional<StepAlarm> OldestWait(const std::vector<ChunkBarrier*>& chunks,
-                                      absl::Time now) const;
-  std::vector<StepAlarm> AlarmOnce(const StepAlarm& alarm, bool stalled)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  void GiveUpStep(const StepAlarm& alarm, bool fail_job,
-                  const std::vector<ChunkBarrier*>& chunks)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Forgets the registrations of ranks other than 0 (made under a signature
-  // rank 0 overrules) and returns the barriers to close, failing their
-  // waiting pulls.
-  std::vector<ChunkBarrier*> RevokeProvisionalLocked(const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckMemberLocked(int rank, int64_t incarnation) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates rank/incarnation/chunk, and for a push of `step` that the
-  // server still takes that step (StopNewSteps); returns the chunk's
-  // barrier.
+  // server still takes that step (StopNewSteps) and its slot; returns the
+  // chunk's barrier. The checks run in push_checks.h's order.
   absl::StatusOr<ChunkBarrier*> FindChunk(int rank, int64_t incarnation,
                                           int chunk, int64_t step = kNotAPush,
                                           const PushSlot& slot = {}) const;
-  // A member pushed `generation`: newer than seen, the step being
-  // gathered is given up (RequireGeneration).
-  void NoteGeneration(int64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
-  static absl::Status ReformingError(int64_t generation);
-  // Gives up the step each chunk gathers, answering its pushes `why`.
-  void GiveUpGathering(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
-  // A push's slot (see Push): OK without a generation.
-  absl::Status CheckSlotLocked(const PushSlot& slot) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The barrier of a chunk this shard owns, or why there is none.
-  absl::StatusOr<ChunkBarrier*> OwnedChunkLocked(int chunk) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The shard's version: the lowest of its chunks' (-1 before version 0).
-  int64_t VersionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ChunkBarrier*> OwnedChunksLocked() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records an RPC from `rank` at `when`; a push also names its step.
-  void NoteContact(int rank, absl::Time when, int64_t pushed_step = kNotAPush)
-      ABSL_LOCKS_EXCLUDED(activity_mu_);
 
   const ParameterServerOptions options_;
-  const int64_t server_incarnation_;
-  BarrierCounters counters_;  // Updated without the lock.
+  BarrierCounters counters_;  // Updated without a lock.
   std::atomic<int64_t> bytes_sent_{0};
 
-  mutable absl::Mutex mu_;
-  std::optional<ModelSignature> signature_ ABSL_GUARDED_BY(mu_);
-  // Until rank 0 registers, the signature is provisional and rank 0's wins.
-  bool signature_from_rank0_ ABSL_GUARDED_BY(mu_) = false;
-  // Restored, and no worker registered since: the first one may set the
-  // job's length (Restore).
-  bool length_open_ ABSL_GUARDED_BY(mu_) = false;
-  // Why a revoked or evicted incarnation was dropped, to tell it when it
-  // calls again.
-  absl::flat_hash_map<int64_t, absl::Status> revoked_ ABSL_GUARDED_BY(mu_);
-  std::optional<ChunkPlan> plan_ ABSL_GUARDED_BY(mu_);
-  std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // 0: none.
-  std::vector<bool> finished_ ABSL_GUARDED_BY(mu_);
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // StopNewSteps: registrations are refused, and pushes of this step or
-  // later.
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t step_limit_ ABSL_GUARDED_BY(mu_) =
-      std::numeric_limits<int64_t>::max();
-  // By global chunk index; null for chunks of other shards. Barriers guard
-  // their own contents; they are never destroyed before the server, so a
-  // pointer taken under mu_ stays valid.
-  std::vector<std::unique_ptr<ChunkBarrier>> chunks_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<ChunkBarrier>> retired_chunks_
-      ABSL_GUARDED_BY(mu_);
-  // RequireGeneration's: pushes of an older group generation are refused.
-  int64_t min_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  // The newest generation required or pushed by a member; 0: not elastic.
-  int64_t seen_generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t warned_step_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t ssp_stalled_step_ ABSL_GUARDED_BY(mu_) = -1;
-
-  // Its own lock: taken once per push, never with mu_.
-  mutable absl::Mutex activity_mu_;
-  std::vector<WorkerActivity> activity_ ABSL_GUARDED_BY(activity_mu_);
-  // By rank: when its first push of last_step arrived.
-  std::vector<absl::Time> step_started_ ABSL_GUARDED_BY(activity_mu_);
+  Membership members_;
+  StepBarriers barriers_;
+  GroupGenerations generations_;
+  ShardRecovery recovery_;
+  ActivityLog activity_;
 };
 
 }  // namespace lockstep

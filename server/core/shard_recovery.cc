@@ -1,0 +1,132 @@
+#include "server/core/shard_recovery.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+// "1,3": the ranks, for a message.
+std::string RankList(const std::vector<int>& ranks) {
+  std::string list;
+  for (int r : ranks) absl::StrAppend(&list, list.empty() ? "" : ",", r);
+  return list;
+}
+
+}  // namespace
+
+ShardRecovery::ShardRecovery(const ParameterServerOptions& options,
+                             StepBarriers* barriers, Membership* members)
+    : options_(options), barriers_(barriers), members_(members) {}
+
+std::optional<StepAlarm> ShardRecovery::OldestWait(
+    absl::Span<ChunkBarrier* const> chunks, absl::Time now) const {
+  // The oldest waiting step over all chunks, and who is missing from it.
+  std::optional<ChunkBarrier::Gathering> oldest;
+  std::vector<bool> missing(options_.num_workers, false);
+  for (ChunkBarrier* c : chunks) {
+    std::optional<ChunkBarrier::Gathering> g = c->Pending();
+    if (!g.has_value()) continue;
+    if (!oldest.has_value() || g->since < oldest->since) oldest = g;
+    for (int r : g->missing) missing[r] = true;
+  }
+  if (!oldest.has_value()) return std::nullopt;
+  StepAlarm alarm;
+  alarm.step = oldest->step;
+  alarm.waited = now - oldest->since;
+  for (int r = 0; r < options_.num_workers; ++r) {
+    if (missing[r]) alarm.missing.push_back(r);
+  }
+  return alarm;
+}
+
+std::vector<StepAlarm> ShardRecovery::AlarmOnce(const StepAlarm& alarm,
+                                                bool stalled) {
+  absl::MutexLock lock(&mu_);
+  int64_t& said = stalled ? ssp_stalled_step_ : warned_step_;
+  if (said == alarm.step) return {};
+  said = alarm.step;
+  return {alarm};
+}
+
+void ShardRecovery::GiveUpStep(const StepAlarm& alarm, bool fail_job,
+                               absl::Span<ChunkBarrier* const> chunks) {
+  const std::string ranks = RankList(alarm.missing);
+  if (fail_job) {
+    const absl::Status cancelled = absl::CancelledError(absl::StrCat(
+        "the job failed: step ", alarm.step, " timed out waiting for rank(s) ",
+        ranks, " (the job fails when a worker is lost)"));
+    for (ChunkBarrier* c : chunks) c->Expire(alarm.step, cancelled);
+    return;
+  }
+  // Give up on the step everywhere; evict those who never came, so a late
+  // push of theirs is refused and they register again.
+  members_->Evict(alarm.missing, alarm.step);
+  const absl::Status aborted = absl::AbortedError(absl::StrCat(
+      "step ", alarm.step, " timed out after ",
+      absl::FormatDuration(alarm.waited), " waiting for rank(s) ", ranks,
+      "; it was not applied: register again and push it again"));
+  for (ChunkBarrier* c : chunks) c->Expire(alarm.step, aborted);
+}
+
+std::vector<StepAlarm> ShardRecovery::CheckStepTimeout(absl::Time now,
+                                                       absl::Duration timeout,
+                                                       bool fail_job) {
+  const StepBarriers::Layout* layout = barriers_->layout();
+  if (layout == nullptr) return {};
+  std::optional<StepAlarm> alarm = OldestWait(layout->owned, now);
+  if (!alarm.has_value() || alarm->waited < timeout / 2) return {};
+  alarm->expired = alarm->waited >= timeout;
+  alarm->ssp = layout->sync.mode == SyncMode::kSsp;
+  if (!alarm->expired) return AlarmOnce(*alarm, /*stalled=*/false);
+  // The held pushes were applied; nothing to give up on. The others wait
+  // for the slowest (a replacement resumes the job): said once.
+  if (alarm->ssp && !fail_job) return AlarmOnce(*alarm, /*stalled=*/true);
+  GiveUpStep(*alarm, fail_job, layout->owned);
+  return {*alarm};
+}
+
+absl::StatusOr<ShardCheckpoint> ShardRecovery::Snapshot(
+    absl::Duration timeout) {
+  StepBarriers::View view = barriers_->Current();
+  if (!view.signature.has_value() || view.version < 0) {
+    return absl::FailedPreconditionError(
+        "nothing to checkpoint before version 0");
+  }
+  ShardCheckpoint checkpoint;
+  checkpoint.signature = *std::move(view.signature);
+  checkpoint.shard = options_.shard;
+  checkpoint.num_shards = options_.num_shards;
+  checkpoint.num_workers = options_.num_workers;
+  const bool same_version =
+      checkpoint.signature.sync.mode == SyncMode::kSync;
+  const absl::Time deadline = options_.env->Now() + timeout;
+  while (true) {
+    checkpoint.chunks.clear();
+    int64_t low = -1, high = -1;
+    for (ChunkBarrier* c : view.owned) {
+      std::optional<ChunkState> state = c->Export();
+      if (!state.has_value()) {
+        return absl::FailedPreconditionError("a chunk is not initialized");
+      }
+      low = low < 0 ? state->version : std::min(low, state->version);
+      high = std::max(high, state->version);
+      checkpoint.chunks.push_back(std::move(*state));
+    }
+    checkpoint.version = low;
+    if (!same_version || low == high) return checkpoint;
+    // In sync mode a chunk leads the others by at most one step, and only
+    // until the pushes of that step reach them: a brief wait.
+    if (options_.env->Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "chunks stayed at versions ", low, "..", high,
+          " for the whole checkpoint timeout"));
+    }
+    options_.env->SleepFor(absl::Milliseconds(1));
+  }
+}
+
+}  // namespace lockstep

@@ -1,0 +1,284 @@
+#include "server/core/step_barriers.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace lockstep {
+namespace {
+
+absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
+  if (sync.mode == SyncMode::kAllReduce) {
+    return absl::InvalidArgumentError(
+        "a signature's sync mode is sync, async or ssp (an all-reduce job's "
+        "is sync)");
+  }
+  if (sync.backup_workers < 0 || sync.backup_workers >= num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backup_workers must be in [0, ", num_workers, "), got ",
+        sync.backup_workers));
+  }
+  if (sync.backup_workers > 0 && sync.mode != SyncMode::kSync) {
+    return absl::InvalidArgumentError(
+        "backup_workers applies to sync mode only");
+  }
+  if (sync.staleness < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staleness must not be negative, got ", sync.staleness));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t ShardStateBytes(int64_t elements, const OptimizerConfig& optimizer) {
+  const int slots = optimizer.name == "sgd"        ? 0
+                    : optimizer.name == "momentum" ? 1
+                                                   : 2;
+  return elements * static_cast<int64_t>(sizeof(float)) * (3 + slots);
+}
+
+StepBarriers::StepBarriers(const ParameterServerOptions& options,
+                           BarrierCounters* counters)
+    : options_(options), counters_(counters) {}
+
+absl::StatusOr<ChunkBarrier*> StepBarriers::Owned(const Layout* layout,
+                                                  int chunk) const {
+  const int num_chunks =
+      layout == nullptr ? 0 : static_cast<int>(layout->chunks.size());
+  if (chunk < 0 || chunk >= num_chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk, " is outside [0, ", num_chunks, ")"));
+  }
+  if (layout->chunks[chunk] == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk ", chunk, " belongs to shard ", layout->plan.chunks()[chunk].shard,
+        ", not to this shard ", options_.shard));
+  }
+  return layout->chunks[chunk].get();
+}
+
+int64_t StepBarriers::Version(const Layout* layout) {
+  if (layout == nullptr || layout->owned.empty()) return -1;
+  int64_t version = layout->owned.front()->version();
+  for (const ChunkBarrier* c : layout->owned) {
+    version = std::min(version, c->version());
+  }
+  return version;
+}
+
+absl::Status StepBarriers::ConfigureLocked(const ModelSignature& signature) {
+  RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, options_.num_workers));
+  ASSIGN_OR_RETURN(ChunkPlan plan,
+                   ChunkPlan::Create(signature.NumParameters(),
+                                     signature.chunk_bytes,
+                                     options_.num_shards,
+                                     signature.NumStateElements()));
+  if (plan.num_chunks() == 0) {
+    return absl::InvalidArgumentError("the model has no parameters");
+  }
+  int64_t owned = 0;
+  for (const Chunk& chunk : plan.chunks()) {
+    if (chunk.shard == options_.shard) owned += chunk.size;
+  }
+  const int64_t needed = ShardStateBytes(owned, signature.optimizer);
+  if (options_.max_state_bytes > 0 && needed > options_.max_state_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model needs about ", needed >> 20, " MiB on shard ",
+        options_.shard, " (", owned, " values: weights, their sum, a copy and ",
+        signature.optimizer.name, "'s state), more than the ",
+        options_.max_state_bytes >> 20, " MiB this server may use"));
+  }
+  auto layout = std::make_unique<Layout>(signature.sync, std::move(plan));
+  for (const Chunk& chunk : layout->plan.chunks()) {
+    if (chunk.shard != options_.shard) {
+      layout->chunks.push_back(nullptr);  // Another shard's.
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                     Optimizer::Create(signature.optimizer, chunk.size));
+    layout->chunks.push_back(std::make_unique<ChunkBarrier>(
+        chunk, signature.sync, options_.num_workers, std::move(optimizer),
+        counters_, options_.observer, options_.sum_order, options_.pool,
+        options_.env));
+    layout->owned.push_back(layout->chunks.back().get());
+  }
+  signature_ = signature;
+  // Earlier layouts stay alive: a caller may still hold a pointer into one
+  // (their barriers are closed).
+  layouts_.push_back(std::move(layout));
+  layout_.store(layouts_.back().get(), std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::Status StepBarriers::CheckRegistrationLocked(
+    int rank, const ModelSignature& signature) const {
+  if (shutting_down()) {
+    return absl::UnavailableError("server is shutting down");
+  }
+  if (draining_) {
+    // Its steps are over: a worker waits for the server that follows.
+    return absl::UnavailableError(
+        "the server is draining: it takes no new steps");
+  }
+  if (rank < 0 || rank >= options_.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside [0, ",
+                     options_.num_workers, ") for this job"));
+  }
+  if (signature.num_workers != options_.num_workers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model signature differs from the job's: num_workers: server has ",
+        options_.num_workers, ", worker says ", signature.num_workers));
+  }
+  if (signature.num_shards != options_.num_shards) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model signature differs from the job's: num_shards: server is shard ",
+        options_.shard, " of ", options_.num_shards, ", worker says ",
+        signature.num_shards, " shard(s)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepBarriers::AdoptSignatureLocked(int rank,
+                                                const ModelSignature& signature,
+                                                Membership* members,
+                                                Revocation* revoked) {
+  if (!signature_.has_value()) return ConfigureLocked(signature);
+  const std::string diff = DescribeDifference(*signature_, signature);
+  if (diff.empty()) return absl::OkStatus();
+  if (length_open_) {
+    ModelSignature same_length = signature;
+    same_length.total_steps = signature_->total_steps;
+    if (DescribeDifference(*signature_, same_length).empty()) {
+      return ExtendLocked(signature.total_steps);
+    }
+  }
+  if (rank != 0 || signature_from_rank0_ || Version(layout()) >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model signature differs from the job's: ", diff));
+  }
+  // Rank 0 defines the model. Workers that registered another one before
+  // it are refused now, rather than left waiting for a version 0 that
+  // would not fit them.
+  revoked->reason = absl::StrCat("model signature differs from rank 0's: ",
+                                 DescribeDifference(signature, *signature_));
+  members->RevokeAllButRankZero(revoked->reason);
+  revoked->barriers = layout()->owned;
+  return ConfigureLocked(signature);
+}
+
+absl::Status StepBarriers::ExtendLocked(int64_t total_steps) {
+  const int64_t version = Version(layout());
+  if (total_steps != 0 && total_steps < version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model signature differs from the job's: total_steps: the restored "
+        "job is at step ",
+        version, ", past the worker's ", total_steps,
+        " (a resumed job may grow, not end before where it is)"));
+  }
+  signature_->total_steps = total_steps;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Registration> StepBarriers::Register(
+    int rank, const ModelSignature& signature, Membership* members,
+    Revocation* revoked) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(CheckRegistrationLocked(rank, signature));
+  RETURN_IF_ERROR(AdoptSignatureLocked(rank, signature, members, revoked));
+  if (rank == 0) signature_from_rank0_ = true;
+  length_open_ = false;
+  Registration reg;
+  ASSIGN_OR_RETURN(reg.incarnation, members->Admit(rank));
+  reg.version = Version(layout());
+  reg.must_initialize = rank == 0 && reg.version < 0;
+  reg.server_incarnation = members->server_incarnation();
+  return reg;
+}
+
+absl::Status StepBarriers::Restore(const ShardCheckpoint& checkpoint) {
+  absl::MutexLock lock(&mu_);
+  if (signature_.has_value()) {
+    return absl::FailedPreconditionError(
+        "a checkpoint is restored only before any worker registers");
+  }
+  if (checkpoint.shard != options_.shard ||
+      checkpoint.num_shards != options_.num_shards ||
+      checkpoint.num_workers != options_.num_workers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint is of shard ", checkpoint.shard, " of ",
+        checkpoint.num_shards, " with ", checkpoint.num_workers,
+        " workers; this server is shard ", options_.shard, " of ",
+        options_.num_shards, " with ", options_.num_workers, " workers"));
+  }
+  RETURN_IF_ERROR(ConfigureLocked(checkpoint.signature));
+  const std::vector<ChunkBarrier*>& owned = layout()->owned;
+  if (owned.size() != checkpoint.chunks.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint holds ", checkpoint.chunks.size(),
+        " chunks, this shard owns ", owned.size()));
+  }
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (owned[i]->chunk().index != checkpoint.chunks[i].chunk) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint's chunk ", checkpoint.chunks[i].chunk,
+          " is not this shard's chunk ", owned[i]->chunk().index));
+    }
+    RETURN_IF_ERROR(owned[i]->Restore(checkpoint.chunks[i]));
+  }
+  // The restored model is the job's: workers with another one are refused.
+  signature_from_rank0_ = true;
+  length_open_ = true;
+  return absl::OkStatus();
+}
+
+StepBarriers::View StepBarriers::Current() const {
+  View view;
+  absl::MutexLock lock(&mu_);
+  view.signature = signature_;
+  const Layout* current = layout();
+  view.version = Version(current);
+  if (current != nullptr) view.owned = current->owned;
+  return view;
+}
+
+void StepBarriers::ExpireGathering(const absl::Status& why) {
+  const Layout* current = layout();
+  if (current == nullptr) return;
+  for (ChunkBarrier* c : current->owned) {
+    if (std::optional<ChunkBarrier::Gathering> g = c->Pending()) {
+      c->Expire(g->step, why);
+    }
+  }
+}
+
+void StepBarriers::StopNewSteps() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  int64_t limit = 0;
+  const Layout* current = layout();
+  if (current != nullptr && signature_->sync.mode == SyncMode::kSync) {
+    // The step after the newest version: chunks behind it may still close
+    // the step they gather.
+    for (const ChunkBarrier* c : current->owned) {
+      limit = std::max(limit, c->version());
+    }
+  }
+  step_limit_.store(limit, std::memory_order_release);
+}
+
+void StepBarriers::Shutdown(const absl::Status& reason) {
+  const Layout* current = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_.store(true, std::memory_order_release);
+    current = layout();
+  }
+  if (current == nullptr) return;
+  for (ChunkBarrier* c : current->owned) c->Close(reason);
+}
+
+}  // namespace lockstep
