@@ -30,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/env.h"
+#include "common/base/env.h"
 
 namespace lockstep {
 

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/nearest_name.h"  // NearestFlag, for its hints.
+#include "common/base/nearest_name.h"  // NearestFlag, for its hints.
 #include "deploy/launch/launcher_args.h"
 
 namespace lockstep {

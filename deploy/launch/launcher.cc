@@ -28,8 +28,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/json_writer.h"
-#include "common/sum_order.h"
+#include "common/formats/json_writer.h"
+#include "common/optim/sum_order.h"
 #include "deploy/launch/remote_spawn.h"
 
 namespace lockstep {

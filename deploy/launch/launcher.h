@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/sum_order.h"
+#include "common/optim/sum_order.h"
 #include "deploy/launch/host_list.h"
 #include "deploy/launch/process_group.h"
 

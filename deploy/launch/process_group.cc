@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "deploy/launch/line_prefixer.h"
 #include "deploy/launch/spawn.h"
 

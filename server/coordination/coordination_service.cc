@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "common/grpc_status.h"
+#include "common/rpc/grpc_status.h"
 
 namespace lockstep {
 namespace {

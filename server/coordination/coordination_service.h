@@ -6,12 +6,12 @@
 // key finishes it, and a cancelled call (its deadline passed, the client went
 // away, the server shuts down) withdraws it. JoinGroup and WatchGroup wait
 // alike in a GroupRendezvous. All first ask the Authorizer
-// (common/authorizer.h): they are worker RPCs. Protobuf types stop here.
+// (common/security/authorizer.h): they are worker RPCs. Protobuf types stop here.
 // Thread-safe (the store is).
 #ifndef LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 #define LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 
-#include "common/authorizer.h"
+#include "common/security/authorizer.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
 #include "server/coordination/coordination_store.h"
 #include "server/coordination/group_rendezvous.h"

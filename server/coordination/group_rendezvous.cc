@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/signature_proto.h"
+#include "common/model/signature_proto.h"
 
 namespace lockstep {
 namespace {

@@ -40,7 +40,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/group_membership.h"
+#include "common/rpc/group_membership.h"
 
 namespace lockstep {
 

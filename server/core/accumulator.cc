@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "common/kernels.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/kernels/kernels.h"
 
 namespace lockstep {
 

@@ -1,5 +1,5 @@
 // The gradient sum of one chunk: the one-pass check-and-sum of a push (the
-// kernels of common/kernels.h), the holding of early pushes when a
+// kernels of common/kernels/kernels.h), the holding of early pushes when a
 // synchronous step sums in rank order, and the apply of the sum's mean to
 // the weights. Between a synchronous step's close and the next step's
 // first push the idle sum holds the weights of the version before (for an
@@ -17,10 +17,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/optimizer.h"
-#include "common/sum_order.h"
-#include "common/wire_codec.h"
-#include "common/work_pool.h"
+#include "common/base/work_pool.h"
+#include "common/optim/optimizer.h"
+#include "common/optim/sum_order.h"
+#include "common/wire/wire_codec.h"
 
 namespace lockstep {
 

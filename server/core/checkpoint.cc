@@ -13,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/signature_proto.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/model/signature_proto.h"
 #include "lockstep/v1/lockstep.pb.h"
 
 namespace lockstep {

@@ -25,8 +25,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/env.h"
-#include "common/model_signature.h"
+#include "common/base/env.h"
+#include "common/model/model_signature.h"
 
 namespace lockstep {
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/core/checkpoint.h"
 
 namespace lockstep {

@@ -21,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/wire_codec.h"
+#include "common/wire/wire_codec.h"
 
 namespace lockstep {
 

@@ -18,8 +18,8 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/group_membership.h"
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
+#include "common/rpc/group_membership.h"
 
 namespace lockstep {
 

@@ -6,8 +6,8 @@
 #include <malloc.h>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/wire_codec.h"
+#include "common/base/status_macros.h"
+#include "common/wire/wire_codec.h"
 #include "server/core/push_checks.h"
 
 namespace lockstep {

@@ -23,8 +23,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/chunk_plan.h"
-#include "common/wire_codec.h"
+#include "common/model/chunk_plan.h"
+#include "common/wire/wire_codec.h"
 #include "server/core/barrier_counters.h"
 
 namespace lockstep {

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "common/env.h"
-#include "common/sum_order.h"
-#include "common/work_pool.h"
+#include "common/base/env.h"
+#include "common/base/work_pool.h"
+#include "common/optim/sum_order.h"
 #include "server/core/barrier_observer.h"
 
 namespace lockstep {

@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
 #include "server/core/chunk_core.h"
 #include "server/core/chunk_versions.h"
 

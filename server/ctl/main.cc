@@ -25,10 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/exit_codes.h"
-#include "common/flags.h"
-#include "common/json_writer.h"
-#include "common/tls_flags.h"
+#include "common/base/exit_codes.h"
+#include "common/flags/flags.h"
+#include "common/formats/json_writer.h"
+#include "common/security/tls_flags.h"
 #include "server/ctl/shard_client.h"
 #include "server/ctl/status_view.h"
 #include "server/ctl/trace_merge.h"
@@ -252,7 +252,7 @@ int MergeTraceFiles(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(lockstep::kUsage);
   std::vector<char*> positional = lockstep::ParseFlags(
-      argc, argv, {"server/ctl/main.cc", "common/tls_flags.cc"});
+      argc, argv, {"server/ctl/main.cc", "common/security/tls_flags.cc"});
   std::vector<std::string> args(positional.begin() + 1, positional.end());
   if (args.empty()) return lockstep::UsageError("no command");
   const std::string command = args[0];

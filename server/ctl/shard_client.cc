@@ -7,8 +7,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_status.h"
-#include "common/signature_proto.h"
+#include "common/model/signature_proto.h"
+#include "common/rpc/grpc_status.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 
 namespace lockstep {

@@ -13,8 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/health_client.h"
-#include "common/tls.h"
+#include "common/ops/health_client.h"
+#include "common/security/tls.h"
 
 namespace grpc {
 class Channel;

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/health_client.h"
+#include "common/ops/health_client.h"
 #include "server/ctl/shard_client.h"
 
 namespace lockstep {

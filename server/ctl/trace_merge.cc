@@ -6,7 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/json_value.h"
+#include "common/formats/json_value.h"
 
 namespace lockstep {
 namespace {

@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/exit_codes.h"
-#include "common/safetensors.h"
-#include "common/status_macros.h"
+#include "common/base/exit_codes.h"
+#include "common/base/status_macros.h"
+#include "common/formats/safetensors.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/daemon_internal.h"
 

@@ -20,15 +20,15 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/flags.h"
-#include "common/json_writer.h"
-#include "common/malloc_tuning.h"
-#include "common/status_macros.h"
-#include "common/sum_order.h"
-#include "common/tf_config.h"
-#include "common/tls.h"
-#include "common/tls_flags.h"
-#include "common/work_pool.h"
+#include "common/base/malloc_tuning.h"
+#include "common/base/status_macros.h"
+#include "common/base/work_pool.h"
+#include "common/flags/flags.h"
+#include "common/formats/json_writer.h"
+#include "common/formats/tf_config.h"
+#include "common/optim/sum_order.h"
+#include "common/security/tls.h"
+#include "common/security/tls_flags.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/machine_memory.h"
 
@@ -371,8 +371,8 @@ int ServerMain(int argc, char** argv, std::vector<std::string> help_files,
       "Exit codes: 0 done, 2 bad flags or checkpoint (permanent), 75 a lost "
       "worker with --on_worker_loss=fail (retryable), 1 other failures.");
   help_files.push_back("server/daemon/server_main.cc");
-  help_files.push_back("common/tls_flags.cc");
-  help_files.push_back("common/tls_server_flags.cc");
+  help_files.push_back("common/security/tls_flags.cc");
+  help_files.push_back("common/security/tls_server_flags.cc");
   ParseFlags(argc, argv, help_files);
   absl::StatusOr<DaemonOptions> options = ParseOptions();
   if (!options.ok()) {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/telemetry_endpoints.h"
+#include "common/ops/telemetry_endpoints.h"
 
 namespace lockstep {
 namespace {

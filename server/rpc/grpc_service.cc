@@ -1,12 +1,12 @@
 #include "server/rpc/grpc_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
-#include "common/signature_limits.h"
-#include "common/signature_proto.h"
-#include "common/wire_codec.h"
-#include "common/wire_dtype_proto.h"
-#include "common/wire_format.h"
+#include "common/model/signature_limits.h"
+#include "common/model/signature_proto.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/wire_format.h"
+#include "common/wire/wire_codec.h"
+#include "common/wire/wire_dtype_proto.h"
 
 namespace lockstep {
 namespace {

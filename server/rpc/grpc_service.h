@@ -4,9 +4,9 @@
 // once; pushes and pulls that must wait for the barrier are finished later
 // by the core's callback, so no gRPC thread ever blocks on a barrier.
 // Push and Pull are "raw" methods: their tensors are read from and written
-// to gRPC's byte buffers in place (common/wire_format.h) rather than copied
+// to gRPC's byte buffers in place (common/rpc/wire_format.h) rather than copied
 // through protobuf objects. Protobuf types stop here. Every handler first
-// asks the Authorizer (common/authorizer.h) whether the caller may make the
+// asks the Authorizer (common/security/authorizer.h) whether the caller may make the
 // call, and Register checks the signature against SignatureLimits before
 // the core allocates anything for it. Thread-safe (the core is).
 #ifndef LOCKSTEP_SERVER_RPC_GRPC_SERVICE_H_
@@ -20,9 +20,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "common/authorizer.h"
-#include "common/serial_executor.h"
-#include "common/signature_limits.h"
+#include "common/base/serial_executor.h"
+#include "common/model/signature_limits.h"
+#include "common/security/authorizer.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "server/core/parameter_server.h"
 #include "server/rpc/status_waits.h"

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "deploy/launch/launcher.h"
 
 namespace lockstep {

@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/json_writer.h"
-#include "common/model_signature.h"
-#include "common/status_macros.h"
-#include "common/tls_flags.h"
+#include "common/base/status_macros.h"
+#include "common/formats/json_writer.h"
+#include "common/model/model_signature.h"
+#include "common/security/tls_flags.h"
 #include "deploy/launch/launcher.h"
 #include "tests/bench/comm_bench.h"
 #include "tests/bench/conv_bench.h"
@@ -37,7 +37,7 @@ ABSL_FLAG(std::string, wire_dtype, "fp32",
           "comm: encoding on the wire, fp32 | bf16 | fp16.");
 ABSL_FLAG(std::string, chunk_bytes, "auto",
           "comm, study: largest chunk of the PS runs: auto (the workers' "
-          "default, common/chunk_plan.h) or fp32 bytes, at most 32 MiB.");
+          "default, common/model/chunk_plan.h) or fp32 bytes, at most 32 MiB.");
 ABSL_FLAG(int, iters, 20, "comm: timed steps.");
 ABSL_FLAG(std::string, push_window, "auto",
           "comm: gradient chunks each worker has in flight to each shard "

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/json_writer.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/formats/json_writer.h"
 #include "deploy/launch/launcher.h"
 #include "lockstep/v1/lockstep.pb.h"
 #include "tests/bench/bench_util.h"

@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/model_signature.h"
-#include "common/wire_codec.h"
+#include "common/model/model_signature.h"
+#include "common/wire/wire_codec.h"
 #include "tests/bench/bench_hosts.h"
 #include "tests/bench/loopback.h"
 #include "worker/exchange/ps/ps_client.h"
@@ -23,7 +23,7 @@ struct CommOptions {
   int workers = 2;
   int ps = 1;
   WireDType wire_dtype = WireDType::kFloat32;
-  int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
+  int64_t chunk_bytes = kAutoChunkBytes;  // common/model/chunk_plan.h
   int iters = 20;
   int warmup = 3;
   // PsClientOptions::max_pushes_in_flight (kAutoPushWindow: the default).

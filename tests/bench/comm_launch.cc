@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/chunk_plan.h"
-#include "common/status_macros.h"
-#include "common/wire_codec.h"
+#include "common/base/status_macros.h"
+#include "common/model/chunk_plan.h"
+#include "common/wire/wire_codec.h"
 #include "worker/exchange/ps/ps_client.h"
 
 namespace lockstep {

@@ -14,10 +14,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/json_writer.h"
-#include "common/model_signature.h"
-#include "common/random.h"
-#include "common/status_macros.h"
+#include "common/base/random.h"
+#include "common/base/status_macros.h"
+#include "common/formats/json_writer.h"
+#include "common/model/model_signature.h"
 #include "worker/exchange/allreduce/all_reducer.h"
 
 namespace lockstep {

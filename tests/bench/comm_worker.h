@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/tls_options.h"
-#include "common/wire_codec.h"
+#include "common/security/tls_options.h"
+#include "common/wire/wire_codec.h"
 #include "worker/exchange/ps/ps_client.h"
 
 namespace lockstep {

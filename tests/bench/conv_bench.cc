@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/json_writer.h"
-#include "common/random.h"
-#include "common/status_macros.h"
+#include "common/base/random.h"
+#include "common/base/status_macros.h"
+#include "common/formats/json_writer.h"
 #include "tests/bench/bench_util.h"
 #include "worker/device/cpu/cpu_conv.h"
 #include "worker/device/cpu/cpu_device.h"

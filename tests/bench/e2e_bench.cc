@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/json_writer.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/formats/json_writer.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/child_runner.h"
 

@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/child_runner.h"
 

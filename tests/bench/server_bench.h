@@ -1,14 +1,14 @@
 // `lockstep_bench server`: a server shard's own work at memory speed.
 //
 // Times, in this process, over arrays larger than the caches, with the
-// code paths a shard runs (common/wire_codec.h's checked sum and
-// common/optimizer.h's ApplyMean, split by common/work_pool.h as
+// code paths a shard runs (common/wire/wire_codec.h's checked sum and
+// common/optim/optimizer.h's ApplyMean, split by common/base/work_pool.h as
 // ChunkBarrier splits them):
 //   copy, triad        STREAM's kernels (a = b; a = b + q c), the yardstick;
 //   accumulate         sum += push, checked for NaN/Inf first, fp32 and bf16
 //                      payloads (and fp32 unchecked, to price the check);
 //   sgd, momentum, adam  the optimizer's step from the summed gradient;
-// for each thread count and kernel variant (common/kernels.h). Rates are
+// for each thread count and kernel variant (common/kernels/kernels.h). Rates are
 // reported two ways: payload (the gradient bytes a push carries, per
 // second) and memory traffic counted as STREAM counts it (every array each
 // loop must read or write, once per element), whose ratio to triad's at
@@ -29,7 +29,7 @@ struct ServerBenchOptions {
   int64_t elements = 25'600'000;  // fp32 values: ResNet-50's size.
   std::vector<int> threads;       // Empty: 1, 2, 4, ... up to the cores.
   int reps = 5;                   // Timed passes per figure (median).
-  // Variants to time at one thread (common/kernels.h names); empty: every
+  // Variants to time at one thread (common/kernels/kernels.h names); empty: every
   // one this CPU runs. The thread sweep uses the active variant.
   std::vector<std::string> variants;
 };

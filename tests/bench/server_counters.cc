@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/grpc_status.h"
-#include "common/json_writer.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/formats/json_writer.h"
+#include "common/rpc/grpc_status.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "tests/bench/bench_util.h"
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/child_runner.h"
 

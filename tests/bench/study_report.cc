@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "common/json_writer.h"
+#include "common/formats/json_writer.h"
 
 namespace lockstep {
 namespace {

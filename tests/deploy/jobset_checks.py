@@ -6,7 +6,7 @@ names exactly the pods the JobSet creates; sizes agree (mlPolicy.numNodes,
 the node job's completions, TF_CONFIG's workers, a TrainJob's numNodes);
 the trainer job is labelled and has the container named node; ports agree
 between TF_CONFIG, containerPorts, probes and flags; the failure policy
-fits common/exit_codes.h; jobset.yaml is the runtime's template; the mTLS
+fits common/base/exit_codes.h; jobset.yaml is the runtime's template; the mTLS
 runtime's TLS flags point into mounted Secrets.
 """
 

@@ -3,7 +3,7 @@ schema has it), its pod templates against the PodTemplate schema; the
 kustomization; and the Indexed Jobs' consistency: TF_CONFIG's cluster spec
 names each Job pod by its stable DNS name and port, Job sizes,
 PodDisruptionBudgets, Services, the NetworkPolicy and the probes agree,
-failures are retried as common/exit_codes.h says and a restarted server
+failures are retried as common/base/exit_codes.h says and a restarted server
 finds its checkpoints.
 """
 
@@ -293,7 +293,7 @@ def check_restarts(report, repo, k8s):
     restarted server finds its checkpoints."""
     codes = m.exit_codes(repo)
     if not report.check({"kExitPermanent", "kExitRetryable", "kExitTerminated"}
-                        <= set(codes), "common/exit_codes.h names the permanent, "
+                        <= set(codes), "common/base/exit_codes.h names the permanent, "
                         "retryable and SIGTERM exit codes"):
         return
     for path, owner, doc, template, rtype in k8s.pod_templates():

@@ -9,7 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/env.h"
+#include "common/base/env.h"
 #include "server/daemon/server_main.h"
 
 ABSL_FLAG(int, testing_checkpoint_pause_ms, 0,

@@ -7,10 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/chunk_plan.h"
-#include "common/model_signature.h"
-#include "common/signature_limits.h"
-#include "common/signature_proto.h"
+#include "common/model/chunk_plan.h"
+#include "common/model/model_signature.h"
+#include "common/model/signature_limits.h"
+#include "common/model/signature_proto.h"
 #include "lockstep/v1/lockstep.pb.h"
 #include "server/core/parameter_server.h"
 

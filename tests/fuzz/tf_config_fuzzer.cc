@@ -1,8 +1,8 @@
-// libFuzzer target: ParseTfConfig (common/tf_config.h) on arbitrary text.
+// libFuzzer target: ParseTfConfig (common/formats/tf_config.h) on arbitrary text.
 #include <cstddef>
 #include <cstdint>
 
-#include "common/tf_config.h"
+#include "common/formats/tf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<lockstep::TfConfig> config = lockstep::ParseTfConfig(

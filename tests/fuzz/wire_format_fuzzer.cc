@@ -1,4 +1,4 @@
-// libFuzzer target: the raw wire parsers (common/wire_format.h) on
+// libFuzzer target: the raw wire parsers (common/rpc/wire_format.h) on
 // arbitrary bytes cut into arbitrary slices, checked against protobuf's own
 // parser, and the pushes they accept fed to a real ParameterServer core
 // (its request validation: ranks, steps, chunk indexes, sizes, NaN).
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "common/model_signature.h"
-#include "common/wire_codec.h"
-#include "common/wire_format.h"
+#include "common/model/model_signature.h"
+#include "common/rpc/wire_format.h"
+#include "common/wire/wire_codec.h"
 #include "lockstep/v1/lockstep.pb.h"
 #include "server/core/parameter_server.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/random.h"
+#include "common/base/random.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "worker/device/cpu/cpu_device.h"

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/random.h"
+#include "common/base/random.h"
 #include "gtest/gtest.h"
 #include "tests/unit/gpu_required.h"
 #include "tests/unit/model_agreement.h"

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "tests/gpu/local_steps.h"
 #include "worker/model/mlp.h"
 

@@ -10,8 +10,8 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "absl/types/span.h"
-#include "common/random.h"
-#include "common/status_macros.h"
+#include "common/base/random.h"
+#include "common/base/status_macros.h"
 #include "worker/model/model.h"
 
 namespace lockstep {

@@ -1,11 +1,11 @@
-// --help of every binary (grouped by topic, common/flag_help.h),
+// --help of every binary (grouped by topic, common/flags/flag_help.h),
 // --list_flags, --validate_only, and deploy/local/train.sh --help, through
 // real processes.
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/exit_codes.h"
+#include "common/base/exit_codes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
@@ -125,7 +125,7 @@ TEST(TrainScriptTest, HelpPrintsUsage) {
 }
 
 // --help lists each binary's own flags and the TLS flags of
-// common/tls_flags.cc (absl alone would list neither: it looks for a file
+// common/security/tls_flags.cc (absl alone would list neither: it looks for a file
 // named after the program), and exits 0: the user asked for it.
 TEST(HelpTest, EveryBinaryListsItsFlagsAndExitsZero) {
   const std::vector<std::vector<std::string>> cases = {

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/health_client.h"
+#include "common/ops/health_client.h"
 #include "tests/integration/subprocess.h"
 
 namespace lockstep {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/model_signature.h"
-#include "common/random.h"
-#include "common/wire_codec.h"
+#include "common/base/random.h"
+#include "common/model/model_signature.h"
+#include "common/wire/wire_codec.h"
 #include "gtest/gtest.h"
 #include "tests/integration/training_jobs.h"
 #include "worker/exchange/ps/ps_client.h"

@@ -192,7 +192,7 @@ class ErrorTest(unittest.TestCase):
                                               "UNAVAILABLE"))
 
     def test_names_and_codes_come_from_the_native_module(self):
-        # One definition in C++ (common/model_signature.h, exit_codes.h):
+        # One definition in C++ (common/model/model_signature.h, exit_codes.h):
         # the package reads it, never a copy.
         from lockstep import errors, job
         self.assertEqual(job.SYNC_MODES, ("sync", "async", "ssp"))

@@ -1,4 +1,4 @@
-#include "common/authorizer.h"
+#include "common/security/authorizer.h"
 
 #include <string>
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/wire_format.h"
+#include "common/rpc/wire_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/lockstep.pb.h"

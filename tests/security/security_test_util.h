@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/tls.h"
+#include "common/security/tls.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "tests/integration/subprocess.h"
 

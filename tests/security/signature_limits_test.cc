@@ -1,4 +1,4 @@
-#include "common/signature_limits.h"
+#include "common/model/signature_limits.h"
 
 #include <cmath>
 #include <limits>

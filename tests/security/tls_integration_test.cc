@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_status.h"
+#include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/coordination.grpc.pb.h"

@@ -1,11 +1,11 @@
-#include "common/tls.h"
+#include "common/security/tls.h"
 
 #include <string>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
-#include "common/tls_flags.h"
+#include "common/security/tls_flags.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"

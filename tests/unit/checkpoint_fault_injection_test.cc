@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/env.h"
-#include "common/safetensors.h"
+#include "common/base/env.h"
+#include "common/formats/safetensors.h"
 #include "common/testing/fault_injection_env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

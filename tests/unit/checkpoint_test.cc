@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/env.h"
+#include "common/base/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/parameter_server.h"

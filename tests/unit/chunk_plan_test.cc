@@ -1,4 +1,4 @@
-#include "common/chunk_plan.h"
+#include "common/model/chunk_plan.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,8 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/random.h"
-#include "common/wire_codec.h"
+#include "common/base/random.h"
+#include "common/wire/wire_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

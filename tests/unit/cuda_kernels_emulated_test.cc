@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/random.h"
+#include "common/base/random.h"
 #include "gtest/gtest.h"
 #include "tests/unit/cuda_emulated_test_util.h"
 #include "worker/device/cpu/cpu_device.h"

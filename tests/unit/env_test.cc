@@ -1,4 +1,4 @@
-#include "common/env.h"
+#include "common/base/env.h"
 
 #include <stdlib.h>
 

@@ -6,8 +6,8 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/model_signature.h"
-#include "common/signature_proto.h"
+#include "common/model/model_signature.h"
+#include "common/model/signature_proto.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

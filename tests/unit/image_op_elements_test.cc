@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "common/random.h"
+#include "common/base/random.h"
 #include "gtest/gtest.h"
 #include "worker/device/cpu/cpu_device.h"
 #include "worker/device/image_geometry.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "server/core/parameter_server.h"
 #include "worker/exchange/ps/in_process_shard_transport.h"
 #include "worker/exchange/ps/ps_client.h"

@@ -1,8 +1,8 @@
-#include "common/json_value.h"
+#include "common/formats/json_value.h"
 
 #include <string>
 
-#include "common/json_writer.h"
+#include "common/formats/json_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

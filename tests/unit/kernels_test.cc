@@ -1,7 +1,7 @@
-// Every kernel variant this CPU runs (common/kernels.h) against the generic
+// Every kernel variant this CPU runs (common/kernels/kernels.h) against the generic
 // one, bit for bit, and the generic fp16 widening against IEEE's formula
 // for all 65,536 encodings.
-#include "common/kernels.h"
+#include "common/kernels/kernels.h"
 
 #include <cmath>
 #include <cstdint>

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/exchange/step_recovery.h"
 #include "worker/exchange/step_session.h"
 

@@ -1,7 +1,7 @@
-// Learning-rate schedules (common/lr_schedule.h): lr(step) against values
+// Learning-rate schedules (common/optim/lr_schedule.h): lr(step) against values
 // worked out by hand, the checks of their settings, and their use by the
 // optimizers and a parameter server's updates.
-#include "common/lr_schedule.h"
+#include "common/optim/lr_schedule.h"
 
 #include <cmath>
 #include <memory>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/model_signature.h"
-#include "common/optimizer.h"
+#include "common/model/model_signature.h"
+#include "common/optim/optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/parameter_server.h"

@@ -1,4 +1,4 @@
-#include "common/metrics_http.h"
+#include "common/ops/metrics_http.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "common/metrics.h"
+#include "common/ops/metrics.h"
 
 #include <string>
 #include <thread>

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/random.h"
+#include "common/base/random.h"
 #include "gtest/gtest.h"
 #include "tests/unit/mlp_test_util.h"
 #include "worker/device/cpu/cpu_device.h"

@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "common/random.h"
+#include "common/base/random.h"
 #include "gtest/gtest.h"
 #include "worker/model/model.h"
 #include "worker/model/nn/layer.h"

@@ -1,4 +1,4 @@
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
 
 #include <grpcpp/support/status.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
-#include "common/json_writer.h"
+#include "common/formats/json_writer.h"
+#include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/model_signature_test_util.h"

@@ -2,8 +2,8 @@
 #ifndef LOCKSTEP_TESTS_UNIT_MODEL_SIGNATURE_TEST_UTIL_H_
 #define LOCKSTEP_TESTS_UNIT_MODEL_SIGNATURE_TEST_UTIL_H_
 
-#include "common/model_signature.h"
-#include "common/optimizer.h"
+#include "common/model/model_signature.h"
+#include "common/optim/optimizer.h"
 
 namespace lockstep {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/model_signature.h"
-#include "common/optimizer.h"
-#include "common/random.h"
+#include "common/base/random.h"
+#include "common/model/model_signature.h"
+#include "common/optim/optimizer.h"
 #include "gtest/gtest.h"
 #include "tests/unit/optimizer_test_util.h"
 

@@ -1,4 +1,4 @@
-#include "common/optimizer.h"
+#include "common/optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/model_signature.h"
-#include "common/random.h"
+#include "common/base/random.h"
+#include "common/model/model_signature.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/optimizer_test_util.h"

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
-#include "common/model_signature.h"
-#include "common/optimizer.h"
+#include "common/model/model_signature.h"
+#include "common/optim/optimizer.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

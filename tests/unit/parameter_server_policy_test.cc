@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/env.h"
+#include "common/base/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/chunk_reply_test_util.h"

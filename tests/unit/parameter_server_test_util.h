@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
 
 namespace lockstep {
 

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "common/env.h"
+#include "common/base/env.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

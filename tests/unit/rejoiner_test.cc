@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/env.h"
+#include "common/base/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

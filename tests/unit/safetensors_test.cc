@@ -1,4 +1,4 @@
-#include "common/safetensors.h"
+#include "common/formats/safetensors.h"
 
 #include <cstring>
 #include <string>

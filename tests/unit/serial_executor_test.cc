@@ -1,4 +1,4 @@
-#include "common/serial_executor.h"
+#include "common/base/serial_executor.h"
 
 #include <atomic>
 #include <chrono>

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/json_value.h"
+#include "common/formats/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/core/parameter_server.h"

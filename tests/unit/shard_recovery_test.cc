@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/env.h"
+#include "common/base/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/chunk_reply_test_util.h"

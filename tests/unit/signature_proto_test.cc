@@ -1,6 +1,6 @@
-// The model signature as the lockstep.v1 message (common/signature_proto.h):
+// The model signature as the lockstep.v1 message (common/model/signature_proto.h):
 // what a worker sends and a checkpoint's header holds.
-#include "common/signature_proto.h"
+#include "common/model/signature_proto.h"
 
 #include <string>
 

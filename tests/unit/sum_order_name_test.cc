@@ -1,7 +1,7 @@
-// SumOrder's names (common/sum_order.h): the one definition the server's and
+// SumOrder's names (common/optim/sum_order.h): the one definition the server's and
 // the launcher's --sum_order both parse with.
 #include "absl/status/status.h"
-#include "common/sum_order.h"
+#include "common/optim/sum_order.h"
 #include "gtest/gtest.h"
 
 namespace lockstep {

@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/env.h"
+#include "common/base/env.h"
 #include "common/testing/fault_injection_env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

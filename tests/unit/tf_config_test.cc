@@ -1,4 +1,4 @@
-#include "common/tf_config.h"
+#include "common/formats/tf_config.h"
 
 #include <map>
 #include <string>

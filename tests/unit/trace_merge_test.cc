@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "common/json_value.h"
+#include "common/formats/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

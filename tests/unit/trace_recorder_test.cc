@@ -1,4 +1,4 @@
-#include "common/trace_recorder.h"
+#include "common/ops/trace_recorder.h"
 
 #include <unistd.h>
 
@@ -7,9 +7,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/formats/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/json_value.h"
 
 namespace lockstep {
 namespace {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/env.h"
-#include "common/status_macros.h"
+#include "common/base/env.h"
+#include "common/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/in_process_job.h"

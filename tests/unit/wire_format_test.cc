@@ -1,4 +1,4 @@
-#include "common/wire_format.h"
+#include "common/rpc/wire_format.h"
 
 #include <string>
 #include <vector>

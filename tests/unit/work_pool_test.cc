@@ -1,4 +1,4 @@
-#include "common/work_pool.h"
+#include "common/base/work_pool.h"
 
 #include <atomic>
 #include <cstdint>

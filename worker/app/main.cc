@@ -10,13 +10,13 @@
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "common/exit_codes.h"
-#include "common/flags.h"
-#include "common/json_writer.h"
-#include "common/lr_schedule.h"
-#include "common/malloc_tuning.h"
-#include "common/safetensors.h"
-#include "common/status_macros.h"
+#include "common/base/exit_codes.h"
+#include "common/base/malloc_tuning.h"
+#include "common/base/status_macros.h"
+#include "common/flags/flags.h"
+#include "common/formats/json_writer.h"
+#include "common/formats/safetensors.h"
+#include "common/optim/lr_schedule.h"
 #include "worker/app/setup.h"
 #include "worker/app/stop_signals.h"
 #include "worker/app/worker_flags.h"
@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
   lockstep::ParseFlags(
       argc, argv,
       {"worker/app/worker_flags.cc", "worker/app/optimizer_flags.cc",
-       "common/tls_flags.cc"});
+       "common/security/tls_flags.cc"});
   absl::StatusOr<lockstep::WorkerMainOptions> options =
       lockstep::WorkerOptionsFromFlags();
   if (!options.ok()) {

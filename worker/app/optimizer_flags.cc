@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "common/lr_schedule.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/optim/lr_schedule.h"
 
 ABSL_FLAG(std::string, optimizer, "adam", "sgd | momentum | adam | adamw.");
 ABSL_FLAG(double, lr, -1,

@@ -2,12 +2,12 @@
 // settings) and learning-rate schedule flags (--lr_schedule and the --lr_*
 // settings), defined in optimizer_flags.cc with their help text, and their
 // translation into an OptimizerConfig. The rate of a step is
-// LearningRateAt(config, step) (common/lr_schedule.h).
+// LearningRateAt(config, step) (common/optim/lr_schedule.h).
 #ifndef LOCKSTEP_WORKER_APP_OPTIMIZER_FLAGS_H_
 #define LOCKSTEP_WORKER_APP_OPTIMIZER_FLAGS_H_
 
 #include "absl/status/statusor.h"
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
 
 namespace lockstep {
 

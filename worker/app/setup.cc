@@ -6,9 +6,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/json_writer.h"
-#include "common/safetensors.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/formats/json_writer.h"
+#include "common/formats/safetensors.h"
 #include "worker/data/cifar_reader.h"
 
 namespace lockstep {

@@ -14,7 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/exit_codes.h"
+#include "common/base/exit_codes.h"
 #include "worker/train/progress.h"
 
 namespace lockstep {

@@ -40,7 +40,7 @@ struct WorkerMainOptions {
   std::optional<bool> push_thread;
 };
 
-// The options the flags (already parsed by ParseFlags, common/flags.h) and
+// The options the flags (already parsed by ParseFlags, common/flags/flags.h) and
 // TF_CONFIG ask for; INVALID_ARGUMENT naming the flag when one is bad.
 absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags();
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/telemetry_endpoints.h"
+#include "common/ops/telemetry_endpoints.h"
 
 namespace lockstep {
 namespace {

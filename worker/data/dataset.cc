@@ -9,8 +9,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/random.h"
-#include "common/status_macros.h"
+#include "common/base/random.h"
+#include "common/base/status_macros.h"
 #include "worker/data/check_or_die.h"
 #include "worker/data/idx_reader.h"
 

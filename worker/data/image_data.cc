@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/random.h"
+#include "common/base/random.h"
 #include "worker/data/check_or_die.h"
 
 namespace lockstep {

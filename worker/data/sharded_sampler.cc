@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
-#include "common/random.h"
+#include "common/base/random.h"
 
 namespace lockstep {
 

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/status/statusor.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace lockstep {
 

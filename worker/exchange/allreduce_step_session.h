@@ -48,7 +48,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "common/optimizer.h"
+#include "common/optim/optimizer.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/step_recovery.h"
 #include "worker/exchange/step_session.h"

@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/signature_proto.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/model/signature_proto.h"
 
 namespace lockstep {
 namespace {

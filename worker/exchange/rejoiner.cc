@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/exit_codes.h"
-#include "common/random.h"
+#include "common/base/exit_codes.h"
+#include "common/base/random.h"
 
 namespace lockstep {
 

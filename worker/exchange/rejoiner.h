@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/env.h"
+#include "common/base/env.h"
 
 namespace lockstep {
 

@@ -1,7 +1,7 @@
 #include "worker/exchange/step_recovery.h"
 
-#include "common/exit_codes.h"
-#include "common/status_macros.h"
+#include "common/base/exit_codes.h"
+#include "common/base/status_macros.h"
 
 namespace lockstep {
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/allreduce_step_session.h"
 #include "worker/exchange/ps_step_session.h"

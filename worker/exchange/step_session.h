@@ -47,9 +47,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/env.h"
-#include "common/group_membership.h"
-#include "common/model_signature.h"
+#include "common/base/env.h"
+#include "common/model/model_signature.h"
+#include "common/rpc/group_membership.h"
 #include "worker/exchange/allreduce/all_reducer.h"
 #include "worker/exchange/ps/ps_client.h"
 

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
 
 namespace lockstep {
 

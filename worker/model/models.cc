@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/device/device_factory.h"
 #include "worker/model/mlp.h"
 #include "worker/model/nn/graph_builder.h"

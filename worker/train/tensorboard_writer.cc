@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/varint.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/varint.h"
 
 namespace lockstep {
 namespace {

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/env.h"
+#include "common/base/env.h"
 #include "worker/train/training_callback.h"
 
 namespace lockstep {

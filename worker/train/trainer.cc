@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/exit_codes.h"
-#include "common/random.h"
-#include "common/status_macros.h"
+#include "common/base/exit_codes.h"
+#include "common/base/random.h"
+#include "common/base/status_macros.h"
 #include "worker/data/sharded_sampler.h"
 
 namespace lockstep {

@@ -23,9 +23,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/chunk_plan.h"
-#include "common/env.h"
-#include "common/model_signature.h"
+#include "common/base/env.h"
+#include "common/model/chunk_plan.h"
+#include "common/model/model_signature.h"
 #include "worker/data/dataset.h"
 #include "worker/data/image_data.h"
 #include "worker/data/sharded_sampler.h"
@@ -50,7 +50,7 @@ struct TrainerOptions {
   // Version 0 when this worker defines it (parameters, then state), in
   // place of the model's seeded initializer; empty: the initializer.
   std::vector<float> initial_weights;
-  int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
+  int64_t chunk_bytes = kAutoChunkBytes;  // common/model/chunk_plan.h
   ProgressMode progress = ProgressMode::kLines;
   bool eval_every_epoch = false;
   // Held out of the training data (--validation_split) and evaluated by

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/train/progress.h"
 #include "worker/train/trainer.h"
 #include "worker/train/training_callback.h"

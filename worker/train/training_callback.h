@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/lr_schedule.h"  // LearningRateAt, which the reports read.
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
+#include "common/optim/lr_schedule.h"  // LearningRateAt, which the reports read.
 
 namespace lockstep {
 

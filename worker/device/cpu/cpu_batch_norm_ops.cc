@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/device/device_checks.h"
 
 // Batch norm's loops are bound by arithmetic, not memory (the sums convert

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/device/cpu/cpu_conv_layout.h"
 #include "worker/device/cpu/cpu_conv_tiles.h"
 #include "worker/device/device_checks.h"

@@ -1,6 +1,6 @@
 #include "worker/device/cpu/cpu_conv_runner.h"
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/device/device_checks.h"
 
 namespace lockstep {

@@ -1,6 +1,6 @@
 #include "worker/device/cpu/cpu_device.h"
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/device/device_checks.h"
 
 #include <cblas.h>

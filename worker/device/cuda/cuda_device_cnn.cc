@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/device/cuda/batch_norm_kernels.h"
 #include "worker/device/cuda/cuda_check.h"
 #include "worker/device/cuda/cuda_device_impl.h"

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/device/cuda/cuda_check.h"
 #include "worker/device/cuda/cuda_resources.h"
 #include "worker/device/device.h"

@@ -34,8 +34,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/chunk_plan.h"
-#include "common/tls_options.h"
+#include "common/model/chunk_plan.h"
+#include "common/security/tls_options.h"
 
 namespace lockstep {
 
@@ -68,14 +68,14 @@ struct AllReduceOptions {
   // ring's chunk, gloo's segment. Smaller pieces pipeline better, larger ones
   // cost fewer messages. kAutoChunkBytes: grpc-ring takes AutoChunkBytes of
   // each call's vector over its ranks (about 32 chunks per ring segment,
-  // common/chunk_plan.h), gloo 4 MiB.
+  // common/model/chunk_plan.h), gloo 4 MiB.
   int64_t chunk_bytes = kAutoChunkBytes;
   // grpc-ring: chunks each rank may have in flight to its neighbour, 1..64.
   int max_in_flight = 4;
   // nccl: the CUDA device ordinal this rank uses.
   int gpu = 0;
   // Security of the coordinator channel and the grpc-ring's service and
-  // channel (common/tls.h); the default is plaintext. gloo's and NCCL's
+  // channel (common/security/tls.h); the default is plaintext. gloo's and NCCL's
   // own transports have no TLS: with a non-loopback `host` they are
   // refused unless tls.insecure.
   TlsOptions tls;

@@ -1,6 +1,6 @@
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/tls.h"
+#include "common/base/status_macros.h"
+#include "common/security/tls.h"
 #include "worker/exchange/allreduce/all_reducer.h"
 #include "worker/exchange/allreduce/gloo_all_reducer.h"
 #include "worker/exchange/allreduce/ring_all_reducer.h"

@@ -8,9 +8,9 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/grpc_status.h"
-#include "common/status_macros.h"
-#include "common/tls.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/grpc_status.h"
+#include "common/security/tls.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
 
 namespace lockstep {

@@ -15,8 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/group_membership.h"
-#include "common/tls_options.h"
+#include "common/rpc/group_membership.h"
+#include "common/security/tls_options.h"
 
 namespace lockstep {
 
@@ -27,7 +27,7 @@ uint64_t NewGroupMemberId();
 class CoordinatorClient final {
  public:
   // A client of the coordinator at `address` (host:port), secured by `tls`
-  // (common/tls.h). INVALID_ARGUMENT when the address is empty or the TLS
+  // (common/security/tls.h). INVALID_ARGUMENT when the address is empty or the TLS
   // files are bad. Connects lazily.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(
       const std::string& address, const TlsOptions& tls = TlsOptions());

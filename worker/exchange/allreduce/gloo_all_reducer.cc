@@ -7,7 +7,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/context.h"

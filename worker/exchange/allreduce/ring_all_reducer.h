@@ -37,7 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/authorizer.h"
+#include "common/security/authorizer.h"
 #include "worker/exchange/allreduce/all_reducer.h"
 #include "worker/exchange/allreduce/ring_service.h"
 

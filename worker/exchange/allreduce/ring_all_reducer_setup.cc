@@ -11,9 +11,9 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
-#include "common/grpc_limits.h"
-#include "common/status_macros.h"
-#include "common/tls.h"
+#include "common/base/status_macros.h"
+#include "common/security/grpc_limits.h"
+#include "common/security/tls.h"
 #include "lockstep/v1/ring.pb.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/allreduce/ring_all_reducer.h"

@@ -1,6 +1,6 @@
 #include "worker/exchange/allreduce/ring_service.h"
 
-#include "common/grpc_status.h"
+#include "common/rpc/grpc_status.h"
 
 namespace lockstep {
 

@@ -5,7 +5,7 @@
 // returns without waiting; the sink answers through `done` once it has used
 // the payload, which may be later (a chunk of an all-reduce the receiver has
 // not started yet is held until it does). The Authorizer
-// (common/authorizer.h) is asked first: SendChunk is a worker RPC. Protobuf
+// (common/security/authorizer.h) is asked first: SendChunk is a worker RPC. Protobuf
 // types stop here. Thread-safe if the sink is.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_RING_SERVICE_H_
 #define LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_RING_SERVICE_H_
@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "common/authorizer.h"
+#include "common/security/authorizer.h"
 #include "lockstep/v1/ring.grpc.pb.h"
 
 namespace lockstep {

@@ -6,12 +6,12 @@
 #include <memory>
 #include <utility>
 
-#include "common/grpc_status.h"
-#include "common/signature_proto.h"
-#include "common/status_macros.h"
-#include "common/tls.h"
-#include "common/wire_dtype_proto.h"
-#include "common/wire_format.h"
+#include "common/base/status_macros.h"
+#include "common/model/signature_proto.h"
+#include "common/rpc/grpc_status.h"
+#include "common/rpc/wire_format.h"
+#include "common/security/tls.h"
+#include "common/wire/wire_dtype_proto.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 
 namespace lockstep {

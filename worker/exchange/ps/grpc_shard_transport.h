@@ -1,5 +1,5 @@
 // The gRPC ShardTransport: one shard's lockstep.v1 stubs over one channel.
-// Pushes travel as raw bytes (common/wire_format.h): the request refers to
+// Pushes travel as raw bytes (common/rpc/wire_format.h): the request refers to
 // the caller's payload in place and the reply's weights are handed over in
 // gRPC's own slices. Register waits for a server that is still starting
 // (wait_for_ready). Every call but Leave can be cancelled by a CancelToken
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/tls_options.h"
+#include "common/security/tls_options.h"
 #include "worker/exchange/ps/cancel_token.h"
 #include "worker/exchange/ps/shard_transport.h"
 

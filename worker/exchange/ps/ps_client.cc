@@ -8,9 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status_macros.h"
-#include "common/wire_codec.h"
-#include "common/wire_dtype_proto.h"  // ChunkWireDType
+#include "common/base/status_macros.h"
+#include "common/wire/wire_codec.h"
+#include "common/wire/wire_dtype_proto.h"  // ChunkWireDType
 #include "worker/exchange/ps/grpc_shard_transport.h"
 #include "worker/exchange/ps/push_step.h"
 

@@ -3,7 +3,7 @@
 // PsClient speaks the lockstep.v1 protocol (see server/core/parameter_server.h
 // for the sequence) and hides chunking and sharding: callers hand it whole flat
 // vectors, and it sends one call per chunk to the shard that owns it (see
-// common/chunk_plan.h), up to max_pushes_in_flight pushes at once to each
+// common/model/chunk_plan.h), up to max_pushes_in_flight pushes at once to each
 // shard (the push window). Each shard is reached through a ShardTransport
 // (shard_transport.h): gRPC (Create) or any given ones (CreateOver; the
 // tests' in-process shards). Every call has a deadline; a step's pushes
@@ -21,11 +21,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/chunk_plan.h"
-#include "common/env.h"
-#include "common/model_signature.h"
-#include "common/tls_options.h"
-#include "common/wire_codec.h"
+#include "common/base/env.h"
+#include "common/model/chunk_plan.h"
+#include "common/model/model_signature.h"
+#include "common/security/tls_options.h"
+#include "common/wire/wire_codec.h"
 #include "worker/exchange/ps/cancel_token.h"
 #include "worker/exchange/ps/push_window.h"
 #include "worker/exchange/ps/shard_transport.h"
@@ -57,8 +57,8 @@ struct PsClientOptions {
   // never waits for them. Pays where it queues a GPU's kernels; on the CPU
   // device the pushes only take cores from backprop's threads.
   bool push_thread = false;
-  // TLS, client certificate and bearer token (common/tls.h); the default
-  // is plaintext. Binaries fill it from their flags (common/tls_flags.h).
+  // TLS, client certificate and bearer token (common/security/tls.h); the default
+  // is plaintext. Binaries fill it from their flags (common/security/tls_flags.h).
   TlsOptions tls;
   // The clock of deadlines and step timings. Not owned.
   Env* env = Env::Default();

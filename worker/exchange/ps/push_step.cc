@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/wire_dtype_proto.h"  // ChunkWireDType
+#include "common/base/status_macros.h"
+#include "common/wire/wire_dtype_proto.h"  // ChunkWireDType
 
 namespace lockstep {
 namespace ps_client_internal {

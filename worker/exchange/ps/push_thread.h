@@ -8,7 +8,7 @@
 // the same on every worker, or the push windows can wait on each other
 // (worker/exchange/ps/push_step.h).
 //
-// A SerialExecutor (common/serial_executor.h) with no bound that matters
+// A SerialExecutor (common/base/serial_executor.h) with no bound that matters
 // runs the work; PushThread adds only WaitIdle.
 //
 // Thread-safe.
@@ -17,7 +17,7 @@
 
 #include <functional>
 
-#include "common/serial_executor.h"
+#include "common/base/serial_executor.h"
 
 namespace lockstep {
 

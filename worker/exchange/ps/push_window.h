@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/wire_codec.h"
+#include "common/wire/wire_codec.h"
 
 namespace lockstep {
 

@@ -29,9 +29,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/group_membership.h"
-#include "common/model_signature.h"
-#include "common/wire_codec.h"
+#include "common/model/model_signature.h"
+#include "common/rpc/group_membership.h"
+#include "common/wire/wire_codec.h"
 
 namespace lockstep {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
 #include "worker/model/nn/layer.h"
 
 namespace lockstep {

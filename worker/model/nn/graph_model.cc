@@ -7,8 +7,8 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_format.h"
-#include "common/random.h"
-#include "common/status_macros.h"
+#include "common/base/random.h"
+#include "common/base/status_macros.h"
 #include "worker/device/gradient_hand_off.h"
 
 namespace lockstep {

@@ -27,7 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/model_signature.h"
+#include "common/model/model_signature.h"
 #include "worker/device/device.h"
 #include "worker/device/host_uploader.h"
 #include "worker/model/model.h"

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/memory/memory.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace lockstep {
 

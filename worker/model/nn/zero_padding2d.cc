@@ -4,7 +4,7 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_format.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace lockstep {
 

@@ -12,7 +12,7 @@ import traceback
 
 from lockstep import _native
 
-# common/exit_codes.h's, through the native module: one definition.
+# common/base/exit_codes.h's, through the native module: one definition.
 EXIT_FAILURE = _native.EXIT_FAILURE
 EXIT_PERMANENT = _native.EXIT_PERMANENT
 EXIT_RETRYABLE = _native.EXIT_RETRYABLE

@@ -28,10 +28,10 @@ from lockstep import _native
 from lockstep.cluster import Cluster
 from lockstep.errors import error, install_exit_codes
 
-# The C++ definitions' (common/model_signature.h), never a copy.
+# The C++ definitions' (common/model/model_signature.h), never a copy.
 SYNC_MODES = _native.SYNC_MODES
 OPTIMIZERS = _native.OPTIMIZERS
-# 0: auto, as lockstep_worker --chunk_bytes=auto (common/chunk_plan.h).
+# 0: auto, as lockstep_worker --chunk_bytes=auto (common/model/chunk_plan.h).
 DEFAULT_CHUNK_BYTES = 0
 
 _current = None  # The Job this process joined last (for lockstep.shard).

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model_signature.h"
-#include "common/tls_options.h"
+#include "common/model/model_signature.h"
+#include "common/security/tls_options.h"
 #include "worker/exchange/step_session.h"
 #include "worker/python/native/conversions.h"
 
@@ -45,7 +45,7 @@ struct JoinRequest {
   NamedShapes tensors;
   NamedShapes state_tensors;
   OptimizerConfig optimizer;
-  int64_t chunk_bytes = kAutoChunkBytes;  // common/chunk_plan.h
+  int64_t chunk_bytes = kAutoChunkBytes;  // common/model/chunk_plan.h
   int num_workers = 1;
   int num_shards = 1;
   std::string sync = "sync";  // One of SyncModeNames().

@@ -18,11 +18,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/exit_codes.h"
-#include "common/lr_schedule.h"
-#include "common/model_signature.h"
-#include "common/safetensors.h"
-#include "common/tf_config.h"
+#include "common/base/exit_codes.h"
+#include "common/formats/safetensors.h"
+#include "common/formats/tf_config.h"
+#include "common/model/model_signature.h"
+#include "common/optim/lr_schedule.h"
 #include "worker/data/cifar_reader.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sharded_sampler.h"
@@ -141,7 +141,7 @@ StepOutcome JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
 }
 
 // LockstepError's arguments for `s`: the code as a number and a name, the
-// message, whether it is retryable and its exit code (common/exit_codes.h).
+// message, whether it is retryable and its exit code (common/base/exit_codes.h).
 py::tuple StatusFields(const absl::Status& s) {
   return py::make_tuple(static_cast<int>(s.code()), CodeName(s.code()),
                         std::string(s.message()), IsRetryable(s),
@@ -286,11 +286,11 @@ void BindConfig(py::module_& m) {
         return LearningRateAt(c, step);
       },
       py::arg("learning_rate"), py::arg("lr_schedule"), py::arg("step"),
-      "The rate of `step` under the schedule (common/lr_schedule.h); "
+      "The rate of `step` under the schedule (common/optim/lr_schedule.h); "
       "LockstepError for a schedule the servers would refuse.");
 }
 
-// Weights files (common/safetensors.h).
+// Weights files (common/formats/safetensors.h).
 void BindSafetensors(py::module_& m) {
   m.def(
       "write_safetensors",

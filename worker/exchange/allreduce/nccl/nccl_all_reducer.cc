@@ -9,10 +9,10 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "worker/device/cuda/cuda_check.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/allreduce/nccl/nccl_check.h"
-#include "worker/device/cuda/cuda_check.h"
 
 namespace lockstep {
 namespace {

@@ -1,0 +1,63 @@
+// What a group member (all-reduce, or an elastic PS job's worker) asks the
+// coordinator and what a formed group is (Coordinator.JoinGroup,
+// proto/lockstep/v1/coordination.proto), shared by the server's
+// GroupRendezvous and the worker's CoordinatorClient.
+#ifndef LOCKSTEP_COMMON_RPC_GROUP_MEMBERSHIP_H_
+#define LOCKSTEP_COMMON_RPC_GROUP_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace lockstep {
+
+struct GroupRequest {
+  std::string group;
+  uint64_t member = 0;  // Non-zero; new in every process.
+  int rank = 0;         // The member's identity, 0 <= rank < size.
+  int size = 1;         // The job's ranks (--workers).
+  int64_t version = 0;  // Steps its replica has applied; non-negative.
+  int min_size = 0;     // The fewest a group forms with; 0: size.
+  absl::Duration settle;  // A group of fewer forms this long after the last join.
+  // A serialized lockstep.v1.ModelSignature; empty: not checked.
+  std::string signature;
+};
+
+// The group of an elastic parameter-server job's workers: its members
+// cover the batch shards of absent ranks (docs/faults.md).
+inline constexpr char kPsGroupName[] = "ps";
+
+// Which group a push was computed in and which of the step's --workers
+// batch shards it carries (PushRequest.group_generation, batch_shard).
+// Generation 0: no group; the shard is the pusher's rank.
+struct PushSlot {
+  int64_t generation = 0;
+  int batch_shard = 0;
+};
+
+// How a worker's group forms and watches for joiners (--min_workers,
+// --group_settle_ms).
+struct GroupOptions {
+  // The fewest ranks the job goes on with; 0: every rank (not elastic).
+  int min_workers = 0;
+  // An elastic group forms this long after its last member joined.
+  absl::Duration settle = absl::Seconds(1);
+  // A group missing a rank asks the coordinator for joiners with calls
+  // this long.
+  absl::Duration watch_poll = absl::Seconds(30);
+};
+
+struct GroupView {
+  int64_t generation = 0;
+  int index = 0;             // This member's place in the group.
+  std::vector<int> members;  // The members' ranks, ascending.
+  int64_t version = 0;       // The highest a member holds.
+  bool state_needed = false;  // Some member is behind `version`.
+  int source_index = 0;       // The member that sends its state then.
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_COMMON_RPC_GROUP_MEMBERSHIP_H_
