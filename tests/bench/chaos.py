@@ -26,22 +26,17 @@ are equal.
                        [--seed=1] [--steps=12000] ...
 """
 import argparse
-import glob
 import json
 import os
 import random
-import re
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from chaos_job import run_job
 
 KINDS = ("worker-kill", "worker-stop", "server-kill", "server-stop")
-# What an all-reduce rank prints when its re-formed group goes on.
-RESUMED = re.compile(r"in the group at version (\d+) \(generation (\d+),")
 
 
 def parse_args(argv):
@@ -85,161 +80,6 @@ def parse_args(argv):
         if not os.access(os.path.join(args.bin_dir, name), os.X_OK):
             p.error(f"{args.bin_dir}/{name} not found; build first")
     return args
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Job:
-    """One server and its workers; every process started is kept by pid."""
-
-    def __init__(self, args, folder, deadline):
-        self.args, self.dir, self.deadline = args, folder, deadline
-        self.port = 0
-        self.server = None
-        self.metrics_port = 0
-        self.workers = {}
-        self.worker_metrics = {}  # rank -> its metrics port
-        self.started = []  # every Popen, for cleanup by pid
-        self.logs = 0
-
-    def _start(self, argv, name):
-        self.logs += 1
-        log = open(os.path.join(self.dir, f"{self.logs:04d}-{name}.log"), "w")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        proc.log_path = log.name
-        log.close()
-        self.started.append(proc)
-        return proc
-
-    def start_server(self):
-        port_file = os.path.join(self.dir, "port")
-        if os.path.exists(port_file):
-            os.unlink(port_file)
-        self.metrics_port = free_port()
-        a = self.args
-        ps = [] if a.sync == "allreduce" else [
-            f"--checkpoint_dir={self.dir}/ckpt",
-            f"--checkpoint_every_steps={a.checkpoint_every_steps}",
-            "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}"]
-        self.server = self._start([
-            os.path.join(a.bin_dir, "lockstep_server"),
-            f"--listen=127.0.0.1:{self.port}", f"--workers={a.workers}",
-            f"--metrics_port={self.metrics_port}", f"--port_file={port_file}",
-            "--no_worker_timeout_s=120"] + ps, "server")
-        while not os.path.exists(port_file):
-            if self.server.poll() is not None or time.time() > self.deadline:
-                raise RuntimeError("the server did not start; see "
-                                   + self.server.log_path)
-            time.sleep(0.01)
-        if self.port == 0:
-            with open(port_file) as f:
-                self.port = int(f.read())
-
-    def start_worker(self, rank):
-        a = self.args
-        mode = ["--step_timeout_s=30"]
-        if a.sync == "allreduce":
-            mode = ["--sync=allreduce", f"--allreduce={a.allreduce}",
-                    f"--step_timeout_s={a.server_step_timeout_s}"]
-        self.worker_metrics[rank] = free_port()
-        self.workers[rank] = self._start([
-            os.path.join(a.bin_dir, "lockstep_worker"),
-            f"--servers=127.0.0.1:{self.port}", f"--workers={a.workers}",
-            f"--rank={rank}", "--dataset=synthetic",
-            "--synthetic_examples=6400", "--layers=64,32,10",
-            "--optimizer=adam", "--batch_size=8", "--epochs=1000",
-            f"--max_steps={a.steps}", "--seed=7", "--chunk_bytes=2048",
-            "--progress=none", "--rejoin_timeout_s=120",
-            f"--straggle=0:{a.straggle_ms}",
-            f"--metrics_port={self.worker_metrics[rank]}",
-            f"--dump_weights={self.dir}/weights-rank{rank}"] + mode,
-            f"rank{rank}")
-
-    def metric(self, name, port=None):
-        """A gauge of the current server (or of the process serving its
-        metrics on `port`), or None while it does not answer."""
-        url = f"http://127.0.0.1:{port or self.metrics_port}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=0.5) as r:
-                text = r.read().decode()
-        except OSError:
-            return None
-        for line in text.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        return None
-
-    def version(self):
-        """The job's version: the server's, or in all-reduce mode the
-        highest of the live workers'."""
-        if self.args.sync == "ps":
-            v = self.metric("lockstep_server_version")
-            return None if v is None else int(v)
-        versions = [self.metric("lockstep_worker_version", port)
-                    for rank, port in self.worker_metrics.items()
-                    if self.workers[rank].poll() is None]
-        versions = [v for v in versions if v is not None]
-        return int(max(versions)) if versions else None
-
-    def finished(self):
-        if self.args.sync == "allreduce":
-            # The server stays until every worker has left.
-            return all(p.poll() is not None for p in self.workers.values())
-        return self.server.poll() is not None
-
-    def resumed(self):
-        """(generation, version) of the newest re-formed all-reduce group
-        in the workers' logs, or None."""
-        newest = None
-        for path in glob.glob(os.path.join(self.dir, "*-rank*.log")):
-            with open(path) as f:
-                for m in RESUMED.finditer(f.read()):
-                    g = (int(m.group(2)), int(m.group(1)))
-                    newest = g if newest is None or g > newest else newest
-        return newest
-
-    def wait_all(self):
-        """Every last process's exit code, waiting until the deadline."""
-        codes = {}
-        for name, proc in [("server", self.server)] + [
-                (f"rank{r}", p) for r, p in sorted(self.workers.items())]:
-            try:
-                codes[name] = proc.wait(max(1, self.deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                codes[name] = None
-        return codes
-
-    def cleanup(self):
-        for proc in self.started:
-            if proc.poll() is None:
-                try:
-                    os.kill(proc.pid, signal.SIGCONT)
-                    os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-
-
-def run_job(args, folder, deadline, chaos=None):
-    job = Job(args, folder, deadline)
-    try:
-        t0 = time.time()
-        job.start_server()
-        for r in range(args.workers):
-            job.start_worker(r)
-        faults = chaos(job) if chaos else []
-        codes = job.wait_all()
-        wall = time.time() - t0
-        weights_path = f"{folder}/weights-rank0"
-        weights = open(weights_path, "rb").read() if os.path.exists(
-            weights_path) else b""
-        return job, faults, codes, wall, weights
-    finally:
-        job.cleanup()
 
 
 def wait_past(job, version, deadline):

@@ -178,3 +178,13 @@ def read_weights(path):
     if not tensors:
         raise AssertionError(f"{path} holds no tensors")
     return tensors
+
+
+def train_args(out=None, **kw):
+    """--key=value for each keyword, and --out= if given."""
+    args = []
+    for k, v in kw.items():
+        args.append(f"--{k}={v}")
+    if out:
+        args.append(f"--out={out}")
+    return args
