@@ -100,9 +100,11 @@ def top_level_subdirs(repo):
 
 
 def exit_codes(repo):
-    """{constant: value} of common/base/exit_codes.h (kExitPermanent = 2, ...)."""
+    """{constant: value} of common/base/exit_codes.h (kExitPermanent = 2,
+    ...)."""
     out = {}
-    with open(os.path.join(repo, "common", "base", "exit_codes.h"), encoding="utf-8") as f:
+    path = os.path.join(repo, "common", "base", "exit_codes.h")
+    with open(path, encoding="utf-8") as f:
         for line in f:
             match = re.match(r"inline constexpr int (kExit\w+) = (\d+);", line)
             if match:
