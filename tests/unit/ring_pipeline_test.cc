@@ -96,9 +96,7 @@ class ThreadLink final : public RingLink {
       Item item;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](ThreadLink* l) { return l->stop_ || !l->queue_.empty(); },
-            this));
+        mu_.Await(absl::Condition(this, &ThreadLink::StoppingOrBusy));
         if (queue_.empty()) return;
         item = std::move(queue_.front());
         queue_.pop_front();
@@ -110,6 +108,10 @@ class ThreadLink final : public RingLink {
         item.state->End(std::move(status));
       });
     }
+  }
+
+  bool StoppingOrBusy() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !queue_.empty();
   }
 
   RingChunkSink* const sink_;  // Not owned.
