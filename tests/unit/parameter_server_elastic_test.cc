@@ -184,7 +184,7 @@ TEST(ElasticServerModeTest, OnlyPlainSyncModeTakesShards) {
   ASSERT_TRUE(reply.result.has_value());
   EXPECT_EQ(reply.result->status().code(),
             absl::StatusCode::kFailedPrecondition);
-  // The flag as the worker spells it (worker/app/worker_flags.cc).
+  // The flag as the worker spells it (worker/app/exchange_flags.cc).
   EXPECT_EQ(reply.result->status().message(),
             "elastic pushes (a group generation) need the workers' --sync=ps "
             "without --backup_workers");

@@ -329,8 +329,9 @@ int main(int argc, char** argv) {
       "server or timeout (retryable), 143 left after SIGTERM, 1 other.");
   lockstep::ParseFlags(
       argc, argv,
-      {"worker/app/worker_flags.cc", "worker/app/optimizer_flags.cc",
-       "common/security/tls_flags.cc"});
+      {"worker/app/worker_flags.cc", "worker/app/model_flags.cc",
+       "worker/app/device_output_flags.cc", "worker/app/exchange_flags.cc",
+       "worker/app/optimizer_flags.cc", "common/security/tls_flags.cc"});
   absl::StatusOr<lockstep::WorkerMainOptions> options =
       lockstep::WorkerOptionsFromFlags();
   if (!options.ok()) {

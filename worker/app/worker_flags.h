@@ -1,6 +1,7 @@
-// lockstep_worker's command line: the flags (defined in worker_flags.cc,
-// with their help text) and their translation, with TF_CONFIG, into the
-// options of the trainer, the client, the device and the rest.
+// lockstep_worker's command line: the flags (defined, with their help text,
+// in worker_flags.cc, the job's, and the files worker_flag_groups.h names)
+// and their translation, with TF_CONFIG, into the options of the trainer,
+// the client, the device and the rest.
 #ifndef LOCKSTEP_WORKER_APP_WORKER_FLAGS_H_
 #define LOCKSTEP_WORKER_APP_WORKER_FLAGS_H_
 

@@ -1,37 +1,26 @@
-// RingAllReducer's setup: its service, the rendezvous through the
-// coordinator (every rank publishes its address and session, then reads
-// every other rank's) and the channel to the right neighbour.
+#include "worker/exchange/allreduce/ring_connection.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <climits>
-#include <random>
-#include <string>
 #include <utility>
 
-#include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/grpc_status.h"
 #include "common/security/grpc_limits.h"
 #include "common/security/tls.h"
+#include "common/wire/wire_codec.h"
 #include "lockstep/v1/ring.pb.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
-#include "worker/exchange/allreduce/ring_all_reducer.h"
 
 namespace lockstep {
 namespace {
 
 // gRPC's framing around a chunk's payload is far below this.
 constexpr int64_t kMessageOverheadBytes = 64 << 10;
-
-uint64_t NewSession() {
-  std::random_device device;
-  uint64_t session = 0;
-  while (session == 0) {
-    session = (uint64_t{device()} << 32) ^ uint64_t { device() };
-  }
-  return session;
-}
 
 std::string HostPort(const std::string& host, int port) {
   const bool ipv6 = host.find(':') != std::string::npos && host[0] != '[';
@@ -66,21 +55,49 @@ absl::StatusOr<v1::RingPeer> ReadPeer(CoordinatorClient& coordinator,
   return peer;
 }
 
+// One chunk to the right neighbour: an asynchronous Ring.SendChunk. gRPC
+// uses the context, request and response until the completion callback
+// returns, so the send must outlive it.
+class GrpcRingSend final : public RingSend {
+ public:
+  explicit GrpcRingSend(v1::Ring::Stub* stub) : stub_(stub) {}
+
+  void Start(const RingChunkHeader& header, absl::Span<const float> values,
+             absl::Time deadline, Done done) override {
+    request_.set_sender_rank(header.sender_rank);
+    request_.set_session(header.session);
+    request_.set_op(header.op);
+    request_.set_step(header.step);
+    request_.set_chunk(static_cast<int32_t>(header.chunk));
+    request_.set_total_elements(header.total_elements);
+    EncodeFloat32(values, request_.mutable_data());
+    context_.set_deadline(absl::ToChronoTime(deadline));
+    // Fail fast: the neighbour's service was up before it published its
+    // address, so a refused connection means it went away (UNAVAILABLE),
+    // not that it is still starting.
+    context_.set_wait_for_ready(false);
+    stub_->async()->SendChunk(
+        &context_, &request_, &response_,
+        [this, done = std::move(done)](grpc::Status status) {
+          request_.clear_data();  // gRPC is done with it; free the copy now.
+          done(FromGrpcStatus(status));  // The send may be gone after this.
+        });
+  }
+
+  // TryCancel is safe before the call starts.
+  void Cancel() override { context_.TryCancel(); }
+
+ private:
+  v1::Ring::Stub* const stub_;  // Not owned.
+  grpc::ClientContext context_;
+  v1::RingChunk request_;
+  v1::RingChunkAck response_;
+};
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<AllReducer>> RingAllReducer::Create(
-    const AllReduceOptions& options) {
-  std::unique_ptr<Authorizer> authorizer;
-  if (options.size > 1) {
-    ASSIGN_OR_RETURN(authorizer, Authorizer::Create(options.tls));
-  }
-  auto reducer =
-      absl::WrapUnique(new RingAllReducer(options, std::move(authorizer)));
-  if (options.size > 1) RETURN_IF_ERROR(reducer->Start());
-  return reducer;
-}
-
-RingAllReducer::RingAllReducer(const AllReduceOptions& options,
+RingConnection::RingConnection(const AllReduceOptions& options,
+                               uint64_t session, RingChunkSink* sink,
                                std::unique_ptr<Authorizer> authorizer)
     : options_(options),
       max_chunk_bytes_(options.chunk_bytes == kAutoChunkBytes
@@ -88,23 +105,21 @@ RingAllReducer::RingAllReducer(const AllReduceOptions& options,
                            : options.chunk_bytes),
       left_rank_((options.rank + options.size - 1) % options.size),
       right_rank_((options.rank + 1) % options.size),
-      session_(NewSession()),
-      authorizer_(std::move(authorizer)) {}
+      session_(session),
+      authorizer_(std::move(authorizer)),
+      service_(sink, authorizer_.get()) {}
 
-RingAllReducer::~RingAllReducer() {
-  std::vector<Held> held;
-  {
-    absl::MutexLock lock(&mu_);
-    closing_ = true;
-    held.swap(held_);
-  }
-  for (Held& h : held) h.done(ClosingError());
+RingConnection::~RingConnection() {
   if (server_ != nullptr) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   }
 }
 
-absl::Status RingAllReducer::Start() {
+std::unique_ptr<RingSend> RingConnection::NewSend() {
+  return std::make_unique<GrpcRingSend>(right_stub_.get());
+}
+
+absl::Status RingConnection::Start() {
   ASSIGN_OR_RETURN(const int port, Listen());
   ASSIGN_OR_RETURN(const std::string right_address, Rendezvous(port));
   grpc::ChannelArguments args;
@@ -119,7 +134,7 @@ absl::Status RingAllReducer::Start() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> RingAllReducer::Listen() {
+absl::StatusOr<int> RingConnection::Listen() {
   const int64_t max_message =
       std::min<int64_t>(max_chunk_bytes_ + kMessageOverheadBytes, INT_MAX);
   ASSIGN_OR_RETURN(
@@ -146,7 +161,7 @@ absl::StatusOr<int> RingAllReducer::Listen() {
   return port;
 }
 
-absl::StatusOr<std::string> RingAllReducer::Rendezvous(int port) {
+absl::StatusOr<std::string> RingConnection::Rendezvous(int port) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<CoordinatorClient> coordinator,
       CoordinatorClient::Create(options_.coordinator, options_.tls));
@@ -163,10 +178,7 @@ absl::StatusOr<std::string> RingAllReducer::Rendezvous(int port) {
     if (rank == options_.rank) continue;
     ASSIGN_OR_RETURN(const v1::RingPeer peer,
                      ReadPeer(*coordinator, options_, rank, deadline));
-    if (rank == left_rank_) {
-      absl::MutexLock lock(&mu_);
-      left_session_ = peer.session();
-    }
+    if (rank == left_rank_) left_session_ = peer.session();
     if (rank == right_rank_) right_address = peer.address();
   }
   return right_address;
