@@ -85,10 +85,10 @@ class ClusterTest(unittest.TestCase):
                               "WORLD_SIZE": "4", "LOCAL_RANK": "1",
                               "LOCAL_WORLD_SIZE": "2"})
         self.assertEqual((c.rank, c.num_workers, c.local_rank), (3, 4, 1))
-        # LOCKSTEP_* win; an agreeing RANK is fine, WORLD_SIZE loses.
+        # Both launchers' variables are fine where they agree.
         c = Cluster.from_env({"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "1",
                               "LOCKSTEP_WORKERS": "3", "RANK": "1",
-                              "WORLD_SIZE": "8"})
+                              "WORLD_SIZE": "3"})
         self.assertEqual((c.rank, c.num_workers, c.local_rank), (1, 3, 0))
         # RANK before TF_CONFIG, whose ps list still gives the servers.
         tf = {"cluster": {"ps": ["p:1"], "worker": ["w0:1", "w1:1"]},
@@ -134,6 +134,13 @@ class ClusterTest(unittest.TestCase):
             "LOCKSTEP_RANK=0 but PET_NODE_RANK=1: two launchers disagree "
             "about this process (torchrun under lockstep_launch?); start it "
             "with one of them")
+        self.assertEqual(
+            self.refusal({"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "0",
+                          "LOCKSTEP_WORKERS": "2", "RANK": "0",
+                          "WORLD_SIZE": "4"}),
+            "LOCKSTEP_WORKERS=2 but torchrun's or Kubeflow Trainer's "
+            "variables give 4 workers: two launchers disagree about this "
+            "job; start it with one of them")
         self.assertEqual(
             self.refusal({"LOCKSTEP_SERVERS": "a:1", "RANK": "0",
                           "WORLD_SIZE": "2", "LOCAL_RANK": "2",

@@ -36,8 +36,8 @@ from lockstep import _native
 from lockstep.errors import LockstepError, error
 
 _USAGE = ("set LOCKSTEP_SERVERS, LOCKSTEP_RANK and LOCKSTEP_WORKERS (or "
-          "torchrun's RANK and WORLD_SIZE) or TF_CONFIG (lockstep_launch --ps=1 --workers=2 -- python3 "
-          "SCRIPT sets them)")
+          "torchrun's RANK and WORLD_SIZE) or TF_CONFIG (lockstep_launch "
+          "--ps=1 --workers=2 -- python3 SCRIPT sets them)")
 
 
 def _bad(message):
@@ -105,6 +105,12 @@ def _read(env):
         raise _bad(f"LOCKSTEP_RANK={rank} but {named}: two launchers "
                    "disagree about this process (torchrun under "
                    "lockstep_launch?); start it with one of them")
+    if workers is not None and torch_workers is not None and \
+            workers != torch_workers:
+        raise _bad(f"LOCKSTEP_WORKERS={workers} but torchrun's or Kubeflow "
+                   f"Trainer's variables give {torch_workers} workers: two "
+                   "launchers disagree about this job; start it with one "
+                   "of them")
     rank = rank if rank is not None else torch_rank
     workers = workers if workers is not None else torch_workers
     if (servers is None or rank is None or workers is None) and \
