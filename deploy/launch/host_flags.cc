@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "deploy/launch/host_list.h"
+#include "deploy/launch/node_flags.h"
 
 ABSL_FLAG(std::string, hosts, "",
           "Run the job across these hosts over ssh: HOST[:SLOTS],... (for "
@@ -36,6 +37,17 @@ ABSL_FLAG(std::string, ssh_args, "",
 ABSL_FLAG(std::string, remote_bin_dir, "",
           "With --hosts: the folder of lockstep_server and lockstep_worker "
           "on the hosts. Default: --bin_dir (this launcher's folder).");
+ABSL_FLAG(std::string, nproc_per_node, "",
+          "torchrun's spelling: N workers on each host, so --workers=N on "
+          "this machine, or N times the hosts with --hosts (each host's "
+          "slots become N). --workers, if also given, must agree. A number: "
+          "the hosts' GPUs are not counted (no auto or gpu).");
+ABSL_FLAG(std::string, nnodes, "",
+          "torchrun's spelling: the number of hosts, checked against --hosts "
+          "(1 without it); no elastic MIN:MAX range. There is no "
+          "--node_rank: this one launcher starts the processes of every "
+          "host over ssh, where torchrun runs once per node and is told its "
+          "place.");
 ABSL_DECLARE_FLAG(int32_t, gpus);
 
 namespace lockstep {
@@ -67,12 +79,10 @@ absl::Status CheckNoHostFlags() {
   return absl::OkStatus();
 }
 
-// The placement of `options`' workers and shards on --hosts and
+// The placement of `options`' workers and shards on `hosts` (--hosts) and
 // --ps_hosts, with the server port and ssh arguments.
-absl::StatusOr<HostPlan> PlanFromFlags(const LaunchOptions& options) {
-  absl::StatusOr<std::vector<HostSlots>> hosts =
-      HostsOf("hosts", absl::GetFlag(FLAGS_hosts));
-  if (!hosts.ok()) return hosts.status();
+absl::StatusOr<HostPlan> PlanFromFlags(const LaunchOptions& options,
+                                       const std::vector<HostSlots>& hosts) {
   std::vector<HostSlots> server_hosts;
   if (const std::string ps_hosts = absl::GetFlag(FLAGS_ps_hosts);
       !ps_hosts.empty()) {
@@ -82,7 +92,7 @@ absl::StatusOr<HostPlan> PlanFromFlags(const LaunchOptions& options) {
     server_hosts = *std::move(parsed);
   }
   absl::StatusOr<HostPlan> plan =
-      PlaceOnHosts(*hosts, server_hosts, options.workers, options.ps);
+      PlaceOnHosts(hosts, server_hosts, options.workers, options.ps);
   if (!plan.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--hosts: ", plan.status().message()));
@@ -103,9 +113,25 @@ absl::StatusOr<HostPlan> PlanFromFlags(const LaunchOptions& options) {
 
 }  // namespace
 
-absl::Status ApplyHostFlags(LaunchOptions* options) {
-  if (absl::GetFlag(FLAGS_hosts).empty()) return CheckNoHostFlags();
-  absl::StatusOr<HostPlan> plan = PlanFromFlags(*options);
+absl::Status ApplyHostFlags(LaunchOptions* options, bool workers_given) {
+  const bool across_hosts = !absl::GetFlag(FLAGS_hosts).empty();
+  std::vector<HostSlots> hosts;
+  if (across_hosts) {
+    absl::StatusOr<std::vector<HostSlots>> parsed =
+        HostsOf("hosts", absl::GetFlag(FLAGS_hosts));
+    if (!parsed.ok()) return parsed.status();
+    hosts = *std::move(parsed);
+  }
+  NodeFlags node_flags;
+  if (workers_given) node_flags.workers = options->workers;
+  node_flags.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
+  node_flags.nnodes = absl::GetFlag(FLAGS_nnodes);
+  absl::StatusOr<int> workers = ApplyNodeFlags(node_flags, options->workers,
+                                               across_hosts ? &hosts : nullptr);
+  if (!workers.ok()) return workers.status();
+  options->workers = *workers;
+  if (!across_hosts) return CheckNoHostFlags();
+  absl::StatusOr<HostPlan> plan = PlanFromFlags(*options, hosts);
   if (!plan.ok()) return plan.status();
   char cwd[PATH_MAX];
   if (getcwd(cwd, sizeof(cwd)) == nullptr) {

@@ -32,6 +32,7 @@ absl::StatusOr<HostSlots> ParseEntry(absl::string_view entry) {
           absl::StrCat("host \"", entry, "\": slots \"", slots,
                        "\" are not a positive number"));
     }
+    out.slots_given = true;
   }
   if (host.empty() || absl::EndsWith(host, "@")) {
     return absl::InvalidArgumentError(
@@ -130,6 +131,22 @@ absl::StatusOr<HostPlan> PlaceOnHosts(
     plan.server_hosts.push_back(shards[i % shards.size()].host);
   }
   return plan;
+}
+
+LocalRank LocalRankOf(const HostPlan& plan, int workers, int rank) {
+  if (!plan.active()) return LocalRank{rank, workers};
+  // Loopback names are one machine; others are told apart by address.
+  auto machine = [](const std::string& host) {
+    return IsLoopbackHost(host) ? std::string("loopback") : HostAddress(host);
+  };
+  const std::string mine = machine(plan.worker_hosts[rank]);
+  LocalRank local{0, 0};
+  for (int r = 0; r < workers; ++r) {
+    if (machine(plan.worker_hosts[r]) != mine) continue;
+    if (r < rank) ++local.rank;
+    ++local.workers;
+  }
+  return local;
 }
 
 std::vector<std::string> ServerListenFlags(const HostPlan& plan, int shard,

@@ -18,6 +18,7 @@ namespace lockstep {
 struct HostSlots {
   std::string host;
   int slots = 1;
+  bool slots_given = false;  // Written as HOST:N, not defaulted.
 };
 
 // Parses "h1:2,user@h2,10.0.0.3:4" (slots after the last ':', default 1;
@@ -65,6 +66,18 @@ struct HostPlan {
 absl::StatusOr<HostPlan> PlaceOnHosts(
     const std::vector<HostSlots>& hosts,
     const std::vector<HostSlots>& server_hosts, int workers, int ps);
+
+// Where worker `rank` of `workers` sits among the workers of its host,
+// torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE.
+struct LocalRank {
+  int rank = 0;     // Its index among them, in rank order.
+  int workers = 1;  // How many workers run there.
+};
+
+// Worker `rank`'s LocalRank: on this machine (plan not active) the job's
+// rank and size; across hosts among the ranks placed on the same machine
+// (the same address whatever the user@, every loopback name one machine).
+LocalRank LocalRankOf(const HostPlan& plan, int workers, int rank);
 
 // Where shard `shard` listens and how the launcher learns it is up: on
 // this machine "--listen=127.0.0.1:0" and `port_file`; across hosts every

@@ -1,6 +1,7 @@
 // What lockstep_launch starts each process with: the servers' and the
 // workers' command lines and environments (TLS flags, per-process metrics
-// ports and traces, TF_CONFIG and LOCKSTEP_* for each rank), how it tells
+// ports and traces, TF_CONFIG, LOCKSTEP_* and torchrun's RANK, WORLD_SIZE,
+// LOCAL_RANK and LOCAL_WORLD_SIZE for each rank), how it tells
 // the user to reach them, and how many GPUs the workers may share.
 // The job's logic is launcher.cc.
 #include <errno.h>
@@ -222,10 +223,16 @@ std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
   for (int r = 0; r < options.workers; ++r) {
     quoted_workers.push_back(JsonQuote(absl::StrCat("worker", r, ":0")));
   }
+  const LocalRank local = LocalRankOf(options.hosts, options.workers, rank);
   std::vector<std::string> env = {
       absl::StrCat("LOCKSTEP_RANK=", rank),
       absl::StrCat("LOCKSTEP_WORKERS=", options.workers),
       absl::StrCat("LOCKSTEP_SERVERS=", absl::StrJoin(servers, ",")),
+      // torchrun's names for the same job, for scripts written for it.
+      absl::StrCat("RANK=", rank),
+      absl::StrCat("WORLD_SIZE=", options.workers),
+      absl::StrCat("LOCAL_RANK=", local.rank),
+      absl::StrCat("LOCAL_WORLD_SIZE=", local.workers),
       absl::StrCat("TF_CONFIG={\"cluster\": {\"ps\": [",
                    absl::StrJoin(quoted_servers, ", "), "], \"worker\": [",
                    absl::StrJoin(quoted_workers, ", "),

@@ -98,13 +98,18 @@ std::vector<std::string> WorkerArgv(const LaunchOptions& options, int rank,
 
 // What worker `rank` finds in its environment, for a command that is not
 // lockstep_worker ("NAME=VALUE" entries): LOCKSTEP_RANK, LOCKSTEP_WORKERS,
-// LOCKSTEP_SERVERS and TF_CONFIG (the same cluster in TensorFlow's form,
-// "ps" and "worker" lists and this task), LOCKSTEP_PROGRESS (bar, lines or
-// none), LOCKSTEP_GPU when GPUs are assigned, LOCKSTEP_SUMMARY_JSON for
-// rank 0, the TLS files and token as LOCKSTEP_TLS_CA/_CERT/_KEY and
-// LOCKSTEP_TOKEN_FILE, PYTHONUNBUFFERED=1 (so output arrives as it is
-// printed), and, when `python_dir` (the Python package beside the
-// binaries) is not empty, PYTHONPATH: it, then `inherited_pythonpath`.
+// LOCKSTEP_SERVERS; the same as torchrun names them: RANK, WORLD_SIZE, and
+// LOCAL_RANK and LOCAL_WORLD_SIZE among the workers of its host
+// (LocalRankOf; by torch's convention LOCAL_RANK is the GPU to use);
+// TF_CONFIG (the same cluster in TensorFlow's form, "ps" and "worker"
+// lists and this task), LOCKSTEP_PROGRESS (bar, lines or none),
+// LOCKSTEP_GPU when GPUs are assigned (--gpus round-robin over the ranks,
+// which is LOCAL_RANK on one host when there are enough GPUs),
+// LOCKSTEP_SUMMARY_JSON for rank 0, the TLS files and token as
+// LOCKSTEP_TLS_CA/_CERT/_KEY and LOCKSTEP_TOKEN_FILE, PYTHONUNBUFFERED=1 (so
+// output arrives as it is printed), and, when `python_dir` (the Python
+// package beside the binaries) is not empty, PYTHONPATH: it, then
+// `inherited_pythonpath`.
 std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
                                    const std::vector<std::string>& servers,
                                    const std::string& python_dir,

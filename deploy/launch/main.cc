@@ -31,7 +31,8 @@
 #include "deploy/launch/signal_pipe.h"
 
 ABSL_FLAG(int32_t, workers, 2,
-          "Number of worker processes (ranks 0..workers-1).");
+          "Number of worker processes (ranks 0..workers-1); "
+          "--nproc_per_node may say it instead.");
 ABSL_FLAG(int32_t, ps, 1,
           "Number of parameter-server shards. Each is started with "
           "--shard=i --num_shards=N when N > 1, and every worker gets all "
@@ -109,13 +110,20 @@ be written --name=value (booleans --name or --noname).
 With a COMMAND after "--" (a program that is not a flag, e.g. python3
 train.py), each worker runs it instead of lockstep_worker, with the job in
 its environment: LOCKSTEP_RANK, LOCKSTEP_WORKERS, LOCKSTEP_SERVERS,
-TF_CONFIG, LOCKSTEP_PROGRESS, the TLS files and token (LOCKSTEP_TLS_CA,
+RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, TF_CONFIG, LOCKSTEP_PROGRESS, the TLS files and token (LOCKSTEP_TLS_CA,
 LOCKSTEP_TLS_CERT, LOCKSTEP_TLS_KEY, LOCKSTEP_TOKEN_FILE), and the Python
 package beside the binaries on PYTHONPATH (docs/python.md).
 
 With --hosts=h1:2,h2:2 the same job runs across machines: every process
 over ssh, the workers filling each host's slots, the servers on --ps_hosts
 (docs/operations.md, "lockstep_launch across hosts").
+
+torchrun's habits work too: --nproc_per_node=N is N workers on each host
+(--workers=N here, N per --hosts entry across hosts), --nnodes=K is checked
+against the hosts, and a COMMAND also finds RANK, WORLD_SIZE, LOCAL_RANK
+(its index among the workers of its host: the GPU to use) and
+LOCAL_WORLD_SIZE. There is no --node_rank: this launcher starts every
+host's processes itself, where torchrun runs once per node.
 
 When any process exits non-zero or is killed, the launcher stops the others
 (SIGTERM, then SIGKILL after --grace_period) and exits non-zero. Ctrl-C,
@@ -128,7 +136,8 @@ when the launcher got signal N.
 
 Examples: lockstep_launch --workers=4 --ps=2 --summary_json=run.json
           lockstep_launch --checkpoint_dir=/tmp/ckpt --metrics_port_base=9100
-          lockstep_launch --workers=2 -- python3 train.py --epochs=5)";
+          lockstep_launch --workers=2 -- python3 train.py --epochs=5
+          lockstep_launch --nproc_per_node=4 -- python3 train.py)";
 
 lockstep::FlagKind LookupFlag(absl::string_view name) {
   // absl 20220623 parses its usage flags by name (DeduceUsageFlags) rather
@@ -248,10 +257,26 @@ std::string FlagOf(absl::string_view option) {
   return absl::StrCat("--", option);
 }
 
-// The hosts (host_flags.h), the token, sum order and TLS folder (beside
-// the binaries by default), then the whole of `options` checked.
-absl::Status FinishOptions(lockstep::LaunchOptions* options) {
-  if (absl::Status hosts = lockstep::ApplyHostFlags(options); !hosts.ok()) {
+// Whether `launcher_args` (SplitArgs::launcher) set the flag `name`.
+bool Given(const std::vector<std::string>& launcher_args,
+           absl::string_view name) {
+  for (const std::string& arg : launcher_args) {
+    absl::string_view flag;
+    bool has_value = false;
+    if (lockstep::ParseFlagSyntax(arg, &flag, &has_value) && flag == name) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The worker count and hosts (host_flags.h; `workers_given`: whether
+// --workers was), the token, sum order and TLS folder (beside the binaries
+// by default), then the whole of `options` checked.
+absl::Status FinishOptions(lockstep::LaunchOptions* options,
+                           bool workers_given) {
+  if (absl::Status hosts = lockstep::ApplyHostFlags(options, workers_given);
+      !hosts.ok()) {
     return hosts;
   }
   options->token_file = absl::GetFlag(FLAGS_token_file);
@@ -304,7 +329,9 @@ int main(int argc, char** argv) {
     if (!dir.ok()) return Fail(dir.status(), 1);
     options.bin_dir = *dir;
   }
-  if (absl::Status status = FinishOptions(&options); !status.ok()) {
+  if (absl::Status status =
+          FinishOptions(&options, Given(split->launcher, "workers"));
+      !status.ok()) {
     return Fail(status, lockstep::kExitPermanent);
   }
   if (absl::Status status = RouteArguments(&*split, &options); !status.ok()) {

@@ -12,6 +12,7 @@ import harness  # Puts the built package on sys.path.
 import numpy as np
 
 from lockstep import Cluster, Job, LockstepError, Shard, _native
+from lockstep.cluster import Place
 
 
 class FakeJob:
@@ -72,6 +73,103 @@ class ClusterTest(unittest.TestCase):
         with self.assertRaises(LockstepError) as e:
             Cluster.from_env({"TF_CONFIG": "{"})
         self.assertIn("TF_CONFIG", str(e.exception))
+
+    def refusal(self, env):
+        with self.assertRaises(LockstepError) as e:
+            Cluster.from_env(env)
+        self.assertEqual(e.exception.exit_code, 2)
+        return e.exception.message
+
+    def test_torchrun_variables_where_lockstep_ones_are_unset(self):
+        c = Cluster.from_env({"LOCKSTEP_SERVERS": "a:1", "RANK": "3",
+                              "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                              "LOCAL_WORLD_SIZE": "2"})
+        self.assertEqual((c.rank, c.num_workers, c.local_rank), (3, 4, 1))
+        # Both launchers' variables are fine where they agree.
+        c = Cluster.from_env({"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "1",
+                              "LOCKSTEP_WORKERS": "3", "RANK": "1",
+                              "WORLD_SIZE": "3"})
+        self.assertEqual((c.rank, c.num_workers, c.local_rank), (1, 3, 0))
+        # RANK before TF_CONFIG, whose ps list still gives the servers.
+        tf = {"cluster": {"ps": ["p:1"], "worker": ["w0:1", "w1:1"]},
+              "task": {"type": "worker", "index": 1}}
+        c = Cluster.from_env({"TF_CONFIG": json.dumps(tf), "RANK": "0",
+                              "WORLD_SIZE": "2"})
+        self.assertEqual((c.servers, c.rank, c.num_workers), (["p:1"], 0, 2))
+
+    def test_kubeflow_trainer_variables_without_torchrun(self):
+        pet = {"LOCKSTEP_SERVERS": "a:1", "PET_NNODES": "3",
+               "PET_NPROC_PER_NODE": "1", "PET_NODE_RANK": "2",
+               "PET_MASTER_ADDR": "job-node-0-0.job", "PET_MASTER_PORT": "29500"}
+        c = Cluster.from_env(pet)
+        self.assertEqual((c.rank, c.num_workers, c.local_rank), (2, 3, 0))
+        c = Cluster.from_env(dict(pet, PET_NPROC_PER_NODE="2", PET_NODE_RANK="1",
+                                  LOCAL_RANK="1"))
+        self.assertEqual((c.rank, c.num_workers, c.local_rank), (3, 6, 1))
+        # torchrun inside the pod: its RANK and WORLD_SIZE, not PET_*.
+        c = Cluster.from_env(dict(pet, PET_NPROC_PER_NODE="4", RANK="9",
+                                  WORLD_SIZE="12", LOCAL_RANK="1"))
+        self.assertEqual((c.rank, c.num_workers, c.local_rank), (9, 12, 1))
+        self.assertEqual(
+            self.refusal(dict(pet, PET_NPROC_PER_NODE="4")),
+            "PET_NPROC_PER_NODE=4 asks for that many processes per node, but "
+            "this one was not started by torchrun (no RANK or LOCAL_RANK): "
+            "run the script under torchrun, or with one process per node")
+        self.assertEqual(
+            self.refusal(dict(pet, PET_NPROC_PER_NODE="auto")),
+            "PET_NPROC_PER_NODE='auto' is not a whole number")
+
+    def test_a_rank_given_twice_must_agree(self):
+        self.assertEqual(
+            self.refusal({"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "1",
+                          "LOCKSTEP_WORKERS": "2", "RANK": "0",
+                          "WORLD_SIZE": "1"}),
+            "LOCKSTEP_RANK=1 but RANK=0: two launchers disagree about this "
+            "process (torchrun under lockstep_launch?); start it with one of "
+            "them")
+        self.assertEqual(
+            self.refusal({"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "0",
+                          "LOCKSTEP_WORKERS": "2", "PET_NNODES": "2",
+                          "PET_NODE_RANK": "1"}),
+            "LOCKSTEP_RANK=0 but PET_NODE_RANK=1: two launchers disagree "
+            "about this process (torchrun under lockstep_launch?); start it "
+            "with one of them")
+        self.assertEqual(
+            self.refusal({"LOCKSTEP_SERVERS": "a:1", "LOCKSTEP_RANK": "0",
+                          "LOCKSTEP_WORKERS": "2", "RANK": "0",
+                          "WORLD_SIZE": "4"}),
+            "LOCKSTEP_WORKERS=2 but torchrun's or Kubeflow Trainer's "
+            "variables give 4 workers: two launchers disagree about this "
+            "job; start it with one of them")
+        self.assertEqual(
+            self.refusal({"LOCKSTEP_SERVERS": "a:1", "RANK": "0",
+                          "WORLD_SIZE": "2", "LOCAL_RANK": "2",
+                          "LOCAL_WORLD_SIZE": "2"}),
+            "LOCAL_RANK=2 is not in [0, LOCAL_WORLD_SIZE=2)")
+        self.assertEqual(
+            self.refusal({"LOCKSTEP_SERVERS": "a:1", "RANK": "2",
+                          "WORLD_SIZE": "2"}),
+            "rank 2 is not in [0, 2) workers")
+
+    def test_place_needs_no_servers_and_torch_reads_it(self):
+        env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+               "LOCAL_WORLD_SIZE": "2"}
+        self.assertEqual(Place.from_env(env),
+                         Place(rank=1, num_workers=4, local_rank=1))
+        with self.assertRaises(LockstepError) as e:
+            Place.from_env({"LOCKSTEP_SERVERS": "a:1"})
+        self.assertIn("no rank, worker count for this worker:",
+                      e.exception.message)
+        import unittest.mock
+        import lockstep.torch as ls
+        with unittest.mock.patch.dict(os.environ, env, clear=True):
+            self.assertEqual((ls.rank(), ls.size(), ls.local_rank()),
+                             (1, 4, 1))
+        with unittest.mock.patch.dict(os.environ, {"LOCKSTEP_RANK": "2",
+                                                   "LOCKSTEP_WORKERS": "3"},
+                                      clear=True):
+            self.assertEqual((ls.rank(), ls.size(), ls.local_rank()),
+                             (2, 3, 0))
 
 
 class ShardTest(unittest.TestCase):

@@ -53,6 +53,11 @@ TEST(ParseHostListTest, ReadsHostsAndSlots) {
                           std::pair<std::string, int>("10.0.0.3", 4),
                           std::pair<std::string, int>("fd00::1", 3),
                           std::pair<std::string, int>("fd00::2", 1)));
+  // Only a written :N counts as given (--nproc_per_node checks it).
+  EXPECT_TRUE((*hosts)[0].slots_given);
+  EXPECT_FALSE((*hosts)[1].slots_given);
+  EXPECT_TRUE((*hosts)[3].slots_given);
+  EXPECT_FALSE((*hosts)[4].slots_given);
 }
 
 TEST(ParseHostListTest, RejectsBadEntriesByName) {
@@ -161,6 +166,37 @@ TEST(HostPlanTest, ServerAndWorkerCommandLinesFollowThePlan) {
               ElementsAre("/opt/bin/lockstep_worker", "--servers=a:50051",
                           "--workers=2", "--rank=1", "--progress=none",
                           "--allreduce_host=c", "--insecure", "--max_steps=5"));
+}
+
+// torchrun's variables of a COMMAND across hosts: LOCAL_* count the
+// workers of the same machine, whatever the user@ or the loopback name.
+TEST(HostPlanTest, LocalRanksCountTheWorkersOfTheSameMachine) {
+  LaunchOptions options;
+  options.workers = 5;
+  options.command = {"python3", "train.py"};
+  options.hosts.worker_hosts = {"h1", "h1", "u@h2", "h2", "h1"};
+  options.hosts.server_hosts = {"h1"};
+  const char* const expected[][2] = {{"LOCAL_RANK=0", "LOCAL_WORLD_SIZE=3"},
+                                     {"LOCAL_RANK=1", "LOCAL_WORLD_SIZE=3"},
+                                     {"LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2"},
+                                     {"LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2"},
+                                     {"LOCAL_RANK=2", "LOCAL_WORLD_SIZE=3"}};
+  for (int rank = 0; rank < 5; ++rank) {
+    const std::vector<std::string> env =
+        WorkerEnv(options, rank, {"h1:50051"}, "", nullptr);
+    ASSERT_GE(env.size(), 7u);
+    EXPECT_THAT(std::vector<std::string>(env.begin() + 3, env.begin() + 7),
+                ElementsAre(absl::StrCat("RANK=", rank), "WORLD_SIZE=5",
+                            expected[rank][0], expected[rank][1]))
+        << rank;
+  }
+  HostPlan loopback;
+  loopback.worker_hosts = {"localhost", "127.0.0.1", "me@localhost"};
+  EXPECT_EQ(LocalRankOf(loopback, 3, 2).rank, 2);
+  EXPECT_EQ(LocalRankOf(loopback, 3, 2).workers, 3);
+  // On this machine: the job's rank and size.
+  EXPECT_EQ(LocalRankOf(HostPlan(), 4, 3).rank, 3);
+  EXPECT_EQ(LocalRankOf(HostPlan(), 4, 3).workers, 4);
 }
 
 TEST(ShellQuoteTest, QuotesForPosixShells) {

@@ -168,6 +168,7 @@ TEST(LauncherTest, ACommandGetsTheJobInItsEnvironment) {
       WorkerEnv(options, 0, {"h:1", "h:2"}, "/py", "/old"),
       ElementsAre(
           "LOCKSTEP_RANK=0", "LOCKSTEP_WORKERS=2", "LOCKSTEP_SERVERS=h:1,h:2",
+          "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2",
           "TF_CONFIG={\"cluster\": {\"ps\": [\"h:1\", \"h:2\"], "
           "\"worker\": [\"worker0:0\", \"worker1:0\"]}, \"task\": "
           "{\"type\": \"worker\", \"index\": 0}}",
@@ -182,7 +183,8 @@ TEST(LauncherTest, ACommandGetsTheJobInItsEnvironment) {
   EXPECT_THAT(
       WorkerEnv(options, 1, {"h:1"}, "", nullptr),
       ElementsAre("LOCKSTEP_RANK=1", "LOCKSTEP_WORKERS=2",
-                  "LOCKSTEP_SERVERS=h:1",
+                  "LOCKSTEP_SERVERS=h:1", "RANK=1", "WORLD_SIZE=2",
+                  "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
                   "TF_CONFIG={\"cluster\": {\"ps\": [\"h:1\"], "
                   "\"worker\": [\"worker0:0\", \"worker1:0\"]}, "
                   "\"task\": {\"type\": \"worker\", \"index\": 1}}",

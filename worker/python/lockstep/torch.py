@@ -26,16 +26,41 @@ import torch
 
 from lockstep import data as _data
 from lockstep import _native
-from lockstep.cluster import Cluster
+from lockstep.cluster import Cluster, Place
 from lockstep.errors import LockstepError, error
 from lockstep.job import Job, current_job
 
 __all__ = ["SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
-           "Cluster", "LockstepError", "current_job"]
+           "local_rank", "rank", "size", "Cluster", "LockstepError",
+           "current_job"]
 
 
 def _bad(message):
     return error("INVALID_ARGUMENT", message)
+
+
+def _place():
+    """The joined job's cluster, else the environment's place (Place)."""
+    job = current_job()
+    return job.cluster if job is not None else Place.from_env()
+
+
+def rank():
+    """This worker's rank: the joined job's, else the environment's
+    (LOCKSTEP_RANK, torchrun's RANK, Kubeflow Trainer's PET_*, TF_CONFIG)."""
+    return _place().rank
+
+
+def size():
+    """The job's worker count, read as rank() is (LOCKSTEP_WORKERS first)."""
+    return _place().num_workers
+
+
+def local_rank():
+    """This worker's index among its host's workers (LOCAL_RANK, which
+    lockstep_launch and torchrun set; 0 when unset): the GPU to use, as in
+    torch.cuda.set_device(lockstep.torch.local_rank())."""
+    return _place().local_rank
 
 
 def _trainable(model):
