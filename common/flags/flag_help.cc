@@ -24,7 +24,8 @@ constexpr Topic kTopics[] = {
     {"Job",
      "workers,rank,servers,ps,listen,shard,num_shards,port_file,"
      "exit_when_done,bin_dir,startup_timeout,grace_period,gpus,server_flag,"
-     "worker_flag,hosts,ps_hosts,server_port,ssh_args,remote_bin_dir"},
+     "worker_flag,hosts,ps_hosts,server_port,ssh_args,remote_bin_dir,"
+     "nproc_per_node,nnodes"},
     {"Model", "model,layers,input_shape,seed,init_weights"},
     {"Training",
      "optimizer,lr,momentum,nesterov,beta_1,beta_2,epsilon,weight_decay,"
