@@ -26,9 +26,10 @@ absl::StatusOr<std::pair<std::string, int64_t>> Checkpointer::Save(
   const absl::Time now = absl::Now();
   // Any save that works (lockstep_ctl's too) ends the retry delay.
   schedule_.Saved(snapshot->version, now);
-  if (telemetry_ != nullptr) telemetry_->CheckpointSaved(snapshot->version, now);
-  log_(absl::StrCat("checkpoint of version ", snapshot->version, " in ",
-                    *path));
+  if (telemetry_ != nullptr)
+    telemetry_->CheckpointSaved(snapshot->version, now);
+  log_(
+      absl::StrCat("checkpoint of version ", snapshot->version, " in ", *path));
   return std::make_pair(*path, snapshot->version);
 }
 

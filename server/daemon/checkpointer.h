@@ -31,8 +31,8 @@ namespace lockstep {
 class Checkpointer final {
  public:
   struct Options {
-    int64_t every_steps = 0;                         // 0: no step trigger.
-    absl::Duration every = absl::ZeroDuration();     // 0: no time trigger.
+    int64_t every_steps = 0;                      // 0: no step trigger.
+    absl::Duration every = absl::ZeroDuration();  // 0: no time trigger.
   };
 
   // `telemetry` may be null.
@@ -56,9 +56,9 @@ class Checkpointer final {
   int64_t last_saved_version() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  CheckpointStore* const store_;       // Not owned.
-  ParameterServer* const core_;        // Not owned.
-  ServerTelemetry* const telemetry_;   // Not owned; may be null.
+  CheckpointStore* const store_;      // Not owned.
+  ParameterServer* const core_;       // Not owned.
+  ServerTelemetry* const telemetry_;  // Not owned; may be null.
   const DaemonLog log_;
   absl::Mutex mu_;  // One save at a time.
   CheckpointSchedule schedule_ ABSL_GUARDED_BY(mu_);

@@ -90,11 +90,11 @@ absl::Status Daemon::CreateCore() {
   ASSIGN_OR_RETURN(core_, ParameterServer::Create(core_options));
   telemetry_->AttachCore(core_.get(), options_.workers);
   if (!options_.checkpoint_dir.empty()) {
-    ASSIGN_OR_RETURN(store_, CheckpointStore::Create(
-                                 options_.checkpoint_dir, options_.shard,
-                                 options_.num_shards,
-                                 options_.checkpoints_to_keep,
-                                 options_.checkpoint_env));
+    ASSIGN_OR_RETURN(
+        store_, CheckpointStore::Create(options_.checkpoint_dir, options_.shard,
+                                        options_.num_shards,
+                                        options_.checkpoints_to_keep,
+                                        options_.checkpoint_env));
     Checkpointer::Options every;
     every.every_steps = options_.checkpoint_every_steps;
     every.every = options_.checkpoint_every;

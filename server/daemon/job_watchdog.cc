@@ -82,8 +82,8 @@ std::optional<int> JobWatchdog::CheckWorkersGone(absl::Time now) {
                     "retryable"));
   if (checkpointer_ != nullptr) {
     if (absl::Status saved = checkpointer_->SaveUnsaved(); !saved.ok()) {
-      log_(absl::StrCat("checkpoint before exiting failed: ",
-                        saved.ToString()));
+      log_(
+          absl::StrCat("checkpoint before exiting failed: ", saved.ToString()));
     }
   }
   core_->Shutdown(absl::UnavailableError(

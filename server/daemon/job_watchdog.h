@@ -50,9 +50,9 @@ class JobWatchdog final {
 
  private:
   const Options options_;
-  ParameterServer* const core_;        // Not owned.
-  Checkpointer* const checkpointer_;   // Not owned; may be null.
-  WeightsFileWriter* const weights_;   // Not owned; may be null.
+  ParameterServer* const core_;       // Not owned.
+  Checkpointer* const checkpointer_;  // Not owned; may be null.
+  WeightsFileWriter* const weights_;  // Not owned; may be null.
   const DaemonLog log_;
 };
 

@@ -41,8 +41,7 @@ class CheckpointerTest : public ::testing::Test {
                                           nullptr, log_.Log());
   }
   std::string Ckpt(int version) const {
-    return absl::StrCat(dir_, "/shard-0-of-1/ckpt-0000000000", version,
-                        ".lsc");
+    return absl::StrCat(dir_, "/shard-0-of-1/ckpt-0000000000", version, ".lsc");
   }
   // The newest checkpoint a restarted server would load.
   std::optional<ShardCheckpoint> Newest() {
@@ -67,8 +66,8 @@ TEST_F(CheckpointerTest, SavesTheNewestVersionAndSaysWhere) {
   EXPECT_EQ(saved->first, Ckpt(10));
   EXPECT_EQ(saved->second, 10);
   EXPECT_EQ(checkpointer->last_saved_version(), 10);
-  EXPECT_THAT(log_.lines,
-              ElementsAre(absl::StrCat("checkpoint of version 10 in ", Ckpt(10))));
+  EXPECT_THAT(log_.lines, ElementsAre(absl::StrCat(
+                              "checkpoint of version 10 in ", Ckpt(10))));
   std::optional<ShardCheckpoint> newest = Newest();
   ASSERT_TRUE(newest.has_value());
   EXPECT_EQ(newest->version, 10);
@@ -80,8 +79,8 @@ TEST_F(CheckpointerTest, SaveUnsavedSavesAVersionOnce) {
   auto checkpointer = Make(0);
   ASSERT_TRUE(checkpointer->SaveUnsaved().ok());
   ASSERT_TRUE(checkpointer->SaveUnsaved().ok());
-  EXPECT_THAT(log_.lines,
-              ElementsAre(absl::StrCat("checkpoint of version 10 in ", Ckpt(10))));
+  EXPECT_THAT(log_.lines, ElementsAre(absl::StrCat(
+                              "checkpoint of version 10 in ", Ckpt(10))));
 }
 
 TEST_F(CheckpointerTest, ARestoredVersionIsNotSavedAgain) {
@@ -100,8 +99,8 @@ TEST_F(CheckpointerTest, APeriodicSaveIsDueByItsSteps) {
   EXPECT_THAT(log_.lines, IsEmpty()) << "10 steps of 11";
   auto saving = Make(10);
   saving->SaveIfDue(absl::Now());
-  EXPECT_THAT(log_.lines,
-              ElementsAre(absl::StrCat("checkpoint of version 10 in ", Ckpt(10))));
+  EXPECT_THAT(log_.lines, ElementsAre(absl::StrCat(
+                              "checkpoint of version 10 in ", Ckpt(10))));
 }
 
 TEST_F(CheckpointerTest, AFailedPeriodicSaveWaitsBeforeItsNextTry) {
@@ -131,8 +130,7 @@ TEST_F(CheckpointerTest, AFailedPeriodicSaveWaitsBeforeItsNextTry) {
 TEST_F(CheckpointerTest, NothingToSaveBeforeVersionZero) {
   FakeEnv clock;
   std::unique_ptr<ParameterServer> empty = TwoWorkerCore(&clock);
-  Checkpointer checkpointer({}, store_.get(), empty.get(), nullptr,
-                            log_.Log());
+  Checkpointer checkpointer({}, store_.get(), empty.get(), nullptr, log_.Log());
   EXPECT_EQ(checkpointer.Save().status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(checkpointer.SaveUnsaved().ok()) << "-1 is nothing to save";

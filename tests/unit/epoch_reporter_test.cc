@@ -71,7 +71,8 @@ class EpochReporterTest : public ::testing::Test {
     std::fflush(out_);
     std::rewind(out_);
     std::string text;
-    for (int c; (c = std::fgetc(out_)) != EOF;) text.push_back(static_cast<char>(c));
+    for (int c; (c = std::fgetc(out_)) != EOF;)
+      text.push_back(static_cast<char>(c));
     return text;
   }
   void TearDown() override { std::fclose(out_); }

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "gmock/gmock.h"
 #include "common/health_client.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordination/coordination_service.h"
 #include "server/coordination/coordination_store.h"

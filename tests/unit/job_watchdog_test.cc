@@ -39,8 +39,7 @@ class JobWatchdogTest : public ::testing::Test {
   JobWatchdog Make(const JobWatchdog::Options& options,
                    Checkpointer* checkpointer = nullptr,
                    WeightsFileWriter* weights = nullptr) {
-    return JobWatchdog(options, core_.get(), checkpointer, weights,
-                       log_.Log());
+    return JobWatchdog(options, core_.get(), checkpointer, weights, log_.Log());
   }
   // Rank 0 pushes step 0; rank 1 does not.
   void PushRankZero() {
@@ -117,14 +116,12 @@ TEST_F(JobWatchdogTest, NoStepTimeoutNeverWarns) {
 TEST_F(JobWatchdogTest, AJobNoWorkerCallsIsGivenUpAfterSavingIt) {
   auto store = CheckpointStore::Create(NewTempDir(), 0, 1, 3, Env::Default());
   ASSERT_TRUE(store.ok()) << store.status();
-  Checkpointer checkpointer({}, store->get(), core_.get(), nullptr,
-                            log_.Log());
+  Checkpointer checkpointer({}, store->get(), core_.get(), nullptr, log_.Log());
   JobWatchdog::Options options;
   options.no_worker_timeout = absl::Seconds(60);
   JobWatchdog watchdog = Make(options, &checkpointer);
   const absl::Time last = clock_.Now();  // Rank 0's Initialize.
-  EXPECT_EQ(watchdog.CheckWorkersGone(last + absl::Seconds(59)),
-            std::nullopt);
+  EXPECT_EQ(watchdog.CheckWorkersGone(last + absl::Seconds(59)), std::nullopt);
   EXPECT_EQ(watchdog.CheckWorkersGone(last + absl::Seconds(60)),
             kExitRetryable);
   ASSERT_EQ(log_.lines.size(), 2u);
@@ -154,8 +151,7 @@ TEST_F(JobWatchdogTest, TheJobEndsOnceEveryWorkerHasLeftWithTheModelSaved) {
   const std::string dir = NewTempDir();
   auto store = CheckpointStore::Create(dir, 0, 1, 3, Env::Default());
   ASSERT_TRUE(store.ok()) << store.status();
-  Checkpointer checkpointer({}, store->get(), core_.get(), nullptr,
-                            log_.Log());
+  Checkpointer checkpointer({}, store->get(), core_.get(), nullptr, log_.Log());
   WeightsFileWriter weights(dir + "/model.safetensors", core_.get(),
                             Env::Default(), absl::Seconds(1), log_.Log());
   JobWatchdog watchdog = Make({}, &checkpointer, &weights);
@@ -163,13 +159,12 @@ TEST_F(JobWatchdogTest, TheJobEndsOnceEveryWorkerHasLeftWithTheModelSaved) {
   EXPECT_EQ(watchdog.FinishIfDone(), std::nullopt) << "rank 1 is still in";
   ASSERT_TRUE(core_->Leave(1, inc1_).ok());
   EXPECT_EQ(watchdog.FinishIfDone(), kExitOk);
-  EXPECT_THAT(
-      log_.lines,
-      ElementsAre("every worker has left",
-                  absl::StrCat("checkpoint of version 0 in ", dir,
-                               "/shard-0-of-1/ckpt-000000000000.lsc"),
-                  absl::StrCat("weights of version 0 in ", dir,
-                               "/model.safetensors")));
+  EXPECT_THAT(log_.lines,
+              ElementsAre("every worker has left",
+                          absl::StrCat("checkpoint of version 0 in ", dir,
+                                       "/shard-0-of-1/ckpt-000000000000.lsc"),
+                          absl::StrCat("weights of version 0 in ", dir,
+                                       "/model.safetensors")));
 }
 
 TEST_F(JobWatchdogTest, AWeightsFileThatCannotBeWrittenFailsTheEnd) {

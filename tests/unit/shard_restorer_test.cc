@@ -89,9 +89,8 @@ TEST_F(ShardRestorerTest, OnlyDamagedCheckpointsRefuseAFreshStart) {
   auto restored = Restore(store.get());
   EXPECT_EQ(restored.status().code(), absl::StatusCode::kDataLoss);
   const std::string message(restored.status().message());
-  EXPECT_THAT(message,
-              StartsWith(absl::StrCat("no intact checkpoint in ", dir_,
-                                      ", only damaged ones: ")));
+  EXPECT_THAT(message, StartsWith(absl::StrCat("no intact checkpoint in ", dir_,
+                                               ", only damaged ones: ")));
   EXPECT_THAT(message, HasSubstr("--allow_fresh_start"));
   EXPECT_EQ(log_.lines.back(), message);
   EXPECT_EQ(Version(), -1);
@@ -139,8 +138,8 @@ TEST_F(ShardRestorerTest, AnUnreadableInitFromIsAnError) {
   EXPECT_FALSE(restored.ok());
   ASSERT_EQ(log_.lines.size(), 1u);
   EXPECT_THAT(log_.lines[0],
-              StartsWith(absl::StrCat("cannot start from --init_from=",
-                                      missing, ": ")));
+              StartsWith(absl::StrCat("cannot start from --init_from=", missing,
+                                      ": ")));
   EXPECT_EQ(Version(), -1);
 }
 

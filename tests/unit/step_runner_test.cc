@@ -105,8 +105,9 @@ TEST_F(StepRunnerTest, JoiningStartsFromTheInitialWeightsGiven) {
   ASSERT_TRUE(joined.ok()) << joined.status();
   EXPECT_EQ(joined->version, 0);
   EXPECT_EQ(joined->next_step, 0);
-  EXPECT_EQ(std::vector<float>(runner.weights().begin(), runner.weights().end()),
-            initial_);
+  EXPECT_EQ(
+      std::vector<float>(runner.weights().begin(), runner.weights().end()),
+      initial_);
   EXPECT_EQ(session_.joined_with.total_steps, 16);
 }
 
@@ -115,7 +116,8 @@ TEST_F(StepRunnerTest, InitialWeightsOfTheWrongSizeAreRefused) {
   StepRunner runner = Runner();
   const absl::Status status = runner.UseModelWeightBuffer();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(status.message(), "the initial weights hold 3 values, the model 172");
+  EXPECT_EQ(status.message(),
+            "the initial weights hold 3 values, the model 172");
 }
 
 // Step 0: the gradient of the sampler's batch for step 0 at the initial
@@ -148,8 +150,9 @@ TEST_F(StepRunnerTest, AStepExchangesTheGradientOfItsBatch) {
   EXPECT_EQ(stats.correct, want->correct);
   std::vector<float> next = initial_;
   for (int64_t i = 0; i < kParameters; ++i) next[i] -= 0.1f * gradient[i];
-  EXPECT_EQ(std::vector<float>(runner.weights().begin(), runner.weights().end()),
-            next);
+  EXPECT_EQ(
+      std::vector<float>(runner.weights().begin(), runner.weights().end()),
+      next);
 }
 
 TEST_F(StepRunnerTest, StragglingSleepsItsFixedAndRandomDelayOnTheEnv) {

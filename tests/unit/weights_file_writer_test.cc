@@ -25,8 +25,8 @@ TEST(WeightsFileWriterTest, WritesTheNewestVersionsTensorsInOrder) {
   ASSERT_TRUE(core->Restore(CheckpointAt(10)).ok());
   const std::string path = NewTempDir() + "/model.safetensors";
   LogLines log;
-  WeightsFileWriter writer(path, core.get(), Env::Default(),
-                           absl::Seconds(1), log.Log());
+  WeightsFileWriter writer(path, core.get(), Env::Default(), absl::Seconds(1),
+                           log.Log());
   EXPECT_EQ(writer.path(), path);
   absl::StatusOr<int64_t> version = writer.Write();
   ASSERT_TRUE(version.ok()) << version.status();
@@ -48,8 +48,8 @@ TEST(WeightsFileWriterTest, NothingIsWrittenBeforeVersionZero) {
   std::unique_ptr<ParameterServer> core = TwoWorkerCore(&clock);
   const std::string path = NewTempDir() + "/model.safetensors";
   LogLines log;
-  WeightsFileWriter writer(path, core.get(), Env::Default(),
-                           absl::Seconds(1), log.Log());
+  WeightsFileWriter writer(path, core.get(), Env::Default(), absl::Seconds(1),
+                           log.Log());
   EXPECT_EQ(writer.Write().status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(log.lines, IsEmpty());

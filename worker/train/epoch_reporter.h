@@ -44,8 +44,8 @@ class EpochReporter final {
   // when the training loop began (on options' Env); `test` (may be null)
   // is what rank 0 evaluates on.
   EpochReporter(const TrainerOptions* options, const Epoch& epoch,
-                absl::Time loop_start, const Dataset* test,
-                EvaluateFn evaluate, FILE* out = stdout);
+                absl::Time loop_start, const Dataset* test, EvaluateFn evaluate,
+                FILE* out = stdout);
 
   // Step `step` was applied with this worker's `stats`.
   void StepApplied(int64_t step, const BatchStats& stats);

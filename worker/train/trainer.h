@@ -71,11 +71,11 @@ class Trainer final {
   absl::Status FinishJob(TrainSummary* summary);
 
   const TrainerOptions options_;
-  Model* const model_;          // Not owned.
-  StepSession* const session_;  // Not owned.
-  const Dataset* const train_;  // Not owned.
-  const Dataset* const test_;   // Not owned; may be null.
-  StepRunner runner_;           // Over options_.
+  Model* const model_;            // Not owned.
+  StepSession* const session_;    // Not owned.
+  const Dataset* const train_;    // Not owned.
+  const Dataset* const test_;     // Not owned; may be null.
+  StepRunner runner_;             // Over options_.
   int64_t total_steps_ = 0;       // Set by Run before joining.
   absl::Time loop_start_;         // When Run's first step began.
   absl::Duration training_time_;  // The epochs' time, evaluation excluded.
