@@ -13,11 +13,8 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/base/env.h"
@@ -27,7 +24,10 @@
 #include "common/security/tls_options.h"
 #include "server/core/checkpoint.h"
 #include "server/core/parameter_server.h"
+#include "server/daemon/checkpointer.h"
+#include "server/daemon/job_watchdog.h"
 #include "server/daemon/server_telemetry.h"
+#include "server/daemon/weights_file_writer.h"
 #include "server/rpc/grpc_service.h"
 
 namespace lockstep {
@@ -79,6 +79,12 @@ struct DaemonOptions {
   int server_threads = 1;
 };
 
+// Daemon wires parts that each have one job and their own tests:
+// GrpcEndpoint (security, the bind, health), ShardRestorer (the state to
+// start from), Checkpointer (checkpoints by the clock, on request and at
+// the end), WeightsFileWriter (--weights_file) and JobWatchdog (step
+// timeouts, lost workers, the job's end). Daemon itself runs the ticks,
+// the drain and the order of the end.
 class Daemon final {
  public:
   explicit Daemon(DaemonOptions options);
@@ -89,42 +95,20 @@ class Daemon final {
   void Stop() { stop_.Notify(); }
 
  private:
-  // Writes the model's weights to options_.weights_file; returns their
-  // version.
-  absl::StatusOr<int64_t> WriteWeightsFile() ABSL_LOCKS_EXCLUDED(weights_mu_);
-  // Writes a checkpoint now; returns its path and version.
-  // Waits up to `wait` for the chunks to line up at one version.
-  absl::StatusOr<std::pair<std::string, int64_t>> SaveCheckpoint(
-      absl::Duration wait = absl::Seconds(30));
   using Saved = ParameterServerService::Saved;
 
   // One pass of the periodic duties; returns an exit code to stop with.
   std::optional<int> Tick(absl::Time now);
-  // Tick's parts: the step-timeout watchdog (the exit code when a lost
-  // worker fails the job), the periodic checkpoint, and the job's end once
-  // every worker has left (exit_when_done).
-  std::optional<int> CheckStepTimeouts(absl::Time now);
-  void CheckpointIfDue(absl::Time now);
-  std::optional<int> FinishIfDone();
-  // Run's parts: the telemetry, the core and the checkpoint store; what
+  // Run's parts: the telemetry, the core and the parts over them; what
   // lockstep_ctl checkpoint runs (null when there is nothing to save); the
   // "listening" line and the port file (false when that cannot be
-  // written); the ticks until a stop (drained) or Tick's exit code.
+  // written); the restore of the starting state; the ticks until a stop
+  // (drained) or Tick's exit code.
   absl::Status CreateCore();
   std::function<absl::StatusOr<Saved>()> SaveOnRequest();
   bool AnnounceListening(int port);
+  absl::Status RestoreState();
   int ServeUntilDone(absl::FunctionRef<void(bool)> set_serving);
-  // A checkpoint of the newest version when it is not saved yet (OK when
-  // there is nothing to save or no checkpoint_dir).
-  absl::Status SaveUnsavedProgress();
-  // Tick's check that the job still has workers (no_worker_timeout): the
-  // exit code when it has given up on them.
-  std::optional<int> CheckWorkersGone(absl::Time now);
-  // Restores the newest intact checkpoint in checkpoint_dir, if any, else
-  // the one init_from names.
-  absl::Status RestoreNewestCheckpoint();
-  // Restores init_from's checkpoint (OK when init_from is empty).
-  absl::Status RestoreInitFrom();
 
   const DaemonOptions options_;
   absl::Notification stop_;
@@ -132,17 +116,10 @@ class Daemon final {
   std::unique_ptr<ParameterServer> core_;
   // After core_: destroyed first, so no scrape reads a destroyed core.
   std::unique_ptr<ServerTelemetry> telemetry_;
-  std::unique_ptr<CheckpointStore> checkpoints_;
-  // One weights-file write at a time (job end, lockstep_ctl requests).
-  absl::Mutex weights_mu_;
-  absl::Mutex checkpoint_mu_;  // One checkpoint write at a time.
-  int64_t last_saved_version_ ABSL_GUARDED_BY(checkpoint_mu_) = -1;
-  absl::Time last_saved_ ABSL_GUARDED_BY(checkpoint_mu_) = absl::Now();
-  // Periodic checkpoints after a failed one: 5 s, doubling to 5 min, until
-  // one (periodic or asked for) succeeds.
-  absl::Duration checkpoint_backoff_ ABSL_GUARDED_BY(checkpoint_mu_);
-  absl::Time retry_checkpoint_at_ ABSL_GUARDED_BY(checkpoint_mu_) =
-      absl::InfinitePast();
+  std::unique_ptr<CheckpointStore> store_;      // Null: no checkpoint_dir.
+  std::unique_ptr<Checkpointer> checkpointer_;  // Null: no checkpoint_dir.
+  std::unique_ptr<WeightsFileWriter> weights_;  // Null: no weights_file.
+  std::unique_ptr<JobWatchdog> watchdog_;
 };
 
 }  // namespace lockstep

@@ -1,0 +1,116 @@
+#include "server/daemon/job_watchdog.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/exit_codes.h"
+
+namespace lockstep {
+namespace {
+
+std::string Ranks(const std::vector<int>& ranks) {
+  return absl::StrJoin(ranks, ",");
+}
+
+}  // namespace
+
+JobWatchdog::JobWatchdog(const Options& options, ParameterServer* core,
+                         Checkpointer* checkpointer, WeightsFileWriter* weights,
+                         DaemonLog log)
+    : options_(options),
+      core_(core),
+      checkpointer_(checkpointer),
+      weights_(weights),
+      log_(std::move(log)) {}
+
+std::optional<int> JobWatchdog::CheckStepTimeouts(absl::Time now) {
+  if (options_.step_timeout <= absl::ZeroDuration()) return std::nullopt;
+  const bool fail = options_.fail_on_worker_loss;
+  for (const ParameterServer::StepAlarm& alarm :
+       core_->CheckStepTimeout(now, options_.step_timeout, fail)) {
+    if (!alarm.expired) {
+      log_(absl::StrCat("warning: step ", alarm.step, " has waited ",
+                        absl::FormatDuration(alarm.waited), " for rank(s) ",
+                        Ranks(alarm.missing)));
+      continue;
+    }
+    if (alarm.ssp && !fail) {
+      log_(absl::StrCat(
+          "ssp: rank(s) ", Ranks(alarm.missing), " have not pushed step ",
+          alarm.step, " in ", absl::FormatDuration(alarm.waited),
+          "; the others, --staleness steps ahead, wait for them or a "
+          "replacement for as long as their own --rejoin_timeout_s allows "
+          "(--on_worker_loss=fail would end the job now)"));
+      continue;
+    }
+    log_(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",
+                      Ranks(alarm.missing), alarm.ssp ? "" : "; not applied",
+                      fail ? "; failing the job (--on_worker_loss=fail)"
+                           : "; waiting for a replacement"));
+    if (fail) {
+      core_->Shutdown(absl::CancelledError(
+          absl::StrCat("the job failed: rank(s) ", Ranks(alarm.missing),
+                       " were lost (--on_worker_loss=fail)")));
+      return kExitRetryable;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<int> JobWatchdog::CheckWorkersGone(absl::Time now) {
+  if (options_.no_worker_timeout <= absl::ZeroDuration() ||
+      core_->WaitUntilDone(absl::ZeroDuration())) {
+    return std::nullopt;
+  }
+  absl::Time last = absl::InfinitePast();  // Of any worker's latest call.
+  for (const WorkerActivity& w : core_->GetStatus().workers) {
+    last = std::max(last, w.last_contact);
+  }
+  // Before the first call the job has not begun: workers may be slow to
+  // start (pods pending), and nothing would be lost.
+  if (last == absl::InfinitePast() || now - last < options_.no_worker_timeout) {
+    return std::nullopt;
+  }
+  log_(absl::StrCat("no worker has called for ",
+                    absl::FormatDuration(now - last),
+                    " (--no_worker_timeout_s) and the job is unfinished: "
+                    "every worker was lost and none replaced; exiting "
+                    "retryable"));
+  if (checkpointer_ != nullptr) {
+    if (absl::Status saved = checkpointer_->SaveUnsaved(); !saved.ok()) {
+      log_(
+          absl::StrCat("checkpoint before exiting failed: ", saved.ToString()));
+    }
+  }
+  core_->Shutdown(absl::UnavailableError(
+      "the server gave up on the job: no worker called for too long"));
+  return kExitRetryable;
+}
+
+std::optional<int> JobWatchdog::FinishIfDone() {
+  if (!options_.exit_when_done || !core_->WaitUntilDone(absl::ZeroDuration())) {
+    return std::nullopt;
+  }
+  log_("every worker has left");
+  // The trained model is saved whatever the interval.
+  if (checkpointer_ != nullptr) {
+    if (absl::Status saved = checkpointer_->SaveUnsaved(); !saved.ok()) {
+      log_(absl::StrCat("final checkpoint failed: ", saved.ToString()));
+      return kExitFailure;
+    }
+  }
+  if (weights_ != nullptr) {
+    if (absl::StatusOr<int64_t> v = weights_->Write(); !v.ok()) {
+      log_(absl::StrCat("writing the weights file failed: ",
+                        v.status().ToString()));
+      return kExitFailure;
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace lockstep

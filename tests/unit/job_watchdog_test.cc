@@ -1,0 +1,191 @@
+// JobWatchdog over a real core of two workers on a clock the test moves
+// (FakeEnv): step timeouts, a job no worker calls any more, and the job's
+// end, with the exact exit codes and lines.
+#include "server/daemon/job_watchdog.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/env.h"
+#include "common/base/exit_codes.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/checkpoint.h"
+#include "tests/unit/chunk_reply_test_util.h"
+#include "tests/unit/daemon_test_util.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+class JobWatchdogTest : public ::testing::Test {
+ protected:
+  // Two workers registered, version 0 = {1, 2, 3, 4, 5}.
+  void SetUp() override {
+    auto r0 = core_->Register(0, SmallSignature(2));
+    auto r1 = core_->Register(1, SmallSignature(2));
+    ASSERT_TRUE(r0.ok() && r1.ok());
+    inc0_ = r0->incarnation;
+    inc1_ = r1->incarnation;
+    ASSERT_TRUE(core_->Initialize(0, inc0_, 0, Bytes(initial_)).ok());
+  }
+
+  JobWatchdog Make(const JobWatchdog::Options& options,
+                   Checkpointer* checkpointer = nullptr,
+                   WeightsFileWriter* weights = nullptr) {
+    return JobWatchdog(options, core_.get(), checkpointer, weights, log_.Log());
+  }
+  // Rank 0 pushes step 0; rank 1 does not.
+  void PushRankZero() {
+    core_->Push(0, inc0_, 0, 0, WireDType::kFloat32, Bytes(gradient_),
+                reply_.Callback());
+  }
+  void BothLeave() {
+    ASSERT_TRUE(core_->Leave(0, inc0_).ok());
+    ASSERT_TRUE(core_->Leave(1, inc1_).ok());
+  }
+
+  FakeEnv clock_;
+  std::unique_ptr<ParameterServer> core_ = TwoWorkerCore(&clock_);
+  int64_t inc0_ = 0, inc1_ = 0;
+  const std::vector<float> initial_ = {1, 2, 3, 4, 5};
+  const std::vector<float> gradient_ = {2, 2, 2, 2, 2};
+  Reply reply_;
+  LogLines log_;
+};
+
+TEST_F(JobWatchdogTest, NothingEndsAJobInProgress) {
+  JobWatchdog::Options options;
+  options.step_timeout = absl::Seconds(10);
+  options.no_worker_timeout = absl::Seconds(60);
+  JobWatchdog watchdog = Make(options);
+  EXPECT_EQ(watchdog.CheckStepTimeouts(clock_.Now()), std::nullopt);
+  EXPECT_EQ(watchdog.CheckWorkersGone(clock_.Now()), std::nullopt);
+  EXPECT_EQ(watchdog.FinishIfDone(), std::nullopt);
+  EXPECT_THAT(log_.lines, IsEmpty());
+}
+
+TEST_F(JobWatchdogTest, ALateStepWarnsThenWaitsForAReplacement) {
+  JobWatchdog::Options options;
+  options.step_timeout = absl::Seconds(10);
+  JobWatchdog watchdog = Make(options);
+  const absl::Time pushed = clock_.Now();
+  PushRankZero();
+  EXPECT_EQ(watchdog.CheckStepTimeouts(pushed + absl::Seconds(5)),
+            std::nullopt);
+  EXPECT_EQ(watchdog.CheckStepTimeouts(pushed + absl::Seconds(10)),
+            std::nullopt);
+  EXPECT_THAT(log_.lines,
+              ElementsAre("warning: step 0 has waited 5s for rank(s) 1",
+                          "step 0 timed out waiting for rank(s) 1; not "
+                          "applied; waiting for a replacement"));
+  ASSERT_TRUE(reply_.result.has_value());
+  EXPECT_EQ(reply_.result->status().code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(JobWatchdogTest, ALostWorkerFailsTheJobWhenAsked) {
+  JobWatchdog::Options options;
+  options.step_timeout = absl::Seconds(10);
+  options.fail_on_worker_loss = true;
+  JobWatchdog watchdog = Make(options);
+  const absl::Time pushed = clock_.Now();
+  PushRankZero();
+  EXPECT_EQ(watchdog.CheckStepTimeouts(pushed + absl::Seconds(10)),
+            kExitRetryable);
+  EXPECT_THAT(log_.lines,
+              ElementsAre("step 0 timed out waiting for rank(s) 1; not "
+                          "applied; failing the job (--on_worker_loss=fail)"));
+  ASSERT_TRUE(reply_.result.has_value());
+  EXPECT_EQ(reply_.result->status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(JobWatchdogTest, NoStepTimeoutNeverWarns) {
+  JobWatchdog watchdog = Make({});
+  PushRankZero();
+  EXPECT_EQ(watchdog.CheckStepTimeouts(clock_.Now() + absl::Hours(10)),
+            std::nullopt);
+  EXPECT_THAT(log_.lines, IsEmpty());
+}
+
+TEST_F(JobWatchdogTest, AJobNoWorkerCallsIsGivenUpAfterSavingIt) {
+  auto store = CheckpointStore::Create(NewTempDir(), 0, 1, 3, Env::Default());
+  ASSERT_TRUE(store.ok()) << store.status();
+  Checkpointer checkpointer({}, store->get(), core_.get(), nullptr, log_.Log());
+  JobWatchdog::Options options;
+  options.no_worker_timeout = absl::Seconds(60);
+  JobWatchdog watchdog = Make(options, &checkpointer);
+  const absl::Time last = clock_.Now();  // Rank 0's Initialize.
+  EXPECT_EQ(watchdog.CheckWorkersGone(last + absl::Seconds(59)), std::nullopt);
+  EXPECT_EQ(watchdog.CheckWorkersGone(last + absl::Seconds(60)),
+            kExitRetryable);
+  ASSERT_EQ(log_.lines.size(), 2u);
+  EXPECT_EQ(log_.lines[0],
+            "no worker has called for 1m (--no_worker_timeout_s) and the job "
+            "is unfinished: every worker was lost and none replaced; exiting "
+            "retryable");
+  EXPECT_THAT(log_.lines[1], StartsWith("checkpoint of version 0 in "));
+  EXPECT_EQ(checkpointer.last_saved_version(), 0);
+  PushRankZero();
+  ASSERT_TRUE(reply_.result.has_value());
+  EXPECT_EQ(reply_.result->status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(JobWatchdogTest, BeforeAnyCallTheJobHasNotBegun) {
+  FakeEnv clock;
+  std::unique_ptr<ParameterServer> waiting = TwoWorkerCore(&clock);
+  JobWatchdog::Options options;
+  options.no_worker_timeout = absl::Seconds(60);
+  JobWatchdog watchdog(options, waiting.get(), nullptr, nullptr, log_.Log());
+  EXPECT_EQ(watchdog.CheckWorkersGone(clock.Now() + absl::Hours(10)),
+            std::nullopt);
+  EXPECT_THAT(log_.lines, IsEmpty());
+}
+
+TEST_F(JobWatchdogTest, TheJobEndsOnceEveryWorkerHasLeftWithTheModelSaved) {
+  const std::string dir = NewTempDir();
+  auto store = CheckpointStore::Create(dir, 0, 1, 3, Env::Default());
+  ASSERT_TRUE(store.ok()) << store.status();
+  Checkpointer checkpointer({}, store->get(), core_.get(), nullptr, log_.Log());
+  WeightsFileWriter weights(dir + "/model.safetensors", core_.get(),
+                            Env::Default(), absl::Seconds(1), log_.Log());
+  JobWatchdog watchdog = Make({}, &checkpointer, &weights);
+  ASSERT_TRUE(core_->Leave(0, inc0_).ok());
+  EXPECT_EQ(watchdog.FinishIfDone(), std::nullopt) << "rank 1 is still in";
+  ASSERT_TRUE(core_->Leave(1, inc1_).ok());
+  EXPECT_EQ(watchdog.FinishIfDone(), kExitOk);
+  EXPECT_THAT(log_.lines,
+              ElementsAre("every worker has left",
+                          absl::StrCat("checkpoint of version 0 in ", dir,
+                                       "/shard-0-of-1/ckpt-000000000000.lsc"),
+                          absl::StrCat("weights of version 0 in ", dir,
+                                       "/model.safetensors")));
+}
+
+TEST_F(JobWatchdogTest, AWeightsFileThatCannotBeWrittenFailsTheEnd) {
+  WeightsFileWriter weights(NewTempDir() + "/missing/model.safetensors",
+                            core_.get(), Env::Default(), absl::Seconds(1),
+                            log_.Log());
+  JobWatchdog watchdog = Make({}, nullptr, &weights);
+  BothLeave();
+  EXPECT_EQ(watchdog.FinishIfDone(), kExitFailure);
+  ASSERT_EQ(log_.lines.size(), 2u);
+  EXPECT_THAT(log_.lines[1], StartsWith("writing the weights file failed: "));
+}
+
+TEST_F(JobWatchdogTest, WithoutExitWhenDoneTheServerStays) {
+  JobWatchdog::Options options;
+  options.exit_when_done = false;
+  JobWatchdog watchdog = Make(options);
+  BothLeave();
+  EXPECT_EQ(watchdog.FinishIfDone(), std::nullopt);
+  EXPECT_THAT(log_.lines, IsEmpty());
+}
+
+}  // namespace
+}  // namespace lockstep
