@@ -9,7 +9,9 @@
 namespace lockstep {
 namespace {
 
-absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
+absl::Status CheckSyncPolicy(const SyncPolicy& sync,
+                             const OptimizerConfig& optimizer,
+                             int num_workers) {
   if (sync.mode == SyncMode::kAllReduce) {
     return absl::InvalidArgumentError(
         "a signature's sync mode is sync, async or ssp (an all-reduce job's "
@@ -24,6 +26,14 @@ absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
     return absl::InvalidArgumentError(
         "backup_workers applies to sync mode only");
   }
+  // The summation mode's workers each apply every step's mean themselves:
+  // one they missed (a dropped backup, an async step) would part them.
+  if (optimizer.name == OptimizerConfig::kAverage &&
+      (sync.mode != SyncMode::kSync || sync.backup_workers > 0)) {
+    return absl::InvalidArgumentError(
+        "the summation mode (optimizer \"average\") runs in sync mode "
+        "without backup workers: every worker applies every step's mean");
+  }
   if (sync.staleness < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("staleness must not be negative, got ", sync.staleness));
@@ -34,7 +44,9 @@ absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
 }  // namespace
 
 int64_t ShardStateBytes(int64_t elements, const OptimizerConfig& optimizer) {
-  const int slots = optimizer.name == "sgd"        ? 0
+  const int slots = optimizer.name == "sgd" ||
+                            optimizer.name == OptimizerConfig::kAverage
+                        ? 0
                     : optimizer.name == "momentum" ? 1
                                                    : 2;
   return elements * static_cast<int64_t>(sizeof(float)) * (3 + slots);
@@ -70,7 +82,8 @@ int64_t StepBarriers::Version(const Layout* layout) {
 }
 
 absl::Status StepBarriers::ConfigureLocked(const ModelSignature& signature) {
-  RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, options_.num_workers));
+  RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, signature.optimizer,
+                                  options_.num_workers));
   ASSIGN_OR_RETURN(ChunkPlan plan,
                    ChunkPlan::Create(signature.NumParameters(),
                                      signature.chunk_bytes,

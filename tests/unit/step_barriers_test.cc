@@ -5,6 +5,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,6 +49,31 @@ TEST(ShardStateBytesTest, WeightsSumCopyAndSlots) {
   EXPECT_EQ(ShardStateBytes(10, OptimizerConfig::Defaults("sgd")), 120);
   EXPECT_EQ(ShardStateBytes(10, OptimizerConfig::Defaults("momentum")), 160);
   EXPECT_EQ(ShardStateBytes(10, OptimizerConfig::Defaults("adam")), 200);
+  EXPECT_EQ(ShardStateBytes(10, OptimizerConfig::Defaults(
+                                    OptimizerConfig::kAverage)),
+            120);
+}
+
+TEST_F(StepBarriersTest, TheSummationModeIsSyncWithoutBackups) {
+  ModelSignature s = SmallSignature(2);
+  s.optimizer = OptimizerConfig::Defaults(OptimizerConfig::kAverage);
+  for (auto [mode, backups] : {std::pair{SyncMode::kAsync, 0},
+                               std::pair{SyncMode::kSsp, 0},
+                               std::pair{SyncMode::kSync, 1}}) {
+    s.sync.mode = mode;
+    s.sync.backup_workers = backups;
+    absl::StatusOr<Registration> r =
+        barriers_.Register(0, s, &members_, &revoked_);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(r.status().message(),
+                StartsWith("the summation mode (optimizer \"average\") runs "
+                           "in sync mode without backup workers"));
+    EXPECT_EQ(barriers_.layout(), nullptr);
+  }
+  s.sync = SyncPolicy{};
+  absl::StatusOr<Registration> r = barriers_.Register(0, s, &members_, &revoked_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->must_initialize);
 }
 
 TEST_F(StepBarriersTest, NothingBeforeASignature) {

@@ -378,6 +378,8 @@ void BindExitCodes(py::module_& m) {
       "exit_code), as the C++ worker decides them.");
   m.attr("SYNC_MODES") = py::tuple(py::cast(SignatureSyncModeNames()));
   m.attr("OPTIMIZERS") = py::tuple(py::cast(OptimizerConfig::Names()));
+  // The summation mode's server "optimizer" (lockstep.torch.DistributedOptimizer).
+  m.attr("AVERAGE") = OptimizerConfig::kAverage;
   m.attr("EXIT_FAILURE") = kExitFailure;
   m.attr("EXIT_PERMANENT") = kExitPermanent;
   m.attr("EXIT_RETRYABLE") = kExitRetryable;
