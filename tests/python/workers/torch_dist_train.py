@@ -24,7 +24,7 @@ p.add_argument("--batch", type=int, default=16, help="per worker")
 p.add_argument("--steps", type=int, default=20)
 p.add_argument("--passes", type=int, default=1,
                help="backward passes a step (the batch split among them)")
-p.add_argument("--clip", type=float, default=0.5)
+p.add_argument("--clip", type=float, default=0.2)
 p.add_argument("--out", default="")
 p.add_argument("--case", default="", choices=["", "no_backward"])
 args = p.parse_args()
