@@ -141,7 +141,8 @@ StepOutcome JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
 }
 
 // LockstepError's arguments for `s`: the code as a number and a name, the
-// message, whether it is retryable and its exit code (common/base/exit_codes.h).
+// message, whether it is retryable and its exit code
+// (common/base/exit_codes.h).
 py::tuple StatusFields(const absl::Status& s) {
   return py::make_tuple(static_cast<int>(s.code()), CodeName(s.code()),
                         std::string(s.message()), IsRetryable(s),
@@ -378,7 +379,8 @@ void BindExitCodes(py::module_& m) {
       "exit_code), as the C++ worker decides them.");
   m.attr("SYNC_MODES") = py::tuple(py::cast(SignatureSyncModeNames()));
   m.attr("OPTIMIZERS") = py::tuple(py::cast(OptimizerConfig::Names()));
-  // The summation mode's server "optimizer" (lockstep.torch.DistributedOptimizer).
+  // The summation mode's server "optimizer"
+  // (lockstep.torch.DistributedOptimizer).
   m.attr("AVERAGE") = OptimizerConfig::kAverage;
   m.attr("EXIT_FAILURE") = kExitFailure;
   m.attr("EXIT_PERMANENT") = kExitPermanent;
