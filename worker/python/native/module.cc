@@ -2,10 +2,9 @@
 // TF_CONFIG reader, data readers and safetensors codec for Python workers.
 // Bindings only: the client is client.h, the conversions conversions.h, and
 // every decision is the C++ classes' (worker/exchange/step_session.h,
-// worker/data/sharded_sampler.h), so a Python worker speaks exactly the
-// protocol lockstep_worker does. The names and codes Python needs (sync
-// modes, optimizers, exit codes) come from their C++ definitions here.
-// absl::Status becomes lockstep.errors.LockstepError here and nowhere else.
+// worker/data/sharded_sampler.h), so a Python worker speaks lockstep_worker's
+// protocol. Names and codes (sync modes, optimizers, exit codes) come from
+// their C++ definitions; absl::Status becomes LockstepError here alone.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -379,9 +378,7 @@ void BindExitCodes(py::module_& m) {
       "exit_code), as the C++ worker decides them.");
   m.attr("SYNC_MODES") = py::tuple(py::cast(SignatureSyncModeNames()));
   m.attr("OPTIMIZERS") = py::tuple(py::cast(OptimizerConfig::Names()));
-  // The summation mode's server "optimizer"
-  // (lockstep.torch.DistributedOptimizer).
-  m.attr("AVERAGE") = OptimizerConfig::kAverage;
+  m.attr("AVERAGE") = OptimizerConfig::kAverage;  // The summation mode's.
   m.attr("EXIT_FAILURE") = kExitFailure;
   m.attr("EXIT_PERMANENT") = kExitPermanent;
   m.attr("EXIT_RETRYABLE") = kExitRetryable;
