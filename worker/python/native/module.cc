@@ -1,10 +1,9 @@
-// lockstep._native: the C++ worker's parameter-server client, sampler,
-// TF_CONFIG reader, data readers and safetensors codec for Python workers.
-// Bindings only: the client is client.h, the conversions conversions.h, and
-// every decision is the C++ classes' (worker/exchange/step_session.h,
-// worker/data/sharded_sampler.h), so a Python worker speaks lockstep_worker's
-// protocol. Names and codes (sync modes, optimizers, exit codes) come from
-// their C++ definitions; absl::Status becomes LockstepError here alone.
+// lockstep._native: the C++ worker's client, sampler, TF_CONFIG reader, data
+// readers and safetensors codec for Python workers. Bindings only (client.h,
+// conversions.h): every decision is the C++ classes' (step_session.h,
+// sharded_sampler.h), so a Python worker speaks lockstep_worker's protocol.
+// Names and codes (sync modes, optimizers, exit codes) come from their C++
+// definitions; absl::Status becomes LockstepError here alone.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
