@@ -57,6 +57,10 @@ bool OptimizerConfig::IsName(absl::string_view name) {
   return false;
 }
 
+bool OptimizerConfig::IsServerName(absl::string_view name) {
+  return IsName(name) || name == kAverage;
+}
+
 std::string OptimizerConfig::NamesText() {
   const std::vector<std::string>& names = Names();
   std::string text;

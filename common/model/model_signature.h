@@ -45,7 +45,7 @@ struct LrSchedule {
 // Optimizer choice and hyper-parameters. Defaults are Keras's for Adam; the
 // other optimizers' Keras defaults come from OptimizerConfig::Defaults.
 struct OptimizerConfig {
-  std::string name = "adam";  // sgd | momentum | adam | adamw
+  std::string name = "adam";  // sgd | momentum | adam | adamw | average
   double learning_rate = 0.001;
   double momentum = 0.0;
   bool nesterov = false;
@@ -66,6 +66,13 @@ struct OptimizerConfig {
   // Python package read.
   static const std::vector<std::string>& Names();
   static bool IsName(absl::string_view name);
+  // The summation mode's name: the servers publish the mean of the workers'
+  // gradients, not weights, and each worker runs its own optimizer on it
+  // (lockstep.torch.DistributedOptimizer). Not one of Names(): only the
+  // Python package's summation mode asks for it, never a flag.
+  static constexpr const char* kAverage = "average";
+  // A name the servers run: one of Names() or kAverage.
+  static bool IsServerName(absl::string_view name);
   // "sgd, momentum, adam or adamw", for messages.
   static std::string NamesText();
   bool operator==(const OptimizerConfig& other) const;

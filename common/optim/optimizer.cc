@@ -37,7 +37,7 @@ absl::Status CheckUnitInterval(const char* setting, double value) {
 }
 
 absl::Status Validate(const OptimizerConfig& config, int64_t num_parameters) {
-  if (!OptimizerConfig::IsName(config.name)) {
+  if (!OptimizerConfig::IsServerName(config.name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown optimizer \"", config.name, "\"; expected ",
                      OptimizerConfig::NamesText()));
@@ -185,6 +185,35 @@ class Adam final : public Optimizer {
   std::vector<float> v_;
 };
 
+// The summation mode (OptimizerConfig::kAverage): the new "weights" are the
+// mean gradient itself, which every worker then hands to its own optimizer.
+// No state, no learning rate.
+// Thread-safety: updates of disjoint ranges may run concurrently.
+class Average final : public Optimizer {
+ public:
+  Average(const OptimizerConfig& config, int64_t num_parameters)
+      : config_(config), num_parameters_(num_parameters) {}
+
+  void ApplyMean(int64_t step, int64_t offset, absl::Span<const float> from,
+                 absl::Span<float> to, absl::Span<const float> sum,
+                 float scale) override {
+    (void)step;
+    (void)from;
+    CheckRangeOrDie(offset, to.size(), num_parameters_);
+    kernels::Active().scale(to.size(), scale, sum.data(), to.data());
+  }
+
+  const OptimizerConfig& config() const override { return config_; }
+
+  std::vector<std::pair<std::string, absl::Span<float>>> Slots() override {
+    return {};
+  }
+
+ private:
+  const OptimizerConfig config_;
+  const int64_t num_parameters_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
@@ -192,6 +221,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
   RETURN_IF_ERROR(Validate(config, num_parameters));
   if (config.name == "sgd" || config.name == "momentum") {
     return std::make_unique<Sgd>(config, num_parameters);
+  }
+  if (config.name == OptimizerConfig::kAverage) {
+    return std::make_unique<Average>(config, num_parameters);
   }
   return std::make_unique<Adam>(config, num_parameters);
 }

@@ -9,6 +9,8 @@
 //              alpha = lr * sqrt(1 - b2^t) / (1 - b1^t)
 //              w -= alpha * m / (sqrt(v) + epsilon)
 //   AdamW:     w -= w * weight_decay * lr, then the Adam update.
+//   Average:   w = g: the summation mode, where the "weights" the servers
+//              publish are the mean gradient (OptimizerConfig::kAverage).
 // lr is the learning rate of the step, LearningRateAt (common/optim/lr_schedule.h)
 // rounded to fp32. Arithmetic is fp32 on fp32 state, except lr and the
 // bias-correction factor alpha, which are computed in double once per call.

@@ -9,20 +9,30 @@
 namespace lockstep {
 namespace {
 
-absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
+absl::Status CheckSyncPolicy(const SyncPolicy& sync,
+                             const OptimizerConfig& optimizer,
+                             int num_workers) {
   if (sync.mode == SyncMode::kAllReduce) {
     return absl::InvalidArgumentError(
         "a signature's sync mode is sync, async or ssp (an all-reduce job's "
         "is sync)");
   }
   if (sync.backup_workers < 0 || sync.backup_workers >= num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "backup_workers must be in [0, ", num_workers, "), got ",
-        sync.backup_workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("backup_workers must be in [0, ", num_workers, "), got ",
+                     sync.backup_workers));
   }
   if (sync.backup_workers > 0 && sync.mode != SyncMode::kSync) {
     return absl::InvalidArgumentError(
         "backup_workers applies to sync mode only");
+  }
+  // The summation mode's workers each apply every step's mean themselves:
+  // one they missed (a dropped backup, an async step) would part them.
+  if (optimizer.name == OptimizerConfig::kAverage &&
+      (sync.mode != SyncMode::kSync || sync.backup_workers > 0)) {
+    return absl::InvalidArgumentError(
+        "the summation mode (optimizer \"average\") runs in sync mode "
+        "without backup workers: every worker applies every step's mean");
   }
   if (sync.staleness < 0) {
     return absl::InvalidArgumentError(
@@ -34,9 +44,12 @@ absl::Status CheckSyncPolicy(const SyncPolicy& sync, int num_workers) {
 }  // namespace
 
 int64_t ShardStateBytes(int64_t elements, const OptimizerConfig& optimizer) {
-  const int slots = optimizer.name == "sgd"        ? 0
-                    : optimizer.name == "momentum" ? 1
-                                                   : 2;
+  int slots = 2;  // Adam and AdamW: m and v.
+  if (optimizer.name == "sgd" || optimizer.name == OptimizerConfig::kAverage) {
+    slots = 0;
+  } else if (optimizer.name == "momentum") {
+    slots = 1;
+  }
   return elements * static_cast<int64_t>(sizeof(float)) * (3 + slots);
 }
 
@@ -49,13 +62,14 @@ absl::StatusOr<ChunkBarrier*> StepBarriers::Owned(const Layout* layout,
   const int num_chunks =
       layout == nullptr ? 0 : static_cast<int>(layout->chunks.size());
   if (chunk < 0 || chunk >= num_chunks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", chunk, " is outside [0, ", num_chunks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", chunk, " is outside [0, ", num_chunks, ")"));
   }
   if (layout->chunks[chunk] == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk ", chunk, " belongs to shard ", layout->plan.chunks()[chunk].shard,
-        ", not to this shard ", options_.shard));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", chunk, " belongs to shard ",
+                     layout->plan.chunks()[chunk].shard, ", not to this shard ",
+                     options_.shard));
   }
   return layout->chunks[chunk].get();
 }
@@ -70,12 +84,12 @@ int64_t StepBarriers::Version(const Layout* layout) {
 }
 
 absl::Status StepBarriers::ConfigureLocked(const ModelSignature& signature) {
-  RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, options_.num_workers));
-  ASSIGN_OR_RETURN(ChunkPlan plan,
-                   ChunkPlan::Create(signature.NumParameters(),
-                                     signature.chunk_bytes,
-                                     options_.num_shards,
-                                     signature.NumStateElements()));
+  RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, signature.optimizer,
+                                  options_.num_workers));
+  ASSIGN_OR_RETURN(
+      ChunkPlan plan,
+      ChunkPlan::Create(signature.NumParameters(), signature.chunk_bytes,
+                        options_.num_shards, signature.NumStateElements()));
   if (plan.num_chunks() == 0) {
     return absl::InvalidArgumentError("the model has no parameters");
   }
@@ -125,8 +139,8 @@ absl::Status StepBarriers::CheckRegistrationLocked(
   }
   if (rank < 0 || rank >= options_.num_workers) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is outside [0, ",
-                     options_.num_workers, ") for this job"));
+        absl::StrCat("rank ", rank, " is outside [0, ", options_.num_workers,
+                     ") for this job"));
   }
   if (signature.num_workers != options_.num_workers) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -217,15 +231,15 @@ absl::Status StepBarriers::Restore(const ShardCheckpoint& checkpoint) {
   RETURN_IF_ERROR(ConfigureLocked(checkpoint.signature));
   const std::vector<ChunkBarrier*>& owned = layout()->owned;
   if (owned.size() != checkpoint.chunks.size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the checkpoint holds ", checkpoint.chunks.size(),
-        " chunks, this shard owns ", owned.size()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the checkpoint holds ", checkpoint.chunks.size(),
+                     " chunks, this shard owns ", owned.size()));
   }
   for (size_t i = 0; i < owned.size(); ++i) {
     if (owned[i]->chunk().index != checkpoint.chunks[i].chunk) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the checkpoint's chunk ", checkpoint.chunks[i].chunk,
-          " is not this shard's chunk ", owned[i]->chunk().index));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the checkpoint's chunk ", checkpoint.chunks[i].chunk,
+                       " is not this shard's chunk ", owned[i]->chunk().index));
     }
     RETURN_IF_ERROR(owned[i]->Restore(checkpoint.chunks[i]));
   }

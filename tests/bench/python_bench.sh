@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side figures for the Python package (docs/benchmarks.md, "Python
 # workers"): 2 workers each, on this machine, alternating in every round:
-#   torch MLP      lockstep.torch (1 server)  vs  PyTorch DDP (gloo)
+#   torch MLP      lockstep.torch (1 server)  vs  PyTorch DDP (gloo), and
+#                  lockstep.torch's summation mode (DistributedOptimizer)
 #   torch ResNet-20 the same pair
 #   MLP            lockstep.torch  vs  lockstep_worker (the Python path's cost)
 #   Keras tutorial lockstep.keras  vs  MultiWorkerMirroredStrategy
@@ -39,9 +40,9 @@ free_port() {
 }
 rate() { sed -n 's/.*examples_per_sec=\([0-9.]*\).*/\1/p' | head -1; }
 
-lockstep_torch() {  # MODEL BATCH STEPS
+lockstep_torch() {  # MODE MODEL BATCH STEPS (MODE: lockstep or summation)
   timeout 900 "$launch" --workers=2 -- "$torch_py" "$here/torch_sync_bench.py" \
-    lockstep "$@" | rate
+    "$@" | rate
 }
 ddp_torch() {
   local port; port=$(free_port)
@@ -88,10 +89,11 @@ record() {  # NAME VALUE
 for ((round = 1; round <= rounds; round++)); do
   echo "round $round of $rounds"
   if [[ "$only" != keras ]]; then
-    record "torch mlp: lockstep" "$(lockstep_torch mlp 64 468)"
+    record "torch mlp: lockstep" "$(lockstep_torch lockstep mlp 64 468)"
+    record "torch mlp: lockstep summation" "$(lockstep_torch summation mlp 64 468)"
     record "torch mlp: DDP (gloo)" "$(ddp_torch mlp 64 468)"
     record "mlp: lockstep_worker" "$(cpp_mlp 64 1)"
-    record "torch resnet20 b32: lockstep" "$(lockstep_torch resnet20 32 20 3)"
+    record "torch resnet20 b32: lockstep" "$(lockstep_torch lockstep resnet20 32 20 3)"
     record "torch resnet20 b32: DDP (gloo)" "$(ddp_torch resnet20 32 20 3)"
   fi
   if [[ "$only" != torch ]]; then
@@ -109,6 +111,7 @@ done
 ratio() { [[ -n "${med[$1]:-}" && -n "${med[$2]:-}" ]] && awk -v a="${med[$1]}" -v b="${med[$2]}" -v l="$3" 'BEGIN {printf "  %-34s %8.2fx\n", l, a / b}'; return 0; }
 echo "ratios of medians:"
 ratio "torch mlp: lockstep" "torch mlp: DDP (gloo)" "torch mlp lockstep / DDP"
+ratio "torch mlp: lockstep summation" "torch mlp: DDP (gloo)" "torch mlp summation / DDP"
 ratio "torch resnet20 b32: lockstep" "torch resnet20 b32: DDP (gloo)" "resnet20 lockstep / DDP"
 ratio "torch mlp: lockstep" "mlp: lockstep_worker" "torch mlp / lockstep_worker"
 ratio "keras mlp: lockstep" "keras mlp: MultiWorkerMirrored" "keras lockstep / MWMS"

@@ -4,6 +4,8 @@ figures (tests/bench/python_bench.sh runs it):
 
   lockstep: lockstep.torch.SyncOptimizer through Lockstep's servers (run it
             under lockstep_launch -- ...; the servers run Adam);
+  summation: lockstep.torch.DistributedOptimizer over torch.optim.Adam:
+            the servers only average, every worker runs Adam;
   ddp:      torch.nn.parallel.DistributedDataParallel over gloo, Adam on
             every worker (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set).
 
@@ -63,6 +65,14 @@ def main():
         step_fn = opt.step
         zero = opt.zero_grad
         net = model
+    elif mode == "summation":
+        import lockstep.torch as ls
+        adam = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+        opt = ls.DistributedOptimizer(adam, model)
+        rank, workers = opt.rank, opt.num_workers
+        step_fn = opt.step
+        zero = opt.zero_grad
+        net = model
     else:
         import torch.distributed as dist
         rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -85,7 +95,7 @@ def main():
     if rank == 0:
         print(f"examples_per_sec={steps * batch * workers / seconds:.1f}",
               flush=True)
-        if mode == "lockstep":
+        if mode in ("lockstep", "summation"):
             # Where the client's time went, per step (all steps, warm-up too).
             t = opt.job.timings()
             per = {k: 1e3 * v / max(1, t["steps"]) for k, v in t.items()

@@ -320,5 +320,33 @@ TEST(OptimizerTest, AcceptsKerasDefaultsAndEmptyModel) {
   }
 }
 
+TEST(OptimizerTest, AverageMakesTheMeanGradientTheNewValues) {
+  // The summation mode: what the servers publish is the scaled sum itself,
+  // whatever the weights were, and nothing is kept between steps.
+  std::unique_ptr<Optimizer> average =
+      Make(Config(OptimizerConfig::kAverage, 0.1), 3);
+  ASSERT_NE(average, nullptr);
+  EXPECT_TRUE(average->Slots().empty());
+  const std::vector<float> from = {7.0f, -7.0f, 100.0f};
+  const std::vector<float> sum = {3.0f, -1.0f, 0.25f};
+  std::vector<float> to(3, 42.0f);
+  average->ApplyMean(/*step=*/5, /*offset=*/0, absl::MakeConstSpan(from),
+                     absl::MakeSpan(to), absl::MakeConstSpan(sum), 0.5f);
+  EXPECT_EQ(to, (std::vector<float>{1.5f, -0.5f, 0.125f}));
+  // A slice at an offset, in place.
+  std::vector<float> w = {1.0f, 2.0f};
+  average->ApplyMean(0, /*offset=*/1, absl::MakeConstSpan(w), absl::MakeSpan(w),
+                     absl::MakeConstSpan(sum.data(), 2), 0.25f);
+  EXPECT_EQ(w, (std::vector<float>{0.75f, -0.25f}));
+}
+
+TEST(OptimizerTest, AverageIsNoFlagsOptimizer) {
+  // Only the Python summation mode asks for it: a worker flag cannot.
+  EXPECT_FALSE(OptimizerConfig::IsName(OptimizerConfig::kAverage));
+  EXPECT_TRUE(OptimizerConfig::IsServerName(OptimizerConfig::kAverage));
+  EXPECT_TRUE(OptimizerConfig::IsServerName("adamw"));
+  EXPECT_FALSE(OptimizerConfig::IsServerName("sum"));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -5,6 +5,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,6 +49,32 @@ TEST(ShardStateBytesTest, WeightsSumCopyAndSlots) {
   EXPECT_EQ(ShardStateBytes(10, OptimizerConfig::Defaults("sgd")), 120);
   EXPECT_EQ(ShardStateBytes(10, OptimizerConfig::Defaults("momentum")), 160);
   EXPECT_EQ(ShardStateBytes(10, OptimizerConfig::Defaults("adam")), 200);
+  EXPECT_EQ(
+      ShardStateBytes(10, OptimizerConfig::Defaults(OptimizerConfig::kAverage)),
+      120);
+}
+
+TEST_F(StepBarriersTest, TheSummationModeIsSyncWithoutBackups) {
+  ModelSignature s = SmallSignature(2);
+  s.optimizer = OptimizerConfig::Defaults(OptimizerConfig::kAverage);
+  for (auto [mode, backups] :
+       {std::pair{SyncMode::kAsync, 0}, std::pair{SyncMode::kSsp, 0},
+        std::pair{SyncMode::kSync, 1}}) {
+    s.sync.mode = mode;
+    s.sync.backup_workers = backups;
+    absl::StatusOr<Registration> r =
+        barriers_.Register(0, s, &members_, &revoked_);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()),
+                StartsWith("the summation mode (optimizer \"average\") runs "
+                           "in sync mode without backup workers"));
+    EXPECT_EQ(barriers_.layout(), nullptr);
+  }
+  s.sync = SyncPolicy{};
+  absl::StatusOr<Registration> r =
+      barriers_.Register(0, s, &members_, &revoked_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->must_initialize);
 }
 
 TEST_F(StepBarriersTest, NothingBeforeASignature) {
@@ -95,12 +122,12 @@ TEST_F(StepBarriersTest, RegisterAdoptsTheSignatureAndAdmitsTheRank) {
 }
 
 TEST_F(StepBarriersTest, RefusesCallersOfAnotherLayout) {
-  absl::Status rank = barriers_.Register(2, SmallSignature(2), &members_,
-                                         &revoked_).status();
+  absl::Status rank =
+      barriers_.Register(2, SmallSignature(2), &members_, &revoked_).status();
   EXPECT_EQ(rank.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rank.message(), "rank 2 is outside [0, 2) for this job");
-  absl::Status workers = barriers_.Register(0, SmallSignature(3), &members_,
-                                            &revoked_).status();
+  absl::Status workers =
+      barriers_.Register(0, SmallSignature(3), &members_, &revoked_).status();
   EXPECT_EQ(workers.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(workers.message(),
             "model signature differs from the job's: num_workers: server has "
@@ -206,8 +233,8 @@ TEST_F(StepBarriersTest, AsynchronousDrainsTakeNoStep) {
 }
 
 TEST_F(StepBarriersTest, ExpireGatheringAnswersThePushesWaiting) {
-  ASSERT_TRUE(barriers_.Register(0, SmallSignature(2), &members_, &revoked_)
-                  .ok());
+  ASSERT_TRUE(
+      barriers_.Register(0, SmallSignature(2), &members_, &revoked_).ok());
   ChunkBarrier* c = barriers_.layout()->owned[0];
   ASSERT_TRUE(c->Initialize(Bytes(initial_)).ok());
   Reply waiting;
@@ -220,8 +247,8 @@ TEST_F(StepBarriersTest, ExpireGatheringAnswersThePushesWaiting) {
 }
 
 TEST_F(StepBarriersTest, ShutdownClosesTheBarriersAndRegistrations) {
-  ASSERT_TRUE(barriers_.Register(0, SmallSignature(2), &members_, &revoked_)
-                  .ok());
+  ASSERT_TRUE(
+      barriers_.Register(0, SmallSignature(2), &members_, &revoked_).ok());
   ChunkBarrier* c = barriers_.layout()->owned[0];
   Reply pull;
   c->Pull(0, /*exact=*/false, pull.Callback());  // Waits for version 0.

@@ -31,6 +31,8 @@ from lockstep.errors import error, install_exit_codes
 # The C++ definitions' (common/model/model_signature.h), never a copy.
 SYNC_MODES = _native.SYNC_MODES
 OPTIMIZERS = _native.OPTIMIZERS
+# The summation mode's: the servers publish the mean gradient, not weights.
+AVERAGE = _native.AVERAGE
 # 0: auto, as lockstep_worker --chunk_bytes=auto (common/model/chunk_plan.h).
 DEFAULT_CHUNK_BYTES = 0
 
@@ -99,6 +101,11 @@ class Job:
         workers instead of optimized (batch-norm moving mean and variance).
       optimizer: sgd, momentum, adam or adamw, run on the servers; its
         settings default to Keras's (lockstep_worker's) for that optimizer.
+        Or AVERAGE, the summation mode: the servers only average, and what
+        `weights` receives each step is the workers' mean gradient (the
+        model's values only at join), for an optimizer of the worker's own
+        (lockstep.torch.DistributedOptimizer). Sync mode only, without
+        backup workers, and a worker can join it only at its start.
       sync: sync (the default), async or ssp; backup_workers (sync) and
         staleness (ssp; default 1) as lockstep_worker's flags.
       total_steps: the job's length in global steps, checked against every
@@ -119,9 +126,13 @@ class Job:
                  lr_schedule=None,
                  push_window=-1, push_thread=False, connect_timeout_s=60.0,
                  step_timeout_s=300.0, rejoin_timeout_s=300.0):
-        if optimizer not in OPTIMIZERS:
+        if optimizer not in OPTIMIZERS and optimizer != AVERAGE:
             raise _bad(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
                        f"got {optimizer!r}")
+        if optimizer == AVERAGE and (sync != "sync" or backup_workers):
+            raise _bad("the summation mode runs in sync mode without backup "
+                       "workers: every worker applies every step's mean "
+                       "gradient itself")
         if sync not in SYNC_MODES:
             raise _bad(f"sync must be one of {', '.join(SYNC_MODES)}, "
                        f"got {sync!r}")
@@ -185,6 +196,11 @@ class Job:
         return self.cluster.num_workers
 
     @property
+    def summation(self):
+        """True in the summation mode: `weights` receives mean gradients."""
+        return self.optimizer == AVERAGE
+
+    @property
     def synchronous(self):
         return self.sync == "sync"
 
@@ -240,6 +256,12 @@ class Job:
         self._next_step = joined.next_step
         self.joined = True
         self._left = False
+        if self.summation and self.version != 0:
+            self.leave()
+            raise error("FAILED_PRECONDITION",
+                        f"joined a summation-mode job at version "
+                        f"{self.version}: its weights live on the workers, "
+                        "so a worker can join it only at its start")
         with _joined:
             if _current is None:
                 atexit.register(_leave_at_exit)
@@ -286,10 +308,17 @@ class Job:
         if self._step is None:
             self.begin()
         self._step = None
+        rejoins = self.rejoins
         with _interruptible():
             outcome = self._client.finish_step()
         if outcome.stopped:
             raise error("CANCELLED", "the step failed after a stop signal")
+        if self.summation and self.rejoins != rejoins:
+            raise error("FAILED_PRECONDITION",
+                        "the servers were lost and this worker joined again: "
+                        "a summation-mode job keeps its weights on the "
+                        "workers and cannot go on; restart it from a "
+                        "checkpoint of your own")
         self.version = outcome.version
         self._next_step = outcome.next_step
         if outcome.applied:

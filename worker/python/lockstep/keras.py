@@ -38,24 +38,14 @@ import keras
 from lockstep import _native
 from lockstep import data as _data
 from lockstep import errors as _errors
-from lockstep.job import Job, _interruptible, current_job
+from lockstep._keras_distributed import (DistributedOptimizer, exchange,
+                                         float_state, join, names, relative)
+from lockstep.job import _interruptible, current_job
 from lockstep.cluster import Cluster
 from lockstep.errors import LockstepError
 
-__all__ = ["SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
+__all__ = ["DistributedOptimizer", "SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
            "Cluster", "LockstepError", "current_job"]
-
-
-def _names(variables):
-    """Unique tensor names: each variable's path ("dense/kernel")."""
-    names, seen = [], set()
-    for i, v in enumerate(variables):
-        name = getattr(v, "path", None) or getattr(v, "name", None) or f"v{i}"
-        if name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        names.append(name)
-    return names
 
 
 class SyncOptimizer(keras.optimizers.Optimizer):
@@ -88,75 +78,24 @@ class SyncOptimizer(keras.optimizers.Optimizer):
 
     def build(self, variables):
         super().build(variables)
-        variables = list(variables)
-        state = self._state_variables()
-        for v in variables + state:
-            if keras.backend.standardize_dtype(v.dtype) != "float32":
-                raise _errors.error("INVALID_ARGUMENT",
-                                    f"variable {v.path} is {v.dtype}; Lockstep "
-                                    "trains float32 variables")
-        # Eagerly, also when Keras builds us while tracing the train step.
-        with tf.init_scope():
-            model = self._model()
-            job = Job(list(zip(_relative(model, _names(variables)),
-                               [tuple(v.shape) for v in variables])),
-                      list(zip(_relative(model, _names(state)),
-                               [tuple(v.shape) for v in state])),
-                      **self._lockstep)
-            everything = list(zip(job.tensors + job.state_tensors,
-                                  variables + state))
-            for t, v in everything:
-                job.weights[t.offset:t.end] = np.asarray(v.numpy()).reshape(-1)
-            job.join()
-            for t, v in everything:
-                v.assign(job.weights[t.offset:t.end].reshape(t.shape))
-            self.job = job
-            self._layout = [(t.offset, t.end, t.shape) for t, _ in everything]
-            self._state = state
+        model = self._model()
+        self._state = float_state(model)
+        self.job, self._layout = join(model, list(variables), self._state,
+                                      **self._lockstep)
 
     def _model(self):
         """The model compile() gave this optimizer to, or None."""
         ref = self.__dict__.get("_lockstep_model")
         return ref() if ref is not None else None
 
-    def _state_variables(self):
-        """The compiled model's float non-trainable variables, if known."""
-        model = self._model()
-        if model is None:
-            return []
-        return [v for v in model.non_trainable_variables
-                if keras.backend.standardize_dtype(v.dtype) == "float32"]
-
-    def _exchange(self, flat):
-        """Gradients, then this worker's state, in; the next version out."""
-        job = self.job
-        np.copyto(job.gradient, flat.numpy())
-        try:
-            job.ready(0, job.weights.size)
-            job.finish()
-        except LockstepError as e:
-            # TensorFlow re-raises it as an UnknownError: keep its exit code.
-            raise _errors.remember(e)
-        return job.weights
-
     def _backend_apply_gradients(self, grads, trainable_variables):
-        # Every variable travels, in build order; one Keras filtered out for
-        # want of a gradient pushes zeros, as lockstep_worker's would.
-        given = {self._var_key(v): g for g, v in zip(grads, trainable_variables)}
-        parts = []
-        for v in self._trainable_variables:
-            g = given.get(self._var_key(v))
-            if g is None:
-                g = tf.zeros(v.shape, tf.float32)
-            parts.append(tf.reshape(tf.cast(g, tf.float32), [-1]))
-        for v in self._state:
-            parts.append(tf.reshape(v.value, [-1]))
-        flat = tf.concat(parts, axis=0)
-        new = tf.py_function(self._exchange, [flat], Tout=tf.float32)
-        new = tf.ensure_shape(new, [self.job.weights.size])
-        for (begin, end, shape), v in zip(
-                self._layout, list(self._trainable_variables) + self._state):
-            v.assign(tf.reshape(new[begin:end], shape))
+        # Every variable travels, in build order, then the state; the reply
+        # is the next version of each.
+        parts = exchange(self, self.job, self._layout, grads,
+                         trainable_variables, self._state)
+        for part, v in zip(parts, list(self._trainable_variables) +
+                           self._state):
+            v.assign(part)
 
     def update_step(self, gradient, variable, learning_rate):
         raise NotImplementedError("SyncOptimizer updates on the servers")
@@ -234,18 +173,8 @@ def shard(data, batch_size, epochs=None, **kwargs):
 warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed")
 
 
-def _relative(model, names):
-    """Variable paths without the model's own name in front ("dense/kernel"),
-    so a job's signature and its files do not depend on what Keras named
-    the model instance."""
-    if model is None:
-        return names
-    prefix = model.name + "/"
-    return [n[len(prefix):] if n.startswith(prefix) else n for n in names]
-
-
 def _model_names(model):
-    return _relative(model, _names(model.weights))
+    return relative(model, names(model.weights))
 
 
 def save_safetensors(model, path):

@@ -26,11 +26,14 @@ import torch
 
 from lockstep import data as _data
 from lockstep import _native
+from lockstep._torch_distributed import DistributedOptimizer
+from lockstep._torch_model import (check_float32, float_buffers, grad_hook,
+                                   set_buffer, trainable)
 from lockstep.cluster import Cluster, Place
 from lockstep.errors import LockstepError, error
 from lockstep.job import Job, current_job
 
-__all__ = ["SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
+__all__ = ["DistributedOptimizer", "SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
            "local_rank", "rank", "size", "Cluster", "LockstepError",
            "current_job"]
 
@@ -63,24 +66,6 @@ def local_rank():
     return _place().local_rank
 
 
-def _trainable(model):
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-
-
-def _state(model):
-    """Float buffers (running mean and variance): averaged, not optimized."""
-    return [(n, b) for n, b in model.named_buffers()
-            if b is not None and b.is_floating_point()]
-
-
-def _set_buffer(model, name, value):
-    module = model
-    *path, leaf = name.split(".")
-    for part in path:
-        module = getattr(module, part)
-    module._buffers[leaf] = value
-
-
 class SyncOptimizer:
     """Joins the job and replaces the optimizer: zero_grad(), step().
 
@@ -103,18 +88,12 @@ class SyncOptimizer:
                  sync="sync", backup_workers=0, staleness=None, total_steps=0,
                  cluster=None, **job_options):
         self.model = model
-        params = _trainable(model)
+        params = trainable(model)
         if not params:
             raise _bad("the model has no trainable parameters")
-        for name, p in params:
-            if p.dtype != torch.float32:
-                raise _bad(f"parameter {name} is {p.dtype}; Lockstep trains "
-                           "float32 parameters")
-        buffers = _state(model)
-        for name, b in buffers:
-            if b.dtype != torch.float32:
-                raise _bad(f"buffer {name} is {b.dtype}; Lockstep averages "
-                           "float32 state")
+        check_float32(params, "parameter", "trains")
+        buffers = float_buffers(model)
+        check_float32(buffers, "buffer", "averages")
         beta_1, beta_2 = betas if betas is not None else (None, None)
         self.job = Job([(n, p.shape) for n, p in params],
                        [(n, b.shape) for n, b in buffers],
@@ -145,7 +124,7 @@ class SyncOptimizer:
                 host = self._weights[t.offset:t.end].view(t.shape)
                 host.copy_(b.detach())
                 if b.device.type == "cpu":
-                    _set_buffer(model, name, host)
+                    set_buffer(model, name, host)
                 else:
                     self._staged.append((b, host))
                     self._staged_state.append((b, host))
@@ -156,13 +135,7 @@ class SyncOptimizer:
         self._load_staged()
 
     def _hook(self, index, p):
-        ready = lambda *_: self._ready(index)
-        if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch >= 2.1
-            return p.register_post_accumulate_grad_hook(lambda _: ready())
-        # Older: the parameter's AccumulateGrad node, kept alive here.
-        node = p.expand_as(p).grad_fn.next_functions[0][0]
-        node.register_hook(ready)
-        return node
+        return grad_hook(p, lambda: self._ready(index))
 
     def _ready(self, index):
         job = self.job
@@ -257,7 +230,7 @@ def shard(data, batch_size=None, epochs=None, **kwargs):
 
 def save_safetensors(model, path):
     """Writes the model's parameters and float buffers, keyed by name."""
-    tensors = _trainable(model) + _state(model)
+    tensors = trainable(model) + float_buffers(model)
     flat = torch.cat([t.detach().to("cpu", torch.float32).reshape(-1)
                       for _, t in tensors])
     _native.write_safetensors(str(path), [(n, list(t.shape))
@@ -270,7 +243,7 @@ def load_safetensors(model, path):
     Raises LockstepError naming a tensor the file lacks or holds with
     another shape; the file's other tensors are ignored.
     """
-    tensors = dict(_trainable(model) + _state(model))
+    tensors = dict(trainable(model) + float_buffers(model))
     found = {name: (shape, values)
              for name, shape, values in _native.read_safetensors(str(path))}
     for name, t in tensors.items():

@@ -1,11 +1,9 @@
-// lockstep._native: the C++ worker's parameter-server client, sampler,
-// TF_CONFIG reader, data readers and safetensors codec for Python workers.
-// Bindings only: the client is client.h, the conversions conversions.h, and
-// every decision is the C++ classes' (worker/exchange/step_session.h,
-// worker/data/sharded_sampler.h), so a Python worker speaks exactly the
-// protocol lockstep_worker does. The names and codes Python needs (sync
-// modes, optimizers, exit codes) come from their C++ definitions here.
-// absl::Status becomes lockstep.errors.LockstepError here and nowhere else.
+// lockstep._native: the C++ worker's client, sampler, TF_CONFIG reader, data
+// readers and safetensors codec for Python workers. Bindings only (client.h,
+// conversions.h): every decision is the C++ classes' (step_session.h,
+// sharded_sampler.h), so a Python worker speaks lockstep_worker's protocol.
+// Names and codes (sync modes, optimizers, exit codes) come from their C++
+// definitions; absl::Status becomes LockstepError here alone.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -141,7 +139,8 @@ StepOutcome JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
 }
 
 // LockstepError's arguments for `s`: the code as a number and a name, the
-// message, whether it is retryable and its exit code (common/base/exit_codes.h).
+// message, whether it is retryable and its exit code
+// (common/base/exit_codes.h).
 py::tuple StatusFields(const absl::Status& s) {
   return py::make_tuple(static_cast<int>(s.code()), CodeName(s.code()),
                         std::string(s.message()), IsRetryable(s),
@@ -378,6 +377,7 @@ void BindExitCodes(py::module_& m) {
       "exit_code), as the C++ worker decides them.");
   m.attr("SYNC_MODES") = py::tuple(py::cast(SignatureSyncModeNames()));
   m.attr("OPTIMIZERS") = py::tuple(py::cast(OptimizerConfig::Names()));
+  m.attr("AVERAGE") = OptimizerConfig::kAverage;  // The summation mode's.
   m.attr("EXIT_FAILURE") = kExitFailure;
   m.attr("EXIT_PERMANENT") = kExitPermanent;
   m.attr("EXIT_RETRYABLE") = kExitRetryable;

@@ -1,0 +1,108 @@
+"""lockstep.torch.DistributedOptimizer through real servers in the
+summation mode, against plain PyTorch with one process and the whole
+batch: AdamW, OneCycleLR, clipping after synchronize(), a frozen layer and
+accumulated backward passes."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import harness
+
+import numpy as np
+import torch
+
+PYTHON = sys.executable
+SCRIPT = os.path.join(harness.WORKERS, "torch_dist_train.py")
+
+
+def load(path):
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    if not arrays:
+        raise AssertionError(f"{path} holds no arrays")
+    return arrays
+
+
+class DistributedOptimizerTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="lockstep_dist_")
+        out = os.path.join(cls.dir, "plain.npz")
+        run = subprocess.run([PYTHON, SCRIPT, "--plain", f"--out={out}"],
+                             capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            raise AssertionError(run.stdout + run.stderr)
+        cls.plain_log = run.stdout
+        cls.plain = load(out)
+
+    def run_workers(self, name, *flags):
+        out = os.path.join(self.dir, name + "{rank}.npz")
+        results, log = harness.run_job(
+            PYTHON, "torch_dist_train.py",
+            lambda r: [f"--out={out}", *flags], 2)
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+            self.assertIn("done 20 steps", output)
+        self.assertIn("final version 20", log)
+        return [load(out.format(rank=r)) for r in (0, 1)]
+
+    def check(self, ranks):
+        w0, w1 = ranks
+        self.assertEqual(sorted(w0), sorted(self.plain))
+        self.assertEqual(sorted(w1), sorted(self.plain))
+        # The same mean gradient into the same optimizer: the same bits.
+        for key in w0:
+            np.testing.assert_array_equal(w0[key], w1[key], key)
+        for key in self.plain:
+            d = harness.max_relative_difference(w0[key], self.plain[key])
+            self.assertLessEqual(d, 1e-5, key)
+        # The frozen layer is rank 0's to the bit (rank 1 drew another).
+        np.testing.assert_array_equal(w0["model.0.weight"],
+                                      self.plain["model.0.weight"])
+
+    def test_two_workers_end_with_the_weights_of_one_process(self):
+        # The oracle clipped some steps, so clipping is exercised.
+        self.assertRegex(self.plain_log, r"clipped [1-9]")
+        self.check(self.run_workers("one_pass"))
+
+    def test_accumulated_backward_passes_are_one_step(self):
+        self.check(self.run_workers("two_passes", "--passes=2"))
+
+    def test_a_step_without_backward_is_refused(self):
+        results, _ = harness.run_job(
+            PYTHON, "torch_dist_train.py", lambda r: ["--case=no_backward"],
+            1)
+        code, output = results[0]
+        self.assertEqual(code, 0, output)
+        self.assertIn("no_backward: FAILED_PRECONDITION: step() or "
+                      "synchronize() without a backward pass", output)
+
+
+class RefusalTest(unittest.TestCase):
+    """Refused before any server is dialled."""
+
+    def test_only_an_optimizer_is_wrapped(self):
+        import lockstep.torch as ls
+        model = torch.nn.Linear(2, 2)
+        with self.assertRaises(ls.LockstepError) as e:
+            ls.DistributedOptimizer(model.parameters(), model)
+        self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+        self.assertIn("wraps a torch.optim.Optimizer", e.exception.message)
+
+    def test_the_summation_mode_is_sync_only(self):
+        from lockstep.errors import LockstepError
+        from lockstep.job import AVERAGE, Job
+        for sync, backups in (("async", 0), ("ssp", 0), ("sync", 1)):
+            with self.assertRaises(LockstepError) as e:
+                Job([("w", (2,))], optimizer=AVERAGE, sync=sync,
+                    backup_workers=backups)
+            self.assertIn("summation mode runs in sync mode",
+                          e.exception.message)
+
+
+if __name__ == "__main__":
+    unittest.main()
