@@ -180,6 +180,16 @@ def read_weights(path):
     return tensors
 
 
+def read_npz(path):
+    """{name: array} of an .npz file, which must not be empty."""
+    import numpy as np
+    with np.load(path) as f:
+        arrays = {k: f[k] for k in f.files}
+    if not arrays:
+        raise AssertionError(f"{path} holds no arrays")
+    return arrays
+
+
 def train_args(out=None, **kw):
     """--key=value for each keyword, and --out= if given."""
     args = []

@@ -16,14 +16,6 @@ PYTHON = sys.executable
 SCRIPT = os.path.join(harness.WORKERS, "keras_dist_train.py")
 
 
-def load(path):
-    with np.load(path) as f:
-        arrays = {k: f[k] for k in f.files}
-    if not arrays:
-        raise AssertionError(f"{path} holds no arrays")
-    return arrays
-
-
 class DistributedOptimizerTest(unittest.TestCase):
 
     def test_two_workers_end_with_the_weights_of_one_process(self):
@@ -35,7 +27,7 @@ class DistributedOptimizerTest(unittest.TestCase):
                              env=env)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         self.assertIn("done 20 steps", run.stdout)
-        plain = load(plain_out)
+        plain = harness.read_npz(plain_out)
         out = os.path.join(d, "w{rank}.npz")
         results, log = harness.run_job(PYTHON, "keras_dist_train.py",
                                        lambda r: [f"--out={out}"], 2)
@@ -43,7 +35,7 @@ class DistributedOptimizerTest(unittest.TestCase):
             self.assertEqual(code, 0, output)
             self.assertIn("done 20 steps", output)
         self.assertIn("final version 20", log)
-        w0, w1 = (load(out.format(rank=r)) for r in (0, 1))
+        w0, w1 = (harness.read_npz(out.format(rank=r)) for r in (0, 1))
         self.assertEqual(sorted(w0), sorted(plain))
         for key in w0:
             np.testing.assert_array_equal(w0[key], w1[key], key)

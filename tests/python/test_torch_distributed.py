@@ -18,14 +18,6 @@ PYTHON = sys.executable
 SCRIPT = os.path.join(harness.WORKERS, "torch_dist_train.py")
 
 
-def load(path):
-    with np.load(path) as f:
-        arrays = {k: f[k] for k in f.files}
-    if not arrays:
-        raise AssertionError(f"{path} holds no arrays")
-    return arrays
-
-
 class DistributedOptimizerTest(unittest.TestCase):
 
     @classmethod
@@ -37,7 +29,7 @@ class DistributedOptimizerTest(unittest.TestCase):
         if run.returncode != 0:
             raise AssertionError(run.stdout + run.stderr)
         cls.plain_log = run.stdout
-        cls.plain = load(out)
+        cls.plain = harness.read_npz(out)
 
     def run_workers(self, name, *flags):
         out = os.path.join(self.dir, name + "{rank}.npz")
@@ -48,7 +40,7 @@ class DistributedOptimizerTest(unittest.TestCase):
             self.assertEqual(code, 0, output)
             self.assertIn("done 20 steps", output)
         self.assertIn("final version 20", log)
-        return [load(out.format(rank=r)) for r in (0, 1)]
+        return [harness.read_npz(out.format(rank=r)) for r in (0, 1)]
 
     def check(self, ranks):
         w0, w1 = ranks
