@@ -32,6 +32,8 @@ p.add_argument("--out", default="",
 p.add_argument("--nan_at", type=int, default=-1)
 p.add_argument("--step_sleep_ms", type=int, default=0)
 p.add_argument("--sync", default="sync")
+p.add_argument("--freeze", action="store_true",
+               help="freeze the first layer (requires_grad=False)")
 args = p.parse_args()
 
 rank = int(os.environ["LOCKSTEP_RANK"])
@@ -68,6 +70,9 @@ if args.init_from_lockstep:
             shape, kernel = found[f"dense_{i}/kernel"]
             layer.weight.copy_(torch.from_numpy(kernel).view(*shape).t())
             layer.bias.copy_(torch.from_numpy(found[f"dense_{i}/bias"][1]))
+
+if args.freeze:
+    model[0].requires_grad_(False)
 
 opt = ls.SyncOptimizer(model, optimizer=args.optimizer, lr=args.lr,
                        sync=args.sync)

@@ -27,8 +27,8 @@ import torch
 from lockstep import data as _data
 from lockstep import _native
 from lockstep._torch_distributed import DistributedOptimizer
-from lockstep._torch_model import (check_float32, float_buffers, grad_hook,
-                                   set_buffer, trainable)
+from lockstep._torch_model import (check_float32, float_buffers, frozen,
+                                   grad_hook, set_buffer, trainable)
 from lockstep.cluster import Cluster, Place
 from lockstep.errors import LockstepError, error
 from lockstep.job import Job, current_job
@@ -87,6 +87,11 @@ class SyncOptimizer:
                  nesterov=None, betas=None, eps=None, weight_decay=None,
                  sync="sync", backup_workers=0, staleness=None, total_steps=0,
                  cluster=None, **job_options):
+        if not isinstance(model, torch.nn.Module):
+            raise _bad("SyncOptimizer(model, ...) takes the torch.nn.Module, "
+                       f"got {type(model).__name__}; to keep a torch.optim "
+                       "optimizer of your own, wrap it: "
+                       "DistributedOptimizer(optimizer, model)")
         self.model = model
         params = trainable(model)
         if not params:
@@ -94,9 +99,14 @@ class SyncOptimizer:
         check_float32(params, "parameter", "trains")
         buffers = float_buffers(model)
         check_float32(buffers, "buffer", "averages")
+        # Frozen parameters travel as state after the buffers (a model
+        # without them keeps its signature): rank 0's at the join, each
+        # worker's own afterwards, never the mean loaded back.
+        fixed = frozen(model)
+        check_float32(fixed, "frozen parameter", "keeps")
         beta_1, beta_2 = betas if betas is not None else (None, None)
         self.job = Job([(n, p.shape) for n, p in params],
-                       [(n, b.shape) for n, b in buffers],
+                       [(n, b.shape) for n, b in buffers + fixed],
                        optimizer=optimizer, learning_rate=lr,
                        momentum=momentum, nesterov=nesterov, beta_1=beta_1,
                        beta_2=beta_2, epsilon=eps, weight_decay=weight_decay,
@@ -110,6 +120,12 @@ class SyncOptimizer:
         self._staged = []  # (tensor, host view) for parameters off the CPU.
         self._staged_state = []  # The same for buffers off the CPU.
         self._viewed = set()  # Parameters that are views of the job's arrays.
+        self._frozen = []  # (frozen parameter, its Tensor in the job).
+        self._readied = 0  # Gradients handed over in this step.
+        # Version counters after the last hand-over: the viewed gradients'
+        # (one, shared by the views of the array) and each staged one's.
+        self._version = None
+        self._staged_versions = {}
         with torch.no_grad():
             for index, (t, (name, p)) in enumerate(zip(job.tensors, params)):
                 host = self._weights[t.offset:t.end].view(t.shape)
@@ -120,6 +136,9 @@ class SyncOptimizer:
                     self._viewed.add(index)
                 else:
                     self._staged.append((p, host))
+            for t, (name, f) in zip(job.state_tensors[len(buffers):], fixed):
+                self._weights[t.offset:t.end].copy_(f.detach().reshape(-1))
+                self._frozen.append((f, t))
             for t, (name, b) in zip(job.state_tensors, buffers):
                 host = self._weights[t.offset:t.end].view(t.shape)
                 host.copy_(b.detach())
@@ -133,6 +152,9 @@ class SyncOptimizer:
             self._hooks.append(self._hook(index, p))
         job.join()
         self._load_staged()
+        with torch.no_grad():  # Rank 0's frozen parameters, everywhere.
+            for f, t in self._frozen:
+                f.copy_(self._weights[t.offset:t.end].view(t.shape))
 
     def _hook(self, index, p):
         return grad_hook(p, lambda: self._ready(index))
@@ -149,7 +171,46 @@ class SyncOptimizer:
             slot.copy_(p.grad.detach())
             if index in self._viewed:
                 p.grad = slot
+        if index in self._viewed:
+            self._version = self._gradient._version
+        else:
+            self._staged_versions[index] = p.grad._version \
+                if p.grad is not None else None
+        self._readied += 1
         job.ready(t.offset, t.end)
+
+    def _check_handed_over(self):
+        """Refuses a step whose gradients were pushed and then changed.
+
+        Each gradient left as backward made it; an in-place change after
+        that (clip_grad_norm_, a GradScaler's unscale_) would be silently
+        ignored, so it is refused (torch's version counters tell).
+        """
+        changed = self._version is not None and \
+            self._gradient._version != self._version
+        for index, version in self._staged_versions.items():
+            grad = self._params[index].grad
+            changed |= grad is not None and grad._version != version
+        if self._readied == 0:
+            message = ("step() without a backward pass: call loss.backward() "
+                       "first (a step on zero gradients would still move the "
+                       "weights)")
+        elif changed:
+            message = ("a gradient changed after backward() had pushed it "
+                       "(clip_grad_norm_ or another in-place change): "
+                       "SyncOptimizer would ignore the change. To clip the "
+                       "averaged gradient, use DistributedOptimizer: "
+                       "backward(), synchronize(), clip, step()")
+        else:
+            return
+        self.job.abandon()
+        self._end_step()
+        raise error("FAILED_PRECONDITION", message)
+
+    def _end_step(self):
+        self._readied = 0
+        self._version = None
+        self._staged_versions.clear()
 
     def _load_staged(self):
         with torch.no_grad():
@@ -172,6 +233,7 @@ class SyncOptimizer:
         """Zeroes the gradients in place (they stay views of the job's)."""
         del set_to_none  # The views are what the pushes read.
         self.job.abandon()  # A step begun but not taken is not pushed.
+        self._end_step()
         self._gradient.zero_()
         for p in self._params:
             if p.grad is not None and p.grad.device.type != "cpu":
@@ -186,6 +248,8 @@ class SyncOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._check_handed_over()
+        self._end_step()
         job = self.job
         if job.state_tensors:
             # This worker's updated running statistics go out with the
@@ -193,8 +257,10 @@ class SyncOptimizer:
             with torch.no_grad():
                 for tensor, host in self._staged_state:
                     host.copy_(tensor)
-            begin = job.num_parameters
-            job.gradient[begin:] = job.weights[begin:]
+                begin = job.num_parameters
+                job.gradient[begin:] = job.weights[begin:]
+                for f, t in self._frozen:  # This worker's own.
+                    self._gradient[t.offset:t.end].copy_(f.reshape(-1))
             job.ready(begin, job.weights.size)
         job.finish()
         self._load_staged()
@@ -229,8 +295,12 @@ def shard(data, batch_size=None, epochs=None, **kwargs):
 
 
 def save_safetensors(model, path):
-    """Writes the model's parameters and float buffers, keyed by name."""
-    tensors = trainable(model) + float_buffers(model)
+    """Writes every parameter (frozen ones too) and buffer, keyed by name, so
+    that a strict load_state_dict of the file succeeds. Values are float32
+    (an integer buffer such as num_batches_tracked too; exact below 2**24).
+    """
+    tensors = list(model.named_parameters()) + [
+        (n, b) for n, b in model.named_buffers() if b is not None]
     flat = torch.cat([t.detach().to("cpu", torch.float32).reshape(-1)
                       for _, t in tensors])
     _native.write_safetensors(str(path), [(n, list(t.shape))
@@ -240,12 +310,19 @@ def save_safetensors(model, path):
 def load_safetensors(model, path):
     """Loads a safetensors file into the model's tensors of the same names.
 
-    Raises LockstepError naming a tensor the file lacks or holds with
-    another shape; the file's other tensors are ignored.
+    Raises LockstepError naming a trainable parameter or float buffer the
+    file lacks, or a tensor it holds with another shape; frozen parameters
+    and integer buffers load when the file has them (files from before
+    they were written do not), and the file's other tensors are ignored.
     """
-    tensors = dict(trainable(model) + float_buffers(model))
     found = {name: (shape, values)
              for name, shape, values in _native.read_safetensors(str(path))}
+    required = dict(trainable(model) + float_buffers(model))
+    tensors = dict(required)
+    for name, t in list(model.named_parameters()) + list(
+            model.named_buffers()):
+        if name in found and t is not None:
+            tensors.setdefault(name, t)
     for name, t in tensors.items():
         if name not in found:
             raise error("FAILED_PRECONDITION",
