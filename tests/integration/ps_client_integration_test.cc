@@ -14,8 +14,10 @@
 #include "common/base/random.h"
 #include "common/model/model_signature.h"
 #include "common/wire/wire_codec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/training_jobs.h"
+#include "worker/exchange/ps/grpc_shard_transport.h"
 #include "worker/exchange/ps/ps_client.h"
 #include "worker/exchange/ps_step_session.h"
 
@@ -309,6 +311,29 @@ INSTANTIATE_TEST_SUITE_P(PushThread, PsStepCutShortTest, ::testing::Bool(),
                          [](const auto& info) {
                            return info.param ? "on" : "off";
                          });
+
+TEST(ServerAddressTest, AMalformedAddressIsRefusedAtOnce) {
+  for (const char* good :
+       {"127.0.0.1:9090", "localhost:1", "ps-0.example:65535", "[::1]:9090",
+        "unix:/tmp/ps.sock", "dns:///ps:9090", "ipv4:10.0.0.1:1"}) {
+    EXPECT_TRUE(CheckServerAddress(good).ok()) << good;
+  }
+  for (const char* bad : {"localhost", "localhost:", "localhost:http", ":9090",
+                          "host:0", "host:65536", "::1:9090", "[]:9090"}) {
+    const absl::Status s = CheckServerAddress(bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::HasSubstr("is not host:port with a port from 1"))
+        << bad;
+  }
+  // The client refuses it before dialling anything.
+  PsClientOptions options;
+  options.servers = {"127.0.0.1:9090", "ps-1:notaport"};
+  EXPECT_EQ(PsClient::Create(options).status().message(),
+            "server address \"ps-1:notaport\" is not host:port with a port "
+            "from 1 to 65535 (\"[::1]:port\" for IPv6, or a gRPC target such "
+            "as unix:PATH)");
+}
 
 }  // namespace
 }  // namespace lockstep

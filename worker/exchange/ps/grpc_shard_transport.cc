@@ -6,6 +6,10 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/base/status_macros.h"
 #include "common/model/signature_proto.h"
 #include "common/rpc/grpc_status.h"
@@ -206,6 +210,29 @@ class GrpcShardTransport final : public ShardTransport {
 
 }  // namespace
 
+absl::Status CheckServerAddress(absl::string_view address) {
+  for (absl::string_view scheme :
+       {"unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(address, scheme)) return absl::OkStatus();
+  }
+  const size_t colon = address.rfind(':');
+  absl::string_view host = address.substr(0, colon);
+  int port = 0;
+  const bool bracketed = absl::StartsWith(host, "[") &&
+                         absl::EndsWith(host, "]") && host.size() > 2;
+  if (colon != absl::string_view::npos && !host.empty() &&
+      (absl::StartsWith(host, "[") ? bracketed
+                                   : !absl::StrContains(host, ':')) &&
+      absl::SimpleAtoi(address.substr(colon + 1), &port) && port >= 1 &&
+      port <= 65535) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "server address \"", address,
+      "\" is not host:port with a port from 1 to 65535 (\"[::1]:port\" for "
+      "IPv6, or a gRPC target such as unix:PATH)"));
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>>
 MakeGrpcShardTransports(const std::vector<std::string>& servers,
                         const TlsOptions& tls, int max_message_bytes,
@@ -215,6 +242,7 @@ MakeGrpcShardTransports(const std::vector<std::string>& servers,
   args.SetMaxSendMessageSize(max_message_bytes);
   std::vector<std::unique_ptr<ShardTransport>> transports;
   for (const std::string& server : servers) {
+    RETURN_IF_ERROR(CheckServerAddress(server));
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                      MakeChannel(server, tls, args));
     transports.push_back(

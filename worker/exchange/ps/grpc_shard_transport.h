@@ -11,18 +11,26 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/security/tls_options.h"
 #include "worker/exchange/ps/cancel_token.h"
 #include "worker/exchange/ps/shard_transport.h"
 
 namespace lockstep {
 
+// OK for a server address a channel can dial: "host:port" with a host and
+// a port from 1 to 65535 ("[::1]:port" for IPv6), or a gRPC target with a
+// scheme (unix:, dns:, ipv4:, ipv6:), which gRPC checks. INVALID_ARGUMENT
+// otherwise, at once, rather than a connect timeout later.
+absl::Status CheckServerAddress(absl::string_view address);
+
 // One transport per address in `servers`, in order, over channels with
 // `tls` and messages of up to `max_message_bytes`, their calls cancelled by
-// `cancel` (not owned; null: never). INVALID_ARGUMENT with
-// bad TLS settings or files; FAILED_PRECONDITION for a token that would
-// travel in plaintext.
+// `cancel` (not owned; null: never). INVALID_ARGUMENT with a malformed
+// address (CheckServerAddress) or bad TLS settings or files;
+// FAILED_PRECONDITION for a token that would travel in plaintext.
 absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>>
 MakeGrpcShardTransports(const std::vector<std::string>& servers,
                         const TlsOptions& tls, int max_message_bytes,
