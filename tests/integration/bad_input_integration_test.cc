@@ -313,19 +313,25 @@ TEST(BadInputTest, TruncatedIdxFileIsNamed) {
   EXPECT_THAT(r.output, HasSubstr("truncated"));
 }
 
-// No server at the address: the worker gives up after --connect_timeout_s
-// with the retryable code, naming what it tried.
-TEST(BadInputTest, NoServerIsRetryableAfterTheConnectTimeout) {
+// No server at the address: the worker says so every 10 s while it waits,
+// then gives up after --connect_timeout_s with the retryable code, naming
+// what it tried.
+TEST(BadInputTest, NoServerIsSaidWhileWaitingAndRetryableAfterTheTimeout) {
   const std::string nobody = absl::StrCat("127.0.0.1:", FreePort());
   RunResult r = RunProcess(
       {kBin + "/lockstep_worker", "--servers=" + nobody, "--workers=1",
        "--rank=0", "--dataset=synthetic", "--synthetic_examples=64",
-       "--layers=8,4", "--connect_timeout_s=1"},
+       "--layers=8,4", "--connect_timeout_s=11"},
       {}, absl::Seconds(60));
   EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_THAT(
+      r.output,
+      HasSubstr("lockstep worker 0: no answer yet from shard 0 at " + nobody +
+                " after 10s (waiting up to 11s for a "
+                "lockstep_server there)"));
   EXPECT_THAT(r.output, HasSubstr("registering with shard 0 at " + nobody));
-  EXPECT_THAT(r.output, HasSubstr("(no answer within 1s: is a lockstep_server "
-                                  "listening there?"));
+  EXPECT_THAT(r.output, HasSubstr("(no answer within 11s: is a "
+                                  "lockstep_server listening there?"));
 }
 
 // An IDX file: magic 0x0000 08 (unsigned bytes) + dims, then the bytes.

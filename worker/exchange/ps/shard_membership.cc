@@ -1,12 +1,15 @@
 #include "worker/exchange/ps/shard_membership.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/base/status_macros.h"
 #include "common/wire/wire_codec.h"
 #include "common/wire/wire_dtype_proto.h"  // ChunkWireDType
@@ -19,18 +22,38 @@ namespace {
 // The fan-out every multi-call request uses: start(i, done) starts call i
 // of `n` (to a shard, or for a chunk), which hands its status to `done`;
 // returns every call's status once all have finished.
+// Starts `n` calls and waits for all. While any is out, `still_waiting`
+// (when given) is told every `every` which have not answered and for how
+// long they have been waited for.
 std::vector<absl::Status> StartAllAndWait(
     int n,
-    const std::function<void(int, ShardTransport::StatusCallback)>& start) {
+    const std::function<void(int, ShardTransport::StatusCallback)>& start,
+    const std::function<void(const std::vector<int>&, absl::Duration)>&
+        still_waiting = nullptr,
+    absl::Duration every = absl::Seconds(10)) {
   std::vector<absl::Status> statuses(n);
-  absl::BlockingCounter pending(n);
+  std::vector<bool> answered(n, false);
+  absl::Mutex mu;
+  int left = n;
   for (int i = 0; i < n; ++i) {
-    start(i, [&statuses, &pending, i](absl::Status s) {
+    start(i, [&, i](absl::Status s) {
+      absl::MutexLock lock(&mu);
       statuses[i] = std::move(s);
-      pending.DecrementCount();
+      answered[i] = true;
+      --left;
     });
   }
-  pending.Wait();
+  const absl::Time begin = absl::Now();
+  absl::MutexLock lock(&mu);
+  const auto all_in = [&left]() { return left == 0; };
+  while (!mu.AwaitWithTimeout(absl::Condition(&all_in), every)) {
+    if (!still_waiting) continue;
+    std::vector<int> waiting;
+    for (int i = 0; i < n; ++i) {
+      if (!answered[i]) waiting.push_back(i);
+    }
+    still_waiting(waiting, absl::Now() - begin);
+  }
   return statuses;
 }
 
@@ -67,11 +90,27 @@ absl::StatusOr<RegisterResult> ShardMembership::Register(
   const absl::Duration waited = std::min(timeout, options_.connect_timeout);
   const absl::Time deadline = options_.env->Now() + waited;
   std::vector<ShardRegistration> replies(num_shards());
+  // A server that is not there yet (or never will be) is said so while
+  // the worker waits, not only when the connect timeout ends.
+  const auto say_waiting = [&](const std::vector<int>& shards,
+                               absl::Duration so_far) {
+    for (int shard : shards) {
+      std::fprintf(
+          stderr,
+          "lockstep worker %d: no answer yet from shard %d at %s "
+          "after %s (waiting up to %s for a lockstep_server there)\n",
+          rank, shard, shards_[shard]->Describe().c_str(),
+          absl::FormatDuration(absl::Trunc(so_far, absl::Seconds(1))).c_str(),
+          absl::FormatDuration(waited).c_str());
+    }
+  };
   const std::vector<absl::Status> statuses = StartAllAndWait(
-      num_shards(), [&](int shard, ShardTransport::StatusCallback done) {
+      num_shards(),
+      [&](int shard, ShardTransport::StatusCallback done) {
         shards_[shard]->Register(rank, signature, deadline, &replies[shard],
                                  std::move(done));
-      });
+      },
+      say_waiting);
   RegisterResult result;
   incarnations_.clear();
   for (int shard = 0; shard < num_shards(); ++shard) {
