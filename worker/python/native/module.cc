@@ -387,6 +387,7 @@ void BindExitCodes(py::module_& m) {
 PYBIND11_MODULE(_native, m) {
   m.doc() =
       "Lockstep's C++ worker client for Python (see lockstep/__init__.py)";
+  m.attr("__version__") = LOCKSTEP_VERSION;  // CMake's project version.
   lockstep::TranslateErrors();
   lockstep::BindClient(m);
   lockstep::BindSampler(m);
