@@ -1,7 +1,8 @@
 """The package as a user gets it: `pip wheel ./worker/python`, the wheel
-installed into a fresh venv, and a 2-worker PyTorch job started by the
+installed into a fresh venv, and 2-worker PyTorch jobs started by the
 venv's own lockstep_launch from a folder outside the source tree, with no
-PYTHONPATH and nothing from the build tree.
+PYTHONPATH and nothing from the build tree: SyncOptimizer's, and AdamW with
+OneCycleLR through DistributedOptimizer against plain PyTorch.
 
 ctest runs it with Debian's python3 (whose torch the venv sees through
 --system-site-packages). LOCKSTEP_WHEEL_DIR holds the wheel, the venvs and
@@ -165,6 +166,32 @@ class WheelTest(unittest.TestCase):
         # Both workers end with the same weights, bit for bit.
         with open(w0, "rb") as a, open(w1, "rb") as b:
             self.assertEqual(a.read(), b.read())
+
+    def test_adamw_and_one_cycle_match_plain_pytorch(self):
+        # Issue 36's user: torch.optim.AdamW and OneCycleLR wrapped by
+        # DistributedOptimizer on 2 workers, against one plain PyTorch
+        # process with the doubled batch (the tests' oracle script).
+        import numpy as np
+        script = os.path.join(self.outside, "dist_train.py")
+        shutil.copy(os.path.join(HERE, "workers", "torch_dist_train.py"),
+                    script)
+        plain = os.path.join(self.outside, "plain.npz")
+        run = self.run_here(["python", script, "--plain", f"--out={plain}"])
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        out = os.path.join(self.outside, "d{rank}.npz")
+        run = self.run_here(["lockstep_launch", "--workers=2", "--ps=1", "--",
+                             "python", script, f"--out={out}"], 300)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        with np.load(plain) as p, np.load(out.format(rank=0)) as w0, \
+                np.load(out.format(rank=1)) as w1:
+            self.assertEqual(sorted(w0.files), sorted(p.files))
+            for key in p.files:
+                np.testing.assert_array_equal(w0[key], w1[key], key)
+                scale = float(np.abs(p[key]).max())
+                if scale > 0:
+                    self.assertLessEqual(
+                        float(np.abs(w0[key] - p[key]).max()) / scale, 1e-5,
+                        key)
 
 
 if __name__ == "__main__":
