@@ -9,10 +9,11 @@
 #        --system-site-packages, plus safetensors from PyPI.
 # keras: TensorFlow (tensorflow-cpu, Keras 3) and safetensors from PyPI in
 #        an environment of their own: TensorFlow needs a newer numpy than the
-#        one Debian's torch is built against. numpy stays below 2 for the
-#        pybind11 of Debian 12. tf-keras (Keras 2) is there for the
-#        benchmark's MultiWorkerMirroredStrategy peer, which Keras 3's fit
-#        does not run (keras-team/keras#20585).
+#        one Debian's torch is built against. numpy is the 2.x that
+#        tensorflow-cpu pulls in today (the module's arrays are right under
+#        numpy 1 and 2: native/conversions.h). tf-keras (Keras 2) is there
+#        for the benchmark's MultiWorkerMirroredStrategy peer, which Keras
+#        3's fit does not run (keras-team/keras#20585).
 # tensorboard: the tensorboard package alone (its event reader, for the
 #        test of the worker's --tensorboard_dir files).
 # The versions are pinned; a stamp file says what built DIR, and anything
@@ -22,11 +23,11 @@ kind="${1:-}"
 dir="${2:-}"
 case "$kind" in
   torch) requirements=(safetensors==0.8.0); site=(--system-site-packages) ;;
-  keras) requirements=(tensorflow-cpu==2.21.0 numpy==1.26.4 safetensors==0.8.0
+  keras) requirements=(tensorflow-cpu==2.21.0 numpy==2.4.6 safetensors==0.8.0
                        tf-keras==2.21.0)
          site=() ;;
   tensorboard) requirements=(tensorboard==2.21.0); site=() ;;
-  -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "usage: $0 torch|keras|tensorboard DIR" >&2; exit 2 ;;
 esac
 [[ -n "$dir" ]] || { echo "usage: $0 torch|keras|tensorboard DIR" >&2; exit 2; }

@@ -21,6 +21,10 @@ try:
 finally:
     _sys.setdlopenflags(_flags)
 
+# The project's version (CMakeLists.txt), compiled into the module: the
+# wheel's metadata reads the same line.
+__version__: str = _native.__version__
+
 from lockstep.cluster import Cluster
 from lockstep.data import Shard, shard
 from lockstep.errors import LockstepError

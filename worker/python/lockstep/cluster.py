@@ -29,8 +29,11 @@ LOCKSTEP_WORKERS wins over WORLD_SIZE. Place.from_env() reads the rank,
 size and local rank alone, for a script that asks before it joins.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import os
+from typing import List, Mapping, Optional
 
 from lockstep import _native
 from lockstep.errors import LockstepError, error
@@ -145,7 +148,7 @@ class Place:
     local_rank: int  # Among this host's workers: the GPU to use.
 
     @classmethod
-    def from_env(cls, env=None):
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Place:
         """The place the environment describes; LockstepError if none."""
         _, rank, workers, local = _read(os.environ if env is None else env)
         _checked(None, rank, workers, need_servers=False)
@@ -155,7 +158,7 @@ class Place:
 @dataclasses.dataclass
 class Cluster:
     """One worker's view of its job. Plain data."""
-    servers: list
+    servers: List[str]
     rank: int
     num_workers: int
     local_rank: int = 0  # Among this host's workers: the GPU to use.
@@ -168,7 +171,7 @@ class Cluster:
     seed: int = 42
 
     @classmethod
-    def from_env(cls, env=None):
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Cluster:
         """The cluster the environment describes; LockstepError if none."""
         env = os.environ if env is None else env
         servers, rank, workers, local = _read(env)

@@ -12,6 +12,10 @@ version, so a worker that registered again after a fault (or a restarted
 script) goes on with the batch the servers are at.
 """
 
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional, Tuple
+
 import numpy as np
 
 from lockstep import _native
@@ -43,8 +47,11 @@ class Shard:
         not yet joined is waited for (up to wait_s seconds).
     """
 
-    def __init__(self, data, batch_size=None, epochs=None, job=None,
-                 seed=None, take=None, ahead=False, wait_s=300.0):
+    def __init__(self, data: Any, batch_size: Optional[int] = None,
+                 epochs: Optional[int] = None, job: Any = None,
+                 seed: Optional[int] = None,
+                 take: Optional[Callable[[Any, np.ndarray], Any]] = None,
+                 ahead: bool = False, wait_s: float = 300.0) -> None:
         if hasattr(data, "dataset") and hasattr(data, "batch_size"):
             batch_size = batch_size or data.batch_size
             data = data.dataset
@@ -86,7 +93,7 @@ class Shard:
         return self._job
 
     @property
-    def steps_per_epoch(self):
+    def steps_per_epoch(self) -> int:
         """floor(N / (W * B)); known before the job is joined."""
         if self._job is None:
             from lockstep.job import current_job
@@ -99,14 +106,14 @@ class Shard:
         return self._num_examples // (workers * self.batch_size)
 
     @property
-    def total_steps(self):
+    def total_steps(self) -> int:
         """Global steps in `epochs` epochs (0 when epochs is None)."""
         return self.steps_per_epoch * self.epochs if self.epochs else 0
 
-    def epoch_of(self, step):
+    def epoch_of(self, step: int) -> int:
         return step // self.steps_per_epoch
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Steps left in what one iteration covers, from the job's step now."""
         job = self._bind()
         step = job.next_step
@@ -118,7 +125,7 @@ class Shard:
             return per_epoch * self.epochs
         return (step // per_epoch + 1) * per_epoch
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         job = self._bind()
         end = self._end(job.next_step)
         if self._ahead:
@@ -139,7 +146,8 @@ class Shard:
             yield self._take(self.data, self._sampler.batch_indices(step))
 
 
-def take_numpy(data, indices):
+def take_numpy(data: Any, indices: np.ndarray) -> Tuple[np.ndarray,
+                                                        np.ndarray]:
     """The examples `indices` of `data` as numpy arrays (features, labels)."""
     if isinstance(data, (tuple, list)) and len(data) == 2:
         return np.asarray(data[0])[indices], np.asarray(data[1])[indices]
@@ -148,6 +156,7 @@ def take_numpy(data, indices):
             np.asarray([p[1] for p in pairs]))
 
 
-def shard(data, batch_size=None, epochs=None, **kwargs):
+def shard(data: Any, batch_size: Optional[int] = None,
+          epochs: Optional[int] = None, **kwargs: Any) -> Shard:
     """This worker's batches of `data`; see Shard."""
     return Shard(data, batch_size=batch_size, epochs=epochs, **kwargs)

@@ -6,6 +6,8 @@ docs/faults.md: 75 (retryable) for a lost server or peer or a timeout, 2
 (permanent) for a refused model, bad settings or data, 1 otherwise.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import traceback
@@ -30,8 +32,9 @@ class LockstepError(RuntimeError):
       exit_code: the process exit code docs/faults.md gives this failure.
     """
 
-    def __init__(self, code, code_name, message, retryable=False,
-                 exit_code=EXIT_FAILURE):
+    def __init__(self, code: int, code_name: str, message: str,
+                 retryable: bool = False,
+                 exit_code: int = EXIT_FAILURE) -> None:
         super().__init__(f"{code_name}: {message}")
         self.code = code
         self.code_name = code_name
@@ -40,7 +43,7 @@ class LockstepError(RuntimeError):
         self.exit_code = exit_code
 
 
-def error(code_name, message):
+def error(code_name: str, message: str) -> LockstepError:
     """A LockstepError of status `code_name` (e.g. "INVALID_ARGUMENT").
 
     Its number, retryability and exit code are the C++ worker's for that

@@ -144,7 +144,8 @@ def _compile_hook(model_class):
 _compile_hook(keras.Model)
 
 
-def shard(data, batch_size, epochs=None, **kwargs):
+def shard(data: tuple, batch_size: int, epochs: "int | None" = None,
+          **kwargs) -> "tf.data.Dataset":
     """This worker's batches as a tf.data.Dataset, one epoch per iteration.
 
     data: (features, labels) numpy arrays. Each time Keras iterates the
@@ -177,7 +178,7 @@ def _model_names(model):
     return relative(model, names(model.weights))
 
 
-def save_safetensors(model, path):
+def save_safetensors(model: "keras.Model", path: "str | os.PathLike") -> None:
     """Writes the model's weights keyed by variable path ("dense/kernel")."""
     variables = list(model.weights)
     flat = np.concatenate([np.asarray(v.numpy(), np.float32).reshape(-1)
@@ -188,7 +189,7 @@ def save_safetensors(model, path):
                             [list(v.shape) for v in variables])), flat)
 
 
-def load_safetensors(model, path):
+def load_safetensors(model: "keras.Model", path: "str | os.PathLike") -> None:
     """Loads a safetensors file into the model's variables of the same paths.
 
     Keras numbers layers per process ("dense", then "dense_1"): a model

@@ -40,6 +40,19 @@ FloatBuffer RequestFloats(const py::buffer& buffer, bool writable,
   return out;
 }
 
+py::object NumpyArray(const void* data, size_t bytes, const char* dtype,
+                      const std::vector<int64_t>& shape) {
+  py::object buffer =
+      py::reinterpret_steal<py::object>(PyByteArray_FromStringAndSize(
+          static_cast<const char*>(data), static_cast<Py_ssize_t>(bytes)));
+  if (!buffer) throw py::error_already_set();
+  py::module_ numpy = py::module_::import("numpy");
+  py::object flat = numpy.attr("frombuffer")(buffer, py::arg("dtype") = dtype);
+  py::tuple dims(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) dims[i] = py::int_(shape[i]);
+  return flat.attr("reshape")(dims);
+}
+
 std::vector<TensorInfo> Tensors(const NamedShapes& list) {
   std::vector<TensorInfo> out;
   for (const auto& [name, shape] : list) out.push_back({name, shape});

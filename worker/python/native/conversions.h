@@ -1,12 +1,13 @@
 // Conversions at the one boundary between Lockstep and Python: a failed
 // absl::Status becomes a C++ exception that module.cc's translator turns
-// into lockstep.errors.LockstepError, and Python buffers become spans.
-// Call with the GIL held.
+// into lockstep.errors.LockstepError, Python buffers become spans, and
+// values going back become numpy arrays. Call with the GIL held.
 #ifndef LOCKSTEP_WORKER_PYTHON_NATIVE_CONVERSIONS_H_
 #define LOCKSTEP_WORKER_PYTHON_NATIVE_CONVERSIONS_H_
 
 #include <pybind11/pybind11.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,16 @@ struct FloatBuffer {
 // names it in the message.
 FloatBuffer RequestFloats(const pybind11::buffer& buffer, bool writable,
                           const char* what);
+
+// A new numpy array of `dtype` ("float32", "int32", "int64": native byte
+// order) shaped `shape`, holding a copy of the `bytes` bytes at `data`. It
+// is numpy.frombuffer over a bytearray, made through Python calls alone:
+// the module never touches numpy's C structures, whose layout changed in
+// numpy 2 (pybind11 before 2.12 made arrays with wrong strides there), so
+// the arrays are right under numpy 1 and 2 whichever pybind11 built it.
+// Writable and C-contiguous; the bytearray is the array's base.
+pybind11::object NumpyArray(const void* data, size_t bytes, const char* dtype,
+                            const std::vector<int64_t>& shape);
 
 using NamedShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 

@@ -4,7 +4,6 @@
 // sharded_sampler.h), so a Python worker speaks lockstep_worker's protocol.
 // Names and codes (sync modes, optimizers, exit codes) come from their C++
 // definitions; absl::Status becomes LockstepError here alone.
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -32,10 +31,9 @@ namespace py = pybind11;
 namespace lockstep {
 namespace {
 
-py::array_t<int64_t> ToArray(const std::vector<int64_t>& values) {
-  py::array_t<int64_t> out(static_cast<py::ssize_t>(values.size()));
-  std::copy(values.begin(), values.end(), out.mutable_data());
-  return out;
+py::object ToArray(const std::vector<int64_t>& values) {
+  return NumpyArray(values.data(), values.size() * sizeof(int64_t), "int64",
+                    {static_cast<int64_t>(values.size())});
 }
 
 std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
@@ -139,8 +137,7 @@ StepOutcome JoinJob(Client& c, NamedShapes tensors, NamedShapes state,
 }
 
 // LockstepError's arguments for `s`: the code as a number and a name, the
-// message, whether it is retryable and its exit code
-// (common/base/exit_codes.h).
+// message, whether it is retryable, its exit code (common/base/exit_codes.h).
 py::tuple StatusFields(const absl::Status& s) {
   return py::make_tuple(static_cast<int>(s.code()), CodeName(s.code()),
                         std::string(s.message()), IsRetryable(s),
@@ -308,8 +305,9 @@ void BindSafetensors(py::module_& m) {
         std::vector<NamedTensor> tensors = ValueOrThrow(ReadSafetensors(path));
         py::list out;
         for (NamedTensor& t : tensors) {
-          py::array_t<float> values(static_cast<py::ssize_t>(t.values.size()));
-          std::copy(t.values.begin(), t.values.end(), values.mutable_data());
+          py::object values =
+              NumpyArray(t.values.data(), t.values.size() * sizeof(float),
+                         "float32", {static_cast<int64_t>(t.values.size())});
           out.append(py::make_tuple(t.info.name, t.info.shape, values));
         }
         return out;
@@ -320,14 +318,13 @@ void BindSafetensors(py::module_& m) {
 // The data readers, as numpy arrays.
 void BindData(py::module_& m) {
   // A data set as numpy arrays: features shaped `shape` after the count.
-  auto to_arrays = [](const Dataset& data, std::vector<py::ssize_t> shape) {
-    shape.insert(shape.begin(), static_cast<py::ssize_t>(data.num_examples));
-    py::array_t<float> features(shape);
-    std::copy(data.features.begin(), data.features.end(),
-              features.mutable_data());
-    py::array_t<int32_t> labels(static_cast<py::ssize_t>(data.num_examples));
-    std::copy(data.labels.begin(), data.labels.end(), labels.mutable_data());
-    return py::make_tuple(features, labels);
+  auto to_arrays = [](const Dataset& data, std::vector<int64_t> shape) {
+    shape.insert(shape.begin(), data.num_examples);
+    return py::make_tuple(
+        NumpyArray(data.features.data(), data.features.size() * sizeof(float),
+                   "float32", shape),
+        NumpyArray(data.labels.data(), data.labels.size() * sizeof(int32_t),
+                   "int32", {data.num_examples}));
   };
   m.def(
       "load_idx",
@@ -390,6 +387,7 @@ void BindExitCodes(py::module_& m) {
 PYBIND11_MODULE(_native, m) {
   m.doc() =
       "Lockstep's C++ worker client for Python (see lockstep/__init__.py)";
+  m.attr("__version__") = LOCKSTEP_VERSION;  // CMake's project version.
   lockstep::TranslateErrors();
   lockstep::BindClient(m);
   lockstep::BindSampler(m);
