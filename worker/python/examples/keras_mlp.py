@@ -13,7 +13,6 @@ import os
 
 import keras
 import lockstep.keras  # Lockstep: 1 of 3
-from lockstep import _native
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
@@ -22,8 +21,8 @@ parser.add_argument("--batch_size", type=int, default=64)
 parser.add_argument("--save", default="", help="safetensors file for rank 0")
 args = parser.parse_args()
 
-x_train, y_train = _native.load_idx(args.data_dir, True)
-x_test, y_test = _native.load_idx(args.data_dir, False)
+x_train, y_train = lockstep.load_idx(args.data_dir, True)
+x_test, y_test = lockstep.load_idx(args.data_dir, False)
 x_train, x_test = x_train.reshape(-1, 28, 28), x_test.reshape(-1, 28, 28)
 
 model = keras.Sequential([

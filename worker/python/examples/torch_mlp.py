@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lockstep.torch as ls
-from lockstep import _native
+import lockstep
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("--data_dir", default="/usr/share/datasets/fashion-mnist")
@@ -25,8 +25,8 @@ parser.add_argument("--lr", type=float, default=0.001)
 parser.add_argument("--save", default="", help="safetensors file for rank 0")
 args = parser.parse_args()
 
-x, y = (torch.from_numpy(a) for a in _native.load_idx(args.data_dir, True))
-x_test, y_test = (torch.from_numpy(a) for a in _native.load_idx(args.data_dir, False))
+x, y = (torch.from_numpy(a) for a in lockstep.load_idx(args.data_dir, True))
+x_test, y_test = (torch.from_numpy(a) for a in lockstep.load_idx(args.data_dir, False))
 y, y_test = y.long(), y_test.long()
 
 model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))

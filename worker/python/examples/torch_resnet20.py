@@ -50,7 +50,7 @@ def resnet20(classes=10):
 
 def main():
     import lockstep.torch as ls
-    from lockstep import _native
+    import lockstep
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", default="")
@@ -67,8 +67,8 @@ def main():
         y = rng.integers(0, 10, args.synthetic).astype(np.int32)
         x_test, y_test = x[:256], y[:256]
     elif args.data_dir:
-        x, y = _native.load_cifar10(args.data_dir, True)
-        x_test, y_test = _native.load_cifar10(args.data_dir, False)
+        x, y = lockstep.load_cifar10(args.data_dir, True)
+        x_test, y_test = lockstep.load_cifar10(args.data_dir, False)
     else:
         parser.error("give --data_dir (CIFAR-10 binary files) or --synthetic")
 

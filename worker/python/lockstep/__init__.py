@@ -26,9 +26,9 @@ finally:
 __version__: str = _native.__version__
 
 from lockstep.cluster import Cluster
-from lockstep.data import Shard, shard
+from lockstep.data import Shard, load_cifar10, load_idx, shard
 from lockstep.errors import LockstepError
 from lockstep.job import Job, current_job
 
 __all__ = ["Cluster", "Job", "LockstepError", "Shard", "current_job",
-           "shard"]
+           "load_cifar10", "load_idx", "shard"]

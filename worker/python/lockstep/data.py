@@ -160,3 +160,19 @@ def shard(data: Any, batch_size: Optional[int] = None,
           epochs: Optional[int] = None, **kwargs: Any) -> Shard:
     """This worker's batches of `data`; see Shard."""
     return Shard(data, batch_size=batch_size, epochs=epochs, **kwargs)
+
+
+def load_idx(directory: str, train: bool = True) -> Tuple[np.ndarray,
+                                                          np.ndarray]:
+    """An MNIST-format (IDX) split as lockstep_worker reads it: float32
+    features in [0, 1], shape (N, 784), and int32 labels. Debian's
+    dataset-fashion-mnist puts Fashion-MNIST in
+    /usr/share/datasets/fashion-mnist."""
+    return _native.load_idx(str(directory), bool(train))
+
+
+def load_cifar10(directory: str, train: bool = True) -> Tuple[np.ndarray,
+                                                              np.ndarray]:
+    """CIFAR-10's binary files as lockstep_worker reads them: float32
+    images (N, 32, 32, 3), normalized per channel, and int32 labels."""
+    return _native.load_cifar10(str(directory), bool(train))
