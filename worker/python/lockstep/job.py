@@ -17,8 +17,6 @@ Externally synchronized: one training thread.
 """
 
 import atexit
-import contextlib
-import signal
 import sys
 import threading
 
@@ -27,6 +25,8 @@ import numpy as np
 from lockstep import _native
 from lockstep.cluster import Cluster
 from lockstep import errors as _errors
+# Re-exported: the adapters import it from here.
+from lockstep._signals import interruptible as _interruptible  # noqa: F401
 from lockstep.errors import error, install_exit_codes
 
 # The C++ definitions' (common/model/model_signature.h), never a copy.
@@ -66,26 +66,6 @@ def average(values, name="", timeout_s=600.0):
 
 def _bad(message):
     return error("INVALID_ARGUMENT", message)
-
-
-@contextlib.contextmanager
-def _interruptible():
-    """Lets Ctrl-C end the process while the C++ client waits.
-
-    Python turns SIGINT into KeyboardInterrupt only between bytecodes, so a
-    worker blocked in a step (up to step_timeout_s) would ignore it. While
-    the client waits, SIGINT has its default action instead, as it has for
-    lockstep_worker; a handler the script installed itself is left alone.
-    """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Tensor:
