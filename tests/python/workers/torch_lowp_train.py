@@ -9,7 +9,8 @@ batch W x B split among the W workers:
 The initial weights are rank 0's seed, rounded through --init_round first
 (so a float32 run can start where a bfloat16 one does). Each layer computes
 in its parameters' dtype unless --compute says otherwise (PyTorch 1.13 has
-no float16 matmul on the CPU). Writes the model's tensors widened to
+no float16 matmul on the CPU), or under torch.autocast with --autocast.
+Writes the model's tensors widened to
 float32 as .npz (--out, "{rank}" replaced) and, in sync mode on rank 0,
 the servers' masters through SyncOptimizer.save_safetensors (--masters).
 """
@@ -30,6 +31,8 @@ p.add_argument("--init_round", default="")
 p.add_argument("--mixed", action="store_true",
                help="only the first layer in --dtype, the rest float32")
 p.add_argument("--bn", action="store_true")
+p.add_argument("--autocast", default="",
+               help="run forward under torch.autocast to this dtype")
 p.add_argument("--workers", type=int, default=2)
 p.add_argument("--batch", type=int, default=16, help="per worker")
 p.add_argument("--steps", type=int, default=10)
@@ -93,7 +96,11 @@ for step in range(args.steps):
     size = global_batch if args.mode == "plain" else args.batch
     xb, yb = x[begin:begin + size], y[begin:begin + size]
     opt.zero_grad()
-    F.cross_entropy(model(xb), yb).backward()
+    with torch.autocast("cpu", dtype=getattr(torch, args.autocast or
+                                             "bfloat16"),
+                        enabled=bool(args.autocast)):
+        loss = F.cross_entropy(model(xb), yb)
+    loss.backward()
     if args.mode == "dist":
         opt.synchronize()
     for name, q in model.named_parameters():
