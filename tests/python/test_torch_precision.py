@@ -140,7 +140,7 @@ class SyncPrecisionTest(unittest.TestCase):
                                                 full.model[key])
             self.assertLessEqual(d, U["bfloat16"], key)
 
-    def check_masters(self, dtype, *flags):
+    def check_masters(self, dtype, trained, *flags):
         run = Run(self, self.dir, "masters_" + dtype, "--mode=sync",
                   f"--dtype={dtype}", f"--init_round={dtype}",
                   *COMPUTE[dtype], *flags)
@@ -153,7 +153,7 @@ class SyncPrecisionTest(unittest.TestCase):
                 np.testing.assert_array_equal(rank[key],
                                               round_to(dtype, values), key)
         kept = 0
-        for key in PARAMETERS:
+        for key in trained:
             master = server[key]
             # SyncOptimizer.save_safetensors writes the masters themselves.
             np.testing.assert_array_equal(masters[key], master, key)
@@ -163,7 +163,8 @@ class SyncPrecisionTest(unittest.TestCase):
             kept += np.count_nonzero(round_to(dtype, master) == master)
         # ...and after 10 steps almost none is one any more: float32 masters
         # (an update of a float32 weight lands on a `dtype` value by chance,
-        # about once in 2**16 for bfloat16; a few of 404 allowed).
+        # about once in 2**16 for bfloat16, 2**13 for float16; a few
+        # allowed).
         self.assertLessEqual(kept, 4)
         return run
 
@@ -174,12 +175,20 @@ class SyncPrecisionTest(unittest.TestCase):
         self.check_against_float32("float16")
 
     def test_bfloat16_model_is_the_fp32_masters_rounded(self):
-        run = self.check_masters("bfloat16", "--bn")
+        run = self.check_masters("bfloat16", PARAMETERS, "--bn")
         self.assertIn("bn.running_var", run.server())
         self.assertIn("dtypes torch.bfloat16 torch.int64\n", run.outputs[0])
 
     def test_float16_model_is_the_fp32_masters_rounded(self):
-        self.check_masters("float16")
+        # A frozen float16 layer too: rank 0's, on both ranks, to the bit
+        # (the server's state holds it).
+        run = self.check_masters("float16", ("fc2.weight", "fc2.bias"),
+                                 "--freeze")
+        for key in ("fc1.weight", "fc1.bias"):
+            self.assertIn(key, run.server())
+            for rank in run.ranks:
+                np.testing.assert_array_equal(
+                    rank[key], run.model["initial." + key], key)
 
 
 class DistributedPrecisionTest(unittest.TestCase):

@@ -31,6 +31,7 @@ p.add_argument("--init_round", default="")
 p.add_argument("--mixed", action="store_true",
                help="only the first layer in --dtype, the rest float32")
 p.add_argument("--bn", action="store_true")
+p.add_argument("--freeze", action="store_true", help="freeze fc1")
 p.add_argument("--autocast", default="",
                help="run forward under torch.autocast to this dtype")
 p.add_argument("--workers", type=int, default=2)
@@ -78,11 +79,15 @@ if args.mixed:
 else:
     model.to(dtype)
 
+if args.freeze:
+    model.fc1.requires_grad_(False)
+
 if args.mode == "sync":
     import lockstep.torch as ls
     opt = ls.SyncOptimizer(model, optimizer="sgd", lr=args.lr)
 else:
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    trained = [q for q in model.parameters() if q.requires_grad]
+    opt = torch.optim.SGD(trained, lr=args.lr, momentum=0.9)
     if args.mode == "dist":
         import lockstep.torch as ls
         opt = ls.DistributedOptimizer(opt, model)
@@ -104,7 +109,7 @@ for step in range(args.steps):
     if args.mode == "dist":
         opt.synchronize()
     for name, q in model.named_parameters():
-        if q.grad.dtype != q.dtype:
+        if q.requires_grad and q.grad.dtype != q.dtype:
             raise SystemExit(f"{name}: .grad is {q.grad.dtype}, the "
                              f"parameter {q.dtype}")
     opt.step()
