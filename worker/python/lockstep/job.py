@@ -118,6 +118,9 @@ class Job:
                  lr_schedule=None,
                  push_window=-1, push_thread=False, connect_timeout_s=60.0,
                  step_timeout_s=300.0, rejoin_timeout_s=300.0):
+        # A refusal from here on (bad settings, a malformed address) exits
+        # with its code (2), as one after the join does.
+        install_exit_codes()
         if optimizer not in OPTIMIZERS and optimizer != AVERAGE:
             raise _bad(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
                        f"got {optimizer!r}")
