@@ -44,10 +44,11 @@ ABSL_FLAG(std::string, nproc_per_node, "",
           "the hosts' GPUs are not counted (no auto or gpu).");
 ABSL_FLAG(std::string, nnodes, "",
           "torchrun's spelling: the number of hosts, checked against --hosts "
-          "(1 without it); no elastic MIN:MAX range. There is no "
-          "--node_rank: this one launcher starts the processes of every "
-          "host over ssh, where torchrun runs once per node and is told its "
-          "place.");
+          "(1 without it); no elastic MIN:MAX range.");
+ABSL_FLAG(std::string, node_rank, "",
+          "torchrun's spelling; only 0 is taken: this one launcher starts "
+          "the processes of every host over ssh, where torchrun runs once "
+          "per node and is told its place.");
 ABSL_DECLARE_FLAG(int32_t, gpus);
 
 namespace lockstep {
@@ -126,6 +127,7 @@ absl::Status ApplyHostFlags(LaunchOptions* options, bool workers_given) {
   if (workers_given) node_flags.workers = options->workers;
   node_flags.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
   node_flags.nnodes = absl::GetFlag(FLAGS_nnodes);
+  node_flags.node_rank = absl::GetFlag(FLAGS_node_rank);
   absl::StatusOr<int> workers = ApplyNodeFlags(node_flags, options->workers,
                                                across_hosts ? &hosts : nullptr);
   if (!workers.ok()) return workers.status();

@@ -122,7 +122,7 @@ torchrun's habits work too: --nproc_per_node=N is N workers on each host
 (--workers=N here, N per --hosts entry across hosts), --nnodes=K is checked
 against the hosts, and a COMMAND also finds RANK, WORLD_SIZE, LOCAL_RANK
 (its index among the workers of its host: the GPU to use) and
-LOCAL_WORLD_SIZE. There is no --node_rank: this launcher starts every
+LOCAL_WORLD_SIZE. --node_rank takes only 0: this launcher starts every
 host's processes itself, where torchrun runs once per node.
 
 When any process exits non-zero or is killed, the launcher stops the others

@@ -61,6 +61,17 @@ absl::StatusOr<int> ApplyNodeFlags(const NodeFlags& flags, int default_workers,
                                    std::vector<HostSlots>* hosts) {
   const bool hosts_given = hosts != nullptr;
   const int nodes = hosts_given ? static_cast<int>(hosts->size()) : 1;
+  if (!flags.node_rank.empty() && flags.node_rank != "0") {
+    int rank = 0;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--node_rank=", flags.node_rank,
+        absl::SimpleAtoi(flags.node_rank, &rank) && rank > 0
+            ? ": lockstep_launch starts the processes of every host itself "
+              "(over ssh, from --hosts), where torchrun runs once per node; "
+              "run it once, on one machine, as node 0 (leave --node_rank "
+              "out or give 0)"
+            : ": not a node index (0, the only node a lockstep_launch is)"));
+  }
   if (!flags.nnodes.empty()) {
     if (absl::Status ok = CheckNnodes(flags.nnodes, nodes, hosts_given);
         !ok.ok()) {

@@ -1,4 +1,5 @@
-// torchrun's way of sizing a job, --nproc_per_node and --nnodes, beside
+// torchrun's way of sizing a job, --nproc_per_node, --nnodes and
+// --node_rank, beside
 // lockstep_launch's own --workers and --hosts: one rule turning them into
 // the worker count and the hosts' slots, so a torchrun habit either means
 // the same job or is refused with the reason.
@@ -19,6 +20,7 @@ struct NodeFlags {
   std::optional<int> workers;  // --workers, when given.
   std::string nproc_per_node;  // As written; empty: not given.
   std::string nnodes;          // As written; empty: not given.
+  std::string node_rank;       // As written; empty: not given.
 };
 
 // The job's worker count: N * nodes under --nproc_per_node=N (a node is a
@@ -31,7 +33,8 @@ struct NodeFlags {
 // does not count the hosts' devices), a host's written slots differ from
 // it, or --workers disagrees with it; when --nnodes is not a positive
 // number or an elastic MIN:MAX range, or differs from the number of hosts
-// (1 without --hosts).
+// (1 without --hosts); when --node_rank is anything but 0 (this launcher
+// starts every host's processes itself: it is node 0, and the only one).
 absl::StatusOr<int> ApplyNodeFlags(const NodeFlags& flags, int default_workers,
                                    std::vector<HostSlots>* hosts);
 

@@ -128,13 +128,12 @@ absl::StatusOr<bool> Membership::Leave(int rank, int64_t incarnation,
     return s;
   }
   left_[rank] = true;
-  // An anonymous leave for a rank that left already (a group leaving for
-  // its absent ranks) keeps what the rank itself said.
-  if (member || notes_[rank].reason == LeaveReason::kUnspecified) {
-    notes_[rank] = note;
-    if (notes_[rank].detail.size() > kMaxLeaveDetailBytes) {
-      notes_[rank].detail.resize(kMaxLeaveDetailBytes);
-    }
+  // The last word counts: an elastic group that finished the job leaves
+  // for its absent ranks, and a failure of one of them (a joiner refused)
+  // no longer fails the job.
+  notes_[rank] = note;
+  if (notes_[rank].detail.size() > kMaxLeaveDetailBytes) {
+    notes_[rank].detail.resize(kMaxLeaveDetailBytes);
   }
   return member;
 }

@@ -74,17 +74,21 @@ absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(
     return absl::UnavailableError("server is shutting down");
   }
   RETURN_IF_ERROR(members_.Check(rank, incarnation));
-  if (step != kNotAPush && steps_ended_.load(std::memory_order_acquire)) {
-    absl::MutexLock lock(&ended_mu_);
-    return steps_ended_why_;
-  }
   if (step >= barriers_.step_limit()) {
     return absl::UnavailableError(
         "the server is draining: it takes no new steps");
   }
   RETURN_IF_ERROR(generations_.CheckSlot(
       slot, layout == nullptr ? nullptr : &layout->sync));
-  return barriers_.Owned(layout, chunk);
+  ASSIGN_OR_RETURN(ChunkBarrier * barrier, barriers_.Owned(layout, chunk));
+  // A step no longer possible (NoteFinished); a late push of a step the
+  // chunk has applied (a backup worker's straggler) is answered as ever.
+  if (step != kNotAPush && step >= barrier->version() &&
+      steps_ended_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&ended_mu_);
+    return steps_ended_why_;
+  }
+  return barrier;
 }
 
 absl::StatusOr<int64_t> ParameterServer::Initialize(

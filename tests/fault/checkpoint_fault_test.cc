@@ -61,8 +61,13 @@ TEST(FaultTest, ServerBackWithoutItsWeightsIsRefusedNotRestarted) {
                           "weights"));
   }
   EXPECT_THAT(job.ServerOutput(), Not(HasSubstr("restored version")));
-  job.Signal(job.server(), SIGTERM);
-  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  // The workers left saying they failed: the server ends the job as failed
+  // by itself.
+  EXPECT_EQ(job.WaitServer(), 1) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(),
+              HasSubstr("every worker has left, but the job failed: rank 0: "
+                        "FAILED_PRECONDITION: a parameter server came back "
+                        "without the job's weights"));
 }
 
 // In async mode a step is the worker's own count, not the server's

@@ -174,7 +174,7 @@ class RefusalTest(unittest.TestCase):
 
     def test_a_nan_gradient_raises_and_changes_nothing(self):
         out = os.path.join(tempfile.mkdtemp(), "w.safetensors")
-        server = harness.Server(1)
+        server = harness.Server(1, [f"--weights_file={out}"])
         try:
             (code, output), = harness.finish([harness.start_worker(
                 PYTHON, "torch_train.py", harness.train_args(steps=5, nan_at=3),
@@ -183,17 +183,15 @@ class RefusalTest(unittest.TestCase):
             self.assertIn("INVALID_ARGUMENT", output)
             self.assertIn("step 2 loss", output)
             self.assertNotIn("step 3 loss", output)
-            # The server still holds version 3: a new worker goes on from
-            # there, and the NaN was never summed.
-            (code, output), = harness.finish([harness.start_worker(
-                PYTHON, "torch_train.py", harness.train_args(out, steps=5),
-                [server.address], 0, 1)], 60)
-            self.assertEqual(code, 0, output)
-            self.assertNotIn("step 2 loss", output)
-            self.assertIn("step 3 loss", output)
-            self.assertIn("done version 5", output)
+            # The only worker left saying it failed: the server ends the job
+            # as failed, saving version 3, in which the NaN was never summed.
+            self.assertEqual(server.wait(30), 1, server.log())
+            self.assertIn("every worker has left, but the job failed: rank 0: "
+                          "LockstepError: INVALID_ARGUMENT", server.log())
+            self.assertIn("weights of version 3 in", server.log())
             weights = np.concatenate(
                 [v for _, v in harness.read_weights(out).values()])
+            self.assertGreater(weights.size, 0)
             self.assertTrue(np.isfinite(weights).all())
         finally:
             server.stop()

@@ -107,6 +107,26 @@ TEST(NodeFlagsTest, RefusesNnodesOtherThanTheHosts) {
   EXPECT_EQ(*ApplyNodeFlags(Flags(std::nullopt, "", "2:2"), 2, &hosts), 2);
 }
 
+TEST(NodeFlagsTest, NodeRankIsZeroOrRefused) {
+  NodeFlags zero = Flags(std::nullopt, "3", "");
+  zero.node_rank = "0";
+  EXPECT_EQ(*ApplyNodeFlags(zero, 2, nullptr), 3);
+  NodeFlags one = zero;
+  one.node_rank = "1";
+  EXPECT_EQ(Refusal(one),
+            "--node_rank=1: lockstep_launch starts the processes of every "
+            "host itself (over ssh, from --hosts), where torchrun runs once "
+            "per node; run it once, on one machine, as node 0 (leave "
+            "--node_rank out or give 0)");
+  for (const char* value : {"-1", "x", "0x1"}) {
+    NodeFlags bad = zero;
+    bad.node_rank = value;
+    EXPECT_EQ(Refusal(bad), std::string("--node_rank=") + value +
+                                ": not a node index (0, the only node a "
+                                "lockstep_launch is)");
+  }
+}
+
 TEST(NodeFlagsTest, RefusesNnodesThatIsNotOneNumber) {
   EXPECT_EQ(Refusal(Flags(std::nullopt, "", "1:4")),
             "--nnodes=1:4: an elastic range; a Lockstep job runs on the fixed "

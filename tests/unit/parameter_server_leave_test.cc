@@ -149,12 +149,16 @@ TEST_F(ParameterServerLeaveTest, AFailedRankStaysFailedUntilReplaced) {
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_EQ(failed[0].first, 1);
   EXPECT_EQ(failed[0].second.detail, detail.substr(0, kMaxLeaveDetailBytes));
-  // A group leaving for its absent ranks does not overwrite what rank 1
-  // said.
-  ASSERT_TRUE(ps_->Leave(1, 0, kFinished).ok());
-  EXPECT_EQ(ps_->FailedRanks().size(), 1u);
   auto back = ps_->Register(1, SmallSignature(2));
   ASSERT_TRUE(back.ok());
+  EXPECT_THAT(ps_->FailedRanks(), IsEmpty());
+  // An elastic group that finished without the rank leaves for it: the
+  // job no longer waits on it, nor fails for it.
+  ASSERT_TRUE(ps_->Leave(1, back->incarnation,
+                         LeaveNote{LeaveReason::kFailed, "refused"})
+                  .ok());
+  ASSERT_EQ(ps_->FailedRanks().size(), 1u);
+  ASSERT_TRUE(ps_->Leave(1, 0, LeaveNote{}).ok());
   EXPECT_THAT(ps_->FailedRanks(), IsEmpty());
 }
 
