@@ -7,7 +7,7 @@ The tutorial's code, changed in three lines:
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"],
                   jit_compile=False)
     model.fit(lockstep.keras.shard((x_train, y_train), batch_size=64),
-              epochs=5, callbacks=lockstep.keras.callbacks.defaults())
+              epochs=5, callbacks=[lockstep.keras.InterruptibleCallback()])
 
 Importing it changes nothing in Keras: what it does, it does through the
 optimizer, the dataset and the callbacks the script hands to Keras.
