@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 import keras
 
-from lockstep import errors as _errors
+from lockstep._keras_distributed import refusal as _refuse
 from lockstep.cluster import Place
 from lockstep.job import _interruptible, current_job
 
@@ -40,20 +40,13 @@ def size() -> int:
     return _place().num_workers
 
 
-def _refuse(code, message):
-    # Before the job is joined too: the exit code is Lockstep's (2 for a
-    # refusal), not Python's 1.
-    _errors.install_exit_codes()
-    return _errors.error(code, message)
-
-
 def rank0_only(callback: "keras.callbacks.Callback"
                ) -> "keras.callbacks.Callback":
     """`callback` on rank 0; on every other rank a callback that does
-    nothing. For what writes files or talks to the outside (ModelCheckpoint,
-    BackupAndRestore, TensorBoard, CSVLogger): every worker holds the same
-    weights, so one copy is written. Put MetricAverageCallback before it
-    when it reads metrics (save_best_only, monitor)."""
+    nothing. For what writes files (ModelCheckpoint, TensorBoard,
+    CSVLogger): every worker holds the same weights, so one copy is
+    written. Put MetricAverageCallback before it when it reads metrics
+    (save_best_only, monitor)."""
     if not isinstance(callback, keras.callbacks.Callback):
         raise _refuse("INVALID_ARGUMENT", "rank0_only takes a keras.callbacks."
                       f"Callback, got {type(callback).__name__}")
