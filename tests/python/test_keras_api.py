@@ -180,5 +180,62 @@ class DatasetShardTest(unittest.TestCase):
             self.assertIn("dataset.repeat()", str(e.exception))
 
 
+class FakeJob:
+    """A joined job of two workers whose other worker logged `other`."""
+    joined, rank = True, 0
+
+    def __init__(self, other):
+        from lockstep._keras_callbacks import _fingerprint
+        self.other = {"keys": _fingerprint(sorted(other)),
+                      "values": [other[k] for k in sorted(other)]}
+        self.calls = []
+
+    def average(self, values, name=""):
+        self.calls.append((name, list(values)))
+        theirs = self.other[name.rsplit(".", 1)[1]]
+        assert len(theirs) == len(values), (name, values, theirs)
+        return [(a + b) / 2 for a, b in zip(values, theirs)]
+
+
+class MetricAverageUnitTest(unittest.TestCase):
+    """The callback's side of Job.average, against a fake job."""
+
+    def end_epoch(self, mine, other):
+        import lockstep.job
+        import lockstep.keras
+        job = FakeJob(other)
+        with mock.patch.object(lockstep.job, "_current", job):
+            lockstep.keras.MetricAverageCallback().on_epoch_end(0, mine)
+        return job
+
+    def test_sorted_keys_go_out_and_the_means_come_back_in_place(self):
+        logs = {"loss": 1.0, "accuracy": np.float32(0.5)}
+        job = self.end_epoch(logs, {"loss": 3.0, "accuracy": 0.75})
+        self.assertEqual(logs, {"loss": 2.0, "accuracy": 0.625})
+        self.assertEqual([n for n, _ in job.calls],
+                         ["lockstep.keras.MetricAverage.keys",
+                          "lockstep.keras.MetricAverage.values"])
+        self.assertEqual(job.calls[1][1], [0.5, 1.0])  # accuracy, loss
+
+    def test_different_keys_and_non_scalars_are_refused(self):
+        import lockstep.keras
+        with self.assertRaises(lockstep.keras.LockstepError) as e:
+            self.end_epoch({"loss": 1.0}, {"loss": 1.0, "mae": 2.0})
+        self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
+        self.assertIn("the workers log different keys (this worker, rank 0: "
+                      "loss)", str(e.exception))
+        with self.assertRaises(lockstep.keras.LockstepError) as e:
+            self.end_epoch({"loss": [1.0, 2.0]}, {"loss": 1.0})
+        self.assertIn("log 'loss' has shape (2,)", str(e.exception))
+
+    def test_without_a_job_it_says_so(self):
+        import lockstep.job
+        import lockstep.keras
+        with mock.patch.object(lockstep.job, "_current", None), \
+                self.assertRaises(lockstep.keras.LockstepError) as e:
+            lockstep.keras.MetricAverageCallback().on_epoch_end(0, {"a": 1})
+        self.assertIn("has joined none", str(e.exception))
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
