@@ -37,6 +37,7 @@ jit_compile=False.
 import contextlib
 import os
 import warnings
+from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -151,7 +152,7 @@ class SyncOptimizer(keras.optimizers.Optimizer):
 
 
 @contextlib.contextmanager
-def interruptible():
+def interruptible() -> "Iterator[None]":
     """Ctrl-C ends the process at once inside the block (a fit() or a custom
     loop), as InterruptibleCallback does for one fit(); see there."""
     with _interruptible():
