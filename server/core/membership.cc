@@ -41,7 +41,8 @@ Membership::Membership(int num_workers, int64_t server_incarnation)
     : num_workers_(num_workers),
       server_incarnation_(server_incarnation),
       incarnations_(num_workers, 0),
-      left_(num_workers, false) {}
+      left_(num_workers, false),
+      notes_(num_workers) {}
 
 absl::Status Membership::Check(int rank, int64_t incarnation) const {
   absl::MutexLock lock(&mu_);
@@ -82,8 +83,8 @@ absl::StatusOr<int64_t> Membership::Admit(int rank) {
     if (!drawn.ok()) return drawn.status();
     incarnation = *drawn;
   } while (revoked_.contains(incarnation) ||
-           std::find(incarnations_.begin(), incarnations_.end(),
-                     incarnation) != incarnations_.end());
+           std::find(incarnations_.begin(), incarnations_.end(), incarnation) !=
+               incarnations_.end());
   if (incarnations_[rank] != 0) {
     revoked_[incarnations_[rank]] = absl::AlreadyExistsError(absl::StrCat(
         "rank ", rank, " incarnation ", incarnations_[rank],
@@ -91,6 +92,7 @@ absl::StatusOr<int64_t> Membership::Admit(int rank) {
   }
   incarnations_[rank] = incarnation;
   left_[rank] = false;
+  notes_[rank] = LeaveNote();
   return incarnation;
 }
 
@@ -108,25 +110,43 @@ void Membership::Evict(absl::Span<const int> ranks, int64_t step) {
   absl::MutexLock lock(&mu_);
   for (int r : ranks) {
     if (incarnations_[r] == 0) continue;
-    revoked_[incarnations_[r]] = absl::AbortedError(absl::StrCat(
-        "rank ", r, " was evicted: it did not push step ", step,
-        " within the step timeout; register again"));
+    revoked_[incarnations_[r]] = absl::AbortedError(
+        absl::StrCat("rank ", r, " was evicted: it did not push step ", step,
+                     " within the step timeout; register again"));
     incarnations_[r] = 0;
   }
 }
 
-absl::StatusOr<bool> Membership::Leave(int rank, int64_t incarnation) {
+absl::StatusOr<bool> Membership::Leave(int rank, int64_t incarnation,
+                                       const LeaveNote& note) {
   absl::MutexLock lock(&mu_);
+  bool member = true;
   if (incarnation == 0 && rank >= 0 && rank < num_workers_ &&
       (incarnations_[rank] == 0 || left_[rank])) {
-    left_[rank] = true;
-    return false;
-  }
-  if (absl::Status member = CheckLocked(rank, incarnation); !member.ok()) {
-    return member;
+    member = false;
+  } else if (absl::Status s = CheckLocked(rank, incarnation); !s.ok()) {
+    return s;
   }
   left_[rank] = true;
-  return true;
+  // An anonymous leave for a rank that left already (a group leaving for
+  // its absent ranks) keeps what the rank itself said.
+  if (member || notes_[rank].reason == LeaveReason::kUnspecified) {
+    notes_[rank] = note;
+    if (notes_[rank].detail.size() > kMaxLeaveDetailBytes) {
+      notes_[rank].detail.resize(kMaxLeaveDetailBytes);
+    }
+  }
+  return member;
+}
+
+std::vector<std::pair<int, LeaveNote>> Membership::Ends(
+    LeaveReason reason) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<int, LeaveNote>> ends;
+  for (int r = 0; r < num_workers_; ++r) {
+    if (left_[r] && notes_[r].reason == reason) ends.emplace_back(r, notes_[r]);
+  }
+  return ends;
 }
 
 void Membership::Roster(std::vector<int>* registered,

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -24,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/base/leave_note.h"
 
 namespace lockstep {
 
@@ -64,7 +66,14 @@ class Membership final {
   // false for incarnation 0 of a rank that is not registered or has left
   // already (an all-reduce worker, which never registers, or an elastic
   // job's absent rank): it leaves too, but is nobody's member.
-  absl::StatusOr<bool> Leave(int rank, int64_t incarnation);
+  // `note` says why; the last one of each rank is kept until the rank
+  // registers again (Ends).
+  absl::StatusOr<bool> Leave(int rank, int64_t incarnation,
+                             const LeaveNote& note = {});
+
+  // The ranks whose last word was `reason` and that have not registered
+  // since, in rank order, with their notes.
+  std::vector<std::pair<int, LeaveNote>> Ends(LeaveReason reason) const;
 
   // The registered ranks and those that have left, in rank order.
   void Roster(std::vector<int>* registered, std::vector<int>* left) const;
@@ -82,6 +91,7 @@ class Membership final {
   mutable absl::Mutex mu_;
   std::vector<int64_t> incarnations_ ABSL_GUARDED_BY(mu_);  // 0: none.
   std::vector<bool> left_ ABSL_GUARDED_BY(mu_);
+  std::vector<LeaveNote> notes_ ABSL_GUARDED_BY(mu_);  // Of the last leave.
   // Why a revoked or evicted incarnation was dropped, to tell it when it
   // calls again.
   absl::flat_hash_map<int64_t, absl::Status> revoked_ ABSL_GUARDED_BY(mu_);

@@ -1,9 +1,9 @@
 #include "server/core/parameter_server.h"
 
+#include <malloc.h>
+
 #include <cstdint>
 #include <utility>
-
-#include <malloc.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -29,9 +29,8 @@ absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
   }
   if (options.num_shards < 1 || options.shard < 0 ||
       options.shard >= options.num_shards) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("shard ", options.shard, " is outside [0, ",
-                     options.num_shards, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", options.shard, " is outside [0, ", options.num_shards, ")"));
   }
   return std::unique_ptr<ParameterServer>(new ParameterServer(options));
 }
@@ -42,7 +41,8 @@ ParameterServer::ParameterServer(const ParameterServerOptions& options)
       barriers_(options, &counters_),
       generations_(options.num_workers),
       recovery_(options, &barriers_, &members_),
-      activity_(options.num_workers) {}
+      activity_(options.num_workers),
+      metrics_(options.num_workers) {}
 
 ParameterServer::~ParameterServer() { Shutdown(); }
 
@@ -74,6 +74,10 @@ absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(
     return absl::UnavailableError("server is shutting down");
   }
   RETURN_IF_ERROR(members_.Check(rank, incarnation));
+  if (step != kNotAPush && steps_ended_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&ended_mu_);
+    return steps_ended_why_;
+  }
   if (step >= barriers_.step_limit()) {
     return absl::UnavailableError(
         "the server is draining: it takes no new steps");
@@ -160,9 +164,11 @@ void ParameterServer::Pull(int rank, int64_t incarnation, int chunk,
   barrier->Pull(min_version, exact, std::move(done));
 }
 
-absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
-  ASSIGN_OR_RETURN(const bool member, members_.Leave(rank, incarnation));
+absl::Status ParameterServer::Leave(int rank, int64_t incarnation,
+                                    const LeaveNote& note) {
+  ASSIGN_OR_RETURN(const bool member, members_.Leave(rank, incarnation, note));
   if (!member) return absl::OkStatus();
+  metrics_.Leave(rank);
   // An elastic job's member leaves: the others re-form without it (the
   // shard hosting the coordinator requires the next generation; the
   // others give their step up, which may wait for the leaver's shard).
@@ -171,11 +177,60 @@ absl::Status ParameterServer::Leave(int rank, int64_t incarnation) {
   if (leaving.regroup > 0) {
     RequireGeneration(leaving.regroup);
   } else if (leaving.elastic) {
-    barriers_.ExpireGathering(absl::AbortedError(absl::StrCat(
-        "rank ", rank, " left the worker group; this step was not applied, "
-        "join the group again and push it again")));
+    barriers_.ExpireGathering(absl::AbortedError(
+        absl::StrCat("rank ", rank,
+                     " left the worker group; this step was not applied, "
+                     "join the group again and push it again")));
+  } else if (note.reason == LeaveReason::kFinished) {
+    NoteFinished(rank);
   }
   return absl::OkStatus();
+}
+
+void ParameterServer::NoteFinished(int rank) {
+  const StepBarriers::Layout* layout = barriers_.layout();
+  // The asynchronous modes wait for nobody; a synchronous step waits for
+  // all but backup_workers of the ranks.
+  if (layout == nullptr || layout->sync.mode != SyncMode::kSync ||
+      members_.Ends(LeaveReason::kFinished).size() <=
+          static_cast<size_t>(layout->sync.backup_workers)) {
+    return;
+  }
+  // When the ranks ran the same steps the others are done too and push
+  // nothing more; otherwise nothing they push can complete a step.
+  const absl::Status why = absl::FailedPreconditionError(absl::StrCat(
+      "rank ", rank, " finished its training and left the job at version ",
+      StepBarriers::Version(layout),
+      ", and a synchronous step needs its gradient, so no later step can "
+      "complete: the workers ran different numbers of steps (uneven data). "
+      "Give every worker the same number of batches: lockstep.data.Shard, "
+      "lockstep.torch.shard and lockstep.keras.shard drop the remainder; a "
+      "DataLoader needs a DistributedSampler with drop_last=True"));
+  {
+    absl::MutexLock lock(&ended_mu_);
+    if (steps_ended_.load(std::memory_order_relaxed)) return;
+    steps_ended_why_ = why;
+    steps_ended_.store(true, std::memory_order_release);
+  }
+  barriers_.ExpireGathering(why);
+}
+
+void ParameterServer::Average(int rank, int64_t incarnation, int64_t round,
+                              const std::string& name,
+                              std::vector<double> values,
+                              MetricRounds::Callback done) {
+  if (barriers_.shutting_down()) {
+    return done(absl::UnavailableError("server is shutting down"));
+  }
+  if (absl::Status member = members_.Check(rank, incarnation); !member.ok()) {
+    return done(member);
+  }
+  if (options_.shard != 0) {
+    return done(absl::InvalidArgumentError(absl::StrCat(
+        "averages are kept by shard 0, not shard ", options_.shard)));
+  }
+  activity_.Note(rank, options_.env->Now());
+  metrics_.Contribute(rank, round, name, std::move(values), std::move(done));
 }
 
 ServerStatus ParameterServer::GetStatus() const {
@@ -245,6 +300,7 @@ bool ParameterServer::WaitUntilDone(absl::Duration timeout) const {
 void ParameterServer::StopNewSteps() { barriers_.StopNewSteps(); }
 
 void ParameterServer::Shutdown(const absl::Status& reason) {
+  metrics_.Shutdown(reason);
   barriers_.Shutdown(reason);
 }
 

@@ -46,11 +46,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/leave_note.h"
 #include "common/model/model_signature.h"
 #include "common/rpc/group_membership.h"
 #include "common/wire/wire_codec.h"
@@ -60,6 +63,7 @@
 #include "server/core/chunk_barrier.h"
 #include "server/core/group_generations.h"
 #include "server/core/membership.h"
+#include "server/core/metric_rounds.h"
 #include "server/core/push_checks.h"
 #include "server/core/server_options.h"
 #include "server/core/shard_recovery.h"
@@ -162,8 +166,22 @@ class ParameterServer final {
             bool exact, ChunkCallback done);
 
   // Incarnation 0 lets a rank that never registered (an all-reduce worker)
-  // leave.
-  absl::Status Leave(int rank, int64_t incarnation);
+  // leave. A member that finished while a synchronous step still needs
+  // its gradient (the ranks ran different numbers of steps) fails that
+  // step and every later push with FAILED_PRECONDITION naming it.
+  absl::Status Leave(int rank, int64_t incarnation, const LeaveNote& note = {});
+
+  // Rank `rank`'s values for its average round `round` (MetricRounds);
+  // shard 0 keeps them. `done` gets the mean over the workers.
+  void Average(int rank, int64_t incarnation, int64_t round,
+               const std::string& name, std::vector<double> values,
+               MetricRounds::Callback done);
+
+  // The ranks whose last word was that they failed (LeaveNote) and that
+  // no replacement has registered for since, with what they said.
+  std::vector<std::pair<int, LeaveNote>> FailedRanks() const {
+    return members_.Ends(LeaveReason::kFailed);
+  }
 
   ServerStatus GetStatus() const;
 
@@ -223,8 +241,16 @@ class ParameterServer final {
                                           int chunk, int64_t step = kNotAPush,
                                           const PushSlot& slot = {}) const;
 
+  // A member finished: in a synchronous job whose steps need it, the
+  // steps are over for everyone (Leave).
+  void NoteFinished(int rank);
+
   const ParameterServerOptions options_;
   BarrierCounters counters_;  // Updated without a lock.
+  // Set once, by NoteFinished: every later push is refused with it.
+  std::atomic<bool> steps_ended_{false};
+  mutable absl::Mutex ended_mu_;
+  absl::Status steps_ended_why_ ABSL_GUARDED_BY(ended_mu_);
   std::atomic<int64_t> bytes_sent_{0};
 
   Membership members_;
@@ -232,6 +258,7 @@ class ParameterServer final {
   GroupGenerations generations_;
   ShardRecovery recovery_;
   ActivityLog activity_;
+  MetricRounds metrics_;
 };
 
 }  // namespace lockstep

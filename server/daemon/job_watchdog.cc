@@ -95,7 +95,18 @@ std::optional<int> JobWatchdog::FinishIfDone() {
   if (!options_.exit_when_done || !core_->WaitUntilDone(absl::ZeroDuration())) {
     return std::nullopt;
   }
-  log_("every worker has left");
+  // A rank that failed (and was not replaced) fails the job, after its
+  // model is saved like any other's.
+  const std::vector<std::pair<int, LeaveNote>> failed = core_->FailedRanks();
+  std::string failures;
+  for (const auto& [rank, note] : failed) {
+    absl::StrAppend(&failures, failures.empty() ? "" : "; ", "rank ", rank,
+                    ": ", note.detail.empty() ? "(no detail)" : note.detail);
+  }
+  log_(failed.empty() ? "every worker has left"
+                      : absl::StrCat("every worker has left, but the job "
+                                     "failed: ",
+                                     failures));
   // The trained model is saved whatever the interval.
   if (checkpointer_ != nullptr) {
     if (absl::Status saved = checkpointer_->SaveUnsaved(); !saved.ok()) {
@@ -110,7 +121,7 @@ std::optional<int> JobWatchdog::FinishIfDone() {
       return kExitFailure;
     }
   }
-  return kExitOk;
+  return failed.empty() ? kExitOk : kExitFailure;
 }
 
 }  // namespace lockstep

@@ -45,7 +45,8 @@ class JobWatchdog final {
   // call the job has not begun: never.
   std::optional<int> CheckWorkersGone(absl::Time now);
   // Once every worker has left (exit_when_done): kExitOk when the model is
-  // saved, kExitFailure when it could not be.
+  // saved, kExitFailure when it could not be or when a rank failed and no
+  // replacement registered for it (the model is saved all the same).
   std::optional<int> FinishIfDone();
 
  private:

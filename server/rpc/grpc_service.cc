@@ -21,10 +21,9 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
 // The callback that finishes a waiting Push or Pull with the chunk's
 // weights. fp32 replies send the published snapshot itself; bf16/fp16 ones
 // send its encoding, made once per version and shared by every reply.
-ChunkCallback WeightsReply(ParameterServer* core,
-                                            WireDType dtype,
-                                            grpc::ServerUnaryReactor* reactor,
-                                            grpc::ByteBuffer* response) {
+ChunkCallback WeightsReply(ParameterServer* core, WireDType dtype,
+                           grpc::ServerUnaryReactor* reactor,
+                           grpc::ByteBuffer* response) {
   return [core, dtype, reactor,
           response](absl::StatusOr<ChunkSnapshot> snapshot) {
     if (!snapshot.ok()) {
@@ -44,9 +43,9 @@ ChunkCallback WeightsReply(ParameterServer* core,
       payload = *encoded;
       owner = std::move(encoded);
     }
-    *response = MakeWeightsReply(snapshot->version, snapshot->chunk,
-                                 ToProtoDType(dtype), payload,
-                                 std::move(owner));
+    *response =
+        MakeWeightsReply(snapshot->version, snapshot->chunk,
+                         ToProtoDType(dtype), payload, std::move(owner));
     core->CountSent(static_cast<int64_t>(payload.size()));
     reactor->Finish(grpc::Status::OK);
   };
@@ -117,10 +116,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
   {
     absl::MutexLock lock(&gate_mu_);
     if (registration_held_) {  // A checkpoint is being restored.
-      held_.push_back([this, rank = request->rank(), signature, response,
-                       reactor]() {
-        DoRegister(rank, signature, response, reactor);
-      });
+      held_.push_back(
+          [this, rank = request->rank(), signature, response, reactor]() {
+            DoRegister(rank, signature, response, reactor);
+          });
       return reactor;
     }
   }
@@ -230,8 +229,43 @@ grpc::ServerUnaryReactor* ParameterServerService::Leave(
       !s.ok()) {
     return FinishWith(context, s);
   }
-  return FinishWith(context,
-                    core_->Leave(request->rank(), request->incarnation()));
+  LeaveNote note;
+  switch (request->reason()) {
+    case v1::LEAVE_REASON_FINISHED:
+      note.reason = LeaveReason::kFinished;
+      break;
+    case v1::LEAVE_REASON_STOPPED:
+      note.reason = LeaveReason::kStopped;
+      break;
+    case v1::LEAVE_REASON_FAILED:
+      note.reason = LeaveReason::kFailed;
+      break;
+    default:  // Unspecified, or a reason newer than this server.
+      break;
+  }
+  note.detail = std::string(request->detail().substr(0, kMaxLeaveDetailBytes));
+  return FinishWith(
+      context, core_->Leave(request->rank(), request->incarnation(), note));
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::Average(
+    grpc::CallbackServerContext* context, const v1::AverageRequest* request,
+    v1::AverageResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "Average");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  core_->Average(
+      request->rank(), request->incarnation(), request->round(),
+      request->name(), {request->values().begin(), request->values().end()},
+      [reactor, response](absl::StatusOr<std::vector<double>> mean) {
+        if (!mean.ok()) return reactor->Finish(ToGrpcStatus(mean.status()));
+        response->mutable_values()->Assign(mean->begin(), mean->end());
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
@@ -260,8 +294,8 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
     grpc::CallbackServerContext* context,
     const v1::SaveCheckpointRequest* request,
     v1::SaveCheckpointResponse* response) {
-  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kAdmin,
-                                   "SaveCheckpoint");
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kAdmin, "SaveCheckpoint");
       !s.ok()) {
     return FinishWith(context, s);
   }

@@ -6,9 +6,9 @@
 // Push and Pull are "raw" methods: their tensors are read from and written
 // to gRPC's byte buffers in place (common/rpc/wire_format.h) rather than copied
 // through protobuf objects. Protobuf types stop here. Every handler first
-// asks the Authorizer (common/security/authorizer.h) whether the caller may make the
-// call, and Register checks the signature against SignatureLimits before
-// the core allocates anything for it. Thread-safe (the core is).
+// asks the Authorizer (common/security/authorizer.h) whether the caller may
+// make the call, and Register checks the signature against SignatureLimits
+// before the core allocates anything for it. Thread-safe (the core is).
 #ifndef LOCKSTEP_SERVER_RPC_GRPC_SERVICE_H_
 #define LOCKSTEP_SERVER_RPC_GRPC_SERVICE_H_
 
@@ -29,14 +29,17 @@
 
 namespace lockstep {
 
-using ParameterServerServiceBase = v1::ParameterServer::WithCallbackMethod_Register<
-    v1::ParameterServer::WithCallbackMethod_Initialize<
-        v1::ParameterServer::WithRawCallbackMethod_Push<
-            v1::ParameterServer::WithRawCallbackMethod_Pull<
-                v1::ParameterServer::WithCallbackMethod_Leave<
-                    v1::ParameterServer::WithCallbackMethod_GetStatus<
-                        v1::ParameterServer::WithCallbackMethod_SaveCheckpoint<
-                            v1::ParameterServer::Service>>>>>>>;
+using ParameterServerServiceBase =
+    v1::ParameterServer::WithCallbackMethod_Register<
+        v1::ParameterServer::WithCallbackMethod_Initialize<
+            v1::ParameterServer::WithRawCallbackMethod_Push<
+                v1::ParameterServer::WithRawCallbackMethod_Pull<
+                    v1::ParameterServer::WithCallbackMethod_Leave<
+                        v1::ParameterServer::WithCallbackMethod_Average<
+                            v1::ParameterServer::WithCallbackMethod_GetStatus<
+                                v1::ParameterServer::
+                                    WithCallbackMethod_SaveCheckpoint<
+                                        v1::ParameterServer::Service>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerServiceBase {
  public:
@@ -85,6 +88,9 @@ class ParameterServerService final : public ParameterServerServiceBase {
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
                                   const v1::LeaveRequest* request,
                                   v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* Average(grpc::CallbackServerContext* context,
+                                    const v1::AverageRequest* request,
+                                    v1::AverageResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::StatusRequest* request,
                                       v1::StatusResponse* response) override;

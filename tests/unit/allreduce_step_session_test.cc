@@ -101,7 +101,7 @@ void RunRank(AllReduceStepSession* session, int rank, int steps, RankRun* run) {
     run->versions.push_back(at->version);
   }
   run->stopping_after_last = session->Stopping();
-  run->status = session->Leave();
+  run->status = session->Leave(LeaveNote{LeaveReason::kFinished, ""});
 }
 
 TEST(AllReduceStepSessionTest, TwoRanksApplyTheMeanGradientEveryStep) {

@@ -178,6 +178,23 @@ TEST_F(JobWatchdogTest, AWeightsFileThatCannotBeWrittenFailsTheEnd) {
   EXPECT_THAT(log_.lines[1], StartsWith("writing the weights file failed: "));
 }
 
+TEST_F(JobWatchdogTest, ARankThatFailedFailsTheJobWithTheModelSaved) {
+  const std::string dir = NewTempDir();
+  WeightsFileWriter weights(dir + "/model.safetensors", core_.get(),
+                            Env::Default(), absl::Seconds(1), log_.Log());
+  JobWatchdog watchdog = Make({}, nullptr, &weights);
+  ASSERT_TRUE(core_->Leave(0, inc0_, {LeaveReason::kFinished, ""}).ok());
+  ASSERT_TRUE(
+      core_->Leave(1, inc1_, {LeaveReason::kFailed, "ValueError: bad batch"})
+          .ok());
+  EXPECT_EQ(watchdog.FinishIfDone(), kExitFailure);
+  EXPECT_THAT(log_.lines,
+              ElementsAre("every worker has left, but the job failed: rank 1: "
+                          "ValueError: bad batch",
+                          absl::StrCat("weights of version 0 in ", dir,
+                                       "/model.safetensors")));
+}
+
 TEST_F(JobWatchdogTest, WithoutExitWhenDoneTheServerStays) {
   JobWatchdog::Options options;
   options.exit_when_done = false;

@@ -84,17 +84,26 @@ class LocalStepSession final : public StepSession {
   bool Stopping() const override {
     return stopping_ != nullptr && stopping_->load();
   }
-  absl::Status Leave() override {
+  absl::StatusOr<std::vector<double>> Average(const std::string&,
+                                              absl::Span<const double> values,
+                                              absl::Duration) override {
+    return std::vector<double>(values.begin(), values.end());  // One worker.
+  }
+  absl::Status Leave(const LeaveNote& note) override {
     ++leaves;
+    last_leave = note;
     return absl::OkStatus();
   }
-  absl::Status LeaveFromAnyThread() override { return Leave(); }
+  absl::Status LeaveFromAnyThread() override {
+    return Leave(LeaveNote{LeaveReason::kStopped, ""});
+  }
   int64_t rejoins() const override { return recovery_.rejoins(); }
   StepTimings step_timings() const override { return StepTimings(); }
   int push_window() const override { return 0; }
 
   int joins = 0;
   int leaves = 0;
+  LeaveNote last_leave;       // What the last Leave said.
   int64_t join_version = -1;  // >= 0: what Join says, not the job's version.
   ModelSignature joined_with;
   std::vector<int64_t> steps;  // Every step finished (or failed).

@@ -113,7 +113,7 @@ absl::Status RunWorker(std::unique_ptr<PsClient> client, int rank,
     run->versions.push_back(done.version);
     run->weights.push_back(weights);
   }
-  return session.Leave();
+  return session.Leave(LeaveNote{LeaveReason::kFinished, ""});
 }
 
 struct ClientSetting {

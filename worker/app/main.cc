@@ -271,7 +271,20 @@ int TrainOver(WorkerMainOptions* options, StepSession* session,
   }
   std::move(run_done).Invoke();
   if (!summary.ok()) {
-    return fail(summary.status(), ExitCodeFor(summary.status()));
+    const int code = ExitCodeFor(summary.status());
+    if (code != kExitRetryable) {
+      // Retrying will not help: the servers end the job as failed rather
+      // than wait for this rank (or report the job done once the others
+      // leave). A retryable failure leaves nothing: a restart replaces it.
+      if (absl::Status left = session->Leave(
+              LeaveNote{LeaveReason::kFailed, summary.status().ToString()});
+          !left.ok()) {
+        std::fprintf(stderr,
+                     "lockstep_worker %d: could not leave the job: %s\n",
+                     o.trainer.rank, left.ToString().c_str());
+      }
+    }
+    return fail(summary.status(), code);
   }
   return Finish(o, *summary, reports, *model, trainer);
 }

@@ -330,7 +330,19 @@ absl::Status AllReduceStepSession::ShareState(bool send) {
   return absl::OkStatus();
 }
 
-absl::Status AllReduceStepSession::Leave() {
+absl::StatusOr<std::vector<double>> AllReduceStepSession::Average(
+    const std::string&, absl::Span<const double> values, absl::Duration) {
+  if (reducer_ == nullptr) {
+    return absl::FailedPreconditionError("average: not in a job yet");
+  }
+  std::vector<float> sum(values.begin(), values.end());
+  RETURN_IF_ERROR(reducer_->AllReduceSum(absl::MakeSpan(sum)));
+  std::vector<double> mean(sum.begin(), sum.end());
+  for (double& v : mean) v /= static_cast<double>(members_.size());
+  return mean;
+}
+
+absl::Status AllReduceStepSession::Leave(const LeaveNote& note) {
   StopWatch();
   if (server_ == nullptr) return absl::OkStatus();
   if (!agreed_stop_ && index_ == 0) {
@@ -340,12 +352,13 @@ absl::Status AllReduceStepSession::Leave() {
         server_.get(), members_, reducer_options_.size,
         absl::StrCat("lockstep_worker ", reducer_options_.rank));
   }
-  return server_->LeaveUnregistered(reducer_options_.rank);
+  return server_->LeaveUnregistered(reducer_options_.rank, note);
 }
 
 absl::Status AllReduceStepSession::LeaveFromAnyThread() {
   if (server_ == nullptr) return absl::OkStatus();
-  return server_->LeaveUnregistered(reducer_options_.rank);
+  return server_->LeaveUnregistered(reducer_options_.rank,
+                                    LeaveNote{LeaveReason::kStopped, ""});
 }
 
 }  // namespace lockstep

@@ -77,7 +77,11 @@ class AllReduceStepSession final : public StepSession {
   absl::StatusOr<StepOutcome> FinishStep() override;
   absl::Status AbandonStep() override;
   bool Stopping() const override { return agreed_stop_; }
-  absl::Status Leave() override;
+  // Over the ring (as floats): the name is not checked across ranks.
+  absl::StatusOr<std::vector<double>> Average(const std::string& name,
+                                              absl::Span<const double> values,
+                                              absl::Duration timeout) override;
+  absl::Status Leave(const LeaveNote& note) override;
   absl::Status LeaveFromAnyThread() override;
   int64_t rejoins() const override { return recovery_.rejoins(); }
   StepTimings step_timings() const override { return StepTimings(); }

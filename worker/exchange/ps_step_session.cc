@@ -264,7 +264,7 @@ int64_t PsStepAfterJoin(const SyncPolicy& sync, int64_t step, int64_t version) {
   return sync.mode == SyncMode::kSync ? version : step;
 }
 
-absl::Status PsStepSession::Leave() {
+absl::Status PsStepSession::Leave(const LeaveNote& note) {
   if (coordinator_ != nullptr && !recovery_.StopRequested() &&
       !members_.empty() && members_.front() == rank_) {
     // The job is done: the ranks missing from the group that finished it
@@ -272,7 +272,7 @@ absl::Status PsStepSession::Leave() {
     LeaveForAbsentRanks(client_.get(), members_, workers_,
                         absl::StrCat("lockstep_worker ", rank_));
   }
-  return client_->Leave();
+  return client_->Leave(note);
 }
 
 absl::Status PsStepSession::LeaveFromAnyThread() {

@@ -47,7 +47,12 @@ class PsStepSession final : public StepSession {
   absl::StatusOr<StepOutcome> FinishStep() override;
   absl::Status AbandonStep() override;
   bool Stopping() const override { return recovery_.StopRequested(); }
-  absl::Status Leave() override;
+  absl::StatusOr<std::vector<double>> Average(const std::string& name,
+                                              absl::Span<const double> values,
+                                              absl::Duration timeout) override {
+    return client_->Average(name, values, timeout);
+  }
+  absl::Status Leave(const LeaveNote& note) override;
   absl::Status LeaveFromAnyThread() override;
   int64_t rejoins() const override { return recovery_.rejoins(); }
   StepTimings step_timings() const override { return client_->step_timings(); }

@@ -48,6 +48,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/base/env.h"
+#include "common/base/leave_note.h"
 #include "common/model/model_signature.h"
 #include "common/rpc/group_membership.h"
 #include "worker/exchange/allreduce/all_reducer.h"
@@ -166,9 +167,19 @@ class StepSession {
   // all-reduce, one the ranks agreed on).
   virtual bool Stopping() const = 0;
 
-  // Says this worker is done. A group that finishes the job also leaves
-  // for the ranks missing from it, so that the servers need not wait.
-  virtual absl::Status Leave() = 0;
+  // The element-wise mean of `values` over the workers (a script's
+  // metrics, not gradients); every worker must make the same calls, with
+  // the same name and length. Waits up to `timeout`. Call between steps.
+  virtual absl::StatusOr<std::vector<double>> Average(
+      const std::string& name, absl::Span<const double> values,
+      absl::Duration timeout) = 0;
+
+  // Says this worker is done, and why: finished (the servers end a
+  // synchronous job whose other ranks still train, as their steps cannot
+  // complete), failed (the job ends as failed unless a replacement
+  // finishes) or stopped. A group that finishes the job also leaves for the
+  // ranks missing from it, so that the servers need not wait.
+  virtual absl::Status Leave(const LeaveNote& note) = 0;
   // Leave, as a stopping worker's last word from any thread while the
   // training thread may be inside another call. Thread-safe.
   virtual absl::Status LeaveFromAnyThread() = 0;

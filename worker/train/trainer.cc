@@ -83,14 +83,18 @@ absl::Status Trainer::FinishJob(TrainSummary* summary) {
     if (!eval.ok()) {
       // The job is done either way: leave it (so that the servers can
       // finish), then report.
-      session_->Leave().IgnoreError();
+      session_
+          ->Leave(LeaveNote{LeaveReason::kFailed,
+                            std::string(eval.status().message())})
+          .IgnoreError();
       return eval.status();
     }
     summary->test_loss = eval->loss_sum / eval->examples;
     summary->test_accuracy =
         static_cast<double>(eval->correct) / eval->examples;
   }
-  absl::Status left = session_->Leave();
+  absl::Status left = session_->Leave(LeaveNote{
+      summary->stopped ? LeaveReason::kStopped : LeaveReason::kFinished, ""});
   if (!left.ok() && summary->stopped) {
     // Stopped by a signal that may well have stopped the servers too:
     // leaving is a courtesy then, not a failure.

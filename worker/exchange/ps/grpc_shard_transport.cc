@@ -157,15 +157,38 @@ class GrpcShardTransport final : public ShardTransport {
 
   // A blocking call on the caller's thread: a worker that leaves may exit
   // at once, with no gRPC callback still running.
-  void Leave(int rank, int64_t incarnation, absl::Time deadline,
-             StatusCallback done) override {
+  void Leave(int rank, int64_t incarnation, const LeaveNote& note,
+             absl::Time deadline, StatusCallback done) override {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(deadline));
     v1::LeaveRequest request;
     request.set_rank(rank);
     request.set_incarnation(incarnation);
+    // The enum's numbers are the proto's (common/base/leave_note.h).
+    request.set_reason(static_cast<v1::LeaveReason>(note.reason));
+    request.set_detail(note.detail.substr(0, kMaxLeaveDetailBytes));
     v1::LeaveResponse response;
     done(FromGrpcStatus(stub_->Leave(&context, request, &response)));
+  }
+
+  void Average(int rank, int64_t incarnation, int64_t round,
+               const std::string& name, absl::Span<const double> values,
+               absl::Time deadline, std::vector<double>* mean,
+               StatusCallback done) override {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    v1::AverageRequest request;
+    request.set_rank(rank);
+    request.set_incarnation(incarnation);
+    request.set_round(round);
+    request.set_name(name);
+    request.mutable_values()->Assign(values.begin(), values.end());
+    v1::AverageResponse response;
+    const absl::Status s =
+        FromGrpcStatus(stub_->Average(&context, request, &response));
+    if (s.ok())
+      mean->assign(response.values().begin(), response.values().end());
+    done(s);
   }
 
   std::unique_ptr<PreparedPush> PreparePush(const PushArgs& args) override {

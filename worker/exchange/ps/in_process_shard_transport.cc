@@ -1,9 +1,11 @@
 #include "worker/exchange/ps/in_process_shard_transport.h"
 
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 
 namespace lockstep {
 namespace {
@@ -75,9 +77,36 @@ void InProcessShardTransport::Pull(const PullArgs& args, ReplyCallback done) {
       });
 }
 
-void InProcessShardTransport::Leave(int rank, int64_t incarnation, absl::Time,
+void InProcessShardTransport::Average(int rank, int64_t incarnation,
+                                      int64_t round, const std::string& name,
+                                      absl::Span<const double> values,
+                                      absl::Time deadline,
+                                      std::vector<double>* mean,
+                                      StatusCallback done) {
+  // Blocking, as over gRPC: the answer may come from another rank's call,
+  // after this one gave up (the state outlives it).
+  struct Answer {
+    absl::Notification answered;
+    absl::StatusOr<std::vector<double>> result;
+  };
+  auto answer = std::make_shared<Answer>();
+  server_->Average(rank, incarnation, round, name,
+                   {values.begin(), values.end()},
+                   [answer](absl::StatusOr<std::vector<double>> result) {
+                     answer->result = std::move(result);
+                     answer->answered.Notify();
+                   });
+  if (!answer->answered.WaitForNotificationWithDeadline(deadline)) {
+    return done(absl::DeadlineExceededError("average: deadline exceeded"));
+  }
+  if (answer->result.ok()) *mean = *answer->result;
+  done(answer->result.status());
+}
+
+void InProcessShardTransport::Leave(int rank, int64_t incarnation,
+                                    const LeaveNote& note, absl::Time,
                                     StatusCallback done) {
-  done(server_->Leave(rank, incarnation));
+  done(server_->Leave(rank, incarnation, note));
 }
 
 std::unique_ptr<ShardTransport::PreparedPush>

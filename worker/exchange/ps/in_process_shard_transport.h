@@ -30,8 +30,12 @@ class InProcessShardTransport final : public ShardTransport {
                   absl::Span<const float> weights, absl::Time deadline,
                   StatusCallback done) override;
   void Pull(const PullArgs& args, ReplyCallback done) override;
-  void Leave(int rank, int64_t incarnation, absl::Time deadline,
-             StatusCallback done) override;
+  void Leave(int rank, int64_t incarnation, const LeaveNote& note,
+             absl::Time deadline, StatusCallback done) override;
+  void Average(int rank, int64_t incarnation, int64_t round,
+               const std::string& name, absl::Span<const double> values,
+               absl::Time deadline, std::vector<double>* mean,
+               StatusCallback done) override;
   std::unique_ptr<PreparedPush> PreparePush(const PushArgs& args) override;
   void StartPush(PreparedPush* push, ReplyCallback done) override;
 

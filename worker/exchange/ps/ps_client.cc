@@ -211,9 +211,7 @@ void PsClient::GradientReady(int64_t begin, int64_t end) {
 }
 void PsClient::AbandonStep() { impl_->AbandonStep(); }
 
-absl::StatusOr<int64_t> PsClient::FinishStep() {
-  return impl_->FinishStep();
-}
+absl::StatusOr<int64_t> PsClient::FinishStep() { return impl_->FinishStep(); }
 void PsClient::SetPushSlot(const PushSlot& slot) { impl_->SetPushSlot(slot); }
 absl::StatusOr<int64_t> PsClient::PushShards(int64_t step,
                                              absl::Span<const PushSlot> slots,
@@ -221,14 +219,23 @@ absl::StatusOr<int64_t> PsClient::PushShards(int64_t step,
                                              absl::Span<float> weights) {
   return impl_->PushShards(step, slots, gradients, weights);
 }
-absl::Status PsClient::Leave() { return impl_->membership().Leave(); }
+absl::StatusOr<std::vector<double>> PsClient::Average(
+    const std::string& name, absl::Span<const double> values,
+    absl::Duration timeout) {
+  return impl_->membership().Average(name, values, timeout);
+}
+absl::Status PsClient::Leave(const LeaveNote& note) {
+  return impl_->membership().Leave(note);
+}
 absl::Status PsClient::LeaveFromAnyThread() {
   return impl_->membership().LeaveFromAnyThread();
 }
-absl::Status PsClient::LeaveUnregistered(int rank) {
+absl::Status PsClient::LeaveUnregistered(int rank, const LeaveNote& note) {
   return impl_->membership().LeaveAs(
-      rank, std::vector<int64_t>(impl_->membership().num_shards(),
-                                 /*incarnation=*/0));
+      rank,
+      std::vector<int64_t>(impl_->membership().num_shards(),
+                           /*incarnation=*/0),
+      note);
 }
 StepTimings PsClient::step_timings() const { return impl_->step_timings(); }
 

@@ -57,8 +57,9 @@ struct PsClientOptions {
   // never waits for them. Pays where it queues a GPU's kernels; on the CPU
   // device the pushes only take cores from backprop's threads.
   bool push_thread = false;
-  // TLS, client certificate and bearer token (common/security/tls.h); the default
-  // is plaintext. Binaries fill it from their flags (common/security/tls_flags.h).
+  // TLS, client certificate and bearer token (common/security/tls.h); the
+  // default is plaintext. Binaries fill it from their flags
+  // (common/security/tls_flags.h).
   TlsOptions tls;
   // The clock of deadlines and step timings. Not owned.
   Env* env = Env::Default();
@@ -72,7 +73,7 @@ struct PsClientOptions {
 // every step since the client was made. Only grows, so a caller measures a
 // window as the difference of two readings. For benchmarks.
 struct StepTimings {
-  int64_t steps = 0;            // Steps that FinishStep completed.
+  int64_t steps = 0;  // Steps that FinishStep completed.
   // Encoding gradient chunks and framing the requests (caller's thread, or
   // the push thread).
   double encode_seconds = 0;
@@ -161,12 +162,19 @@ class PsClient final {
                                      absl::Span<const float> gradients,
                                      absl::Span<float> weights);
 
-  // Says this worker is done.
-  absl::Status Leave();
+  // The element-wise mean of `values` over the job's workers (a script's
+  // metrics), once every worker has made its call of the same count, name
+  // and length (server/core/metric_rounds.h); waits up to `timeout`.
+  absl::StatusOr<std::vector<double>> Average(const std::string& name,
+                                              absl::Span<const double> values,
+                                              absl::Duration timeout);
+
+  // Says this worker is done, and why (common/base/leave_note.h).
+  absl::Status Leave(const LeaveNote& note = {});
   // Says rank `rank`, which never registered (an all-reduce worker, for
   // which the servers only host the rendezvous), is done. May be called
   // from any thread.
-  absl::Status LeaveUnregistered(int rank);
+  absl::Status LeaveUnregistered(int rank, const LeaveNote& note = {});
   // Leave, callable from any thread while the training thread is inside
   // another call (a stopping worker's last word); OK and no call when not
   // registered.

@@ -222,9 +222,25 @@ absl::StatusOr<int64_t> ShardMembership::Pull(int64_t min_version,
   return version;
 }
 
-absl::Status ShardMembership::Leave() {
+absl::StatusOr<std::vector<double>> ShardMembership::Average(
+    const std::string& name, absl::Span<const double> values,
+    absl::Duration timeout) {
+  if (!plan_.has_value()) {
+    return absl::FailedPreconditionError("average: not in a job yet");
+  }
+  std::vector<double> mean;
+  absl::Status status;
+  shards_[0]->Average(rank_, incarnations_[0], average_round_, name, values,
+                      options_.env->Now() + timeout, &mean,
+                      [&status](absl::Status s) { status = std::move(s); });
+  RETURN_IF_ERROR(status);
+  ++average_round_;
+  return mean;
+}
+
+absl::Status ShardMembership::Leave(const LeaveNote& note) {
   if (!plan_.has_value()) return absl::OkStatus();
-  return LeaveAs(rank_, incarnations_);
+  return LeaveAs(rank_, incarnations_, note);
 }
 
 absl::Status ShardMembership::LeaveFromAnyThread() {
@@ -232,17 +248,19 @@ absl::Status ShardMembership::LeaveFromAnyThread() {
   if (member_.rank < 0) return absl::OkStatus();
   const Membership member = member_;
   lock.Release();
-  return LeaveAs(member.rank, member.incarnations);
+  return LeaveAs(member.rank, member.incarnations,
+                 LeaveNote{LeaveReason::kStopped, ""});
 }
 
-absl::Status ShardMembership::LeaveAs(
-    int rank, const std::vector<int64_t>& incarnations) {
+absl::Status ShardMembership::LeaveAs(int rank,
+                                      const std::vector<int64_t>& incarnations,
+                                      const LeaveNote& note) {
   const absl::Time deadline = CancelToken::LeaveDeadline(
       options_.cancel, options_.env->Now() + options_.rpc_timeout);
   absl::Status result;
   for (const absl::Status& s : StartAllAndWait(
            num_shards(), [&](int shard, ShardTransport::StatusCallback done) {
-             shards_[shard]->Leave(rank, incarnations[shard], deadline,
+             shards_[shard]->Leave(rank, incarnations[shard], note, deadline,
                                    std::move(done));
            })) {
     result.Update(s);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -58,11 +59,17 @@ class ShardMembership final {
   absl::Status Initialize(absl::Span<const float> weights);
   absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights,
                                bool exact);
-  absl::Status Leave();
+  absl::Status Leave(const LeaveNote& note);
   absl::Status LeaveFromAnyThread() ABSL_LOCKS_EXCLUDED(member_mu_);
   // Says `rank`, of the given incarnations by shard, is done. Thread-safe:
   // reads only what is set at construction.
-  absl::Status LeaveAs(int rank, const std::vector<int64_t>& incarnations);
+  absl::Status LeaveAs(int rank, const std::vector<int64_t>& incarnations,
+                       const LeaveNote& note = {});
+
+  // PsClient::Average: this rank's next round at shard 0.
+  absl::StatusOr<std::vector<double>> Average(const std::string& name,
+                                              absl::Span<const double> values,
+                                              absl::Duration timeout);
 
   int num_shards() const { return static_cast<int>(shards_.size()); }
 
@@ -76,6 +83,7 @@ class ShardMembership final {
   std::optional<ChunkPlan> plan_;
   int rank_ = -1;
   std::vector<int64_t> incarnations_;  // By shard.
+  int64_t average_round_ = 0;          // The next; a failed one is tried again.
   struct Membership {
     int rank = -1;
     std::vector<int64_t> incarnations;

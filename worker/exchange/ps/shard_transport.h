@@ -23,12 +23,14 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/base/leave_note.h"
 #include "common/model/model_signature.h"
 #include "common/rpc/group_membership.h"
 #include "common/wire/wire_codec.h"
@@ -107,8 +109,15 @@ class ShardTransport {
   virtual void Pull(const PullArgs& args, ReplyCallback done) = 0;
   // Done may run before Leave returns (gRPC's blocks: the process may exit
   // right after).
-  virtual void Leave(int rank, int64_t incarnation, absl::Time deadline,
-                     StatusCallback done) = 0;
+  virtual void Leave(int rank, int64_t incarnation, const LeaveNote& note,
+                     absl::Time deadline, StatusCallback done) = 0;
+  // Rank `rank`'s `values` for its average round `round` (shard 0 only:
+  // server/core/metric_rounds.h); `mean` is filled before `done` runs with
+  // OK. A blocking call on the caller's thread, like Leave.
+  virtual void Average(int rank, int64_t incarnation, int64_t round,
+                       const std::string& name, absl::Span<const double> values,
+                       absl::Time deadline, std::vector<double>* mean,
+                       StatusCallback done) = 0;
 
   // Frames `args`'s push; the result stays alive until its callback ran.
   virtual std::unique_ptr<PreparedPush> PreparePush(const PushArgs& args) = 0;

@@ -28,7 +28,7 @@ __version__: str = _native.__version__
 from lockstep.cluster import Cluster
 from lockstep.data import Shard, load_cifar10, load_idx, shard
 from lockstep.errors import LockstepError
-from lockstep.job import Job, current_job
+from lockstep.job import Job, average, current_job
 
-__all__ = ["Cluster", "Job", "LockstepError", "Shard", "current_job",
-           "load_cifar10", "load_idx", "shard"]
+__all__ = ["Cluster", "Job", "LockstepError", "Shard", "average",
+           "current_job", "load_cifar10", "load_idx", "shard"]

@@ -15,15 +15,21 @@ receives the same mean gradient into its parameters' .grad and runs the
 wrapped optimizer on it, so every worker keeps the same weights, and
 param_groups, state_dict, schedulers, clipping after synchronize() and
 custom optimizers behave as in one process with the whole batch.
+
+Parameters may be float32, bfloat16 or float16, mixed in one model: each
+gradient is widened to float32 when it is pushed, the servers average in
+float32, and the mean is rounded to nearest into .grad in the parameter's
+dtype, so the wrapped optimizer steps in the model's dtype, as plain
+PyTorch would.
 """
 
 import contextlib
 
 import torch
 
-from lockstep._torch_model import (check_float32, float_buffers, frozen,
+from lockstep._torch_model import (check_dtypes, float_buffers, frozen,
                                    grad_hook, trainable)
-from lockstep.errors import error
+from lockstep.errors import error, install_exit_codes
 from lockstep.job import AVERAGE, Job
 
 
@@ -44,7 +50,8 @@ def DistributedOptimizer(optimizer, model, backward_passes_per_step=1,
 
     Args:
       optimizer: any torch.optim.Optimizer over the model's parameters.
-      model: the torch.nn.Module those parameters belong to (float32).
+      model: the torch.nn.Module those parameters belong to (float32,
+        bfloat16 or float16 tensors).
       backward_passes_per_step: backward passes to accumulate locally before
         one exchange (their gradients add up, as in plain PyTorch).
       cluster: a lockstep.Cluster (default: from the environment).
@@ -56,6 +63,7 @@ def DistributedOptimizer(optimizer, model, backward_passes_per_step=1,
     synchronize(), clip, then step(). A step with no backward pass is
     refused, not taken with zero gradients.
     """
+    install_exit_codes()  # A refusal below exits 2, as after a join.
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise _bad("DistributedOptimizer wraps a torch.optim.Optimizer, got "
                    f"{type(optimizer).__name__}")
@@ -93,9 +101,9 @@ class _Exchange:
         # (rank 0's since the join) and never loads the mean back.
         self.frozen = frozen(model)
         self.buffers = float_buffers(model)
-        check_float32(params, "parameter", "trains")
-        check_float32(self.frozen, "frozen parameter", "keeps")
-        check_float32(self.buffers, "buffer", "averages")
+        check_dtypes(params, "parameter", "trains")
+        check_dtypes(self.frozen, "frozen parameter", "keeps")
+        check_dtypes(self.buffers, "buffer", "averages")
         state = self.frozen + self.buffers
         self.job = Job([(n, p.shape) for n, p in params],
                        [(n, t.shape) for n, t in state], optimizer=AVERAGE,
@@ -176,7 +184,7 @@ class _Exchange:
             for t, p in zip(job.tensors, self.params):
                 mean = self.view(self.weights, t)
                 if p.grad is None:
-                    p.grad = mean.to(p.device, copy=True)
+                    p.grad = mean.to(p.device, p.dtype, copy=True)
                 else:
                     p.grad.copy_(mean)
             # The workers' mean running statistics; frozen parameters are

@@ -31,14 +31,21 @@ def set_buffer(model, name, value):
     module._buffers[leaf] = value
 
 
-def check_float32(tensors, what, does):
-    """INVALID_ARGUMENT naming the first of [(name, tensor)] not float32."""
-    import torch
+# The dtypes a model may hold: float32 as it is; bfloat16 and float16
+# converted at the edge (gradients widened to float32 before they are
+# pushed, each version rounded to nearest into the tensor's dtype).
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_dtypes(tensors, what, does):
+    """INVALID_ARGUMENT naming the first of [(name, tensor)] whose dtype is
+    not one of DTYPES (float64, complex and integer tensors)."""
     for name, t in tensors:
-        if t.dtype != torch.float32:
+        if str(t.dtype).replace("torch.", "") not in DTYPES:
             raise error("INVALID_ARGUMENT",
-                        f"{what} {name} is {t.dtype}; Lockstep {does} float32 "
-                        "tensors (convert with model.float())")
+                        f"{what} {name} is {t.dtype}; Lockstep {does} "
+                        "float32, bfloat16 and float16 tensors (its servers "
+                        "keep float32; convert with model.float())")
 
 
 def grad_hook(p, fn):

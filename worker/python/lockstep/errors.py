@@ -52,16 +52,36 @@ def error(code_name: str, message: str) -> LockstepError:
     return LockstepError(*_native.status_fields(code_name, message))
 
 
+def _exit_now(code):
+    """Ends the process with `code`; a permanent failure first tells the
+    servers (before_exit), which end the job rather than wait for it."""
+    sys.stderr.flush()
+    sys.stdout.flush()
+    if code != EXIT_RETRYABLE:
+        for leave in before_exit:
+            try:
+                leave()
+            except Exception as e:  # pylint: disable=broad-except
+                print(f"lockstep: could not leave the job: {e}",
+                      file=sys.stderr)
+        sys.stderr.flush()
+    os._exit(code)
+
+
 def _excepthook(kind, value, tb):
     """Prints the traceback as Python does, then exits with Lockstep's code."""
     traceback.print_exception(kind, value, tb)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(value.exit_code)
+    _exit_now(value.exit_code)
 
 
 _previous_hook = None
 _raised = None  # The last LockstepError a framework may have wrapped.
+# ("failed" or "stopped", "Kind: message") of the uncaught exception that
+# ends the process, for the job's last word to the servers.
+fatal = None
+# What to run before an uncaught LockstepError ends the process at once
+# (os._exit skips atexit): the job's leave.
+before_exit = []
 
 
 def remember(error):
@@ -89,6 +109,9 @@ def install_exit_codes():
     _previous_hook = sys.excepthook
 
     def hook(kind, value, tb):
+        global fatal
+        fatal = ("stopped" if issubclass(kind, KeyboardInterrupt) else
+                 "failed", f"{kind.__name__}: {value}"[:1024])
         if isinstance(value, LockstepError):
             _excepthook(kind, value, tb)
         elif _raised is not None:
@@ -96,9 +119,7 @@ def install_exit_codes():
             traceback.print_exception(kind, value, tb)
             print(f"caused by lockstep.LockstepError: {_raised}",
                   file=sys.stderr)
-            sys.stderr.flush()
-            sys.stdout.flush()
-            os._exit(_raised.exit_code)
+            _exit_now(_raised.exit_code)
         else:
             _previous_hook(kind, value, tb)
 

@@ -17,8 +17,6 @@ Externally synchronized: one training thread.
 """
 
 import atexit
-import contextlib
-import signal
 import sys
 import threading
 
@@ -26,6 +24,9 @@ import numpy as np
 
 from lockstep import _native
 from lockstep.cluster import Cluster
+from lockstep import errors as _errors
+# Re-exported: the adapters import it from here.
+from lockstep._signals import interruptible as _interruptible  # noqa: F401
 from lockstep.errors import error, install_exit_codes
 
 # The C++ definitions' (common/model/model_signature.h), never a copy.
@@ -52,28 +53,19 @@ def current_job(wait_s=0):
         return _current
 
 
+def average(values, name="", timeout_s=600.0):
+    """The mean of `values` over the workers of the job this process joined
+    (Job.average): a script's metrics, averaged as Horovod's allreduce of
+    a metric would be."""
+    job = current_job()
+    if job is None:
+        raise error("FAILED_PRECONDITION",
+                    "lockstep.average: this process has joined no job yet")
+    return job.average(values, name, timeout_s)
+
+
 def _bad(message):
     return error("INVALID_ARGUMENT", message)
-
-
-@contextlib.contextmanager
-def _interruptible():
-    """Lets Ctrl-C end the process while the C++ client waits.
-
-    Python turns SIGINT into KeyboardInterrupt only between bytecodes, so a
-    worker blocked in a step (up to step_timeout_s) would ignore it. While
-    the client waits, SIGINT has its default action instead, as it has for
-    lockstep_worker; a handler the script installed itself is left alone.
-    """
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Tensor:
@@ -126,6 +118,9 @@ class Job:
                  lr_schedule=None,
                  push_window=-1, push_thread=False, connect_timeout_s=60.0,
                  step_timeout_s=300.0, rejoin_timeout_s=300.0):
+        # A refusal from here on (bad settings, a malformed address) exits
+        # with its code (2), as one after the join does.
+        install_exit_codes()
         if optimizer not in OPTIMIZERS and optimizer != AVERAGE:
             raise _bad(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
                        f"got {optimizer!r}")
@@ -257,7 +252,7 @@ class Job:
         self.joined = True
         self._left = False
         if self.summation and self.version != 0:
-            self.leave()
+            self.leave("failed", "joined a summation-mode job after its start")
             raise error("FAILED_PRECONDITION",
                         f"joined a summation-mode job at version "
                         f"{self.version}: its weights live on the workers, "
@@ -265,6 +260,7 @@ class Job:
         with _joined:
             if _current is None:
                 atexit.register(_leave_at_exit)
+                _errors.before_exit.append(_leave_at_exit)
             _current = self
             _joined.notify_all()
         return self.version
@@ -337,14 +333,41 @@ class Job:
             with _interruptible():
                 self._client.abandon_step()
 
-    def leave(self):
-        """Says this worker is done; the servers finish when all have left."""
+    def leave(self, reason="finished", detail=""):
+        """Says this worker is done; the servers finish when all have left.
+
+        reason: "finished" (every step it had run: in a synchronous job a
+        rank whose steps others still need then ends their steps with an
+        error naming it, as the ranks ran uneven data), "failed" (the job
+        ends as failed unless a replacement finishes; `detail` says why in
+        the servers' log) or "stopped" (a signal: a replacement may come).
+        At exit the package leaves by itself: "failed" after an uncaught
+        exception, "stopped" after Ctrl-C, else "finished".
+        """
         if not self.joined or self._left:
             return
         self.abandon()
         self._left = True
         with _interruptible():
-            self._client.leave()
+            self._client.leave(reason, detail)
+
+    def average(self, values, name="", timeout_s=600.0):
+        """The element-wise mean of `values` over the job's workers.
+
+        For metrics (a validation loss, an accuracy), not gradients. Every
+        worker must call it as often, with the same name and number of
+        values: the call waits (up to timeout_s) until all have, and ranks
+        that disagree get FAILED_PRECONDITION saying how. Between steps
+        only. Returns a list of floats. In a job of fixed membership (not
+        elastic); parameter servers check the name, all-reduce does not.
+        """
+        if not self.joined:
+            raise error("FAILED_PRECONDITION", "average: join the job first")
+        if self._step is not None:
+            raise _bad("average: a step is under way; call it between steps")
+        values = [float(v) for v in values]
+        with _interruptible():
+            return self._client.average(str(name), values, float(timeout_s))
 
     def timings(self):
         """Client-side seconds spent encoding, sending, waiting, decoding."""
@@ -365,8 +388,9 @@ def _leave_at_exit():
     job = _current
     if job is None or not job.joined or job._left:
         return
+    reason, detail = _errors.fatal or ("finished", "")
     try:
-        job.leave()
+        job.leave(reason, detail)
     except LockstepError as e:  # The servers may be gone already.
         print(f"lockstep worker {job.rank}: could not leave the job: {e}",
               file=sys.stderr)

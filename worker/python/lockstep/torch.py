@@ -16,9 +16,12 @@ as autograd has accumulated it (a hook on its AccumulateGrad node, as
 Horovod does), the last layers first. Rank 0's initial weights become
 version 0; every worker starts from them.
 
-Parameters must be float32. Parameters on a GPU are staged through host
-memory: each gradient is copied to the host when it is ready, and the new
-weights back to the device after step().
+Parameters and buffers may be float32, bfloat16 or float16; the servers
+keep float32 masters. A bfloat16 or float16 tensor (and any on a GPU) is
+staged instead of viewed: its gradient is widened to float32 into the
+push buffer when it is ready, and each new version is rounded to nearest
+into it after step(). Parameters on a GPU are staged through host memory
+the same way.
 """
 
 import numpy as np
@@ -27,10 +30,10 @@ import torch
 from lockstep import data as _data
 from lockstep import _native
 from lockstep._torch_distributed import DistributedOptimizer
-from lockstep._torch_model import (check_float32, float_buffers, frozen,
+from lockstep._torch_model import (check_dtypes, float_buffers, frozen,
                                    grad_hook, set_buffer, trainable)
 from lockstep.cluster import Cluster, Place
-from lockstep.errors import LockstepError, error
+from lockstep.errors import LockstepError, error, install_exit_codes
 from lockstep.job import Job, current_job
 
 __all__ = ["DistributedOptimizer", "SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
@@ -70,7 +73,8 @@ class SyncOptimizer:
     """Joins the job and replaces the optimizer: zero_grad(), step().
 
     Args:
-      model: a torch.nn.Module whose trainable parameters are float32.
+      model: a torch.nn.Module whose parameters and float buffers are
+        float32, bfloat16 or float16 (the servers keep float32 masters).
       optimizer: sgd, momentum, adam or adamw, run on the servers with
         Keras's defaults for what is not given (Adam's epsilon is 1e-7,
         not PyTorch's 1e-8).
@@ -87,6 +91,7 @@ class SyncOptimizer:
                  nesterov=None, betas=None, eps=None, weight_decay=None,
                  sync="sync", backup_workers=0, staleness=None, total_steps=0,
                  cluster=None, **job_options):
+        install_exit_codes()  # A refusal below exits 2, as after a join.
         if not isinstance(model, torch.nn.Module):
             raise _bad("SyncOptimizer(model, ...) takes the torch.nn.Module, "
                        f"got {type(model).__name__}; to keep a torch.optim "
@@ -96,14 +101,14 @@ class SyncOptimizer:
         params = trainable(model)
         if not params:
             raise _bad("the model has no trainable parameters")
-        check_float32(params, "parameter", "trains")
+        check_dtypes(params, "parameter", "trains")
         buffers = float_buffers(model)
-        check_float32(buffers, "buffer", "averages")
+        check_dtypes(buffers, "buffer", "averages")
         # Frozen parameters travel as state after the buffers (a model
         # without them keeps its signature): rank 0's at the join, each
         # worker's own afterwards, never the mean loaded back.
         fixed = frozen(model)
-        check_float32(fixed, "frozen parameter", "keeps")
+        check_dtypes(fixed, "frozen parameter", "keeps")
         beta_1, beta_2 = betas if betas is not None else (None, None)
         self.job = Job([(n, p.shape) for n, p in params],
                        [(n, b.shape) for n, b in buffers + fixed],
@@ -130,7 +135,7 @@ class SyncOptimizer:
             for index, (t, (name, p)) in enumerate(zip(job.tensors, params)):
                 host = self._weights[t.offset:t.end].view(t.shape)
                 host.copy_(p.detach())
-                if p.device.type == "cpu" and p.is_contiguous():
+                if _viewable(p):
                     p.data = host
                     p.grad = self._gradient[t.offset:t.end].view(t.shape)
                     self._viewed.add(index)
@@ -142,7 +147,7 @@ class SyncOptimizer:
             for t, (name, b) in zip(job.state_tensors, buffers):
                 host = self._weights[t.offset:t.end].view(t.shape)
                 host.copy_(b.detach())
-                if b.device.type == "cpu":
+                if _viewable(b):
                     set_buffer(model, name, host)
                 else:
                     self._staged.append((b, host))
@@ -235,8 +240,8 @@ class SyncOptimizer:
         self.job.abandon()  # A step begun but not taken is not pushed.
         self._end_step()
         self._gradient.zero_()
-        for p in self._params:
-            if p.grad is not None and p.grad.device.type != "cpu":
+        for index, p in enumerate(self._params):
+            if p.grad is not None and index not in self._viewed:
                 p.grad.zero_()
 
     def step(self, closure=None):
@@ -271,7 +276,19 @@ class SyncOptimizer:
         self.job.leave()
 
     def save_safetensors(self, path):
-        save_safetensors(self.model, path)
+        """Writes the model as ls.save_safetensors does, but the trainable
+        parameters as the servers' float32 masters of this version (for a
+        bfloat16 or float16 parameter, more than the model holds)."""
+        masters = {}
+        for t, (name, _) in zip(self.job.tensors, trainable(self.model)):
+            masters[name] = self._weights[t.offset:t.end]
+        _write_safetensors(self.model, path, masters)
+
+
+def _viewable(t):
+    """Whether t can become a view of the job's flat float32 arrays."""
+    return t.device.type == "cpu" and t.is_contiguous() and \
+        t.dtype == torch.float32
 
 
 def _take_torch(data, indices):
@@ -297,12 +314,20 @@ def shard(data, batch_size=None, epochs=None, **kwargs):
 def save_safetensors(model, path):
     """Writes every parameter (frozen ones too) and buffer, keyed by name, so
     that a strict load_state_dict of the file succeeds. Values are float32
-    (an integer buffer such as num_batches_tracked too; exact below 2**24).
+    (an integer buffer such as num_batches_tracked too; exact below 2**24),
+    a bfloat16 or float16 tensor's widened exactly: the model's own values.
+    SyncOptimizer.save_safetensors writes the servers' float32 masters.
     """
+    _write_safetensors(model, path, {})
+
+
+def _write_safetensors(model, path, replaced):
+    """save_safetensors, with `replaced` {name: float32 tensor} written for
+    those names instead of the model's values."""
     tensors = list(model.named_parameters()) + [
         (n, b) for n, b in model.named_buffers() if b is not None]
-    flat = torch.cat([t.detach().to("cpu", torch.float32).reshape(-1)
-                      for _, t in tensors])
+    flat = torch.cat([replaced.get(n, t).detach().to("cpu", torch.float32)
+                      .reshape(-1) for n, t in tensors])
     _native.write_safetensors(str(path), [(n, list(t.shape))
                                           for n, t in tensors], flat.numpy())
 
@@ -314,6 +339,8 @@ def load_safetensors(model, path):
     file lacks, or a tensor it holds with another shape; frozen parameters
     and integer buffers load when the file has them (files from before
     they were written do not), and the file's other tensors are ignored.
+    A bfloat16 or float16 tensor receives the file's float32 values
+    rounded to nearest.
     """
     found = {name: (shape, values)
              for name, shape, values in _native.read_safetensors(str(path))}

@@ -122,12 +122,34 @@ void Client::AbandonStep() {
   ThrowIfError(abandoned);
 }
 
-void Client::Leave() {
+std::vector<double> Client::Average(const std::string& name,
+                                    const std::vector<double>& values,
+                                    double timeout_s) {
+  EnsureNoStep("average");
+  absl::StatusOr<std::vector<double>> mean;
+  {
+    py::gil_scoped_release release;
+    mean = session_->Average(name, values, absl::Seconds(timeout_s));
+  }
+  return ValueOrThrow(std::move(mean));
+}
+
+void Client::Leave(const std::string& reason, const std::string& detail) {
   EnsureNoStep("leave");
+  LeaveNote note{LeaveReason::kFinished, detail};
+  if (reason == "stopped") {
+    note.reason = LeaveReason::kStopped;
+  } else if (reason == "failed") {
+    note.reason = LeaveReason::kFailed;
+  } else if (reason != "finished") {
+    throw py::value_error(
+        absl::StrCat("leave: reason must be finished, stopped or failed, not '",
+                     reason, "'"));
+  }
   absl::Status status;
   {
     py::gil_scoped_release release;
-    status = session_->Leave();
+    status = session_->Leave(note);
   }
   ThrowIfError(status);
 }

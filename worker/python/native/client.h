@@ -73,7 +73,12 @@ class Client final {
   void GradientReady(int64_t begin, int64_t end);
   StepOutcome FinishStep();
   void AbandonStep();
-  void Leave();
+  // The mean of `values` over the workers (StepSession::Average).
+  std::vector<double> Average(const std::string& name,
+                              const std::vector<double>& values,
+                              double timeout_s);
+  // `reason`: finished, stopped or failed (common/base/leave_note.h).
+  void Leave(const std::string& reason, const std::string& detail);
 
   StepTimings timings() const { return session_->step_timings(); }
   int push_window() const { return session_->push_window(); }

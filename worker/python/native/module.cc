@@ -1,9 +1,10 @@
 // lockstep._native: the C++ worker's client, sampler, TF_CONFIG reader, data
-// readers and safetensors codec for Python workers. Bindings only (client.h,
-// conversions.h): every decision is the C++ classes' (step_session.h,
-// sharded_sampler.h), so a Python worker speaks lockstep_worker's protocol.
-// Names and codes (sync modes, optimizers, exit codes) come from their C++
-// definitions; absl::Status becomes LockstepError here alone.
+// readers and safetensors codec (files.cc) for Python workers. Bindings only
+// (client.h, conversions.h): every decision is the C++ classes'
+// (step_session.h, sharded_sampler.h), so a Python worker speaks
+// lockstep_worker's protocol. Names and codes (sync modes, optimizers, exit
+// codes) come from their C++ definitions; absl::Status becomes LockstepError
+// here alone.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -16,15 +17,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/exit_codes.h"
-#include "common/formats/safetensors.h"
 #include "common/formats/tf_config.h"
 #include "common/model/model_signature.h"
 #include "common/optim/lr_schedule.h"
-#include "worker/data/cifar_reader.h"
-#include "worker/data/dataset.h"
 #include "worker/data/sharded_sampler.h"
 #include "worker/python/native/client.h"
 #include "worker/python/native/conversions.h"
+#include "worker/python/native/files.h"
 
 namespace py = pybind11;
 
@@ -203,7 +202,12 @@ void BindClient(py::module_& m) {
       .def("abandon_step", &Client::AbandonStep,
            "Ends a step without pushing the rest; the weights are then of "
            "one version.")
-      .def("leave", &Client::Leave)
+      .def("average", &Client::Average, py::arg("name"), py::arg("values"),
+           py::arg("timeout_s"),
+           "The element-wise mean of values over the workers (metrics); "
+           "every worker makes the same calls, name and length alike.")
+      .def("leave", &Client::Leave, py::arg("reason") = "finished",
+           py::arg("detail") = "")
       .def("timings",
            [](const Client& c) {
              const StepTimings t = c.timings();
@@ -286,74 +290,6 @@ void BindConfig(py::module_& m) {
       "LockstepError for a schedule the servers would refuse.");
 }
 
-// Weights files (common/formats/safetensors.h).
-void BindSafetensors(py::module_& m) {
-  m.def(
-      "write_safetensors",
-      [](const std::string& path,
-         const std::vector<std::pair<std::string, std::vector<int64_t>>>&
-             tensors,
-         const py::buffer& flat) {
-        FloatBuffer f = RequestFloats(flat, /*writable=*/false, "flat");
-        ThrowIfError(WriteSafetensors(path, Tensors(tensors), f.span));
-      },
-      py::arg("path"), py::arg("tensors"), py::arg("flat"));
-
-  m.def(
-      "read_safetensors",
-      [](const std::string& path) {
-        std::vector<NamedTensor> tensors = ValueOrThrow(ReadSafetensors(path));
-        py::list out;
-        for (NamedTensor& t : tensors) {
-          py::object values =
-              NumpyArray(t.values.data(), t.values.size() * sizeof(float),
-                         "float32", {static_cast<int64_t>(t.values.size())});
-          out.append(py::make_tuple(t.info.name, t.info.shape, values));
-        }
-        return out;
-      },
-      py::arg("path"));
-}
-
-// The data readers, as numpy arrays.
-void BindData(py::module_& m) {
-  // A data set as numpy arrays: features shaped `shape` after the count.
-  auto to_arrays = [](const Dataset& data, std::vector<int64_t> shape) {
-    shape.insert(shape.begin(), data.num_examples);
-    return py::make_tuple(
-        NumpyArray(data.features.data(), data.features.size() * sizeof(float),
-                   "float32", shape),
-        NumpyArray(data.labels.data(), data.labels.size() * sizeof(int32_t),
-                   "int32", {data.num_examples}));
-  };
-  m.def(
-      "load_idx",
-      [to_arrays](const std::string& dir, bool train) {
-        Dataset data;
-        {
-          py::gil_scoped_release release;
-          data = ValueOrThrow(LoadIdxDataset(dir, train));
-        }
-        return to_arrays(data, {data.feature_dim});
-      },
-      py::arg("dir"), py::arg("train"),
-      "The IDX (MNIST-format) split in dir as lockstep_worker reads it: "
-      "features scaled to [0, 1], shape (N, 784), and int32 labels.");
-  m.def(
-      "load_cifar10",
-      [to_arrays](const std::string& dir, bool train) {
-        Dataset data;
-        {
-          py::gil_scoped_release release;
-          data = ValueOrThrow(LoadCifar10(dir, train));
-        }
-        return to_arrays(data, {kCifarHeight, kCifarWidth, kCifarChannels});
-      },
-      py::arg("dir"), py::arg("train"),
-      "CIFAR-10's binary files in dir as lockstep_worker reads them: images "
-      "(N, 32, 32, 3), normalized per channel, and int32 labels.");
-}
-
 // The names and codes of common/: sync modes, optimizers, status and
 // exit codes.
 void BindExitCodes(py::module_& m) {
@@ -392,7 +328,6 @@ PYBIND11_MODULE(_native, m) {
   lockstep::BindClient(m);
   lockstep::BindSampler(m);
   lockstep::BindConfig(m);
-  lockstep::BindSafetensors(m);
-  lockstep::BindData(m);
+  lockstep::BindFiles(m);
   lockstep::BindExitCodes(m);
 }
