@@ -17,7 +17,8 @@ import keras
 
 from lockstep._keras_distributed import refusal as _refuse
 from lockstep.cluster import Place
-from lockstep.job import _interruptible, current_job
+from lockstep._signals import interruptible as _interruptible
+from lockstep.job import current_job
 
 __all__ = ["InterruptibleCallback", "MetricAverageCallback", "rank",
            "rank0_only", "size"]

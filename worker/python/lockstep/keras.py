@@ -53,7 +53,8 @@ from lockstep._keras_callbacks import (InterruptibleCallback,
 from lockstep._keras_distributed import (DistributedOptimizer, exchange,
                                          float_state, join, names, refusal,
                                          refuse_xla, relative)
-from lockstep.job import _interruptible, current_job
+from lockstep._signals import interruptible as _interruptible
+from lockstep.job import current_job
 from lockstep.cluster import Cluster, Place
 from lockstep.errors import LockstepError
 
