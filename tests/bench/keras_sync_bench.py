@@ -51,8 +51,9 @@ def main():
         x, y = _native.load_idx("/usr/share/datasets/fashion-mnist", True)
         x = x.reshape(-1, 28, 28)
         m = model()
-        m.compile(optimizer=lockstep.keras.SyncOptimizer("adam"),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        m.compile(optimizer=lockstep.keras.SyncOptimizer("adam", model=m),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=False)
         m.fit(lockstep.keras.shard((x, y), batch_size=batch), epochs=2,
               verbose=0, callbacks=[timer])
         rank = int(os.environ["LOCKSTEP_RANK"])

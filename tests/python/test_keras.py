@@ -59,11 +59,11 @@ class TutorialTest(unittest.TestCase):
 
 class EquivalenceTest(unittest.TestCase):
 
-    def run_weights(self, workers, batch):
+    def run_weights(self, workers, batch, data="arrays"):
         out = os.path.join(tempfile.mkdtemp(), "w.safetensors")
         results, log = harness.run_job(
             PYTHON, "keras_train.py",
-            lambda r: [f"--batch={batch}", "--steps=20"] +
+            lambda r: [f"--batch={batch}", "--steps=20", f"--data={data}"] +
             ([f"--out={out}"] if r == 0 else []), workers, timeout_s=300)
         for code, output in results:
             self.assertEqual(code, 0, output)
@@ -79,6 +79,21 @@ class EquivalenceTest(unittest.TestCase):
                 harness.max_relative_difference(two[name][1], one[name][1]),
                 1e-5, name)
 
+    def test_a_sharded_dataset_gives_two_workers_one_workers_weights(self):
+        # shard(tf.data.Dataset): step s's global batch is elements
+        # [32s, 32s + 32) for one worker of batch 32 and for two of 16.
+        one = self.run_weights(1, 32, data="dataset")
+        two = self.run_weights(2, 16, data="dataset")
+        self.assertEqual(sorted(one), sorted(two))
+        for name in one:
+            self.assertLessEqual(
+                harness.max_relative_difference(two[name][1], one[name][1]),
+                1e-5, name)
+        # Not the arrays' order: the same weights would mean the data
+        # option did nothing.
+        arrays = self.run_weights(1, 32)
+        self.assertGreater(harness.max_relative_difference(
+            arrays["dense/kernel"][1], one["dense/kernel"][1]), 1e-3)
 
     def test_batch_norm_statistics_end_the_same_on_every_worker(self):
         out = os.path.join(tempfile.mkdtemp(), "w{rank}.safetensors")

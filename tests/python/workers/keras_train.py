@@ -17,6 +17,8 @@ p.add_argument("--out", default="",
                help="safetensors file; {rank} in it writes one per rank")
 p.add_argument("--model", default="mlp", choices=["mlp", "bn"])
 p.add_argument("--nan", action="store_true", help="features all NaN")
+p.add_argument("--data", default="arrays", choices=["arrays", "dataset"],
+               help="shard numpy arrays, or a tf.data.Dataset of them")
 args = p.parse_args()
 
 rank = int(os.environ["LOCKSTEP_RANK"])
@@ -30,11 +32,18 @@ layers = [keras.layers.Dense(16, activation="relu")]
 if args.model == "bn":
     layers.append(keras.layers.BatchNormalization())
 model = keras.Sequential([keras.Input((20,)), *layers, keras.layers.Dense(4)])
-model.compile(optimizer=lockstep.keras.SyncOptimizer(args.optimizer,
-                                                     learning_rate=args.lr),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(lockstep.keras.shard((x, y), batch_size=args.batch), epochs=1,
-          steps_per_epoch=args.steps, verbose=0)
+model.compile(optimizer=lockstep.keras.SyncOptimizer(
+                  args.optimizer, learning_rate=args.lr, model=model),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              jit_compile=False)
+if args.data == "dataset":
+    import tensorflow as tf
+    data = tf.data.Dataset.from_tensor_slices((x, y))
+else:
+    data = (x, y)
+model.fit(lockstep.keras.shard(data, batch_size=args.batch), epochs=1,
+          steps_per_epoch=args.steps, verbose=0,
+          callbacks=[lockstep.keras.InterruptibleCallback()])
 print(f"done version {model.optimizer.job.version}", flush=True)
 if args.out and (rank == 0 or "{rank}" in args.out):
     lockstep.keras.save_safetensors(model, args.out.format(rank=rank))

@@ -9,7 +9,6 @@ Lockstep's IDX reader (the same bytes lockstep_worker trains on).
 """
 
 import argparse
-import os
 
 import keras
 import lockstep.keras  # Lockstep: 1 of 3
@@ -31,11 +30,13 @@ model = keras.Sequential([
     keras.layers.Dense(128, activation="relu"),
     keras.layers.Dense(10, activation="softmax"),
 ])
-model.compile(optimizer=lockstep.keras.SyncOptimizer("adam"),  # Lockstep: 2 of 3
-              loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-verbose = 2 if os.environ.get("LOCKSTEP_RANK", "0") == "0" else 0
+model.compile(optimizer=lockstep.keras.SyncOptimizer("adam", model=model),  # Lockstep: 2 of 3
+              loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+              jit_compile=False)
+verbose = 2 if lockstep.keras.rank() == 0 else 0
 model.fit(lockstep.keras.shard((x_train, y_train), batch_size=args.batch_size),  # Lockstep: 3 of 3
-          epochs=args.epochs, verbose=verbose)
+          epochs=args.epochs, verbose=verbose,
+          callbacks=[lockstep.keras.InterruptibleCallback()])
 if verbose:
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
     print(f"Test accuracy {accuracy:.4f} - test loss {loss:.4f}")

@@ -20,6 +20,42 @@ from lockstep.errors import LockstepError
 from lockstep.job import AVERAGE, Job
 
 
+def refusal(code, message):
+    """A LockstepError to raise before the job is joined: the exit code is
+    Lockstep's (2 for a refusal), not Python's 1."""
+    _errors.install_exit_codes()
+    return _errors.error(code, message)
+
+
+def _tracing_for_xla():
+    """Whether TensorFlow is tracing a function it will compile with XLA
+    (tf.function(jit_compile=True), or Keras's train step under
+    jit_compile). TensorFlow's own test, which has no public name; False
+    where it is missing."""
+    try:
+        from tensorflow.python.framework import ops
+        from tensorflow.python.ops import control_flow_util
+        return bool(control_flow_util.GraphOrParentsInXlaContext(
+            ops.get_default_graph()))
+    except (ImportError, AttributeError):
+        return False
+
+
+def refuse_xla(optimizer, model):
+    """Refuses XLA, which cannot compile the exchange (a tf.py_function):
+    a model compiled with this optimizer and jit_compile on (Keras's "auto"
+    turns it on where there is a GPU), or a step traced for XLA."""
+    compiled = model is not None and getattr(model, "compiled", False) and \
+        getattr(model, "optimizer", None) is optimizer
+    if (compiled and model.jit_compile) or _tracing_for_xla():
+        raise refusal("INVALID_ARGUMENT",
+                      f"{type(optimizer).__name__} exchanges through a "
+                      "tf.py_function, which XLA cannot compile: compile "
+                      "the model with jit_compile=False (Keras's default, "
+                      "\"auto\", turns XLA on where there is a GPU), and "
+                      "do not wrap the step in tf.function(jit_compile=True)")
+
+
 def names(variables):
     """Unique tensor names: each variable's path ("dense/kernel")."""
     out, seen = [], set()
@@ -59,9 +95,9 @@ def join(model, variables, state, **job_options):
     """
     for v in list(variables) + list(state):
         if keras.backend.standardize_dtype(v.dtype) != "float32":
-            raise _errors.error("INVALID_ARGUMENT",
-                                f"variable {v.path} is {v.dtype}; Lockstep "
-                                "trains float32 variables")
+            raise refusal("INVALID_ARGUMENT",
+                          f"variable {v.path} is {v.dtype}; Lockstep "
+                          "trains float32 variables")
     # Eagerly, also when Keras builds the optimizer while tracing a step.
     with tf.init_scope():
         job = Job(list(zip(relative(model, names(variables)),
@@ -120,20 +156,20 @@ def DistributedOptimizer(optimizer, model=None, **job_options):
     config (schedules included); make it before the optimizer is built.
     `model` (optional) names the tensors after the model's variables and
     averages its batch-norm statistics as state. Keyword arguments go to
-    lockstep.job.Job. Compile with jit_compile=False on a GPU (the
-    exchange is a py_function, which XLA cannot compile).
+    lockstep.job.Job. Compile with jit_compile=False: the exchange is a
+    py_function, which XLA cannot compile, and an XLA step is refused.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise _errors.error("INVALID_ARGUMENT",
-                            "DistributedOptimizer wraps a keras.optimizers."
-                            f"Optimizer, got {type(optimizer).__name__}")
+        raise refusal("INVALID_ARGUMENT",
+                      "DistributedOptimizer wraps a keras.optimizers."
+                      f"Optimizer, got {type(optimizer).__name__}")
     if isinstance(optimizer, _Distributed):
-        raise _errors.error("INVALID_ARGUMENT",
-                            "the optimizer is a DistributedOptimizer already")
+        raise refusal("INVALID_ARGUMENT",
+                      "the optimizer is a DistributedOptimizer already")
     if optimizer.built:
-        raise _errors.error("FAILED_PRECONDITION",
-                            "wrap the optimizer before it is built (before "
-                            "compile() or its first apply())")
+        raise refusal("FAILED_PRECONDITION",
+                      "wrap the optimizer before it is built (before "
+                      "compile() or its first apply())")
     cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
     wrapped = cls.from_config(optimizer.get_config())
     # Past Keras's attribute tracking: plain references.
@@ -148,9 +184,10 @@ class _Distributed:
 
     def build(self, variables):
         super().build(variables)
+        model = self.__dict__["_lockstep_model"]
+        refuse_xla(self, model)
         if self.__dict__.get("job") is not None:
             return
-        model = self.__dict__["_lockstep_model"]
         state = float_state(model)
         job, layout = join(model, list(variables), state, optimizer=AVERAGE,
                            **self.__dict__["_lockstep_options"])
@@ -158,6 +195,7 @@ class _Distributed:
                              _lockstep_state=state)
 
     def _backend_apply_gradients(self, grads, trainable_variables):
+        refuse_xla(self, self.__dict__["_lockstep_model"])
         state = self.__dict__["_lockstep_state"]
         layout = self.__dict__["_lockstep_layout"]
         parts = exchange(self, self.job, layout, grads, trainable_variables,

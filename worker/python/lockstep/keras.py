@@ -3,10 +3,14 @@
 The tutorial's code, changed in three lines:
 
     import lockstep.keras
-    model.compile(optimizer=lockstep.keras.SyncOptimizer("adam"),
-                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(optimizer=lockstep.keras.SyncOptimizer("adam", model=model),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"],
+                  jit_compile=False)
     model.fit(lockstep.keras.shard((x_train, y_train), batch_size=64),
-              epochs=5)
+              epochs=5, callbacks=[lockstep.keras.InterruptibleCallback()])
+
+Importing it changes nothing in Keras: what it does, it does through the
+optimizer, the dataset and the callbacks the script hands to Keras.
 
 SyncOptimizer is a Keras optimizer whose update exchanges through Lockstep:
 Keras computes the gradients as usual, the optimizer pushes them all (one
@@ -21,31 +25,50 @@ Keras's own API hands over, works with fit, evaluate and custom loops
 
 Non-trainable float variables (batch-norm moving mean and variance) travel
 as state, as lockstep_worker's do: each worker pushes what its forward pass
-made of them and every worker gets the workers' mean back.
+made of them and every worker gets the workers' mean back. The optimizer
+finds them in the model it is given (model=).
 
 Limits: the gradients leave when Keras has computed all of them (no overlap
-with backprop inside a compiled step); XLA compilation is turned off for
-the train step (py_function cannot be compiled).
+with backprop inside a compiled step); XLA cannot compile the exchange (a
+py_function), so a step compiled with XLA is refused: compile with
+jit_compile=False.
 """
 
+import contextlib
+import os
 import warnings
-import weakref
+from typing import Iterator
 
 import numpy as np
 import tensorflow as tf
 import keras
 
 from lockstep import _native
+from lockstep import _keras_callbacks as callbacks
 from lockstep import data as _data
 from lockstep import errors as _errors
+from lockstep._keras_callbacks import (InterruptibleCallback,
+                                       MetricAverageCallback, rank,
+                                       rank0_only, size)
 from lockstep._keras_distributed import (DistributedOptimizer, exchange,
-                                         float_state, join, names, relative)
-from lockstep.job import _interruptible, current_job
-from lockstep.cluster import Cluster
+                                         float_state, join, names, refusal,
+                                         refuse_xla, relative)
+from lockstep._signals import interruptible as _interruptible
+from lockstep.job import current_job
+from lockstep.cluster import Cluster, Place
 from lockstep.errors import LockstepError
 
-__all__ = ["DistributedOptimizer", "SyncOptimizer", "shard", "save_safetensors", "load_safetensors",
-           "Cluster", "LockstepError", "current_job"]
+__all__ = ["DistributedOptimizer", "SyncOptimizer", "shard", "save_safetensors",
+           "load_safetensors", "callbacks", "MetricAverageCallback",
+           "InterruptibleCallback", "rank0_only", "interruptible", "rank",
+           "size", "Cluster", "LockstepError", "current_job"]
+
+_NO_MODEL = ("SyncOptimizer needs the model it trains, for its batch-norm "
+             "statistics and tensor names: SyncOptimizer(\"adam\", "
+             "model=model). (lockstep.keras no longer patches "
+             "keras.Model.compile to tell it; also pass jit_compile=False "
+             "to compile, and for Ctrl-C during fit, "
+             "callbacks=[lockstep.keras.InterruptibleCallback()].)")
 
 
 class SyncOptimizer(keras.optimizers.Optimizer):
@@ -54,17 +77,28 @@ class SyncOptimizer(keras.optimizers.Optimizer):
     Args:
       optimizer: sgd, momentum, adam or adamw, with Keras's defaults for
         what is not given.
+      model: the keras.Model it trains (keyword; required): the optimizer
+        averages its float non-trainable variables (batch-norm statistics)
+        as state and names the job's tensors after its variables.
       learning_rate, momentum, nesterov, beta_1, beta_2, epsilon,
         weight_decay: its settings.
       sync, backup_workers, staleness, total_steps, cluster: as for
         lockstep.job.Job; other keyword arguments go to it too.
+
+    Compile with jit_compile=False: a step compiled with XLA is refused.
     """
 
     def __init__(self, optimizer="adam", learning_rate=None, momentum=None,
                  nesterov=None, beta_1=None, beta_2=None, epsilon=None,
                  weight_decay=None, sync="sync", backup_workers=0, staleness=None,
-                 total_steps=0, cluster=None, name="lockstep_sync",
-                 **job_options):
+                 total_steps=0, cluster=None, name="lockstep_sync", *,
+                 model=None, **job_options):
+        if model is None:
+            raise refusal("INVALID_ARGUMENT", _NO_MODEL)
+        if not isinstance(model, keras.layers.Layer):
+            raise refusal("INVALID_ARGUMENT",
+                          "SyncOptimizer(model=...) takes the keras.Model it "
+                          f"trains, got {type(model).__name__}")
         if learning_rate is None:
             learning_rate = _native.optimizer_defaults(optimizer)["learning_rate"]
         super().__init__(learning_rate=learning_rate, name=name)
@@ -74,21 +108,28 @@ class SyncOptimizer(keras.optimizers.Optimizer):
             beta_2=beta_2, epsilon=epsilon, weight_decay=weight_decay,
             sync=sync, backup_workers=backup_workers, staleness=staleness,
             total_steps=total_steps, cluster=cluster, **job_options)
+        # Past Keras's attribute tracking: a reference, not a child.
+        self.__dict__["_lockstep_model"] = model
         self.job = None
 
     def build(self, variables):
+        model = self.__dict__["_lockstep_model"]
+        refuse_xla(self, model)
+        known = {id(v) for v in model.trainable_variables}
+        for v in variables:
+            if id(v) not in known:
+                raise refusal("INVALID_ARGUMENT",
+                              f"SyncOptimizer updates {v.path}, which is not "
+                              f"a trainable variable of its model "
+                              f"{model.name!r}: pass model= the model it "
+                              "trains")
         super().build(variables)
-        model = self._model()
         self._state = float_state(model)
         self.job, self._layout = join(model, list(variables), self._state,
                                       **self._lockstep)
 
-    def _model(self):
-        """The model compile() gave this optimizer to, or None."""
-        ref = self.__dict__.get("_lockstep_model")
-        return ref() if ref is not None else None
-
     def _backend_apply_gradients(self, grads, trainable_variables):
+        refuse_xla(self, self.__dict__["_lockstep_model"])
         # Every variable travels, in build order, then the state; the reply
         # is the next version of each.
         parts = exchange(self, self.job, self._layout, grads,
@@ -111,47 +152,37 @@ class SyncOptimizer(keras.optimizers.Optimizer):
         self.job.save_safetensors(path)
 
 
-def _compile_hook(model_class):
-    """Model.compile, told about a SyncOptimizer: it learns its model (for
-    the state variables and names), and the train step runs without XLA,
-    which Keras's "auto" picks on a GPU and which cannot run a py_function.
-    Model.fit with one: Ctrl-C ends the process at once, as it ends
-    lockstep_worker, rather than waiting for a step the servers hold (the
-    wait runs on a TensorFlow thread, where Python cannot interrupt it)."""
-    original = model_class.compile
-    original_fit = model_class.fit
-
-    def compile(self, *args, **kwargs):
-        optimizer = kwargs.get("optimizer", args[0] if args else None)
-        if isinstance(optimizer, SyncOptimizer):
-            kwargs["jit_compile"] = False
-            # Past Keras's attribute tracking: a reference, not a child.
-            optimizer.__dict__["_lockstep_model"] = weakref.ref(self)
-        return original(self, *args, **kwargs)
-
-    def fit(self, *args, **kwargs):
-        if not isinstance(getattr(self, "optimizer", None), SyncOptimizer):
-            return original_fit(self, *args, **kwargs)
-        with _interruptible():
-            return original_fit(self, *args, **kwargs)
-
-    compile.__doc__ = original.__doc__
-    fit.__doc__ = original_fit.__doc__
-    model_class.compile = compile
-    model_class.fit = fit
+@contextlib.contextmanager
+def interruptible() -> "Iterator[None]":
+    """Ctrl-C ends the process at once inside the block (a fit() or a custom
+    loop), as InterruptibleCallback does for one fit(); see there."""
+    with _interruptible():
+        yield
 
 
-_compile_hook(keras.Model)
-
-
-def shard(data: tuple, batch_size: int, epochs: "int | None" = None,
-          **kwargs) -> "tf.data.Dataset":
+def shard(data: "tuple | tf.data.Dataset", batch_size: int,
+          epochs: "int | None" = None, **kwargs) -> "tf.data.Dataset":
     """This worker's batches as a tf.data.Dataset, one epoch per iteration.
 
-    data: (features, labels) numpy arrays. Each time Keras iterates the
-    dataset (each epoch of fit) it yields the rest of the epoch the job is
-    in, in lockstep_worker's order (lockstep.data.Shard).
+    data: (features, labels) numpy arrays, or a tf.data.Dataset of single
+    examples (not batched).
+
+    Arrays: each time Keras iterates the dataset (each epoch of fit) it
+    yields the rest of the epoch the job is in, in lockstep_worker's order
+    (lockstep.data.Shard).
+
+    A Dataset: in the order it yields, global step s takes its W*B elements
+    from s*W*B on and worker r the B of them from s*W*B + r*B on (W
+    workers, B = batch_size), so W workers see what one process with batch
+    W*B sees. The last W*B - 1 elements at most are dropped: every worker
+    has floor(N / (W*B)) batches. Every worker must make the same dataset,
+    in the same order: shuffle with a seed (dataset.shuffle(n, seed=S)),
+    and the same global seed on every worker (keras.utils.set_random_seed
+    sets it too). It starts from its first element at each iteration,
+    wherever the job is.
     """
+    if isinstance(data, tf.data.Dataset):
+        return _shard_dataset(data, batch_size, epochs, kwargs)
     x, y = (np.asarray(a) for a in data)
     s = _data.Shard((x, y), batch_size=batch_size, epochs=epochs, ahead=True,
                     **kwargs)
@@ -167,6 +198,31 @@ def shard(data: tuple, batch_size: int, epochs: "int | None" = None,
         Cluster.from_env()
     steps = len(y) // (cluster.num_workers * batch_size)
     return dataset.apply(tf.data.experimental.assert_cardinality(steps))
+
+
+def _shard_dataset(dataset, batch_size, epochs, kwargs):
+    if epochs is not None or set(kwargs) - {"job"}:
+        raise refusal("INVALID_ARGUMENT",
+                      "shard(dataset) takes batch_size and job only; a "
+                      "dataset gives one epoch per iteration "
+                      "(dataset.repeat() for more), in its own order")
+    job = kwargs.get("job")
+    place = job.cluster if job is not None else Place.from_env()
+    b, r = int(batch_size), place.rank
+    if b < 1:
+        raise refusal("INVALID_ARGUMENT",
+                      f"shard: batch_size must be positive, got {batch_size}")
+    # One global batch, then this worker's slice of it: every worker has
+    # the same number of batches whatever the dataset's length, known or not.
+    global_batches = dataset.batch(place.num_workers * b, drop_remainder=True)
+    # map() hands a tuple's parts over as arguments.
+    is_tuple = isinstance(global_batches.element_spec, tuple)
+
+    def mine(*parts):
+        element = parts if is_tuple else parts[0]
+        return tf.nest.map_structure(lambda t: t[r * b:(r + 1) * b], element)
+
+    return global_batches.map(mine)
 
 
 # fit(shuffle=True), its default, does not apply to a dataset; ours is
