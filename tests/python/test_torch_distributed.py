@@ -74,6 +74,90 @@ class DistributedOptimizerTest(unittest.TestCase):
                       "synchronize() without a backward pass", output)
 
 
+UNUSED = "torch_unused_train.py"
+
+
+class UnusedParameterTest(unittest.TestCase):
+    """A parameter no worker used in a step keeps .grad None, so AdamW skips
+    it (no weight decay, no moments, no step count) as one process does;
+    one only some workers used gets the mean with the others counting as
+    zero, as DDP gives it. workers/torch_unused_train.py says which branch
+    each step uses."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="lockstep_unused_")
+        out = os.path.join(cls.dir, "plain.npz")
+        run = subprocess.run(
+            [PYTHON, os.path.join(harness.WORKERS, UNUSED), "--plain",
+             f"--out={out}"], capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            raise AssertionError(run.stdout + run.stderr)
+        cls.plain = harness.read_npz(out)
+
+    def run_workers(self, passes):
+        out = os.path.join(self.dir, f"passes{passes}_" + "{rank}.npz")
+        results, log = harness.run_job(
+            PYTHON, UNUSED, lambda r: [f"--out={out}", f"--passes={passes}"],
+            2)
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+            self.assertIn("done 20 steps", output)
+        self.assertIn("final version 20", log)
+        return [harness.read_npz(out.format(rank=r)) for r in (0, 1)]
+
+    def check_weights(self, ranks):
+        plain = self.plain
+        kept = sorted(k for k in plain if not k.startswith("local."))
+        for w in ranks:
+            # No AdamW state for `never` here either: it never stepped.
+            self.assertEqual(sorted(k for k in w if not k.startswith(
+                "local.")), kept)
+            for key in ("never.weight", "never.bias"):
+                # Bit-equal to rank 0's initial value, as in one process.
+                np.testing.assert_array_equal(plain["model." + key],
+                                              plain["init." + key], key)
+                np.testing.assert_array_equal(w["model." + key],
+                                              plain["init." + key], key)
+        for key in kept:
+            np.testing.assert_array_equal(ranks[0][key], ranks[1][key], key)
+            if key.startswith("step."):  # Steps AdamW took, exactly.
+                np.testing.assert_array_equal(ranks[0][key], plain[key], key)
+            elif not key.startswith("init."):
+                d = harness.max_relative_difference(ranks[0][key], plain[key])
+                self.assertLessEqual(d, 1e-5, key)
+        self.assertEqual(float(plain["step.some.weight"]), 7.0)
+        self.assertEqual(float(plain["step.routed.weight"]), 15.0)
+
+    def check_routed_gradients(self, ranks):
+        r0, r1 = ranks
+        half = np.float32(0.5)
+        for w in ranks:  # Step 0: no worker used it; .grad stayed None.
+            self.assertNotIn("local.0", w)
+            self.assertNotIn("mean.0", w)
+        self.assertNotIn("local.1", r1)  # Step 1: rank 0's only.
+        self.assertNotIn("local.3", r0)  # Step 3: rank 1's only.
+        expected = {1: r0["local.1"] * half,
+                    2: (r0["local.2"] + r1["local.2"]) * half,
+                    3: r1["local.3"] * half}
+        for step, mean in expected.items():
+            np.testing.assert_array_equal(r0[f"mean.{step}"], mean, step)
+            np.testing.assert_array_equal(r1[f"mean.{step}"], mean, step)
+            d = harness.max_relative_difference(mean,
+                                                self.plain[f"mean.{step}"])
+            self.assertLessEqual(d, 1e-5, step)
+
+    def test_an_unused_parameter_is_skipped_as_in_one_process(self):
+        ranks = self.run_workers(1)
+        self.check_weights(ranks)
+        self.check_routed_gradients(ranks)
+
+    def test_accumulated_passes_skip_and_average_alike(self):
+        ranks = self.run_workers(2)
+        self.check_weights(ranks)
+        self.check_routed_gradients(ranks)
+
+
 class RefusalTest(unittest.TestCase):
     """Refused before any server is dialled."""
 

@@ -21,6 +21,13 @@ gradient is widened to float32 when it is pushed, the servers average in
 float32, and the mean is rounded to nearest into .grad in the parameter's
 dtype, so the wrapped optimizer steps in the model's dtype, as plain
 PyTorch would.
+
+A parameter no worker has a gradient for in a step (its .grad None on
+every worker) keeps .grad None, so the wrapped optimizer skips it as in
+one process; one only some workers used gets the mean with the others
+counting as zero, as DistributedDataParallel gives it. Each worker tells
+which of its parameters had a gradient in one float per parameter tensor,
+averaged with the state ("lockstep/used").
 """
 
 import contextlib
@@ -31,6 +38,13 @@ from lockstep._torch_model import (check_dtypes, float_buffers, frozen,
                                    grad_hook, trainable)
 from lockstep.errors import error, install_exit_codes
 from lockstep.job import AVERAGE, Job
+
+
+# The state tensor of one flag per trainable parameter tensor: 1.0 where
+# this worker had a gradient in the step, 0.0 where .grad was None. Its mean
+# is 0.0 exactly when no worker had one. torch joins module names with
+# "."; a model with a tensor of this name is refused.
+USED = "lockstep/used"
 
 
 def _bad(message):
@@ -105,14 +119,21 @@ class _Exchange:
         check_dtypes(self.frozen, "frozen parameter", "keeps")
         check_dtypes(self.buffers, "buffer", "averages")
         state = self.frozen + self.buffers
+        if USED in (n for n, _ in params + state):
+            raise _bad(f"the model has a tensor named {USED!r}, the name "
+                       "DistributedOptimizer gives its own state")
+        # The flags go last, after the model's state: every worker builds
+        # the same signature from the same model.
         self.job = Job([(n, p.shape) for n, p in params],
-                       [(n, t.shape) for n, t in state], optimizer=AVERAGE,
+                       [(n, t.shape) for n, t in state] +
+                       [(USED, (len(params),))], optimizer=AVERAGE,
                        cluster=cluster, **job_options)
         self.params = [p for _, p in params]
         self.state = [t for _, t in state]
         self.passes_per_step = passes
         self.passes = [0] * len(self.params)
         self.pushed = [False] * len(self.params)
+        self.used = [0.0] * len(self.params)  # This step's flags.
         self.synchronized = False
         self.skip = False
         job = self.job
@@ -154,11 +175,13 @@ class _Exchange:
         slot = self.view(self.gradient, t)
         if p.grad is None:
             slot.zero_()  # Unused by this worker's forward pass.
+            self.used[i] = 0.0
         elif p.grad.is_sparse:
             raise _bad(f"parameter {t.name} has a sparse gradient; Lockstep "
                        "averages dense ones")
         else:
             slot.copy_(p.grad.detach())
+            self.used[i] = 1.0
         self.pushed[i] = True
         job.ready(t.offset, t.end)
 
@@ -175,21 +198,25 @@ class _Exchange:
             for i, done in enumerate(self.pushed):
                 if not done:
                     self.push(i)
-            if self.state:
-                begin = job.num_parameters
-                for t, value in zip(job.state_tensors, self.state):
-                    self.view(self.gradient, t).copy_(value)
-                job.ready(begin, job.weights.size)
+            for t, value in zip(job.state_tensors, self.state):
+                self.view(self.gradient, t).copy_(value)
+            used = job.state_tensors[-1]
+            self.view(self.gradient, used).copy_(
+                torch.tensor(self.used, dtype=torch.float32))
+            job.ready(job.num_parameters, job.weights.size)
             job.finish()  # Refused after a rejoin: see Job.finish.
-            for t, p in zip(job.tensors, self.params):
+            anyone = self.view(self.weights, used).tolist()
+            for t, p, u in zip(job.tensors, self.params, anyone):
                 mean = self.view(self.weights, t)
-                if p.grad is None:
+                if u == 0.0:  # No worker's: skipped, as in one process.
+                    p.grad = None
+                elif p.grad is None:
                     p.grad = mean.to(p.device, p.dtype, copy=True)
                 else:
                     p.grad.copy_(mean)
             # The workers' mean running statistics; frozen parameters are
             # everyone's already.
-            for t, b in zip(job.state_tensors[len(self.frozen):],
+            for t, b in zip(job.state_tensors[len(self.frozen):-1],
                             self.state[len(self.frozen):]):
                 b.copy_(self.view(self.weights, t))
         self.synchronized = True
@@ -197,6 +224,7 @@ class _Exchange:
     def end_step(self):
         self.passes = [0] * len(self.params)
         self.pushed = [False] * len(self.params)
+        self.used = [0.0] * len(self.params)
         self.synchronized = False
 
     def abandon(self):
