@@ -1,7 +1,8 @@
 """lockstep.torch.DistributedOptimizer through real servers in the
 summation mode, against plain PyTorch with one process and the whole
-batch: AdamW, OneCycleLR, clipping after synchronize(), a frozen layer and
-accumulated backward passes."""
+batch: AdamW, OneCycleLR, clipping after synchronize(), a frozen layer,
+accumulated backward passes, and parameters that no worker or only some
+workers used in a step."""
 
 import os
 import subprocess
@@ -168,6 +169,16 @@ class RefusalTest(unittest.TestCase):
             ls.DistributedOptimizer(model.parameters(), model)
         self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
         self.assertIn("wraps a torch.optim.Optimizer", e.exception.message)
+
+    def test_a_tensor_named_as_the_used_flags_is_refused(self):
+        import lockstep.torch as ls
+        model = torch.nn.Linear(2, 2)
+        model.register_buffer("lockstep/used", torch.zeros(2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with self.assertRaises(ls.LockstepError) as e:
+            ls.DistributedOptimizer(opt, model)
+        self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+        self.assertIn("a tensor named 'lockstep/used'", e.exception.message)
 
     def test_the_summation_mode_is_sync_only(self):
         from lockstep.errors import LockstepError
