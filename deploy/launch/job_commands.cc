@@ -38,10 +38,10 @@ constexpr char kAdminIdentity[] = "lockstep-admin";
 void AddTlsFlags(const LaunchOptions& options, const char* role,
                  std::vector<std::string>* argv) {
   if (!options.tls_dir.empty()) {
-    argv->push_back(absl::StrCat("--tls_cert=", options.tls_dir, "/", role,
-                                 ".pem"));
-    argv->push_back(absl::StrCat("--tls_key=", options.tls_dir, "/", role,
-                                 ".key"));
+    argv->push_back(
+        absl::StrCat("--tls_cert=", options.tls_dir, "/", role, ".pem"));
+    argv->push_back(
+        absl::StrCat("--tls_key=", options.tls_dir, "/", role, ".key"));
     argv->push_back(absl::StrCat("--tls_ca=", options.tls_dir, "/ca.pem"));
   }
   if (!options.token_file.empty()) {
@@ -275,6 +275,17 @@ std::string PythonDir(const LaunchOptions& options) {
   }
   char resolved[PATH_MAX];
   return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
+}
+
+std::string PathWithBinDir(const std::string& bin_dir,
+                           const char* inherited_path) {
+  char resolved[PATH_MAX];
+  const std::string dir =
+      realpath(bin_dir.c_str(), resolved) != nullptr ? resolved : bin_dir;
+  return absl::StrCat("PATH=", dir,
+                      inherited_path != nullptr && *inherited_path != '\0'
+                          ? absl::StrCat(":", inherited_path)
+                          : std::string());
 }
 
 int CountVisibleGpus() {

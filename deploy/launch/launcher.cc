@@ -298,13 +298,19 @@ std::optional<int> StartWorkers(const LaunchOptions& options,
   const std::string python_dir = PythonDir(options);
   for (int rank = 0; rank < options.workers; ++rank) {
     const std::string name = absl::StrCat("worker", rank);
+    const std::string& host = options.hosts.WorkerHost(rank);
+    std::vector<std::string> env;
+    if (!options.command.empty()) {
+      env = WorkerEnv(options, rank, addresses, python_dir,
+                      std::getenv("PYTHONPATH"));
+      // Another host's PATH is its own.
+      if (host.empty()) {
+        env.push_back(PathWithBinDir(options.bin_dir, std::getenv("PATH")));
+      }
+    }
     absl::StatusOr<pid_t> pid =
-        StartOnHost(group, options.hosts, options.hosts.WorkerHost(rank), name,
-                    WorkerArgv(options, rank, server_list),
-                    options.command.empty()
-                        ? std::vector<std::string>()
-                        : WorkerEnv(options, rank, addresses, python_dir,
-                                    std::getenv("PYTHONPATH")));
+        StartOnHost(group, options.hosts, host, name,
+                    WorkerArgv(options, rank, server_list), env);
     if (!pid.ok()) {
       group.Log(pid.status().message());
       return Abort(group, RunResult(), options.grace_period);

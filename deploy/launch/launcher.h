@@ -119,6 +119,13 @@ std::vector<std::string> WorkerEnv(const LaunchOptions& options, int rank,
 // a COMMAND's PYTHONPATH; empty when there is none or no command.
 std::string PythonDir(const LaunchOptions& options);
 
+// "PATH=" `bin_dir` (resolved), then `inherited_path`: a COMMAND on this
+// machine finds the launcher's own folder first, so that in a venv not
+// activated `lockstep_launch -- python train.py` runs the venv's python
+// (and lockstep_ctl), as torchrun runs its own interpreter.
+std::string PathWithBinDir(const std::string& bin_dir,
+                           const char* inherited_path);
+
 // GPUs the workers can use: the lines of `nvidia-smi -L` (0 when it is
 // absent or fails), cut to VisibleGpus' count when CUDA_VISIBLE_DEVICES is
 // set (nvidia-smi lists every GPU regardless).

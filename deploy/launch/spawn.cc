@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -27,12 +28,18 @@ absl::Status ErrnoError(absl::string_view what, int err) {
 }
 
 // `program` itself when it names a path (holds a '/'), else the first
-// executable file of that name in PATH's folders; empty when there is none.
-std::string ResolveProgram(const std::string& program) {
+// executable file of that name in the folders of the child's PATH (from
+// `environment`, as a shell or env(1) would look it up); empty when there
+// is none.
+std::string ResolveProgram(const std::string& program,
+                           const std::vector<std::string>& environment) {
   if (program.find('/') != std::string::npos) return program;
-  const char* path = getenv("PATH");
-  for (absl::string_view dir :
-       absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+  absl::string_view path = "/usr/bin:/bin";
+  for (const std::string& entry : environment) {
+    if (absl::StartsWith(entry, "PATH="))
+      path = absl::string_view(entry).substr(5);
+  }
+  for (absl::string_view dir : absl::StrSplit(path, ':')) {
     const std::string candidate =
         absl::StrCat(dir.empty() ? "." : dir, "/", program);
     struct stat st;
@@ -168,13 +175,13 @@ absl::StatusOr<SpawnedChild> SpawnChild(absl::string_view name,
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   // Everything the child needs is allocated before fork(): after it, only
   // async-signal-safe calls.
-  const std::string path = ResolveProgram(argv[0]);
+  const std::vector<std::string> environment = MergeEnvironment(env);
+  const std::string path = ResolveProgram(argv[0], environment);
   if (path.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot execute ", argv[0], " for ", name, ": not found in PATH"));
   }
   std::vector<char*> c_argv = CStrings(argv);
-  const std::vector<std::string> environment = MergeEnvironment(env);
   std::vector<char*> c_env = CStrings(environment);
 
   // The output pipe; the exec error pipe, closed by a successful exec

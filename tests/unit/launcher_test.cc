@@ -94,10 +94,10 @@ TEST(SplitLauncherArgsTest, EverythingAfterDoubleDashGoesToTheWorkers) {
 }
 
 TEST(SplitLauncherArgsTest, AProgramAfterTheDoubleDashIsACommand) {
-  absl::StatusOr<SplitArgs> split = SplitLauncherArgs(
-      {"launch", "--ps=1", "--lr=0.1", "--", "python3", "train.py",
-       "--workers=9", "--"},
-      TestFlags);
+  absl::StatusOr<SplitArgs> split =
+      SplitLauncherArgs({"launch", "--ps=1", "--lr=0.1", "--", "python3",
+                         "train.py", "--workers=9", "--"},
+                        TestFlags);
   ASSERT_TRUE(split.ok()) << split.status();
   EXPECT_THAT(split->launcher, ElementsAre("launch", "--ps=1"));
   EXPECT_THAT(split->passthrough, ElementsAre("--lr=0.1"));
@@ -163,7 +163,8 @@ TEST(LauncherTest, ACommandGetsTheJobInItsEnvironment) {
   options.tls_dir = "/tls";
   options.token_file = "/token";
   options.gpus = 2;
-  EXPECT_THAT(WorkerArgv(options, 1, "h:1"), ElementsAre("python3", "train.py"));
+  EXPECT_THAT(WorkerArgv(options, 1, "h:1"),
+              ElementsAre("python3", "train.py"));
   EXPECT_THAT(
       WorkerEnv(options, 0, {"h:1", "h:2"}, "/py", "/old"),
       ElementsAre(
@@ -180,16 +181,22 @@ TEST(LauncherTest, ACommandGetsTheJobInItsEnvironment) {
   // Rank 1: quiet, no summary, the second GPU; no package: PYTHONPATH kept.
   options.tls_dir.clear();
   options.token_file.clear();
-  EXPECT_THAT(
-      WorkerEnv(options, 1, {"h:1"}, "", nullptr),
-      ElementsAre("LOCKSTEP_RANK=1", "LOCKSTEP_WORKERS=2",
-                  "LOCKSTEP_SERVERS=h:1", "RANK=1", "WORLD_SIZE=2",
-                  "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
-                  "TF_CONFIG={\"cluster\": {\"ps\": [\"h:1\"], "
-                  "\"worker\": [\"worker0:0\", \"worker1:0\"]}, "
-                  "\"task\": {\"type\": \"worker\", \"index\": 1}}",
-                  "LOCKSTEP_PROGRESS=none", "PYTHONUNBUFFERED=1",
-                  "LOCKSTEP_GPU=1"));
+  EXPECT_THAT(WorkerEnv(options, 1, {"h:1"}, "", nullptr),
+              ElementsAre("LOCKSTEP_RANK=1", "LOCKSTEP_WORKERS=2",
+                          "LOCKSTEP_SERVERS=h:1", "RANK=1", "WORLD_SIZE=2",
+                          "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2",
+                          "TF_CONFIG={\"cluster\": {\"ps\": [\"h:1\"], "
+                          "\"worker\": [\"worker0:0\", \"worker1:0\"]}, "
+                          "\"task\": {\"type\": \"worker\", \"index\": 1}}",
+                          "LOCKSTEP_PROGRESS=none", "PYTHONUNBUFFERED=1",
+                          "LOCKSTEP_GPU=1"));
+}
+
+TEST(LauncherTest, ACommandFindsTheLaunchersFolderFirstInPath) {
+  EXPECT_EQ(PathWithBinDir("/no/such/bin", "/usr/bin:/bin"),
+            "PATH=/no/such/bin:/usr/bin:/bin");
+  EXPECT_EQ(PathWithBinDir("/no/such/bin", nullptr), "PATH=/no/such/bin");
+  EXPECT_EQ(PathWithBinDir("/usr/bin/../bin", ""), "PATH=/usr/bin");
 }
 
 TEST(LauncherTest, PlacesWorkersOnGpusRoundRobin) {

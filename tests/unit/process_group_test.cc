@@ -3,8 +3,11 @@
 #include "deploy/launch/process_group.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -195,7 +198,8 @@ TEST(ProcessGroupTest, FindsABareNameInPathAndSetsTheEnvironment) {
     // "sh" from PATH; LOCKSTEP_X set on top of the inherited environment,
     // whose HOME stays.
     ASSERT_TRUE(group
-                    .Start("env", {"sh", "-c", "echo \"$LOCKSTEP_X ${HOME:+home}\""},
+                    .Start("env",
+                           {"sh", "-c", "echo \"$LOCKSTEP_X ${HOME:+home}\""},
                            {"LOCKSTEP_X=set"})
                     .ok());
     const RunResult result = group.Run([&] { return group.num_running() == 0; },
@@ -203,6 +207,31 @@ TEST(ProcessGroupTest, FindsABareNameInPathAndSetsTheEnvironment) {
     EXPECT_EQ(result.reason, Reason::kDone);
   }
   EXPECT_EQ(sink.Read(), "[env] set home\n");
+}
+
+TEST(ProcessGroupTest, ABareNameIsFoundInTheChildsPath) {
+  // A program only the child's PATH holds: lookup follows that PATH, as a
+  // shell or env(1) would.
+  const std::string dir = ::testing::TempDir() + "/lockstep_path_test";
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  const std::string program = dir + "/lockstep-path-probe";
+  FILE* f = fopen(program.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("#!/bin/sh\necho found\n", f);
+  fclose(f);
+  ASSERT_EQ(chmod(program.c_str(), 0755), 0);
+  Sink sink;
+  {
+    ProcessGroup group(To(sink));
+    ASSERT_TRUE(group
+                    .Start("probe", {"lockstep-path-probe"},
+                           {"PATH=" + dir + ":/usr/bin:/bin"})
+                    .ok());
+    const RunResult result = group.Run([&] { return group.num_running() == 0; },
+                                       Within(absl::Seconds(5)));
+    EXPECT_EQ(result.reason, Reason::kDone);
+  }
+  EXPECT_EQ(sink.Read(), "[probe] found\n");
 }
 
 TEST(ProcessGroupTest, ABareNameNotInPathFailsAtStart) {
