@@ -94,6 +94,21 @@ absl::StatusOr<std::string> CoordinatorClient::Get(absl::string_view key,
   return std::move(*response.mutable_value());
 }
 
+absl::Status CoordinatorClient::Ping(absl::string_view key,
+                                     absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::GetRequest request;
+  request.set_key(std::string(key));
+  request.set_no_wait(true);
+  v1::GetResponse response;
+  grpc::Status status = impl_->stub_->Get(&context, request, &response);
+  if (status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    return absl::OkStatus();
+  }
+  return Annotate(status, "Get", key, address_);
+}
+
 absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
     const GroupRequest& r, absl::Time deadline) {
   grpc::ClientContext context;
