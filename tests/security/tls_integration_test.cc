@@ -173,20 +173,17 @@ TEST_F(TlsIntegrationTest, CertificatesFromAnotherCaAreRefused) {
       absl::StatusCode::kUnavailable);
 }
 
-// lockstep_worker against `address` with `tls` (the flags), waiting 2 s
+// lockstep_worker against `address` with `tls` (the flags), waiting 1 s
 // for a server.
 RunResult RunTlsWorker(const std::string& address,
-                       const std::vector<std::string>& tls) {
-  std::vector<std::string> argv = {kBin + "/lockstep_worker",
-                                   "--servers=" + address,
-                                   "--workers=1",
-                                   "--rank=0",
-                                   "--dataset=synthetic",
-                                   "--synthetic_examples=640",
-                                   "--max_steps=2",
-                                   "--progress=none",
-                                   "--connect_timeout_s=2"};
+                       const std::vector<std::string>& tls,
+                       const std::vector<std::string>& mode = {"--workers=1"}) {
+  std::vector<std::string> argv = {
+      kBin + "/lockstep_worker", "--servers=" + address,     "--rank=0",
+      "--dataset=synthetic",     "--synthetic_examples=640", "--max_steps=2",
+      "--progress=none",         "--connect_timeout_s=1"};
   argv.insert(argv.end(), tls.begin(), tls.end());
+  argv.insert(argv.end(), mode.begin(), mode.end());
   return RunProcess(argv, {}, absl::Seconds(60));
 }
 
@@ -210,6 +207,16 @@ TEST_F(TlsIntegrationTest, AWorkerWhoseCertificateIsRefusedExitsPermanent) {
                                     "--tls_key=" + a_->File("worker.key")});
   EXPECT_EQ(distrustful.exit_code, 2) << distrustful.output;
   EXPECT_THAT(distrustful.output, HasSubstr("certificate verify failed"));
+  // An all-reduce rank meets the coordinator first.
+  const RunResult rank = RunTlsWorker(
+      server.address,
+      {"--tls_ca=" + a_->File("ca.pem"), "--tls_cert=" + b_->File("worker.pem"),
+       "--tls_key=" + b_->File("worker.key")},
+      {"--workers=2", "--sync=allreduce"});
+  EXPECT_EQ(rank.exit_code, 2) << rank.output;
+  EXPECT_THAT(rank.output,
+              HasSubstr("the TLS handshake was refused: the coordinator did "
+                        "not accept this worker's certificate"));
   const RunResult nobody = RunTlsWorker(
       absl::StrCat("127.0.0.1:", FreePort()),
       {"--tls_ca=" + a_->File("ca.pem"), "--tls_cert=" + a_->File("worker.pem"),
