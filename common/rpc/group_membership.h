@@ -20,7 +20,8 @@ struct GroupRequest {
   int size = 1;         // The job's ranks (--workers).
   int64_t version = 0;  // Steps its replica has applied; non-negative.
   int min_size = 0;     // The fewest a group forms with; 0: size.
-  absl::Duration settle;  // A group of fewer forms this long after the last join.
+  // A group of fewer forms this long after the last join.
+  absl::Duration settle;
   // A serialized lockstep.v1.ModelSignature; empty: not checked.
   std::string signature;
 };
@@ -47,13 +48,16 @@ struct GroupOptions {
   // A group missing a rank asks the coordinator for joiners with calls
   // this long.
   absl::Duration watch_poll = absl::Seconds(30);
+  // Every rank calls the coordinator this often while it is in the job:
+  // the server's worker contact for --no_worker_timeout_s.
+  absl::Duration contact_every = absl::Seconds(1);
 };
 
 struct GroupView {
   int64_t generation = 0;
-  int index = 0;             // This member's place in the group.
-  std::vector<int> members;  // The members' ranks, ascending.
-  int64_t version = 0;       // The highest a member holds.
+  int index = 0;              // This member's place in the group.
+  std::vector<int> members;   // The members' ranks, ascending.
+  int64_t version = 0;        // The highest a member holds.
   bool state_needed = false;  // Some member is behind `version`.
   int source_index = 0;       // The member that sends its state then.
 };

@@ -2,6 +2,9 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+
 namespace lockstep {
 
 // Both enums follow google.rpc.Code, so the numeric values carry over.
@@ -15,6 +18,13 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+bool IsTlsRefusal(const absl::Status& status, bool client_tls) {
+  if (status.code() != absl::StatusCode::kUnavailable) return false;
+  const std::string message = absl::AsciiStrToLower(status.message());
+  return absl::StrContains(message, "handshake failed") ||
+         (client_tls && absl::StrContains(message, "socket closed"));
 }
 
 }  // namespace lockstep

@@ -11,6 +11,15 @@ namespace lockstep {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// Whether `status`, a connection's failure (UNAVAILABLE), is a TLS handshake
+// that was refused: a certificate not verified ("handshake failed"), or,
+// when the client uses TLS (`client_tls`), the connection closed during
+// the handshake ("Socket closed": a TLS 1.3 server that refuses the
+// client's certificate closes it after the client's part). Retrying with
+// the same certificates fails the same way; a server that is down or out
+// of reach ("Connection refused", a timeout) is not a refusal.
+bool IsTlsRefusal(const absl::Status& status, bool client_tls);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_RPC_GRPC_STATUS_H_

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "common/base/status_macros.h"
 #include "common/rpc/grpc_status.h"
 
 namespace lockstep {
@@ -80,12 +82,17 @@ void ToProto(const GroupRendezvous::Group& group, v1::JoinGroupResponse* r) {
 
 }  // namespace
 
+absl::Status CoordinatorService::Admit(
+    const grpc::CallbackServerContext& context, const char* method) {
+  RETURN_IF_ERROR(CheckAccess(authorizer_, context, Access::kWorker, method));
+  if (contact_ != nullptr) contact_->Note(absl::Now());
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
     grpc::CallbackServerContext* context, const v1::JoinGroupRequest* request,
     v1::JoinGroupResponse* response) {
-  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
-                                   "Coordinator.JoinGroup");
-      !s.ok()) {
+  if (absl::Status s = Admit(*context, "Coordinator.JoinGroup"); !s.ok()) {
     return Answered(context, s);
   }
   auto* call = new WaitingCall(
@@ -103,9 +110,7 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
 grpc::ServerUnaryReactor* CoordinatorService::WatchGroup(
     grpc::CallbackServerContext* context, const v1::WatchGroupRequest* request,
     v1::WatchGroupResponse* response) {
-  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
-                                   "Coordinator.WatchGroup");
-      !s.ok()) {
+  if (absl::Status s = Admit(*context, "Coordinator.WatchGroup"); !s.ok()) {
     return Answered(context, s);
   }
   auto* call = new WaitingCall(
@@ -124,9 +129,7 @@ grpc::ServerUnaryReactor* CoordinatorService::WatchGroup(
 grpc::ServerUnaryReactor* CoordinatorService::Set(
     grpc::CallbackServerContext* context, const v1::SetRequest* request,
     v1::SetResponse* response) {
-  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
-                                   "Coordinator.Set");
-      !s.ok()) {
+  if (absl::Status s = Admit(*context, "Coordinator.Set"); !s.ok()) {
     return Answered(context, s);
   }
   absl::StatusOr<bool> created =
@@ -138,9 +141,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Set(
 grpc::ServerUnaryReactor* CoordinatorService::Get(
     grpc::CallbackServerContext* context, const v1::GetRequest* request,
     v1::GetResponse* response) {
-  if (absl::Status s = CheckAccess(authorizer_, *context, Access::kWorker,
-                                   "Coordinator.Get");
-      !s.ok()) {
+  if (absl::Status s = Admit(*context, "Coordinator.Get"); !s.ok()) {
     return Answered(context, s);
   }
   if (request->no_wait()) {

@@ -6,13 +6,15 @@
 // key finishes it, and a cancelled call (its deadline passed, the client went
 // away, the server shuts down) withdraws it. JoinGroup and WatchGroup wait
 // alike in a GroupRendezvous. All first ask the Authorizer
-// (common/security/authorizer.h): they are worker RPCs. Protobuf types stop here.
+// (common/security/authorizer.h): they are worker RPCs, and each one let in
+// is noted as worker contact (ContactClock). Protobuf types stop here.
 // Thread-safe (the store is).
 #ifndef LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 #define LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 
 #include "common/security/authorizer.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
+#include "server/coordination/contact_clock.h"
 #include "server/coordination/coordination_store.h"
 #include "server/coordination/group_rendezvous.h"
 
@@ -20,11 +22,16 @@ namespace lockstep {
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  // `store`, `groups` and `authorizer` are not owned and must outlive the
-  // service; a null authorizer lets every caller in.
+  // `store`, `groups`, `authorizer` and `contact` are not owned and must
+  // outlive the service; a null authorizer lets every caller in, a null
+  // `contact` notes no call.
   CoordinatorService(CoordinationStore* store, GroupRendezvous* groups,
-                     const Authorizer* authorizer = nullptr)
-      : store_(store), groups_(groups), authorizer_(authorizer) {}
+                     const Authorizer* authorizer = nullptr,
+                     ContactClock* contact = nullptr)
+      : store_(store),
+        groups_(groups),
+        authorizer_(authorizer),
+        contact_(contact) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::SetRequest* request,
@@ -41,9 +48,15 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       v1::WatchGroupResponse* response) override;
 
  private:
+  // OK when the caller may call `method` (noted as contact), else the
+  // refusal.
+  absl::Status Admit(const grpc::CallbackServerContext& context,
+                     const char* method);
+
   CoordinationStore* const store_;      // Not owned.
   GroupRendezvous* const groups_;       // Not owned.
   const Authorizer* const authorizer_;  // Not owned; may be null.
+  ContactClock* const contact_;         // Not owned; may be null.
 };
 
 }  // namespace lockstep

@@ -8,7 +8,7 @@
 // ADDRESS is a parameter-server shard (host:port); give every shard of the
 // job, in shard order. Exit codes: 0 done (with --watch: the job
 // finished), 1 a server did not answer or refused (with --watch: for 10 s,
-// before the job finished), 2 bad usage.
+// or refused connections for 3 s, before the job finished), 2 bad usage.
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +22,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -62,8 +63,8 @@ constexpr char kUsage[] =
     "TLS and token flags (--tls_ca, --token_file, ...) as for the other "
     "binaries.\n"
     "Exit codes: 0 done (--watch: the job finished), 1 a server did not "
-    "answer or refused (--watch: for 10s, before the job finished), 2 bad "
-    "usage.";
+    "answer or refused (--watch: for 10s, or refused connections for 3s, "
+    "before the job finished), 2 bad usage.";
 
 int UsageError(const std::string& message) {
   std::fprintf(stderr, "lockstep_ctl: %s\n\nlockstep_ctl: %s\n",
@@ -144,6 +145,40 @@ void Draw(const std::vector<ShardReading>& readings, bool in_place, int view) {
 // exit 1 once some shard has not answered for this long (the servers went
 // away before the job finished, or never came).
 constexpr absl::Duration kWatchGiveUp = absl::Seconds(10);
+// ... or sooner, once a shard has refused the connection in every view for
+// this long (at least two views): nothing listens at its address any more,
+// so the server exited (a finished job's last view came before it did).
+constexpr absl::Duration kWatchGone = absl::Seconds(3);
+
+// Whether `reading` says nothing listens at the shard's address.
+bool Refused(const ShardReading& reading) {
+  return !reading.status.ok() &&
+         reading.status.status().code() == absl::StatusCode::kUnavailable &&
+         absl::StrContains(reading.status.status().message(),
+                           "Connection refused");
+}
+
+// The address of a shard whose connection has been refused in every view
+// since (*refused_since)[i] for kWatchGone or longer, over two views or
+// more; empty when none. Updates `refused_since` and `refused_views` with
+// `readings`.
+std::string GoneShard(const std::vector<ShardReading>& readings, absl::Time now,
+                      std::vector<absl::Time>* refused_since,
+                      std::vector<int>* refused_views) {
+  std::string gone;
+  for (size_t i = 0; i < readings.size(); ++i) {
+    if (!Refused(readings[i])) {
+      (*refused_views)[i] = 0;
+      continue;
+    }
+    if ((*refused_views)[i]++ == 0) (*refused_since)[i] = now;
+    if (gone.empty() && (*refused_views)[i] >= 2 &&
+        now - (*refused_since)[i] >= kWatchGone) {
+      gone = readings[i].address;
+    }
+  }
+  return gone;
+}
 
 int Status(const std::string& addresses) {
   absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> shards =
@@ -162,6 +197,8 @@ int Status(const std::string& addresses) {
   // finishes meanwhile answers it with its final status.
   const absl::Duration wait = watch ? interval : absl::ZeroDuration();
   absl::Time all_answered = absl::Now();
+  std::vector<absl::Time> refused_since(shards->size());
+  std::vector<int> refused_views(shards->size(), 0);
   for (int view = 0;; ++view) {
     const absl::Time next = absl::Now() + interval;
     const std::vector<ShardReading> readings = Read(*shards, timeout, wait);
@@ -171,6 +208,17 @@ int Status(const std::string& addresses) {
     if (watch && JobFinished(readings)) {
       std::printf("\nThe job finished.\n");
       return kExitOk;
+    }
+    if (const std::string gone =
+            GoneShard(readings, absl::Now(), &refused_since, &refused_views);
+        watch && !gone.empty()) {
+      ReportFailures(readings);
+      std::fprintf(stderr,
+                   "lockstep_ctl: the server at %s has refused every "
+                   "connection for %s: it has exited without the job having "
+                   "finished\n",
+                   gone.c_str(), absl::FormatDuration(kWatchGone).c_str());
+      return kExitFailure;
     }
     if (watch && absl::Now() - all_answered >= kWatchGiveUp) {
       ReportFailures(readings);
@@ -204,16 +252,14 @@ int Checkpoint(const std::string& addresses) {
       continue;
     }
     if (!saved->checkpoint.empty()) {
-      std::printf("%s: checkpoint of version %lld in %s\n",
-                  shard->address().c_str(),
-                  static_cast<long long>(saved->version),
-                  saved->checkpoint.c_str());
+      std::printf(
+          "%s: checkpoint of version %lld in %s\n", shard->address().c_str(),
+          static_cast<long long>(saved->version), saved->checkpoint.c_str());
     }
     if (!saved->weights_file.empty()) {
-      std::printf("%s: weights of version %lld in %s\n",
-                  shard->address().c_str(),
-                  static_cast<long long>(saved->version),
-                  saved->weights_file.c_str());
+      std::printf(
+          "%s: weights of version %lld in %s\n", shard->address().c_str(),
+          static_cast<long long>(saved->version), saved->weights_file.c_str());
     }
   }
   return exit_code;
@@ -266,5 +312,6 @@ int main(int argc, char** argv) {
                                : lockstep::Checkpoint(args[0]);
   }
   if (command == "merge-traces") return lockstep::MergeTraceFiles(args);
-  return lockstep::UsageError(absl::StrCat("unknown command \"", command, "\""));
+  return lockstep::UsageError(
+      absl::StrCat("unknown command \"", command, "\""));
 }

@@ -111,8 +111,9 @@ absl::Status Daemon::CreateCore() {
   watch.fail_on_worker_loss = options_.fail_on_worker_loss;
   watch.no_worker_timeout = options_.no_worker_timeout;
   watch.exit_when_done = options_.exit_when_done;
-  watchdog_ = std::make_unique<JobWatchdog>(
-      watch, core_.get(), checkpointer_.get(), weights_.get(), LogToStderr);
+  watchdog_ = std::make_unique<JobWatchdog>(watch, core_.get(),
+                                            checkpointer_.get(), weights_.get(),
+                                            LogToStderr, &coordinator_contact_);
   return absl::OkStatus();
 }
 
@@ -210,7 +211,8 @@ int Daemon::Run() {
     if (group == kPsGroupName) core_->RequireGeneration(generation);
   });
   CoordinatorService coordinator(&coordination_store, &groups,
-                                 security->authorizer.get());
+                                 security->authorizer.get(),
+                                 &coordinator_contact_);
   std::unique_ptr<GrpcEndpoint> endpoint =
       GrpcEndpoint::Start(EndpointOptionsOf(options_), security->credentials,
                           {&service, &coordinator}, LogToStderr);

@@ -46,8 +46,8 @@ struct DaemonOptions {
   int64_t max_parameters = int64_t{1} << 30;  // Largest model registered.
   // ParameterServerOptions::max_state_bytes (0: no bound).
   int64_t max_state_bytes = 0;
-  ServerLimits limits;  // Streams, keepalive, connection idle and age.
-  TlsOptions tls;       // Credentials and who may call what.
+  ServerLimits limits;         // Streams, keepalive, connection idle and age.
+  TlsOptions tls;              // Credentials and who may call what.
   std::string checkpoint_dir;  // Empty: no checkpoints.
   // A checkpoint file or folder of another job that a new job starts from
   // when checkpoint_dir holds none (CheckpointStore::ReadForInit); empty:
@@ -119,6 +119,8 @@ class Daemon final {
   std::unique_ptr<CheckpointStore> store_;      // Null: no checkpoint_dir.
   std::unique_ptr<Checkpointer> checkpointer_;  // Null: no checkpoint_dir.
   std::unique_ptr<WeightsFileWriter> weights_;  // Null: no weights_file.
+  // Coordinator calls, worker contact for the watchdog.
+  ContactClock coordinator_contact_;
   std::unique_ptr<JobWatchdog> watchdog_;
 };
 

@@ -20,12 +20,13 @@ std::string Ranks(const std::vector<int>& ranks) {
 
 JobWatchdog::JobWatchdog(const Options& options, ParameterServer* core,
                          Checkpointer* checkpointer, WeightsFileWriter* weights,
-                         DaemonLog log)
+                         DaemonLog log, const ContactClock* coordinator)
     : options_(options),
       core_(core),
       checkpointer_(checkpointer),
       weights_(weights),
-      log_(std::move(log)) {}
+      log_(std::move(log)),
+      coordinator_(coordinator) {}
 
 std::optional<int> JobWatchdog::CheckStepTimeouts(absl::Time now) {
   if (options_.step_timeout <= absl::ZeroDuration()) return std::nullopt;
@@ -70,6 +71,8 @@ std::optional<int> JobWatchdog::CheckWorkersGone(absl::Time now) {
   for (const WorkerActivity& w : core_->GetStatus().workers) {
     last = std::max(last, w.last_contact);
   }
+  // All-reduce ranks call only the coordinator while they train.
+  if (coordinator_ != nullptr) last = std::max(last, coordinator_->Latest());
   // Before the first call the job has not begun: workers may be slow to
   // start (pods pending), and nothing would be lost.
   if (last == absl::InfinitePast() || now - last < options_.no_worker_timeout) {

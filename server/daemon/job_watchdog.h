@@ -2,7 +2,8 @@
 // too long for a worker (a warning at half the timeout; at the timeout the
 // job fails under --on_worker_loss=fail, else waits for a replacement), a
 // job that no worker has called for --no_worker_timeout_s (every worker
-// lost and none replaced: save what is unsaved, exit retryable), and the
+// lost and none replaced: save what is unsaved, exit retryable; a call to
+// the coordinator counts, all-reduce ranks making no other), and the
 // job's end once every worker has left (save, write the weights file,
 // exit 0). Each check returns the exit code to stop with, or nullopt.
 //
@@ -16,6 +17,7 @@
 #include <optional>
 
 #include "absl/time/time.h"
+#include "server/coordination/contact_clock.h"
 #include "server/core/parameter_server.h"
 #include "server/daemon/checkpointer.h"
 #include "server/daemon/daemon_log.h"
@@ -33,16 +35,19 @@ class JobWatchdog final {
     bool exit_when_done = true;
   };
 
+  // `coordinator` (not owned; may be null) is when a worker last called
+  // the coordinator.
   JobWatchdog(const Options& options, ParameterServer* core,
               Checkpointer* checkpointer, WeightsFileWriter* weights,
-              DaemonLog log);
+              DaemonLog log, const ContactClock* coordinator = nullptr);
 
   // The step-timeout watchdog: kExitRetryable when a lost worker fails the
   // job (the core shut down with the reason).
   std::optional<int> CheckStepTimeouts(absl::Time now);
-  // kExitRetryable when no worker has called since `now` -
-  // no_worker_timeout and the job is unfinished. Before any worker's first
-  // call the job has not begun: never.
+  // kExitRetryable when no worker has called (the core or the
+  // coordinator) since `now` - no_worker_timeout and the job is
+  // unfinished. Before any worker's first call the job has not begun:
+  // never.
   std::optional<int> CheckWorkersGone(absl::Time now);
   // Once every worker has left (exit_when_done): kExitOk when the model is
   // saved, kExitFailure when it could not be or when a rank failed and no
@@ -55,6 +60,7 @@ class JobWatchdog final {
   Checkpointer* const checkpointer_;  // Not owned; may be null.
   WeightsFileWriter* const weights_;  // Not owned; may be null.
   const DaemonLog log_;
+  const ContactClock* const coordinator_;  // Not owned; may be null.
 };
 
 }  // namespace lockstep

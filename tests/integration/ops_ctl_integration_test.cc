@@ -116,6 +116,40 @@ TEST(OpsIntegrationTest, CtlWatchExitsZeroOnceTheJobFinished) {
   EXPECT_THAT(out, Not(HasSubstr("UNAVAILABLE")));
 }
 
+// A server that gives up on its job (exit 75: its one worker was
+// SIGKILLed, --no_worker_timeout_s=1) is gone for good: the watch stops
+// once its connections have been refused for 3 s, with exit 1 and a line
+// that says so, not after polling for 10 s.
+TEST(OpsIntegrationTest, CtlWatchStopsOnceTheServerIsGone) {
+  const std::string dir = MakeTempDir();
+  Server server =
+      StartServer(dir, 0, {"--workers=1", "--no_worker_timeout_s=1"});
+  ASSERT_GT(server.port, 0) << server.process->Output();
+  std::unique_ptr<Subprocess> worker =
+      StartWorker(server, 1, 0, {"--max_steps=100000", "--epochs=1000"});
+  Subprocess watch =
+      Subprocess::Start({kBin + "/lockstep_ctl", "status", server.address,
+                         "--watch", "--interval=200ms"});
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  // The worker has called (a view shows a step): the server's no-worker
+  // clock runs.
+  while (watch.Output().find("\nStep ") == std::string::npos &&
+         absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  worker->Kill();
+  EXPECT_EQ(server.process->Wait(kDeadline), 75) << server.process->Output();
+  const absl::Time exited = absl::Now();
+  const std::optional<int> code = watch.Wait(kDeadline);
+  ASSERT_TRUE(code.has_value()) << "still watching:\n" << watch.Output();
+  EXPECT_EQ(*code, 1) << watch.Output();
+  EXPECT_LT(absl::Now() - exited, absl::Seconds(6)) << watch.Output();
+  EXPECT_THAT(watch.Output(),
+              HasSubstr("lockstep_ctl: the server at " + server.address +
+                        " has refused every connection for 3s: it has exited "
+                        "without the job having finished\n"));
+}
+
 TEST(OpsIntegrationTest, CtlErrorsAreClear) {
   const std::string ctl = kBin + "/lockstep_ctl";
   const std::string nobody = absl::StrCat("127.0.0.1:", FreePort());

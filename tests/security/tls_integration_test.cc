@@ -173,6 +173,58 @@ TEST_F(TlsIntegrationTest, CertificatesFromAnotherCaAreRefused) {
       absl::StatusCode::kUnavailable);
 }
 
+// lockstep_worker against `address` with `tls` (the flags), waiting 1 s
+// for a server.
+RunResult RunTlsWorker(const std::string& address,
+                       const std::vector<std::string>& tls,
+                       const std::vector<std::string>& mode = {"--workers=1"}) {
+  std::vector<std::string> argv = {
+      kBin + "/lockstep_worker", "--servers=" + address,     "--rank=0",
+      "--dataset=synthetic",     "--synthetic_examples=640", "--max_steps=2",
+      "--progress=none",         "--connect_timeout_s=1"};
+  argv.insert(argv.end(), tls.begin(), tls.end());
+  argv.insert(argv.end(), mode.begin(), mode.end());
+  return RunProcess(argv, {}, absl::Seconds(60));
+}
+
+// A refused certificate is permanent (exit 2, saying so), whichever side
+// refused it; a server that is not there stays retryable (exit 75).
+TEST_F(TlsIntegrationTest, AWorkerWhoseCertificateIsRefusedExitsPermanent) {
+  ServerProcess server = StartMutualTlsServer();
+  const RunResult foreign =
+      RunTlsWorker(server.address, {"--tls_ca=" + a_->File("ca.pem"),
+                                    "--tls_cert=" + b_->File("worker.pem"),
+                                    "--tls_key=" + b_->File("worker.key")});
+  EXPECT_EQ(foreign.exit_code, 2) << foreign.output;
+  EXPECT_THAT(foreign.output,
+              HasSubstr("registering with shard 0: the TLS handshake with " +
+                        server.address +
+                        " was refused: the server did not accept this "
+                        "worker's certificate"));
+  const RunResult distrustful =
+      RunTlsWorker(server.address, {"--tls_ca=" + b_->File("ca.pem"),
+                                    "--tls_cert=" + a_->File("worker.pem"),
+                                    "--tls_key=" + a_->File("worker.key")});
+  EXPECT_EQ(distrustful.exit_code, 2) << distrustful.output;
+  EXPECT_THAT(distrustful.output, HasSubstr("certificate verify failed"));
+  // An all-reduce rank meets the coordinator first.
+  const RunResult rank = RunTlsWorker(
+      server.address,
+      {"--tls_ca=" + a_->File("ca.pem"), "--tls_cert=" + b_->File("worker.pem"),
+       "--tls_key=" + b_->File("worker.key")},
+      {"--workers=2", "--sync=allreduce"});
+  EXPECT_EQ(rank.exit_code, 2) << rank.output;
+  EXPECT_THAT(rank.output,
+              HasSubstr("the TLS handshake was refused: the coordinator did "
+                        "not accept this worker's certificate"));
+  const RunResult nobody = RunTlsWorker(
+      absl::StrCat("127.0.0.1:", FreePort()),
+      {"--tls_ca=" + a_->File("ca.pem"), "--tls_cert=" + a_->File("worker.pem"),
+       "--tls_key=" + a_->File("worker.key")});
+  EXPECT_EQ(nobody.exit_code, 75) << nobody.output;
+  EXPECT_THAT(nobody.output, Not(HasSubstr("TLS handshake")));
+}
+
 TEST_F(TlsIntegrationTest, RolesComeFromClientCertificates) {
   ServerProcess server = StartMutualTlsServer();
   auto worker = Stub(server.address, a_->Client("worker"));

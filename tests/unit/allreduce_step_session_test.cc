@@ -5,6 +5,7 @@
 #include "worker/exchange/allreduce_step_session.h"
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 
 constexpr int kRanks = 2;
 constexpr int kElements = 6;
@@ -74,8 +76,10 @@ struct RankRun {
   std::vector<std::vector<int>> shards;
 };
 
-// Runs steps until the session stops or `steps` are done.
-void RunRank(AllReduceStepSession* session, int rank, int steps, RankRun* run) {
+// Runs steps until the session stops or `steps` are done; rank 1's
+// gradient at step `nan_step` has a NaN.
+void RunRank(AllReduceStepSession* session, int rank, int steps, RankRun* run,
+             int64_t nan_step = -1) {
   absl::StatusOr<StepOutcome> at =
       session->Join(Signature(steps), Initial, absl::MakeSpan(run->weights), {},
                     absl::Seconds(30));
@@ -92,6 +96,9 @@ void RunRank(AllReduceStepSession* session, int rank, int steps, RankRun* run) {
     run->shards.push_back(plan->batch_shards);
     for (int j = 0; j < kElements; ++j) {
       plan->gradient[j] = Gradient(rank, plan->step, j);
+    }
+    if (rank == 1 && plan->step == nan_step) {
+      plan->gradient[4] = std::numeric_limits<float>::quiet_NaN();
     }
     at = session->FinishStep();
     if (!at.ok()) {
@@ -151,6 +158,33 @@ TEST(AllReduceStepSessionTest, AStopOnOneRankStopsBothAfterTheSameStep) {
     EXPECT_TRUE(run.stopping_after_last) << "rank " << rank;
   }
   EXPECT_EQ(runs[0].weights, runs[1].weights);
+}
+
+// Rank 1's gradient of step 1 holds a NaN: both ranks refuse the summed
+// step (INVALID_ARGUMENT, as a parameter server refuses such a push) and
+// keep the weights of version 1, the last good step.
+TEST(AllReduceStepSessionTest, ANonFiniteSumIsRefusedOnEveryRank) {
+  InProcessCoordinator coordinator;
+  RankRun runs[kRanks];
+  RunRanks(kRanks, [&](int rank) {
+    std::unique_ptr<AllReduceStepSession> session =
+        NewSession(rank, coordinator, nullptr);
+    RunRank(session.get(), rank, 3, &runs[rank], /*nan_step=*/1);
+  });
+  std::vector<float> want = Initial();
+  for (int j = 0; j < kElements; ++j) {
+    want[j] -= kLearningRate * (Gradient(0, 0, j) + Gradient(1, 0, j)) / 2;
+  }
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const RankRun& run = runs[rank];
+    EXPECT_EQ(run.status.code(), absl::StatusCode::kInvalidArgument)
+        << "rank " << rank << ": " << run.status;
+    EXPECT_THAT(run.status.message(),
+                HasSubstr("the summed gradient of step 1 is not finite "
+                          "(element 4 is nan (not finite))"));
+    EXPECT_THAT(run.versions, ElementsAre(1)) << "rank " << rank;
+    EXPECT_THAT(run.weights, ElementsAreArray(want)) << "rank " << rank;
+  }
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ class CoordinationServiceTest : public ::testing::Test {
 
   CoordinationStore store_;
   GroupRendezvous groups_;
-  CoordinatorService service_{&store_, &groups_};
+  ContactClock contact_;
+  CoordinatorService service_{&store_, &groups_, nullptr, &contact_};
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::unique_ptr<CoordinatorClient> client_;
@@ -90,6 +91,22 @@ TEST_F(CoordinationServiceTest, GetPastItsDeadlineFailsAndLeavesNoWaiter) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   // The server saw the call cancelled and withdrew the waiter.
   EXPECT_TRUE(store_.AwaitNumWaiters(0, In(absl::Seconds(30))));
+}
+
+// Every call is worker contact (for the server's --no_worker_timeout_s):
+// a ping answered NOT_FOUND as much as a Set.
+TEST_F(CoordinationServiceTest, EveryCallIsNotedAsWorkerContact) {
+  EXPECT_EQ(contact_.Latest(), absl::InfinitePast());
+  const absl::Time before_ping = absl::Now();
+  ASSERT_TRUE(client_->Ping("job/contact", In(absl::Seconds(10))).ok());
+  const absl::Time pinged = contact_.Latest();
+  EXPECT_GE(pinged, before_ping);
+  EXPECT_LE(pinged, absl::Now());
+  EXPECT_EQ(store_.NumWaiters(), 0u);
+  const absl::Time before_set = absl::Now();
+  ASSERT_TRUE(client_->Set("job/k", "v", In(absl::Seconds(10))).ok());
+  EXPECT_GE(contact_.Latest(), before_set);
+  EXPECT_LE(contact_.Latest(), absl::Now());
 }
 
 TEST_F(CoordinationServiceTest, IfAbsentConflictIsAlreadyExists) {

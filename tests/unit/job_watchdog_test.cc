@@ -147,6 +147,33 @@ TEST_F(JobWatchdogTest, BeforeAnyCallTheJobHasNotBegun) {
   EXPECT_THAT(log_.lines, IsEmpty());
 }
 
+// An all-reduce job's ranks call only the coordinator: its calls start the
+// job and count as contact as the core's do.
+TEST_F(JobWatchdogTest, CoordinatorCallsAreWorkerContact) {
+  FakeEnv clock;
+  std::unique_ptr<ParameterServer> allreduce = TwoWorkerCore(&clock);
+  ContactClock coordinator;
+  JobWatchdog::Options options;
+  options.no_worker_timeout = absl::Seconds(60);
+  JobWatchdog watchdog(options, allreduce.get(), nullptr, nullptr, log_.Log(),
+                       &coordinator);
+  const absl::Time joined = clock.Now() + absl::Seconds(5);
+  coordinator.Note(joined);
+  EXPECT_EQ(watchdog.CheckWorkersGone(joined + absl::Seconds(59)),
+            std::nullopt);
+  coordinator.Note(joined + absl::Seconds(30));  // A later call.
+  EXPECT_EQ(watchdog.CheckWorkersGone(joined + absl::Seconds(89)),
+            std::nullopt);
+  EXPECT_THAT(log_.lines, IsEmpty());
+  EXPECT_EQ(watchdog.CheckWorkersGone(joined + absl::Seconds(90)),
+            kExitRetryable);
+  ASSERT_EQ(log_.lines.size(), 1u);
+  EXPECT_EQ(log_.lines[0],
+            "no worker has called for 1m (--no_worker_timeout_s) and the job "
+            "is unfinished: every worker was lost and none replaced; exiting "
+            "retryable");
+}
+
 TEST_F(JobWatchdogTest, TheJobEndsOnceEveryWorkerHasLeftWithTheModelSaved) {
   const std::string dir = NewTempDir();
   auto store = CheckpointStore::Create(dir, 0, 1, 3, Env::Default());

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/model/signature_proto.h"
+#include "common/wire/wire_codec.h"
 #include "worker/exchange/ps_step_session.h"
 
 namespace lockstep {
@@ -36,7 +37,10 @@ AllReduceStepSession::AllReduceStepSession(
   index_ = reducer_options_.rank;
 }
 
-AllReduceStepSession::~AllReduceStepSession() { StopWatch(); }
+AllReduceStepSession::~AllReduceStepSession() {
+  StopWatch();
+  contact_.reset();
+}
 
 absl::Status AllReduceStepSession::Start() {
   ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(signature_.optimizer,
@@ -96,6 +100,11 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::Join(
   weights_ = weights;
   lent_gradient_ = gradient;
   sum_.assign(weights.size() + kControlSlots, 0.0f);
+  if (coordinator_ != nullptr && contact_ == nullptr) {
+    contact_ = std::make_unique<ContactThread>(
+        coordinator_.get(), absl::StrCat(reducer_options_.group, "/contact"),
+        group_.contact_every);
+  }
   RETURN_IF_ERROR(Start());
   ASSIGN_OR_RETURN(StepOutcome joined, JoinOnce(timeout));
   RETURN_IF_ERROR(CheckNotPastEnd(signature_, joined));
@@ -189,6 +198,20 @@ absl::Status AllReduceStepSession::Reduce() {
   // A failed sum changes nothing here: the weights and the optimizer's
   // state stay at version_ for the re-formed group.
   RETURN_IF_ERROR(reducer_->AllReduceSum(absl::MakeSpan(sum_)));
+  // A NaN or Inf in the sum (from any rank's gradient, or an overflow) is
+  // refused as a parameter server refuses such a push: nothing is applied,
+  // the weights stay at version_, and the job ends (INVALID_ARGUMENT, exit
+  // 2). Every rank holds the same sum, so every rank refuses the same step.
+  if (absl::Status finite = CheckFiniteEncoded(
+          absl::string_view(reinterpret_cast<const char*>(sum_.data()),
+                            n * sizeof(float)),
+          WireDType::kFloat32);
+      !finite.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the summed gradient of step ", version_, " is not finite (",
+        finite.message(), "); nothing applied, the weights stay at version ",
+        version_));
+  }
   // The same scaling as a parameter server's: the sum times 1/W, in the
   // optimizer's pass, W being the step's shards (--workers) whoever
   // computed them.
@@ -344,6 +367,7 @@ absl::StatusOr<std::vector<double>> AllReduceStepSession::Average(
 
 absl::Status AllReduceStepSession::Leave(const LeaveNote& note) {
   StopWatch();
+  contact_.reset();
   if (server_ == nullptr) return absl::OkStatus();
   if (!agreed_stop_ && index_ == 0) {
     // The job is done: the ranks missing from the group that finished it

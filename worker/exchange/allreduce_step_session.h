@@ -49,6 +49,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/optim/optimizer.h"
+#include "worker/exchange/allreduce/contact_thread.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/step_recovery.h"
 #include "worker/exchange/step_session.h"
@@ -147,6 +148,8 @@ class AllReduceStepSession final : public StepSession {
   bool stop_sent_ = false;           // This rank's stop flag in the last step.
   bool agreed_stop_ = false;         // Every rank stops after the last step.
   std::vector<float> state_buffer_;  // ShareState's.
+  // From the first Join to Leave: the server's sign that this rank lives.
+  std::unique_ptr<ContactThread> contact_;
   std::thread watch_;
   std::atomic<bool> joiner_seen_{false};
   absl::Mutex watch_mu_;

@@ -8,6 +8,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/grpc_status.h"
 #include "common/security/tls.h"
@@ -38,10 +39,12 @@ uint64_t NewGroupMemberId() {
 
 class CoordinatorClient::Impl {
  public:
-  explicit Impl(std::shared_ptr<grpc::Channel> channel)
-      : stub_(v1::Coordinator::NewStub(std::move(channel))) {}
+  Impl(std::shared_ptr<grpc::Channel> channel, bool client_tls)
+      : stub_(v1::Coordinator::NewStub(std::move(channel))),
+        client_tls_(client_tls) {}
 
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const bool client_tls_;  // The channel uses TLS.
   // WatchGroup's call in flight, for CancelWatch.
   absl::Mutex watch_mu_;
   grpc::ClientContext* watch_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
@@ -56,7 +59,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Create(
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    MakeChannel(address, tls));
   return absl::WrapUnique(new CoordinatorClient(
-      address, std::make_unique<Impl>(std::move(channel))));
+      address, std::make_unique<Impl>(std::move(channel), tls.ClientTls())));
 }
 
 CoordinatorClient::CoordinatorClient(std::string address,
@@ -94,6 +97,21 @@ absl::StatusOr<std::string> CoordinatorClient::Get(absl::string_view key,
   return std::move(*response.mutable_value());
 }
 
+absl::Status CoordinatorClient::Ping(absl::string_view key,
+                                     absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::GetRequest request;
+  request.set_key(std::string(key));
+  request.set_no_wait(true);
+  v1::GetResponse response;
+  grpc::Status status = impl_->stub_->Get(&context, request, &response);
+  if (status.ok() || status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    return absl::OkStatus();
+  }
+  return Annotate(status, "Get", key, address_);
+}
+
 absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
     const GroupRequest& r, absl::Time deadline) {
   grpc::ClientContext context;
@@ -110,6 +128,22 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
   request.set_signature(r.signature);
   v1::JoinGroupResponse response;
   grpc::Status status = impl_->stub_->JoinGroup(&context, request, &response);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // A coordinator that refused our TLS handshake throughout looks the
+    // same as a group that never formed, but is permanent: ask the
+    // connection (fail-fast) why it failed.
+    const absl::Status probe = Ping(r.group, absl::Now() + absl::Seconds(2));
+    if (IsTlsRefusal(probe, impl_->client_tls_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "JoinGroup of \"", r.group, "\" at coordinator ", address_,
+          ": the TLS handshake was refused: the coordinator did not accept "
+          "this worker's certificate or this worker did not accept the "
+          "coordinator's (",
+          probe.message(),
+          "); check --tls_cert, --tls_key and --tls_ca against the "
+          "server's; retrying will not help"));
+    }
+  }
   if (!status.ok()) return Annotate(status, "JoinGroup", r.group, address_);
   Group group;
   group.generation = response.generation();

@@ -27,8 +27,8 @@ uint64_t NewGroupMemberId();
 class CoordinatorClient final {
  public:
   // A client of the coordinator at `address` (host:port), secured by `tls`
-  // (common/security/tls.h). INVALID_ARGUMENT when the address is empty or the TLS
-  // files are bad. Connects lazily.
+  // (common/security/tls.h). INVALID_ARGUMENT when the address is empty or the
+  // TLS files are bad. Connects lazily.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Create(
       const std::string& address, const TlsOptions& tls = TlsOptions());
   ~CoordinatorClient();
@@ -45,6 +45,11 @@ class CoordinatorClient final {
   // The value of `key`, waiting until it exists; DEADLINE_EXCEEDED when
   // `deadline` passes first.
   absl::StatusOr<std::string> Get(absl::string_view key, absl::Time deadline);
+
+  // One call answered at once (a Get of `key` that does not wait): OK
+  // when the coordinator answered, whether or not the key exists. The
+  // coordinator counts every call as worker contact (ContactThread).
+  absl::Status Ping(absl::string_view key, absl::Time deadline);
 
   // The all-reduce group this member belongs to, once it forms
   // (Coordinator.JoinGroup: every rank has joined, or min_size of them and

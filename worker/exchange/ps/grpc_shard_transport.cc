@@ -92,13 +92,33 @@ class GrpcShardTransport final : public ShardTransport {
  public:
   GrpcShardTransport(std::string address,
                      const std::shared_ptr<grpc::Channel>& channel,
-                     CancelToken* cancel)
+                     CancelToken* cancel, bool client_tls)
       : address_(std::move(address)),
         cancel_(cancel),
+        client_tls_(client_tls),
         stub_(v1::ParameterServer::NewStub(channel)),
         raw_stub_(channel) {}
 
   std::string Describe() const override { return address_; }
+
+  absl::Status CheckTlsRefusal(absl::Duration timeout) override {
+    // Fail-fast (no wait_for_ready): a channel that cannot connect answers
+    // at once with its last connection error.
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    v1::StatusRequest request;
+    v1::StatusResponse response;
+    const absl::Status probe =
+        FromGrpcStatus(stub_->GetStatus(&context, request, &response));
+    if (!IsTlsRefusal(probe, client_tls_)) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the TLS handshake with ", address_,
+        " was refused: the server did not accept this worker's certificate "
+        "or this worker did not accept the server's (",
+        probe.message(),
+        "); check --tls_cert, --tls_key and --tls_ca against the server's; "
+        "retrying will not help"));
+  }
 
   void Register(int rank, const ModelSignature& signature, absl::Time deadline,
                 ShardRegistration* reply, StatusCallback done) override {
@@ -227,6 +247,7 @@ class GrpcShardTransport final : public ShardTransport {
  private:
   const std::string address_;
   CancelToken* const cancel_;  // Not owned; may be null.
+  const bool client_tls_;      // The channel uses TLS.
   const std::unique_ptr<v1::ParameterServer::Stub> stub_;
   grpc::GenericStub raw_stub_;
 };
@@ -268,8 +289,8 @@ MakeGrpcShardTransports(const std::vector<std::string>& servers,
     RETURN_IF_ERROR(CheckServerAddress(server));
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                      MakeChannel(server, tls, args));
-    transports.push_back(
-        std::make_unique<GrpcShardTransport>(server, channel, cancel));
+    transports.push_back(std::make_unique<GrpcShardTransport>(
+        server, channel, cancel, tls.ClientTls()));
   }
   return transports;
 }

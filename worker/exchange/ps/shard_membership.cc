@@ -132,8 +132,22 @@ absl::StatusOr<RegisterResult> ShardMembership::Register(
   return result;
 }
 
+// How long RegisterError's question to a connection may take.
+constexpr absl::Duration kTlsProbe = absl::Seconds(2);
+
 absl::Status ShardMembership::RegisterError(int shard, const absl::Status& s,
                                             absl::Duration waited) const {
+  // A server that refused our TLS handshake throughout looks the same as
+  // one that never came ("Deadline Exceeded"), but is permanent: ask the
+  // connection why it failed.
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    if (absl::Status refused = shards_[shard]->CheckTlsRefusal(kTlsProbe);
+        !refused.ok()) {
+      return absl::Status(refused.code(),
+                          absl::StrCat("registering with shard ", shard, ": ",
+                                       refused.message()));
+    }
+  }
   // Waiting for a server that never came says only "Deadline Exceeded": say
   // what was waited for, and how long.
   const std::string hint =

@@ -119,6 +119,15 @@ class ShardTransport {
                        absl::Time deadline, std::vector<double>* mean,
                        StatusCallback done) = 0;
 
+  // After a Register that found no server in time: FAILED_PRECONDITION
+  // when the shard's connection fails because a TLS handshake was refused
+  // (IsTlsRefusal, common/rpc/grpc_status.h: a certificate not accepted,
+  // which retrying will not change), else OK. Asks once, without waiting
+  // for a connection, for at most `timeout`.
+  virtual absl::Status CheckTlsRefusal(absl::Duration timeout) {
+    return absl::OkStatus();
+  }
+
   // Frames `args`'s push; the result stays alive until its callback ran.
   virtual std::unique_ptr<PreparedPush> PreparePush(const PushArgs& args) = 0;
   // Sends a push PreparePush made here; `done` gets the reply.
