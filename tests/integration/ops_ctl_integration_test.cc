@@ -139,11 +139,11 @@ TEST(OpsIntegrationTest, CtlWatchStopsOnceTheServerIsGone) {
   }
   worker->Kill();
   EXPECT_EQ(server.process->Wait(kDeadline), 75) << server.process->Output();
-  const absl::Time exited = absl::Now();
   const std::optional<int> code = watch.Wait(kDeadline);
   ASSERT_TRUE(code.has_value()) << "still watching:\n" << watch.Output();
   EXPECT_EQ(*code, 1) << watch.Output();
-  EXPECT_LT(absl::Now() - exited, absl::Seconds(6)) << watch.Output();
+  // The reason, not a time: a loaded machine may take longer than 3 s to
+  // make the polls, and the old 10 s rule said nothing of refusals.
   EXPECT_THAT(watch.Output(),
               HasSubstr("lockstep_ctl: the server at " + server.address +
                         " has refused every connection for 3s: it has exited "
