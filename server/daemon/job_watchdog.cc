@@ -62,17 +62,22 @@ std::optional<int> JobWatchdog::CheckStepTimeouts(absl::Time now) {
   return std::nullopt;
 }
 
-std::optional<int> JobWatchdog::CheckWorkersGone(absl::Time now) {
-  if (options_.no_worker_timeout <= absl::ZeroDuration() ||
-      core_->WaitUntilDone(absl::ZeroDuration())) {
-    return std::nullopt;
-  }
-  absl::Time last = absl::InfinitePast();  // Of any worker's latest call.
+absl::Time JobWatchdog::LatestContact() const {
+  absl::Time last = absl::InfinitePast();
   for (const WorkerActivity& w : core_->GetStatus().workers) {
     last = std::max(last, w.last_contact);
   }
   // All-reduce ranks call only the coordinator while they train.
   if (coordinator_ != nullptr) last = std::max(last, coordinator_->Latest());
+  return last;
+}
+
+std::optional<int> JobWatchdog::CheckWorkersGone(absl::Time now) {
+  if (options_.no_worker_timeout <= absl::ZeroDuration() ||
+      core_->WaitUntilDone(absl::ZeroDuration())) {
+    return std::nullopt;
+  }
+  const absl::Time last = LatestContact();
   // Before the first call the job has not begun: workers may be slow to
   // start (pods pending), and nothing would be lost.
   if (last == absl::InfinitePast() || now - last < options_.no_worker_timeout) {
@@ -98,6 +103,11 @@ std::optional<int> JobWatchdog::FinishIfDone() {
   if (!options_.exit_when_done || !core_->WaitUntilDone(absl::ZeroDuration())) {
     return std::nullopt;
   }
+  // Leaves alone do not end a job that never began: a Leave of incarnation
+  // 0 names a rank that never registered (an all-reduce rank, which calls
+  // the coordinator first), so leaves with no call before them are stray
+  // or forged.
+  if (LatestContact() == absl::InfinitePast()) return std::nullopt;
   // A rank that failed (and was not replaced) fails the job, after its
   // model is saved like any other's.
   const std::vector<std::pair<int, LeaveNote>> failed = core_->FailedRanks();

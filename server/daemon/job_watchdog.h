@@ -55,6 +55,10 @@ class JobWatchdog final {
   std::optional<int> FinishIfDone();
 
  private:
+  // Of any worker's latest call (a registered rank's, or any call to the
+  // coordinator); InfinitePast before the first.
+  absl::Time LatestContact() const;
+
   const Options options_;
   ParameterServer* const core_;       // Not owned.
   Checkpointer* const checkpointer_;  // Not owned; may be null.

@@ -222,6 +222,24 @@ TEST_F(JobWatchdogTest, ARankThatFailedFailsTheJobWithTheModelSaved) {
                                        "/model.safetensors")));
 }
 
+TEST_F(JobWatchdogTest, LeavesOfRanksThatNeverCalledDoNotEndAJob) {
+  // A fresh server: no rank registered, no coordinator call.
+  std::unique_ptr<ParameterServer> fresh = TwoWorkerCore(&clock_);
+  JobWatchdog watchdog(JobWatchdog::Options(), fresh.get(), nullptr, nullptr,
+                       log_.Log());
+  ASSERT_TRUE(fresh->Leave(0, 0).ok());
+  ASSERT_TRUE(fresh->Leave(1, 0).ok());
+  EXPECT_TRUE(fresh->WaitUntilDone(absl::ZeroDuration()));
+  EXPECT_EQ(watchdog.FinishIfDone(), std::nullopt);
+  EXPECT_THAT(log_.lines, IsEmpty());
+  // Once a rank has called, its leave ends the job.
+  auto registered = fresh->Register(0, SmallSignature(2));
+  ASSERT_TRUE(registered.ok());
+  EXPECT_EQ(watchdog.FinishIfDone(), std::nullopt) << "rank 0 is back in";
+  ASSERT_TRUE(fresh->Leave(0, registered->incarnation).ok());
+  EXPECT_EQ(watchdog.FinishIfDone(), kExitOk);
+}
+
 TEST_F(JobWatchdogTest, WithoutExitWhenDoneTheServerStays) {
   JobWatchdog::Options options;
   options.exit_when_done = false;
