@@ -89,10 +89,9 @@ absl::Status ParseModelFlags(WorkerMainOptions* options) {
   ASSIGN_OR_RETURN(o.model,
                    MakeModelSpec(absl::GetFlag(FLAGS_model), layers,
                                  absl::GetFlag(FLAGS_input_shape), o.data));
-  if (o.data.dataset == "synthetic") {
-    RETURN_IF_ERROR(CheckSyntheticExamples(o.data.synthetic_examples, o.model,
-                                           MachineMemoryBytes()));
-  }
+  // Checked with any --dataset, as it always was (the default fits).
+  RETURN_IF_ERROR(CheckSyntheticExamples(o.data.synthetic_examples, o.model,
+                                         MachineMemoryBytes()));
   if (o.model.name != "mlp") {
     o.trainer.image_size = ImageSizeOf(o.model);
     o.trainer.augmentation.random_crop = absl::GetFlag(FLAGS_augment);

@@ -127,7 +127,7 @@ absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
   }
   OptimizerConfig config = OptimizerConfig::Defaults(name);
   // The optimizer's own ranges (Optimizer::Create), found here with the
-  // flag's name rather than at the first step.
+  // flag's name rather than when a server or rank makes the optimizer.
   const std::optional<double> lr = absl::GetFlag(FLAGS_lr);
   const std::optional<double> momentum = absl::GetFlag(FLAGS_momentum);
   const std::optional<double> decay = absl::GetFlag(FLAGS_weight_decay);
