@@ -199,6 +199,31 @@ absl::Status WriteFileAtomically(const std::string& path,
       absl::StrCat("cannot write ", path, ": ", status.message()));
 }
 
+absl::Status CheckCanWriteFile(absl::string_view label, const std::string& path,
+                               Env* env) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(label, ": cannot write ", path, ": ", why));
+  };
+  if (path.empty()) return refuse("the path is empty");
+  const std::string dir = DirName(path);
+  const absl::StatusOr<FileInfo> folder = env->Stat(dir);
+  if (absl::IsNotFound(folder.status())) {
+    return refuse(absl::StrCat("the folder ", dir, " does not exist"));
+  }
+  if (!folder.ok()) return refuse(folder.status().message());
+  if (!folder->is_directory) {
+    return refuse(absl::StrCat(dir, " is not a directory"));
+  }
+  if (!folder->writable) {
+    return refuse(absl::StrCat("the folder ", dir, " is not writable"));
+  }
+  // Missing is what a first run finds; an existing file is replaced.
+  const absl::StatusOr<FileInfo> file = env->Stat(path);
+  if (file.ok() && file->is_directory) return refuse("it is a directory");
+  return absl::OkStatus();
+}
+
 absl::Time FakeEnv::Now() {
   absl::MutexLock lock(&mu_);
   return now_;

@@ -108,6 +108,17 @@ absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents,
                                  Env* env = Env::Default());
 
+// Whether WriteFileAtomically could write `path` now, found without
+// creating, opening or truncating anything (a check at start, so that an
+// output that cannot be written fails before the work, not after it): its
+// folder exists, is a directory, and this process may create files in it
+// (Stat's `writable`); `path` itself is not a directory. Otherwise
+// FAILED_PRECONDITION "LABEL: cannot write PATH: WHY", where `label` names
+// what asked for the file (a flag: "--dump_weights"). A check, not a
+// promise: the folder may change before the write.
+absl::Status CheckCanWriteFile(absl::string_view label, const std::string& path,
+                               Env* env = Env::Default());
+
 // A clock that stands still until a test moves it: Now() starts at
 // `start`; Advance() moves it forward; SleepFor(d) moves it forward by d at
 // once (a sleeper never waits), so code that polls with sleeps runs its

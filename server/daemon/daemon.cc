@@ -9,6 +9,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/env.h"
 #include "common/base/status_macros.h"
 #include "common/model/signature_limits.h"
 #include "common/security/grpc_limits.h"
@@ -102,6 +103,9 @@ absl::Status Daemon::CreateCore() {
         every, store_.get(), core_.get(), telemetry_.get(), LogToStderr);
   }
   if (!options_.weights_file.empty()) {
+    // Written when the job ends: found unwritable now, not after the job.
+    RETURN_IF_ERROR(CheckCanWriteFile("--weights_file", options_.weights_file,
+                                      options_.checkpoint_env));
     weights_ = std::make_unique<WeightsFileWriter>(
         options_.weights_file, core_.get(), options_.checkpoint_env,
         kDrainCheckpointWait, LogToStderr);

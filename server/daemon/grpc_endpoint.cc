@@ -3,10 +3,14 @@
 #include <grpc/support/log.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/security/tls.h"
@@ -53,6 +57,35 @@ absl::StatusOr<ServerSecurity> MakeServerSecurity(const TlsOptions& tls,
         "--token_file: anyone who reaches the server may call every RPC");
   }
   return security;
+}
+
+absl::Status CheckListenAddress(absl::string_view flag,
+                                absl::string_view address) {
+  if (absl::StartsWith(address, "unix:") ||
+      absl::StartsWith(address, "unix-abstract:")) {
+    return absl::OkStatus();
+  }
+  const size_t colon = address.rfind(':');
+  const absl::string_view host =
+      address.substr(0, colon == address.npos ? 0 : colon);
+  const absl::string_view port =
+      colon == address.npos ? "" : address.substr(colon + 1);
+  // An IPv6 host needs its brackets: "::1:80" has no clear port.
+  const bool bracketed =
+      absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
+  if (port.empty() ||
+      !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+      (host.find(':') != host.npos && !bracketed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " takes HOST:PORT, [V6]:PORT or unix:PATH, got \"",
+                     address, "\""));
+  }
+  int64_t value = 0;
+  if (port.size() > 18 || !absl::SimpleAtoi(port, &value) || value > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": the port must be in [0, 65535], got \"", address, "\""));
+  }
+  return absl::OkStatus();
 }
 
 void WaitForPort(const std::string& address, absl::Duration at_most,

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/security/authorizer.h"
 #include "common/security/grpc_limits.h"
@@ -37,6 +39,14 @@ struct ServerSecurity {
 absl::StatusOr<ServerSecurity> MakeServerSecurity(const TlsOptions& tls,
                                                   const std::string& listen,
                                                   const DaemonLog& log);
+
+// Refuses a listening address gRPC would bind otherwise than written (it
+// takes port 70000 as 4464, 70000 mod 65536): HOST:PORT or [V6]:PORT (an
+// empty host: every interface) with a decimal port in [0, 65535] (0: a free
+// one), or unix:PATH and unix-abstract:NAME. INVALID_ARGUMENT naming `flag`
+// and the address otherwise.
+absl::Status CheckListenAddress(absl::string_view flag,
+                                absl::string_view address);
 
 // A predecessor killed a moment ago may still hold `address`'s port:
 // waits up to `at_most` for it, saying so (the bind that follows reports

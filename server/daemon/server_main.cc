@@ -20,6 +20,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/base/machine_memory.h"
 #include "common/base/malloc_tuning.h"
 #include "common/base/status_macros.h"
 #include "common/base/work_pool.h"
@@ -30,7 +31,7 @@
 #include "common/security/tls.h"
 #include "common/security/tls_flags.h"
 #include "server/daemon/daemon.h"
-#include "server/daemon/machine_memory.h"
+#include "server/daemon/grpc_endpoint.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to listen on, host:port (port 0 picks a free one). "
@@ -187,11 +188,12 @@ absl::Status ParseTopology(DaemonOptions* options_out) {
   if (options.shard < 0) options.shard = 0;
   if (options.num_shards == 0) options.num_shards = 1;
   if (options.shard >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--shard must be in [0, ", options.num_shards, "), got ",
-        options.shard));
+    return absl::InvalidArgumentError(absl::StrCat("--shard must be in [0, ",
+                                                   options.num_shards,
+                                                   "), got ", options.shard));
   }
   if (options.listen.empty()) options.listen = "127.0.0.1:50051";
+  RETURN_IF_ERROR(CheckListenAddress("--listen", options.listen));
   if (options.workers < 1) {
     return absl::InvalidArgumentError(
         "--workers must be at least 1 (or come from TF_CONFIG)");
@@ -277,9 +279,8 @@ absl::Status ParseTelemetry(DaemonOptions* options_out) {
   DaemonOptions& options = *options_out;
   options.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.telemetry.health_port = absl::GetFlag(FLAGS_health_port);
-  options.telemetry.trace_path =
-      absl::StrReplaceAll(absl::GetFlag(FLAGS_trace),
-                          {{"{shard}", absl::StrCat(options.shard)}});
+  options.telemetry.trace_path = absl::StrReplaceAll(
+      absl::GetFlag(FLAGS_trace), {{"{shard}", absl::StrCat(options.shard)}});
   for (int port :
        {options.telemetry.metrics_port, options.telemetry.health_port}) {
     if (port < 0 || port > 65535) {

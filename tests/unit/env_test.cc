@@ -133,5 +133,48 @@ TEST(EnvTest, WriteFileAtomicallyReplacesAndLeavesNoTemporaryFile) {
   EXPECT_THAT(*env->GetChildren(dir), ElementsAre("summary.json"));
 }
 
+// Says every folder is one this process may not write (what a read-only
+// mount or another user's folder looks like, which root cannot make).
+class ReadOnlyFoldersEnv final : public FakeEnv {
+ public:
+  absl::StatusOr<FileInfo> Stat(const std::string& path) override {
+    absl::StatusOr<FileInfo> info = Env::Stat(path);
+    if (info.ok() && info->is_directory) info->writable = false;
+    return info;
+  }
+};
+
+// Outputs written at the end are checked at the start: why one cannot be
+// written is said with what asked for it, and the check writes nothing.
+TEST(EnvTest, CheckCanWriteFileSaysWhyAndWritesNothing) {
+  Env* env = Env::Default();
+  const std::string dir = NewTempDir();
+  ASSERT_TRUE(WriteFileAtomically(dir + "/old", "kept").ok());
+  EXPECT_TRUE(CheckCanWriteFile("--out", dir + "/new", env).ok());
+  EXPECT_TRUE(CheckCanWriteFile("--out", dir + "/old", env).ok());
+  EXPECT_THAT(*env->GetChildren(dir), ElementsAre("old"));  // No probe.
+  EXPECT_EQ(*env->ReadFile(dir + "/old"), "kept");          // Not truncated.
+  const auto why = [&](const std::string& path, Env* with = nullptr) {
+    const absl::Status s = CheckCanWriteFile("--out", path, with ? with : env);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << path;
+    return std::string(s.message());
+  };
+  EXPECT_EQ(why(dir + "/missing/f"),
+            absl::StrCat("--out: cannot write ", dir, "/missing/f: the folder ",
+                         dir, "/missing does not exist"));
+  EXPECT_EQ(why(dir + "/old/f"),
+            absl::StrCat("--out: cannot write ", dir, "/old/f: ", dir,
+                         "/old is not a directory"));
+  EXPECT_EQ(why(dir),
+            absl::StrCat("--out: cannot write ", dir, ": it is a directory"));
+  EXPECT_EQ(why(dir + "/"),
+            absl::StrCat("--out: cannot write ", dir, "/: it is a directory"));
+  EXPECT_EQ(why(""), "--out: cannot write : the path is empty");
+  ReadOnlyFoldersEnv read_only;
+  EXPECT_EQ(why(dir + "/new", &read_only),
+            absl::StrCat("--out: cannot write ", dir, "/new: the folder ", dir,
+                         " is not writable"));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -110,5 +110,32 @@ TEST(ServerSecurityTest, InsecurePlaintextOffLoopbackIsWarnedOf) {
                           "write the model"));
 }
 
+// gRPC binds "127.0.0.1:70000" on port 4464 (70000 mod 65536): --listen
+// takes only what gRPC binds as written.
+TEST(CheckListenAddressTest, TakesOnlyAddressesBoundAsWritten) {
+  for (const char* ok : {"127.0.0.1:0", "127.0.0.1:65535", "0.0.0.0:50051",
+                         ":50051", "localhost:8080", "[::1]:80", "[::]:0",
+                         "unix:/tmp/lockstep.sock", "unix-abstract:lockstep"}) {
+    EXPECT_TRUE(CheckListenAddress("--listen", ok).ok()) << ok;
+  }
+  for (const char* out_of_range : {"127.0.0.1:65536", "127.0.0.1:70000",
+                                   "[::1]:999999", "127.0.0.1:00000070000"}) {
+    const absl::Status s = CheckListenAddress("--listen", out_of_range);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), absl::StrCat("--listen: the port must be in "
+                                        "[0, 65535], got \"",
+                                        out_of_range, "\""));
+  }
+  for (const char* malformed : {"127.0.0.1", "127.0.0.1:", "127.0.0.1:-1",
+                                "127.0.0.1:8o", "localhost:http", "::1:80"}) {
+    const absl::Status s = CheckListenAddress("--listen", malformed);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              absl::StrCat("--listen takes HOST:PORT, [V6]:PORT or unix:PATH, "
+                           "got \"",
+                           malformed, "\""));
+  }
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -1,8 +1,11 @@
 // lockstep_worker's flags turned into options (worker/app/worker_flags.cc).
 #include "worker/app/worker_flags.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,7 @@
 #include "absl/flags/reflection.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/app/setup.h"
 
 ABSL_DECLARE_FLAG(std::string, servers);
 ABSL_DECLARE_FLAG(int, rank);
@@ -19,13 +23,13 @@ ABSL_DECLARE_FLAG(int, gpu);
 ABSL_DECLARE_FLAG(std::string, sync);
 ABSL_DECLARE_FLAG(std::string, allreduce);
 ABSL_DECLARE_FLAG(std::string, optimizer);
-ABSL_DECLARE_FLAG(double, lr);
-ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(std::optional<double>, lr);
+ABSL_DECLARE_FLAG(std::optional<double>, momentum);
 ABSL_DECLARE_FLAG(bool, nesterov);
 ABSL_DECLARE_FLAG(double, beta_1);
 ABSL_DECLARE_FLAG(double, beta_2);
 ABSL_DECLARE_FLAG(double, epsilon);
-ABSL_DECLARE_FLAG(double, weight_decay);
+ABSL_DECLARE_FLAG(std::optional<double>, weight_decay);
 ABSL_DECLARE_FLAG(std::string, lr_schedule);
 ABSL_DECLARE_FLAG(int64_t, lr_decay_steps);
 ABSL_DECLARE_FLAG(double, lr_decay_rate);
@@ -34,6 +38,9 @@ ABSL_DECLARE_FLAG(std::string, lr_boundaries);
 ABSL_DECLARE_FLAG(std::string, lr_values);
 ABSL_DECLARE_FLAG(int64_t, lr_warmup_steps);
 ABSL_DECLARE_FLAG(double, lr_warmup_from);
+ABSL_DECLARE_FLAG(int64_t, max_steps);
+ABSL_DECLARE_FLAG(std::string, dataset);
+ABSL_DECLARE_FLAG(int64_t, synthetic_examples);
 
 namespace lockstep {
 namespace {
@@ -180,6 +187,108 @@ TEST_F(WorkerFlagsTest, AnUnknownSyncModeIsRefused) {
   EXPECT_THAT(std::string(o.status().message()),
               ::testing::HasSubstr("--sync must be ps, allreduce, async or "
                                    "ssp, got \"gossip\""));
+}
+
+// The message of WorkerOptionsFromFlags' refusal; fails the test if it
+// accepted.
+std::string Refusal() {
+  const absl::Status s = WorkerOptionsFromFlags().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  return std::string(s.message());
+}
+
+// -1 and nan once stood for "the optimizer's default" (any value < 0 did):
+// unset is the default now, and every value given is checked.
+TEST_F(WorkerFlagsTest, OptimizerValuesOutOfRangeAreRefused) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  absl::SetFlag(&FLAGS_optimizer, "adamw");
+  for (const auto& [lr, text] : {std::pair{-1.0, "-1"}, std::pair{nan, "nan"},
+                                 std::pair{inf, "inf"}, std::pair{0.0, "0"}}) {
+    absl::SetFlag(&FLAGS_lr, lr);
+    EXPECT_EQ(Refusal(),
+              absl::StrCat("--lr must be finite and > 0, got ", text));
+  }
+  absl::SetFlag(&FLAGS_lr, std::nullopt);
+  for (const auto& [momentum, text] :
+       {std::pair{-1.0, "-1"}, std::pair{1.0, "1"}, std::pair{nan, "nan"}}) {
+    absl::SetFlag(&FLAGS_momentum, momentum);
+    EXPECT_EQ(Refusal(),
+              absl::StrCat("--momentum must be in [0, 1), got ", text));
+  }
+  absl::SetFlag(&FLAGS_momentum, std::nullopt);
+  for (const auto& [decay, text] :
+       {std::pair{-0.5, "-0.5"}, std::pair{nan, "nan"},
+        std::pair{inf, "inf"}}) {
+    absl::SetFlag(&FLAGS_weight_decay, decay);
+    EXPECT_EQ(
+        Refusal(),
+        absl::StrCat("--weight_decay must be finite and >= 0, got ", text));
+  }
+  // The ends of the ranges that are in them.
+  absl::SetFlag(&FLAGS_lr, 1e-30);
+  absl::SetFlag(&FLAGS_momentum, 0.0);
+  absl::SetFlag(&FLAGS_weight_decay, 0.0);
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.optimizer.learning_rate, 1e-30);
+  EXPECT_EQ(o->trainer.optimizer.momentum, 0.0);
+  EXPECT_EQ(o->trainer.optimizer.weight_decay, 0.0) << "not AdamW's 0.004";
+}
+
+TEST_F(WorkerFlagsTest, NegativeMaxStepsIsRefused) {
+  absl::SetFlag(&FLAGS_max_steps, -3);
+  EXPECT_EQ(Refusal(), "--max_steps must be >= 0 (0: no limit), got -3");
+  absl::SetFlag(&FLAGS_max_steps, 0);
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.max_steps, 0);
+}
+
+// 2e9 examples of 784 values once ended in std::bad_alloc (exit 134).
+TEST_F(WorkerFlagsTest, SyntheticExamplesMustFitInMemory) {
+  absl::SetFlag(&FLAGS_dataset, "synthetic");
+  absl::SetFlag(&FLAGS_synthetic_examples, 2'000'000'000);
+  EXPECT_THAT(Refusal(), ::testing::MatchesRegex(
+                             "--synthetic_examples must be in \\[1, [0-9]+\\] "
+                             "\\(with a test set of a fifth, at 3140 bytes an "
+                             "example: half of this machine's memory\\), got "
+                             "2000000000"));
+  absl::SetFlag(&FLAGS_synthetic_examples, 0);
+  EXPECT_THAT(Refusal(), ::testing::EndsWith("got 0"));
+  absl::SetFlag(&FLAGS_synthetic_examples, 6400);
+  EXPECT_TRUE(WorkerOptionsFromFlags().ok());
+}
+
+// The bound, by hand: 1 GiB holds 536870912 / 3140 = 170977 examples of 784
+// floats and a label; 142481 and their fifth (28496) make 170977, 142482
+// one more. Image models take twice (the draw, then its two copies):
+// (3072 * 4 + 4) * 2 = 24584 bytes, 21838 examples, 18199 + 3639.
+TEST(SyntheticExamplesTest, TheMostFillHalfTheMemory) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  ModelSpec mlp;
+  mlp.input = {1, 1, 784};
+  EXPECT_EQ(MaxSyntheticExamples(mlp, kGiB), 142481);
+  EXPECT_TRUE(CheckSyntheticExamples(142481, mlp, kGiB).ok());
+  EXPECT_TRUE(CheckSyntheticExamples(1, mlp, kGiB).ok());
+  EXPECT_EQ(CheckSyntheticExamples(142482, mlp, kGiB).message(),
+            "--synthetic_examples must be in [1, 142481] (with a test set of "
+            "a fifth, at 3140 bytes an example: half of this machine's "
+            "memory), got 142482");
+  EXPECT_EQ(CheckSyntheticExamples(-1, mlp, kGiB).code(),
+            absl::StatusCode::kInvalidArgument);
+  ModelSpec resnet;
+  resnet.name = "resnet20";
+  resnet.input = {32, 32, 3};
+  EXPECT_EQ(MaxSyntheticExamples(resnet, kGiB), 18199);
+  // A tiny memory: 500 bytes hold 13 examples of 8 values (36 bytes): 11
+  // and their fifth (2) make 13, 12 would make 14.
+  ModelSpec small;
+  small.input = {1, 1, 8};
+  EXPECT_EQ(MaxSyntheticExamples(small, 1000), 11);
+  // Memory unknown (0): only int64 bounds the bytes.
+  // (2^63 - 1) / 36 = 256204778801521550 made, 213503982334601292 trained.
+  EXPECT_EQ(MaxSyntheticExamples(small, 0), 213503982334601292);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/env.h"
 #include "common/base/exit_codes.h"
 #include "common/base/malloc_tuning.h"
 #include "common/base/status_macros.h"
@@ -293,6 +294,18 @@ int Run(WorkerMainOptions o) {
   auto fail = [&](const absl::Status& s, int code) {
     return Fail(o.trainer.rank, s, code);
   };
+  // The files written at the end, checked before the run (as --trace,
+  // --tensorboard_dir and the step log are, by opening them): a job must
+  // not train for hours to lose its only output. Nothing is created here.
+  for (const auto& [flag, path] :
+       {std::pair{"--summary_json", o.summary_json},
+        std::pair{"--dump_weights", o.dump_weights}}) {
+    if (path.empty()) continue;
+    if (absl::Status s = CheckCanWriteFile(flag, path, o.trainer.env);
+        !s.ok()) {
+      return fail(s, kExitPermanent);
+    }
+  }
   StopSignals* const stop = StopSignals::Install(o.trainer.rank);
   o.session.stop_requested = stop->requested();
   o.session.client.cancel = stop->token();

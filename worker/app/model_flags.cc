@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/machine_memory.h"
 #include "common/base/status_macros.h"
 #include "common/flags/flags.h"
 #include "common/model/chunk_plan.h"
@@ -23,7 +25,8 @@ ABSL_FLAG(bool, augment, false,
           "Image models: random crops (padding 4) and horizontal flips.");
 ABSL_FLAG(int, batch_size, 64, "Examples per worker per step.");
 ABSL_FLAG(int, epochs, 5, "Passes over the training set.");
-ABSL_FLAG(int64_t, max_steps, 0, "If > 0, stop after this many global steps.");
+ABSL_FLAG(int64_t, max_steps, 0,
+          "If > 0, stop after this many global steps (0: no limit).");
 ABSL_FLAG(uint64_t, seed, 42,
           "Seed of the initial weights and of the shared data order.");
 ABSL_FLAG(std::string, dataset, "idx",
@@ -32,7 +35,8 @@ ABSL_FLAG(std::string, dataset, "idx",
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Folder with {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz].");
 ABSL_FLAG(int64_t, synthetic_examples, 6400,
-          "Training examples of --dataset=synthetic (test set: a fifth).");
+          "Training examples of --dataset=synthetic (test set: a fifth); at "
+          "most what fits in half of the machine's memory.");
 ABSL_FLAG(std::string, chunk_bytes, "auto",
           "Largest tensor chunk on the wire: auto (about 32 chunks per "
           "server shard, 256 KiB to 4 MiB; one chunk per shard for a model "
@@ -70,13 +74,14 @@ absl::Status ParseModelFlags(WorkerMainOptions* options) {
   if (o.trainer.epochs < 1) {
     return absl::InvalidArgumentError("--epochs must be at least 1");
   }
+  if (o.trainer.max_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_steps must be >= 0 (0: no limit), got ", o.trainer.max_steps));
+  }
   o.data.dataset = absl::GetFlag(FLAGS_dataset);
   o.data.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.data.synthetic_examples = absl::GetFlag(FLAGS_synthetic_examples);
   o.data.seed = o.trainer.seed;
-  if (o.data.synthetic_examples < 1) {
-    return absl::InvalidArgumentError("--synthetic_examples must be positive");
-  }
   if (o.data.dataset == "cifar10" &&
       o.data.data_dir == "/usr/share/datasets/fashion-mnist") {
     o.data.data_dir.clear();  // The default is Fashion-MNIST's folder.
@@ -84,6 +89,9 @@ absl::Status ParseModelFlags(WorkerMainOptions* options) {
   ASSIGN_OR_RETURN(o.model,
                    MakeModelSpec(absl::GetFlag(FLAGS_model), layers,
                                  absl::GetFlag(FLAGS_input_shape), o.data));
+  // Checked with any --dataset, as it always was (the default fits).
+  RETURN_IF_ERROR(CheckSyntheticExamples(o.data.synthetic_examples, o.model,
+                                         MachineMemoryBytes()));
   if (o.model.name != "mlp") {
     o.trainer.image_size = ImageSizeOf(o.model);
     o.trainer.augmentation.random_crop = absl::GetFlag(FLAGS_augment);

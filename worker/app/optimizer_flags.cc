@@ -1,6 +1,8 @@
 #include "worker/app/optimizer_flags.h"
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -15,16 +17,19 @@
 #include "common/optim/lr_schedule.h"
 
 ABSL_FLAG(std::string, optimizer, "adam", "sgd | momentum | adam | adamw.");
-ABSL_FLAG(double, lr, -1,
-          "Learning rate (default: Keras's for the optimizer: "
-          "0.01 for sgd/momentum, 0.001 for adam/adamw).");
-ABSL_FLAG(double, momentum, -1,
-          "Momentum (default 0.9 for momentum, 0 for sgd).");
+// Unset (std::nullopt): the optimizer's default. Every value given is
+// checked: none stands for the default.
+ABSL_FLAG(std::optional<double>, lr, std::nullopt,
+          "Learning rate, finite and > 0 (default: Keras's for the "
+          "optimizer: 0.01 for sgd/momentum, 0.001 for adam/adamw).");
+ABSL_FLAG(std::optional<double>, momentum, std::nullopt,
+          "Momentum in [0, 1) (default 0.9 for momentum, 0 for sgd).");
 ABSL_FLAG(bool, nesterov, false, "Nesterov momentum (momentum optimizer).");
 ABSL_FLAG(double, beta_1, 0.9, "Adam beta_1.");
 ABSL_FLAG(double, beta_2, 0.999, "Adam beta_2.");
 ABSL_FLAG(double, epsilon, 1e-7, "Adam epsilon (Keras's default).");
-ABSL_FLAG(double, weight_decay, -1, "AdamW weight decay (default 0.004).");
+ABSL_FLAG(std::optional<double>, weight_decay, std::nullopt,
+          "AdamW weight decay, finite and >= 0 (default 0.004).");
 ABSL_FLAG(std::string, lr_schedule, "constant",
           "How the learning rate follows the global step: constant, "
           "exponential (--lr_decay_steps, --lr_decay_rate, --lr_staircase), "
@@ -79,6 +84,15 @@ absl::StatusOr<std::vector<T>> ParseList(absl::string_view flag,
   return items;
 }
 
+// `value` (when given) if `in_range`, else INVALID_ARGUMENT naming the
+// flag, the range and the value.
+absl::Status CheckRange(const char* flag, std::optional<double> value,
+                        bool in_range, const char* range) {
+  if (!value.has_value() || in_range) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be ", range, ", got ", *value));
+}
+
 }  // namespace
 
 absl::StatusOr<LrSchedule> LrScheduleFromFlags(bool lr_given) {
@@ -112,21 +126,26 @@ absl::StatusOr<OptimizerConfig> OptimizerFromFlags() {
                                                    ", got \"", name, "\""));
   }
   OptimizerConfig config = OptimizerConfig::Defaults(name);
-  if (absl::GetFlag(FLAGS_lr) >= 0) {
-    config.learning_rate = absl::GetFlag(FLAGS_lr);
-  }
-  if (absl::GetFlag(FLAGS_momentum) >= 0) {
-    config.momentum = absl::GetFlag(FLAGS_momentum);
-  }
+  // The optimizer's own ranges (Optimizer::Create), found here with the
+  // flag's name rather than when a server or rank makes the optimizer.
+  const std::optional<double> lr = absl::GetFlag(FLAGS_lr);
+  const std::optional<double> momentum = absl::GetFlag(FLAGS_momentum);
+  const std::optional<double> decay = absl::GetFlag(FLAGS_weight_decay);
+  RETURN_IF_ERROR(
+      CheckRange("lr", lr, lr > 0.0 && std::isfinite(*lr), "finite and > 0"));
+  RETURN_IF_ERROR(CheckRange("momentum", momentum,
+                             momentum >= 0.0 && momentum < 1.0, "in [0, 1)"));
+  RETURN_IF_ERROR(CheckRange("weight_decay", decay,
+                             decay >= 0.0 && std::isfinite(*decay),
+                             "finite and >= 0"));
+  config.learning_rate = lr.value_or(config.learning_rate);
+  config.momentum = momentum.value_or(config.momentum);
   config.nesterov = absl::GetFlag(FLAGS_nesterov);
   config.beta_1 = absl::GetFlag(FLAGS_beta_1);
   config.beta_2 = absl::GetFlag(FLAGS_beta_2);
   config.epsilon = absl::GetFlag(FLAGS_epsilon);
-  if (absl::GetFlag(FLAGS_weight_decay) >= 0) {
-    config.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  }
-  ASSIGN_OR_RETURN(config.schedule,
-                   LrScheduleFromFlags(absl::GetFlag(FLAGS_lr) >= 0));
+  config.weight_decay = decay.value_or(config.weight_decay);
+  ASSIGN_OR_RETURN(config.schedule, LrScheduleFromFlags(lr.has_value()));
   return config;
 }
 

@@ -1,6 +1,8 @@
 #include "worker/app/setup.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -22,8 +24,9 @@ Dataset Split(const Dataset& all, int64_t first, int64_t count) {
   part.num_examples = count;
   part.feature_dim = all.feature_dim;
   part.num_classes = all.num_classes;
-  part.features.assign(all.features.begin() + first * all.feature_dim,
-                       all.features.begin() + (first + count) * all.feature_dim);
+  part.features.assign(
+      all.features.begin() + first * all.feature_dim,
+      all.features.begin() + (first + count) * all.feature_dim);
   part.labels.assign(all.labels.begin() + first,
                      all.labels.begin() + first + count);
   return part;
@@ -67,8 +70,8 @@ absl::StatusOr<ModelSpec> MakeModelSpec(const std::string& model,
       dims.push_back(d);
     }
     if (dims.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--input_shape takes H,W,C, got \"", input_shape, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input_shape takes H,W,C, got \"", input_shape, "\""));
     }
     spec.input = {dims[0], dims[1], dims[2]};
   } else if (data.dataset == "idx") {
@@ -88,7 +91,8 @@ void MakeSyntheticData(const DataOptions& data, const ModelSpec& spec,
                        Dataset* train, Dataset* test) {
   const int64_t features = Elements(spec.input);
   const int classes = spec.num_classes;
-  const int64_t test_examples = std::max<int64_t>(1, data.synthetic_examples / 5);
+  const int64_t test_examples =
+      std::max<int64_t>(1, data.synthetic_examples / 5);
   if (spec.name == "mlp") {
     *train =
         MakeSyntheticDataset(data.synthetic_examples,
@@ -103,6 +107,19 @@ void MakeSyntheticData(const DataOptions& data, const ModelSpec& spec,
                                     ImageSizeOf(spec), classes, data.seed);
   *train = Split(all, 0, data.synthetic_examples);
   *test = Split(all, data.synthetic_examples, test_examples);
+}
+
+// The synthetic sets' bytes for each training example (the test set's
+// fifth not counted).
+int64_t SyntheticBytesPerExample(const ModelSpec& spec) {
+  const int64_t bytes =
+      Elements(spec.input) * int64_t{sizeof(float)} + int64_t{sizeof(int32_t)};
+  return spec.name == "mlp" ? bytes : 2 * bytes;
+}
+
+// The examples MakeSyntheticData makes for `examples` training ones.
+int64_t SyntheticExamplesMade(int64_t examples) {
+  return examples + std::max<int64_t>(1, examples / 5);
 }
 
 // Checks the loaded sets against the model's input and classes; an error
@@ -148,6 +165,28 @@ absl::Status CheckAgainstModel(const DataOptions& data, const ModelSpec& spec,
 }
 
 }  // namespace
+
+int64_t MaxSyntheticExamples(const ModelSpec& spec, int64_t memory_bytes) {
+  const int64_t budget =
+      memory_bytes > 0 ? memory_bytes / 2 : std::numeric_limits<int64_t>::max();
+  // The most examples made, test set included, then the most training
+  // examples that make no more (n + n / 5 grows by 1 or 2 a step).
+  const int64_t made = budget / SyntheticBytesPerExample(spec);
+  int64_t most = made / 6 * 5 + made % 6 * 5 / 6;
+  while (SyntheticExamplesMade(most + 1) <= made) ++most;
+  while (most > 0 && SyntheticExamplesMade(most) > made) --most;
+  return most;
+}
+
+absl::Status CheckSyntheticExamples(int64_t examples, const ModelSpec& spec,
+                                    int64_t memory_bytes) {
+  const int64_t most = MaxSyntheticExamples(spec, memory_bytes);
+  if (examples >= 1 && examples <= most) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--synthetic_examples must be in [1, ", most, "] (with a test set of a ",
+      "fifth, at ", SyntheticBytesPerExample(spec),
+      " bytes an example: half of this machine's memory), got ", examples));
+}
 
 absl::Status LoadData(const DataOptions& data, const ModelSpec& spec,
                       Dataset* train, Dataset* test) {

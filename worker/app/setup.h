@@ -48,6 +48,16 @@ absl::Status DumpWeights(const std::string& path,
                          const std::vector<TensorInfo>& tensors,
                          absl::Span<const float> weights);
 
+// --synthetic_examples for `spec`: in [1, MaxSyntheticExamples]. The most is
+// what fits in half of `memory_bytes` (MachineMemoryBytes(); 0: unknown, no
+// bound but int64's): the examples and a test set of a fifth, each example
+// its input's floats and an int32 label, twice over for image models (made
+// in one draw, then copied into the two sets). INVALID_ARGUMENT naming the
+// flag, the range and the value otherwise.
+int64_t MaxSyntheticExamples(const ModelSpec& spec, int64_t memory_bytes);
+absl::Status CheckSyntheticExamples(int64_t examples, const ModelSpec& spec,
+                                    int64_t memory_bytes);
+
 // The image size of an image model's input.
 ImageSize ImageSizeOf(const ModelSpec& spec);
 

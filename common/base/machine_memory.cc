@@ -1,4 +1,4 @@
-#include "server/daemon/machine_memory.h"
+#include "common/base/machine_memory.h"
 
 #include <unistd.h>
 

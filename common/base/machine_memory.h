@@ -1,8 +1,8 @@
 // How much memory this process may use, for the server's default
-// --max_state_mb: the machine's, or its cgroup's limit where that is lower
-// (a container's).
-#ifndef LOCKSTEP_SERVER_DAEMON_MACHINE_MEMORY_H_
-#define LOCKSTEP_SERVER_DAEMON_MACHINE_MEMORY_H_
+// --max_state_mb and the worker's bound on --synthetic_examples: the
+// machine's, or its cgroup's limit where that is lower (a container's).
+#ifndef LOCKSTEP_COMMON_BASE_MACHINE_MEMORY_H_
+#define LOCKSTEP_COMMON_BASE_MACHINE_MEMORY_H_
 
 #include <cstdint>
 
@@ -15,4 +15,4 @@ int64_t MachineMemoryBytes();
 
 }  // namespace lockstep
 
-#endif  // LOCKSTEP_SERVER_DAEMON_MACHINE_MEMORY_H_
+#endif  // LOCKSTEP_COMMON_BASE_MACHINE_MEMORY_H_
