@@ -97,6 +97,19 @@ class CheckpointStore final {
   absl::StatusOr<std::optional<ShardCheckpoint>> LoadNewest(
       std::vector<std::string>* notes) const;
 
+  // The versions of the checkpoint files, oldest first (not read: one may
+  // turn out damaged when loaded).
+  std::vector<int64_t> Versions() const;
+  // The checkpoint of `version`: NOT_FOUND when there is no such file,
+  // DATA_LOSS when it is damaged (not set aside: the caller decides),
+  // UNAVAILABLE when it cannot be read.
+  absl::StatusOr<ShardCheckpoint> Load(int64_t version) const;
+
+  // Renames the checkpoints of versions after `version` to
+  // NAME.stepped-back, out of the listing (a step back computes them
+  // again); returns the new names.
+  std::vector<std::string> SetAsideAfter(int64_t version) const;
+
   // The damaged checkpoints set aside (NAME.corrupt), now or by an earlier
   // load, oldest first. With no intact checkpoint left, these say the job
   // had progress that a fresh start would lose.
@@ -106,6 +119,8 @@ class CheckpointStore final {
   std::vector<std::string> List() const;
 
  private:
+  // The file a checkpoint of `version` is saved as.
+  std::string PathOf(int64_t version) const;
   // The shard folder's ckpt-* files ending in `suffix`, oldest first.
   std::vector<std::string> Files(absl::string_view suffix) const;
 

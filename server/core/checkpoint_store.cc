@@ -2,6 +2,7 @@
 // checkpoints, written atomically and pruned, loaded newest first with the
 // damaged ones set aside. checkpoint.cc holds the file format.
 #include <algorithm>
+#include <cstring>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
@@ -75,10 +77,62 @@ std::vector<std::string> CheckpointStore::List() const {
   return Files(kSuffix);
 }
 
+std::string CheckpointStore::PathOf(int64_t version) const {
+  return absl::StrFormat("%s/ckpt-%012d%s", dir_, version, kSuffix);
+}
+
+std::vector<int64_t> CheckpointStore::Versions() const {
+  std::vector<int64_t> versions;
+  const size_t prefix = dir_.size() + std::strlen("/ckpt-");
+  for (const std::string& path : List()) {
+    int64_t version = 0;
+    const std::string digits =
+        path.substr(prefix, path.size() - prefix - std::strlen(kSuffix));
+    if (absl::SimpleAtoi(digits, &version) && version >= 0 &&
+        PathOf(version) == path) {
+      versions.push_back(version);
+    }
+  }
+  return versions;
+}
+
+absl::StatusOr<ShardCheckpoint> CheckpointStore::Load(int64_t version) const {
+  const std::string path = PathOf(version);
+  absl::StatusOr<std::string> contents = env_->ReadFile(path);
+  if (!contents.ok()) {
+    const absl::StatusOr<FileInfo> info = env_->Stat(path);
+    if (!info.ok()) {
+      return absl::NotFoundError(
+          absl::StrCat("no checkpoint of version ", version, " in ", dir_));
+    }
+    return Unavailable(contents.status());
+  }
+  absl::StatusOr<ShardCheckpoint> checkpoint = DecodeCheckpoint(*contents);
+  if (!checkpoint.ok()) {
+    return absl::Status(
+        checkpoint.status().code(),
+        absl::StrCat(path, ": ", checkpoint.status().message()));
+  }
+  if (checkpoint->version != version) {
+    return absl::DataLossError(absl::StrCat(
+        path, " holds version ", checkpoint->version, ", not ", version));
+  }
+  return checkpoint;
+}
+
+std::vector<std::string> CheckpointStore::SetAsideAfter(int64_t version) const {
+  std::vector<std::string> aside;
+  for (int64_t v : Versions()) {
+    if (v <= version) continue;
+    const std::string name = PathOf(v) + ".stepped-back";
+    if (env_->RenameFile(PathOf(v), name).ok()) aside.push_back(name);
+  }
+  return aside;
+}
+
 absl::StatusOr<std::string> CheckpointStore::Save(
     const ShardCheckpoint& checkpoint) {
-  const std::string path =
-      absl::StrFormat("%s/ckpt-%012d%s", dir_, checkpoint.version, kSuffix);
+  const std::string path = PathOf(checkpoint.version);
   const std::string tmp = path + ".tmp";
   const std::string bytes = EncodeCheckpoint(checkpoint, env_->Now());
   absl::StatusOr<std::unique_ptr<WritableFile>> file =

@@ -35,6 +35,17 @@ void ChunkBarrier::PublishLocked(
   core_.versions().Publish(version, std::move(weights), /*answer_all=*/true,
                            answers);
   published_version_.store(version);
+  MaybePinLocked();
+}
+
+void ChunkBarrier::MaybePinLocked() {
+  const int64_t version = core_.versions().version();
+  if (pin_every_ <= 0 || version <= 0 || version % pin_every_ != 0) return;
+  if (pinned_.has_value()) {
+    if (pinned_->version != version) ++pins_skipped_;
+  } else {
+    pinned_ = ExportLocked();
+  }
 }
 
 absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
@@ -90,9 +101,11 @@ void ChunkBarrier::Push(int rank, int64_t step, WireDType dtype,
     if (admission.ok() && *admission == Admission::kAnswerNow) {
       answers.Add(std::move(done), core_.versions().Snapshot());
     } else if (admission.ok()) {
+      const int64_t before = core_.versions().version();
       refused = AcceptLocked(rank, step, dtype, payload, arrival, done,
                              &answers, &report);
       published_version_.store(core_.versions().version());
+      if (core_.versions().version() != before) MaybePinLocked();
     }
     if (!refused.ok()) {
       answers.Add(std::move(done), RefusePush(counters_, std::move(refused)));

@@ -89,6 +89,20 @@ class ChunkBarrier final {
   // INVALID_ARGUMENT when sizes or slot names do not fit.
   absl::Status Restore(const ChunkState& state);
 
+  // Checkpoints at versions every shard shares: from now on the state of
+  // each published version that is a positive multiple of `every` is kept
+  // (a pin) until TakePinned takes it. While one is kept, later multiples
+  // are not pinned (pins_skipped counts them), so that the chunks of a
+  // shard, taken together, always hold one version. Set before the
+  // barrier is in use; 0 (the default) pins nothing.
+  void PinEvery(int64_t every) ABSL_LOCKS_EXCLUDED(mu_);
+  // The pinned version, or -1 when none is kept.
+  int64_t PinnedVersion() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands the pin over (nullopt when none is kept).
+  std::optional<ChunkState> TakePinned() ABSL_LOCKS_EXCLUDED(mu_);
+  // Multiples of the pin interval published while a pin was kept.
+  int64_t pins_skipped() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Answers every waiting call with `status` and refuses new ones.
   void Close(const absl::Status& status);
   // After Close: frees the weights, the accumulator and the optimizer's
@@ -137,7 +151,12 @@ class ChunkBarrier final {
                             absl::Time arrival, ChunkCallback& done,
                             ChunkAnswers* answers, PushReport* report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes `weights` version `version`, answering every waiting pull.
+  // The chunk's state now (initialized).
+  ChunkState ExportLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pins the version just published when it is due (PinEvery).
+  void MaybePinLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `weights` version `version`, answering every waiting pull, and
+  // pins it when due.
   void PublishLocked(int64_t version,
                      std::shared_ptr<const std::vector<float>> weights,
                      ChunkAnswers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -155,6 +174,9 @@ class ChunkBarrier final {
   const std::unique_ptr<SyncRule> rule_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+  int64_t pin_every_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<ChunkState> pinned_ ABSL_GUARDED_BY(mu_);
+  int64_t pins_skipped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lockstep

@@ -41,6 +41,10 @@ absl::Status CheckSlots(
 std::optional<ChunkState> ChunkBarrier::Export() {
   absl::MutexLock lock(&mu_);
   if (!core_.versions().initialized()) return std::nullopt;
+  return ExportLocked();
+}
+
+ChunkState ChunkBarrier::ExportLocked() {
   ChunkState state;
   state.chunk = chunk_.index;
   state.version = core_.versions().version();
@@ -50,6 +54,28 @@ std::optional<ChunkState> ChunkBarrier::Export() {
                              std::vector<float>(values.begin(), values.end()));
   }
   return state;
+}
+
+void ChunkBarrier::PinEvery(int64_t every) {
+  absl::MutexLock lock(&mu_);
+  pin_every_ = every;
+}
+
+int64_t ChunkBarrier::PinnedVersion() const {
+  absl::MutexLock lock(&mu_);
+  return pinned_.has_value() ? pinned_->version : -1;
+}
+
+std::optional<ChunkState> ChunkBarrier::TakePinned() {
+  absl::MutexLock lock(&mu_);
+  std::optional<ChunkState> taken = std::move(pinned_);
+  pinned_.reset();
+  return taken;
+}
+
+int64_t ChunkBarrier::pins_skipped() const {
+  absl::MutexLock lock(&mu_);
+  return pins_skipped_;
 }
 
 absl::Status ChunkBarrier::Restore(const ChunkState& state) {

@@ -106,6 +106,16 @@ void Membership::RevokeAllButRankZero(const std::string& reason) {
   }
 }
 
+void Membership::RevokeAll(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  for (int r = 0; r < num_workers_; ++r) {
+    if (incarnations_[r] != 0) {
+      revoked_[incarnations_[r]] = absl::AbortedError(reason);
+    }
+    incarnations_[r] = 0;
+  }
+}
+
 void Membership::Evict(absl::Span<const int> ranks, int64_t step) {
   absl::MutexLock lock(&mu_);
   for (int r : ranks) {

@@ -54,6 +54,9 @@ class Membership final {
   // The rank has not left. INTERNAL when no random bytes can be had.
   absl::StatusOr<int64_t> Admit(int rank);
 
+  // Every registered rank must register again: its calls get ABORTED
+  // with `reason`.
+  void RevokeAll(const std::string& reason);
   // Rank 0 brought another signature than the provisional one: every other
   // rank's registration is revoked with FAILED_PRECONDITION `reason`.
   void RevokeAllButRankZero(const std::string& reason);

@@ -62,6 +62,34 @@ absl::StatusOr<Registration> ParameterServer::Register(
   return result;
 }
 
+bool ParameterServer::PinsCheckpoints() const {
+  const StepBarriers::Layout* layout = barriers_.layout();
+  return options_.checkpoint_every_steps > 0 && layout != nullptr &&
+         layout->sync.mode == SyncMode::kSync;
+}
+
+int64_t ParameterServer::PinsSkipped() const {
+  int64_t skipped = 0;
+  for (ChunkBarrier* c : barriers_.Current().owned)
+    skipped += c->pins_skipped();
+  return skipped;
+}
+
+absl::Status ParameterServer::StepBack(int rank, int64_t incarnation,
+                                       int64_t from,
+                                       const ShardCheckpoint& checkpoint) {
+  RETURN_IF_ERROR(members_.Check(rank, incarnation));
+  StepBarriers::Revocation revoked;
+  RETURN_IF_ERROR(barriers_.StepBack(checkpoint, from, &members_, &revoked));
+  // The old barriers' waiting pushes and pulls learn why; their memory goes.
+  for (ChunkBarrier* b : revoked.barriers) {
+    b->Close(absl::AbortedError(revoked.reason));
+    b->ReleaseMemory();
+  }
+  malloc_trim(0);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ChunkBarrier*> ParameterServer::FindChunk(
     int rank, int64_t incarnation, int chunk, int64_t step,
     const PushSlot& slot) const {

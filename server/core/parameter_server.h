@@ -196,6 +196,30 @@ class ParameterServer final {
   // version 0, DEADLINE_EXCEEDED when the chunks do not line up in time.
   absl::StatusOr<ShardCheckpoint> Snapshot(absl::Duration timeout);
 
+  // The state of the newest version that every chunk has pinned (sync mode
+  // with ParameterServerOptions::checkpoint_every_steps), handed over:
+  // the versions every shard checkpoints. nullopt until every chunk holds
+  // one.
+  std::optional<ShardCheckpoint> TakePinned() { return recovery_.TakePinned(); }
+  // Whether the chunks pin versions for checkpoints: sync mode with
+  // checkpoint_every_steps.
+  bool PinsCheckpoints() const;
+  // Multiples of checkpoint_every_steps that were not pinned because the
+  // one before had not been taken yet (summed over the chunks).
+  int64_t PinsSkipped() const;
+
+  // A synchronous job's shards went apart (one restored an older
+  // checkpoint than the others hold): rank `rank` asks this shard, seen
+  // at version `from`, to go back to `checkpoint` (of this shard, the
+  // same model, an older version), the newest version every shard holds.
+  // Every rank must register again (its calls get ABORTED) and the steps
+  // after it are computed again. ABORTED when the shard is below `from`
+  // (the request is stale: another rank's came first); FAILED_PRECONDITION
+  // outside sync mode or for another model; the caller is checked like a
+  // push's.
+  absl::Status StepBack(int rank, int64_t incarnation, int64_t from,
+                        const ShardCheckpoint& checkpoint);
+
   // Restores a checkpoint before any worker registers: its signature becomes
   // the job's and its version the current one. FAILED_PRECONDITION naming
   // the difference when it belongs to another layout (shard, shard count,

@@ -16,7 +16,7 @@ struct ParameterServerOptions {
   int num_workers = 1;  // Workers in every synchronous step.
   int shard = 0;        // This server's index among num_shards.
   int num_shards = 1;   // Chunks are spread over shards by ChunkPlan.
-  BarrierObserver* observer = nullptr;  // Not owned; may be null.
+  BarrierObserver* observer = nullptr;      // Not owned; may be null.
   SumOrder sum_order = SumOrder::kArrival;  // Synchronous steps' sums.
   // Splits each chunk's sums and optimizer step (--server_threads); not
   // owned, outlives the server; null: each on the calling thread.
@@ -26,6 +26,10 @@ struct ParameterServerOptions {
   // needing more is refused with RESOURCE_EXHAUSTED before anything is
   // allocated. 0: no bound.
   int64_t max_state_bytes = 0;
+  // Synchronous jobs: every chunk keeps the state of each version that is
+  // a multiple of this (ChunkBarrier::PinEvery) for a checkpoint, so that
+  // every shard saves the same versions. 0: none.
+  int64_t checkpoint_every_steps = 0;
   // The clock of arrivals, contacts and step timeouts, and the sleeps of
   // Snapshot's wait (the server's incarnation reads the real clock); not
   // owned.

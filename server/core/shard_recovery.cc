@@ -89,6 +89,29 @@ std::vector<StepAlarm> ShardRecovery::CheckStepTimeout(absl::Time now,
   return {*alarm};
 }
 
+std::optional<ShardCheckpoint> ShardRecovery::TakePinned() {
+  StepBarriers::View view = barriers_->Current();
+  if (!view.signature.has_value() || view.owned.empty()) return std::nullopt;
+  // The chunks pin the same versions and a pin is only ever taken with
+  // all the others, so they line up once the last chunk has pinned.
+  const int64_t version = view.owned.front()->PinnedVersion();
+  for (ChunkBarrier* c : view.owned) {
+    if (version < 0 || c->PinnedVersion() != version) return std::nullopt;
+  }
+  ShardCheckpoint checkpoint;
+  checkpoint.signature = *std::move(view.signature);
+  checkpoint.shard = options_.shard;
+  checkpoint.num_shards = options_.num_shards;
+  checkpoint.num_workers = options_.num_workers;
+  checkpoint.version = version;
+  for (ChunkBarrier* c : view.owned) {
+    std::optional<ChunkState> state = c->TakePinned();
+    if (!state.has_value()) return std::nullopt;  // Replaced meanwhile.
+    checkpoint.chunks.push_back(*std::move(state));
+  }
+  return checkpoint;
+}
+
 absl::StatusOr<ShardCheckpoint> ShardRecovery::Snapshot(
     absl::Duration timeout) {
   StepBarriers::View view = barriers_->Current();
@@ -101,8 +124,7 @@ absl::StatusOr<ShardCheckpoint> ShardRecovery::Snapshot(
   checkpoint.shard = options_.shard;
   checkpoint.num_shards = options_.num_shards;
   checkpoint.num_workers = options_.num_workers;
-  const bool same_version =
-      checkpoint.signature.sync.mode == SyncMode::kSync;
+  const bool same_version = checkpoint.signature.sync.mode == SyncMode::kSync;
   const absl::Time deadline = options_.env->Now() + timeout;
   while (true) {
     checkpoint.chunks.clear();
@@ -121,9 +143,9 @@ absl::StatusOr<ShardCheckpoint> ShardRecovery::Snapshot(
     // In sync mode a chunk leads the others by at most one step, and only
     // until the pushes of that step reach them: a brief wait.
     if (options_.env->Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "chunks stayed at versions ", low, "..", high,
-          " for the whole checkpoint timeout"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("chunks stayed at versions ", low, "..", high,
+                       " for the whole checkpoint timeout"));
     }
     options_.env->SleepFor(absl::Milliseconds(1));
   }

@@ -57,6 +57,8 @@ class ShardRecovery final {
 
   // See ParameterServer::Snapshot.
   absl::StatusOr<ShardCheckpoint> Snapshot(absl::Duration timeout);
+  // See ParameterServer::TakePinned.
+  std::optional<ShardCheckpoint> TakePinned();
 
  private:
   // The oldest step `chunks` wait on at `now` (expired and ssp not set).

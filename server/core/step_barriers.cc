@@ -83,7 +83,8 @@ int64_t StepBarriers::Version(const Layout* layout) {
   return version;
 }
 
-absl::Status StepBarriers::ConfigureLocked(const ModelSignature& signature) {
+absl::StatusOr<std::unique_ptr<StepBarriers::Layout>>
+StepBarriers::BuildLayoutLocked(const ModelSignature& signature) const {
   RETURN_IF_ERROR(CheckSyncPolicy(signature.sync, signature.optimizer,
                                   options_.num_workers));
   ASSIGN_OR_RETURN(
@@ -117,8 +118,19 @@ absl::Status StepBarriers::ConfigureLocked(const ModelSignature& signature) {
         chunk, signature.sync, options_.num_workers, std::move(optimizer),
         counters_, options_.observer, options_.sum_order, options_.pool,
         options_.env));
+    // Steps are the job's versions only in sync mode: there the shards'
+    // checkpoints can share versions.
+    if (signature.sync.mode == SyncMode::kSync) {
+      layout->chunks.back()->PinEvery(options_.checkpoint_every_steps);
+    }
     layout->owned.push_back(layout->chunks.back().get());
   }
+  return layout;
+}
+
+absl::Status StepBarriers::ConfigureLocked(const ModelSignature& signature) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Layout> layout,
+                   BuildLayoutLocked(signature));
   signature_ = signature;
   // Earlier layouts stay alive: a caller may still hold a pointer into one
   // (their barriers are closed).
@@ -213,12 +225,8 @@ absl::StatusOr<Registration> StepBarriers::Register(
   return reg;
 }
 
-absl::Status StepBarriers::Restore(const ShardCheckpoint& checkpoint) {
-  absl::MutexLock lock(&mu_);
-  if (signature_.has_value()) {
-    return absl::FailedPreconditionError(
-        "a checkpoint is restored only before any worker registers");
-  }
+absl::Status StepBarriers::CheckCheckpointPlace(
+    const ShardCheckpoint& checkpoint) const {
   if (checkpoint.shard != options_.shard ||
       checkpoint.num_shards != options_.num_shards ||
       checkpoint.num_workers != options_.num_workers) {
@@ -228,8 +236,12 @@ absl::Status StepBarriers::Restore(const ShardCheckpoint& checkpoint) {
         " workers; this server is shard ", options_.shard, " of ",
         options_.num_shards, " with ", options_.num_workers, " workers"));
   }
-  RETURN_IF_ERROR(ConfigureLocked(checkpoint.signature));
-  const std::vector<ChunkBarrier*>& owned = layout()->owned;
+  return absl::OkStatus();
+}
+
+absl::Status StepBarriers::RestoreInto(const Layout& layout,
+                                       const ShardCheckpoint& checkpoint) {
+  const std::vector<ChunkBarrier*>& owned = layout.owned;
   if (owned.size() != checkpoint.chunks.size()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the checkpoint holds ", checkpoint.chunks.size(),
@@ -243,9 +255,73 @@ absl::Status StepBarriers::Restore(const ShardCheckpoint& checkpoint) {
     }
     RETURN_IF_ERROR(owned[i]->Restore(checkpoint.chunks[i]));
   }
+  return absl::OkStatus();
+}
+
+absl::Status StepBarriers::Restore(const ShardCheckpoint& checkpoint) {
+  absl::MutexLock lock(&mu_);
+  if (signature_.has_value()) {
+    return absl::FailedPreconditionError(
+        "a checkpoint is restored only before any worker registers");
+  }
+  RETURN_IF_ERROR(CheckCheckpointPlace(checkpoint));
+  RETURN_IF_ERROR(ConfigureLocked(checkpoint.signature));
+  RETURN_IF_ERROR(RestoreInto(*layout(), checkpoint));
   // The restored model is the job's: workers with another one are refused.
   signature_from_rank0_ = true;
   length_open_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status StepBarriers::StepBack(const ShardCheckpoint& checkpoint,
+                                    int64_t from, Membership* members,
+                                    Revocation* revoked) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down() || draining_) {
+    return absl::UnavailableError("the server is stopping");
+  }
+  if (!signature_.has_value() || layout() == nullptr) {
+    return absl::FailedPreconditionError("the shard holds no model yet");
+  }
+  if (signature_->sync.mode != SyncMode::kSync) {
+    return absl::FailedPreconditionError(
+        "only a synchronous job steps back to a common version");
+  }
+  const int64_t version = Version(layout());
+  if (version < from) {
+    // Another worker's request came first, or the job went on.
+    return absl::AbortedError(
+        absl::StrCat("shard ", options_.shard, " is at version ", version,
+                     ", not at or past ", from, " any more: register again"));
+  }
+  if (checkpoint.version >= version) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a step back goes to an older version than ", version,
+                     ", not to ", checkpoint.version));
+  }
+  RETURN_IF_ERROR(CheckCheckpointPlace(checkpoint));
+  ModelSignature same_length = checkpoint.signature;
+  same_length.total_steps = signature_->total_steps;
+  if (std::string diff = DescribeDifference(*signature_, same_length);
+      !diff.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the checkpoint of version ", checkpoint.version,
+                     " holds another model: ", diff));
+  }
+  // Built and filled before anyone can see it; the members are revoked
+  // before it is published, so that a push that passes the member check
+  // still finds the old (closed) barriers, never the new ones.
+  ASSIGN_OR_RETURN(std::unique_ptr<Layout> next,
+                   BuildLayoutLocked(*signature_));
+  RETURN_IF_ERROR(RestoreInto(*next, checkpoint));
+  revoked->reason =
+      absl::StrCat("shard ", options_.shard, " stepped back from version ",
+                   version, " to ", checkpoint.version,
+                   ", the newest version every shard holds: register again");
+  members->RevokeAll(revoked->reason);
+  revoked->barriers = layout()->owned;
+  layouts_.push_back(std::move(next));
+  layout_.store(layouts_.back().get(), std::memory_order_release);
   return absl::OkStatus();
 }
 

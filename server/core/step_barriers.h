@@ -121,6 +121,13 @@ class StepBarriers final {
   // Restores a checkpoint before any worker registers (see
   // ParameterServer::Restore).
   absl::Status Restore(const ShardCheckpoint& checkpoint);
+  // Replaces the barriers with new ones holding `checkpoint`, an older
+  // version of the same model (see ParameterServer::StepBack): every
+  // member is revoked (ABORTED) and the old barriers go to `revoked`.
+  // ABORTED when the shard's version is below `from` (the request is
+  // stale).
+  absl::Status StepBack(const ShardCheckpoint& checkpoint, int64_t from,
+                        Membership* members, Revocation* revoked);
 
   // The signature, version and owned barriers, taken together.
   View Current() const;
@@ -133,9 +140,18 @@ class StepBarriers final {
   void Shutdown(const absl::Status& reason);
 
  private:
+  // Builds the barriers for `signature`, unpublished.
+  absl::StatusOr<std::unique_ptr<Layout>> BuildLayoutLocked(
+      const ModelSignature& signature) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds and publishes the barriers for `signature`.
   absl::Status ConfigureLocked(const ModelSignature& signature)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION when `checkpoint` is another shard's, or of
+  // another shard or worker count.
+  absl::Status CheckCheckpointPlace(const ShardCheckpoint& checkpoint) const;
+  // Restores `checkpoint`'s chunks into `layout`'s barriers.
+  static absl::Status RestoreInto(const Layout& layout,
+                                  const ShardCheckpoint& checkpoint);
   absl::Status CheckRegistrationLocked(int rank,
                                        const ModelSignature& signature) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

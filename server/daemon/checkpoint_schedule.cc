@@ -14,10 +14,11 @@ CheckpointSchedule::CheckpointSchedule(int64_t every_steps,
                                        absl::Duration every, absl::Time start)
     : every_steps_(every_steps), every_(every), last_saved_(start) {}
 
-bool CheckpointSchedule::Due(int64_t version, absl::Time now) const {
+bool CheckpointSchedule::Due(int64_t version, absl::Time now,
+                             bool by_steps) const {
   if (version <= last_saved_version_ || now < retry_at_) return false;
   const bool steps_due =
-      every_steps_ > 0 &&
+      by_steps && every_steps_ > 0 &&
       version - std::max<int64_t>(last_saved_version_, 0) >= every_steps_;
   const bool time_due =
       every_ > absl::ZeroDuration() && now - last_saved_ >= every_;
@@ -25,7 +26,8 @@ bool CheckpointSchedule::Due(int64_t version, absl::Time now) const {
 }
 
 void CheckpointSchedule::Saved(int64_t version, absl::Time at) {
-  last_saved_version_ = version;
+  // A pinned version may be written after a newer one saved by the clock.
+  last_saved_version_ = std::max(last_saved_version_, version);
   last_saved_ = at;
   backoff_ = absl::ZeroDuration();
   retry_at_ = absl::InfinitePast();

@@ -22,8 +22,12 @@ class CheckpointSchedule final {
   CheckpointSchedule(int64_t every_steps, absl::Duration every,
                      absl::Time start);
 
-  // Whether `version`, the shard's newest, should be saved at `now`.
-  bool Due(int64_t version, absl::Time now) const;
+  // Whether `version`, the shard's newest, should be saved at `now`; with
+  // `by_steps` false only the interval counts (the versions a step count
+  // asks for are saved as they are published: ChunkBarrier::PinEvery).
+  bool Due(int64_t version, absl::Time now, bool by_steps = true) const;
+  // Whether a failed save's retry delay still runs at `now`.
+  bool Retrying(absl::Time now) const { return now < retry_at_; }
   // A save of `version` succeeded at `at` (on the clock, on request or at
   // the end): the interval restarts and any retry delay ends.
   void Saved(int64_t version, absl::Time at);

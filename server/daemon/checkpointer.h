@@ -12,8 +12,10 @@
 #define LOCKSTEP_SERVER_DAEMON_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -46,22 +48,46 @@ class Checkpointer final {
   absl::StatusOr<std::pair<std::string, int64_t>> Save(
       absl::Duration wait = absl::Seconds(30)) ABSL_LOCKS_EXCLUDED(mu_);
   // The periodic checkpoint: saves when due at `now`; a failure is logged
-  // and delays the next try.
+  // and delays the next try. In sync mode the step trigger saves the
+  // versions the chunks pinned (multiples of every_steps), so that every
+  // shard saves the same versions; a multiple passed while the one before
+  // was still unsaved is skipped, and said once per run of skips.
   void SaveIfDue(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // Saves the newest version unless it is saved already.
   absl::Status SaveUnsaved() ABSL_LOCKS_EXCLUDED(mu_);
   // The shard restarted from `version`'s checkpoint: it is saved.
   void Restored(int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  // Rank `rank` (of `incarnation`) saw the shard at `from` and asks it to
+  // go back to its checkpoint of version `to` (ParameterServer::StepBack);
+  // the checkpoints after `to` are set aside (NAME.stepped-back), as the
+  // job computes those versions again. Returns `to`. FAILED_PRECONDITION
+  // naming the versions held when there is no checkpoint of `to`.
+  absl::StatusOr<int64_t> StepBack(int rank, int64_t incarnation, int64_t from,
+                                   int64_t to) ABSL_LOCKS_EXCLUDED(mu_);
+  // The versions a step back may go to.
+  std::vector<int64_t> Versions() const { return store_->Versions(); }
 
   int64_t last_saved_version() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Writes `snapshot` and notes it saved.
+  absl::StatusOr<std::pair<std::string, int64_t>> WriteLocked(
+      const ShardCheckpoint& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pinned version, when there is one to save at `now`; its write's
+  // outcome (nullopt: nothing was pinned or due).
+  std::optional<absl::StatusOr<std::pair<std::string, int64_t>>> SavePinned(
+      absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Says so when more multiples were skipped since last time.
+  void ReportSkipped() ABSL_LOCKS_EXCLUDED(mu_);
+
   CheckpointStore* const store_;      // Not owned.
   ParameterServer* const core_;       // Not owned.
   ServerTelemetry* const telemetry_;  // Not owned; may be null.
   const DaemonLog log_;
   absl::Mutex mu_;  // One save at a time.
   CheckpointSchedule schedule_ ABSL_GUARDED_BY(mu_);
+  const int64_t every_steps_;
+  int64_t skipped_said_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace lockstep

@@ -86,6 +86,10 @@ absl::Status Daemon::CreateCore() {
   core_options.observer = telemetry_->observer();
   core_options.sum_order = options_.sum_order;
   core_options.max_state_bytes = options_.max_state_bytes;
+  // Pinned for the checkpoints that every shard saves at the same versions.
+  if (!options_.checkpoint_dir.empty()) {
+    core_options.checkpoint_every_steps = options_.checkpoint_every_steps;
+  }
   pool_ = std::make_unique<WorkPool>(options_.server_threads);
   core_options.pool = pool_.get();
   ASSIGN_OR_RETURN(core_, ParameterServer::Create(core_options));
@@ -207,6 +211,18 @@ int Daemon::Run() {
   ParameterServerService service(core_.get(), SaveOnRequest(),
                                  security->authorizer.get(),
                                  SignatureLimitsOf(options_));
+  if (checkpointer_ != nullptr) {
+    Checkpointer* checkpointer = checkpointer_.get();
+    ParameterServerService::Checkpoints checkpoints;
+    checkpoints.versions = [checkpointer]() {
+      return checkpointer->Versions();
+    };
+    checkpoints.step_back = [checkpointer](int rank, int64_t incarnation,
+                                           int64_t from, int64_t to) {
+      return checkpointer->StepBack(rank, incarnation, from, to);
+    };
+    service.SetCheckpoints(std::move(checkpoints));
+  }
   service.HoldRegistration();  // Until the checkpoint is restored (below).
   // Rendezvous for --sync=allreduce workers (worker/exchange/allreduce).
   CoordinationStore coordination_store;

@@ -137,6 +137,11 @@ void ParameterServerService::DoRegister(int rank,
     response->set_must_initialize(reg->must_initialize);
     response->set_version(reg->version);
     response->set_server_incarnation(reg->server_incarnation);
+    if (checkpoints_.versions) {
+      for (int64_t v : checkpoints_.versions()) {
+        response->add_checkpoint_versions(v);
+      }
+    }
   }
   reactor->Finish(ToGrpcStatus(reg.status()));
 }
@@ -323,6 +328,40 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
             : absl::ResourceExhaustedError(absl::StrCat(
                   "a checkpoint is being written and ", kMaxWaitingSaves,
                   " more requests wait; try again later"))));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* ParameterServerService::StepBack(
+    grpc::CallbackServerContext* context, const v1::StepBackRequest* request,
+    v1::StepBackResponse* response) {
+  if (absl::Status s =
+          CheckAccess(authorizer_, *context, Access::kWorker, "StepBack");
+      !s.ok()) {
+    return FinishWith(context, s);
+  }
+  if (!checkpoints_.step_back) {
+    return FinishWith(context, absl::FailedPreconditionError(
+                                   "this shard keeps no checkpoints (no "
+                                   "--checkpoint_dir): it cannot step back"));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // It reads a checkpoint file: off gRPC's threads, and never while one is
+  // being written.
+  const int rank = request->rank();
+  const int64_t incarnation = request->incarnation();
+  const int64_t from = request->from_version();
+  const int64_t to = request->to_version();
+  const bool taken = saves_.Submit([=]() {
+    absl::StatusOr<int64_t> version =
+        checkpoints_.step_back(rank, incarnation, from, to);
+    if (version.ok()) response->set_version(*version);
+    reactor->Finish(ToGrpcStatus(version.status()));
+  });
+  if (!taken) {
+    reactor->Finish(ToGrpcStatus(absl::UnavailableError(
+        saving_stopped_ ? "the server is stopping"
+                        : "the shard is busy writing checkpoints; try again")));
   }
   return reactor;
 }

@@ -39,7 +39,10 @@ using ParameterServerServiceBase =
                             v1::ParameterServer::WithCallbackMethod_GetStatus<
                                 v1::ParameterServer::
                                     WithCallbackMethod_SaveCheckpoint<
-                                        v1::ParameterServer::Service>>>>>>>>;
+                                        v1::ParameterServer::
+                                            WithCallbackMethod_StepBack<
+                                                v1::ParameterServer::
+                                                    Service>>>>>>>>>;
 
 class ParameterServerService final : public ParameterServerServiceBase {
  public:
@@ -51,6 +54,16 @@ class ParameterServerService final : public ParameterServerServiceBase {
   };
   // Writes them now.
   using SaveCheckpointFn = std::function<absl::StatusOr<Saved>()>;
+
+  // The shard's checkpoints (with a checkpoint directory): the versions
+  // Register's answer lists, and a step back to one of them (the daemon
+  // reads the file and calls ParameterServer::StepBack).
+  struct Checkpoints {
+    std::function<std::vector<int64_t>()> versions;
+    std::function<absl::StatusOr<int64_t>(int rank, int64_t incarnation,
+                                          int64_t from, int64_t to)>
+        step_back;
+  };
 
   // SaveCheckpoint requests that may wait while one is written; more are
   // refused with RESOURCE_EXHAUSTED.
@@ -98,6 +111,16 @@ class ParameterServerService final : public ParameterServerServiceBase {
       grpc::CallbackServerContext* context,
       const v1::SaveCheckpointRequest* request,
       v1::SaveCheckpointResponse* response) override;
+  // Runs on the thread of the saves, after the ones taken before it.
+  grpc::ServerUnaryReactor* StepBack(grpc::CallbackServerContext* context,
+                                     const v1::StepBackRequest* request,
+                                     v1::StepBackResponse* response) override;
+
+  // Set once, before the server takes calls. Without it Register lists no
+  // checkpoints and StepBack answers FAILED_PRECONDITION.
+  void SetCheckpoints(Checkpoints checkpoints) {
+    checkpoints_ = std::move(checkpoints);
+  }
 
   // Holds Register calls, answering them once OpenRegistration() runs, so
   // that a server can listen (and answer health checks and GetStatus) while
@@ -133,6 +156,7 @@ class ParameterServerService final : public ParameterServerServiceBase {
 
   ParameterServer* const core_;  // Not owned.
   const SaveCheckpointFn save_checkpoint_;
+  Checkpoints checkpoints_;
   const Authorizer* const authorizer_;  // Not owned; may be null.
   const SignatureLimits limits_;
   absl::Mutex gate_mu_;

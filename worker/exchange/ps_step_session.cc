@@ -141,15 +141,11 @@ absl::StatusOr<StepOutcome> PsStepSession::JoinOnce(absl::Duration timeout) {
   }
   // In sync mode shards differ by one step at most (one has closed the
   // step the other still gathers). More, and a shard restored an older
-  // checkpoint than the others hold: their steps cannot line up again.
+  // checkpoint than the others hold: they go back to a version they all
+  // hold.
   if (Synchronous() && reg.version >= 0 &&
       reg.newest_version > reg.version + 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the parameter-server shards are at versions ", reg.version, " to ",
-        reg.newest_version,
-        ": a shard restarted from an older checkpoint than the others "
-        "hold. Restart every shard, from checkpoints of one version "
-        "(docs/faults.md)"));
+    ASSIGN_OR_RETURN(reg, StepBackShards(std::move(reg), timeout));
   }
   if (reg.must_initialize) {
     // Rank 0 defines version 0; everyone else receives it.
@@ -167,6 +163,67 @@ absl::StatusOr<StepOutcome> PsStepSession::JoinOnce(absl::Duration timeout) {
   joined.version = version_;
   joined.next_step = next_step_;
   return joined;
+}
+
+absl::StatusOr<RegisterResult> PsStepSession::StepBackShards(
+    RegisterResult reg, absl::Duration timeout) {
+  // A few rounds: another rank's step back may come first (ours is then
+  // refused as stale, and the next registration finds the shards level).
+  constexpr int kRounds = 4;
+  for (int round = 0; round < kRounds; ++round) {
+    if (reg.version < 0 || reg.newest_version <= reg.version + 1) return reg;
+    const std::string apart = absl::StrCat(
+        "the parameter-server shards are at versions ", reg.version, " to ",
+        reg.newest_version,
+        ": a shard restarted from an older checkpoint than the others hold");
+    const size_t shards = reg.shard_versions.size();
+    // The newest checkpoint every shard holds, at or before the oldest
+    // shard's version.
+    int64_t common = -1;
+    for (int64_t v : reg.shard_checkpoints.empty() ? std::vector<int64_t>()
+                                                   : reg.shard_checkpoints[0]) {
+      if (v > reg.version || v <= common) continue;
+      bool everywhere = true;
+      for (size_t s = 1; s < shards && everywhere; ++s) {
+        const std::vector<int64_t>& held = reg.shard_checkpoints[s];
+        everywhere = std::find(held.begin(), held.end(), v) != held.end();
+      }
+      if (everywhere) common = v;
+    }
+    if (common < 0) {
+      std::string held;
+      for (size_t s = 0; s < shards; ++s) {
+        absl::StrAppend(&held, s == 0 ? "" : "; ", "shard ", s, ": ",
+                        reg.shard_checkpoints[s].empty()
+                            ? "none"
+                            : absl::StrJoin(reg.shard_checkpoints[s], ","));
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          apart, ", and they hold no checkpoint of one version to go back to (",
+          held,
+          "). Restart every shard, from checkpoints of one version "
+          "(docs/faults.md)"));
+    }
+    std::fprintf(stderr,
+                 "lockstep worker %d: %s; stepping the shards back to version "
+                 "%lld, the newest they all hold\n",
+                 rank_, apart.c_str(), static_cast<long long>(common));
+    for (size_t s = 0; s < shards; ++s) {
+      if (reg.shard_versions[s] <= common) continue;
+      const absl::Status stepped =
+          client_->StepBack(static_cast<int>(s), reg.shard_versions[s], common);
+      // ABORTED: another rank stepped it back first.
+      if (!stepped.ok() && !absl::IsAborted(stepped)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(apart, "; stepping back to version ", common,
+                         " failed: ", stepped.message()));
+      }
+    }
+    ASSIGN_OR_RETURN(reg, client_->Register(rank_, signature_, timeout));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the parameter-server shards stayed at versions ", reg.version, " to ",
+      reg.newest_version, " after ", kRounds, " steps back"));
 }
 
 absl::StatusOr<StepPlan> PsStepSession::BeginStep() {

@@ -62,6 +62,13 @@ class PsStepSession final : public StepSession {
   // Registers (after joining the group, when elastic) and pulls the
   // version to go on from.
   absl::StatusOr<StepOutcome> JoinOnce(absl::Duration timeout);
+  // Sync mode, shards more than a step apart (one restarted from an older
+  // checkpoint than the others hold): steps every shard past the newest
+  // version they all hold back to it, and registers again; `reg` is the
+  // registration that found them apart. FAILED_PRECONDITION when they
+  // hold no common version (or cannot step back).
+  absl::StatusOr<RegisterResult> StepBackShards(RegisterResult reg,
+                                                absl::Duration timeout);
   // Elastic: joins the group and sets the shards this worker pushes.
   absl::Status JoinGroup(int64_t version, absl::Duration timeout);
   bool Synchronous() const { return signature_.sync.mode == SyncMode::kSync; }

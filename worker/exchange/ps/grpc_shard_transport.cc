@@ -135,6 +135,9 @@ class GrpcShardTransport final : public ShardTransport {
                   reply->incarnation = response.incarnation();
                   reply->must_initialize = response.must_initialize();
                   reply->version = response.version();
+                  reply->checkpoint_versions.assign(
+                      response.checkpoint_versions().begin(),
+                      response.checkpoint_versions().end());
                 }
                 done(std::move(s));
               });
@@ -209,6 +212,19 @@ class GrpcShardTransport final : public ShardTransport {
     if (s.ok())
       mean->assign(response.values().begin(), response.values().end());
     done(s);
+  }
+
+  void StepBack(int rank, int64_t incarnation, int64_t from, int64_t to,
+                absl::Time deadline, StatusCallback done) override {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    v1::StepBackRequest request;
+    request.set_rank(rank);
+    request.set_incarnation(incarnation);
+    request.set_from_version(from);
+    request.set_to_version(to);
+    v1::StepBackResponse response;
+    done(FromGrpcStatus(stub_->StepBack(&context, request, &response)));
   }
 
   std::unique_ptr<PreparedPush> PreparePush(const PushArgs& args) override {

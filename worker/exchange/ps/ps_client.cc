@@ -224,6 +224,9 @@ absl::StatusOr<std::vector<double>> PsClient::Average(
     absl::Duration timeout) {
   return impl_->membership().Average(name, values, timeout);
 }
+absl::Status PsClient::StepBack(int shard, int64_t from, int64_t to) {
+  return impl_->membership().StepBack(shard, from, to);
+}
 absl::Status PsClient::Leave(const LeaveNote& note) {
   return impl_->membership().Leave(note);
 }

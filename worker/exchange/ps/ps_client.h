@@ -95,6 +95,9 @@ struct RegisterResult {
   bool must_initialize = false;
   int64_t version = -1;         // The lowest over shards.
   int64_t newest_version = -1;  // The highest.
+  // By shard: its version, and the versions of its checkpoints.
+  std::vector<int64_t> shard_versions;
+  std::vector<std::vector<int64_t>> shard_checkpoints;
 };
 
 class PsClient final {
@@ -168,6 +171,11 @@ class PsClient final {
   absl::StatusOr<std::vector<double>> Average(const std::string& name,
                                               absl::Span<const double> values,
                                               absl::Duration timeout);
+
+  // Asks shard `shard`, which Register saw at version `from`, to go back
+  // to its checkpoint of version `to` (a synchronous job's shards went
+  // apart). Every rank must register again afterwards.
+  absl::Status StepBack(int shard, int64_t from, int64_t to);
 
   // Says this worker is done, and why (common/base/leave_note.h).
   absl::Status Leave(const LeaveNote& note = {});

@@ -123,6 +123,8 @@ absl::StatusOr<RegisterResult> ShardMembership::Register(
     result.version =
         shard == 0 ? reply.version : std::min(result.version, reply.version);
     result.newest_version = std::max(result.newest_version, reply.version);
+    result.shard_versions.push_back(reply.version);
+    result.shard_checkpoints.push_back(reply.checkpoint_versions);
   }
   result.incarnation = incarnations_[0];
   plan_ = std::move(plan);
@@ -250,6 +252,21 @@ absl::StatusOr<std::vector<double>> ShardMembership::Average(
   RETURN_IF_ERROR(status);
   ++average_round_;
   return mean;
+}
+
+absl::Status ShardMembership::StepBack(int shard, int64_t from, int64_t to) {
+  if (!plan_.has_value() || shard < 0 || shard >= num_shards()) {
+    return absl::FailedPreconditionError("step back: not in a job yet");
+  }
+  absl::Status status;
+  shards_[shard]->StepBack(
+      rank_, incarnations_[shard], from, to,
+      options_.env->Now() + options_.rpc_timeout,
+      [&status](absl::Status s) { status = std::move(s); });
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("shard ", shard, " at ",
+                                                  shards_[shard]->Describe(),
+                                                  ": ", status.message()));
 }
 
 absl::Status ShardMembership::Leave(const LeaveNote& note) {

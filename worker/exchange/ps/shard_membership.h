@@ -59,6 +59,8 @@ class ShardMembership final {
   absl::Status Initialize(absl::Span<const float> weights);
   absl::StatusOr<int64_t> Pull(int64_t min_version, absl::Span<float> weights,
                                bool exact);
+  // PsClient::StepBack.
+  absl::Status StepBack(int shard, int64_t from, int64_t to);
   absl::Status Leave(const LeaveNote& note);
   absl::Status LeaveFromAnyThread() ABSL_LOCKS_EXCLUDED(member_mu_);
   // Says `rank`, of the given incarnations by shard, is done. Thread-safe:

@@ -42,6 +42,8 @@ struct ShardRegistration {
   int64_t incarnation = 0;
   bool must_initialize = false;
   int64_t version = -1;
+  // The versions of the shard's checkpoints, oldest first.
+  std::vector<int64_t> checkpoint_versions;
 };
 
 // The weights a push or pull was answered with, in place: `data` (the
@@ -118,6 +120,15 @@ class ShardTransport {
                        const std::string& name, absl::Span<const double> values,
                        absl::Time deadline, std::vector<double>* mean,
                        StatusCallback done) = 0;
+
+  // Asks the shard, seen at version `from`, to go back to its checkpoint
+  // of version `to` (StepBackRequest in the proto). A blocking call on
+  // the caller's thread, like Leave. Transports without checkpoints
+  // answer UNIMPLEMENTED.
+  virtual void StepBack(int rank, int64_t incarnation, int64_t from, int64_t to,
+                        absl::Time deadline, StatusCallback done) {
+    done(absl::UnimplementedError("this transport keeps no checkpoints"));
+  }
 
   // After a Register that found no server in time: FAILED_PRECONDITION
   // when the shard's connection fails because a TLS handshake was refused
