@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/security/tls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
@@ -13,6 +15,7 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kBin = LOCKSTEP_BIN_DIR;
 constexpr int kWorkers = 2;
@@ -89,6 +92,61 @@ TEST(TlsTrainingTest, LauncherRunsTheJobOverMutualTls) {
                  {}, absl::Seconds(30));
   EXPECT_EQ(missing.exit_code, 2);  // A configuration error: permanent.
   EXPECT_THAT(missing.output, HasSubstr("make_certs.sh"));
+}
+
+// Every tracer the token check lets through, all at once and at DEBUG
+// verbosity, over mutual TLS (where secure_endpoint would print the
+// decrypted bytes) and in plaintext on loopback (where tcp would print
+// them): a job trains and the token is nowhere in its output. One tracer
+// that prints it is refused before the token is read.
+TEST(TlsTrainingTest, AllowedTracersKeepTheTokenOutOfTheLogs) {
+  const std::string dir = MakeTempDir();
+  CertSet certs;
+  ASSERT_TRUE(MakeCertSet(dir, "certs", &certs).ok());
+  const std::string token = "tracer-token-5f3a9c1e7b2d4068";
+  const std::string token_file = dir + "/token";
+  WriteFileOrDie(token_file, token + "\n");
+  const std::vector<std::string> traced = {
+      "GRPC_VERBOSITY=DEBUG",
+      "GRPC_TRACE=" + absl::StrJoin(QuietGrpcTracers(), ",")};
+  const std::vector<std::string> tls_client = {
+      "--tls_cert=" + certs.File("worker.pem"),
+      "--tls_key=" + certs.File("worker.key"),
+      "--tls_ca=" + certs.File("ca.pem")};
+  for (bool tls : {true, false}) {
+    std::vector<std::string> server_flags = {"--workers=1",
+                                             "--token_file=" + token_file};
+    if (tls) {
+      for (const std::string& f : certs.ServerFlags())
+        server_flags.push_back(f);
+    }
+    ServerProcess server = StartServer(server_flags, dir, traced);
+    ASSERT_FALSE(server.address.empty()) << server.process.Output();
+    std::vector<std::string> worker = {kBin + "/lockstep_worker",
+                                       "--servers=" + server.address,
+                                       "--workers=1",
+                                       "--rank=0",
+                                       "--dataset=synthetic",
+                                       "--synthetic_examples=640",
+                                       "--max_steps=3",
+                                       "--progress=none",
+                                       "--token_file=" + token_file};
+    if (tls) worker.insert(worker.end(), tls_client.begin(), tls_client.end());
+    const RunResult trained = RunProcess(worker, traced, absl::Seconds(120));
+    EXPECT_EQ(trained.exit_code, 0) << trained.output;
+    EXPECT_EQ(server.process.Wait(absl::Seconds(30)), 0);
+    const std::string server_output = server.process.Output();
+    // The tracers did run: gRPC's debug lines are there.
+    EXPECT_THAT(trained.output + server_output, HasSubstr("trace.cc"));
+    EXPECT_THAT(trained.output, HasSubstr("Trained 3 steps"));
+    EXPECT_THAT(trained.output, Not(HasSubstr(token))) << "tls " << tls;
+    EXPECT_THAT(server_output, Not(HasSubstr(token))) << "tls " << tls;
+
+    const RunResult leaky =
+        RunProcess(worker, {"GRPC_TRACE=timer,tcp"}, absl::Seconds(60));
+    EXPECT_EQ(leaky.exit_code, 2) << leaky.output;
+    EXPECT_THAT(leaky.output, HasSubstr("the \"tcp\" tracer"));
+  }
 }
 
 }  // namespace
