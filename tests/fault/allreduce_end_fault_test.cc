@@ -3,7 +3,8 @@
 // hosting only the coordinator: a step whose summed gradient is not finite
 // ends every rank with the permanent code (as a parameter server refuses
 // such a push), and a server whose ranks were all lost gives up after
-// --no_worker_timeout_s, while one whose ranks train on does not.
+// --no_worker_timeout_s, while one whose ranks train on does not; a
+// coordinator lost for good costs no trained model.
 #include <signal.h>
 
 #include <string>
@@ -77,6 +78,37 @@ TEST(AllReduceEndFaultTest, RanksThatTrainOnKeepTheServerWaiting) {
   EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
   EXPECT_THAT(job.ServerOutput(), Not(HasSubstr("--no_worker_timeout_s")));
+}
+
+// The server (and so the coordinator) SIGKILLed mid-job and never brought
+// back: the ranks need it for nothing but joining and leaving, so they
+// train to the end, write their weights (the fault-free ones) and only
+// then report the leave that failed, with the retryable code.
+TEST(AllReduceEndFaultTest, ALostCoordinatorCostsNoTrainedModel) {
+  Job clean(2);
+  clean.StartServer({});
+  clean.StartWorker(0, GlooFlags({}));
+  clean.StartWorker(1, GlooFlags({}));
+  ASSERT_EQ(clean.WaitWorker(0), 0) << clean.WorkerOutput(0);
+  ASSERT_EQ(clean.WaitWorker(1), 0) << clean.WorkerOutput(1);
+  ASSERT_EQ(clean.WaitServer(), 0) << clean.ServerOutput();
+  const std::vector<float> reference = clean.Weights(0);
+  ASSERT_FALSE(reference.empty());
+
+  Job job(2);
+  job.StartServer({});
+  job.StartWorker(0, GlooFlags({"--progress=lines"}));
+  job.StartWorker(1, GlooFlags({"--straggle=1:50"}));
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "10/40 [")) << job.WorkerOutput(0);
+  job.Signal(job.server(), SIGKILL);
+  job.WaitServer();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(job.WaitWorker(r), 75) << job.WorkerOutput(r);
+    EXPECT_THAT(job.WorkerOutput(r),
+                HasSubstr("trained every step and wrote its outputs, but "
+                          "could not leave the job"));
+    EXPECT_EQ(job.Weights(r), reference) << "rank " << r;
+  }
 }
 
 }  // namespace

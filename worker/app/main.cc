@@ -287,7 +287,15 @@ int TrainOver(WorkerMainOptions* options, StepSession* session,
     }
     return fail(summary.status(), code);
   }
-  return Finish(o, *summary, reports, *model, trainer);
+  const int code = Finish(o, *summary, reports, *model, trainer);
+  if (summary->left.ok() || code != kExitOk) return code;
+  // Every step trained and the outputs are written; only the end of the
+  // job did not reach the servers (or the all-reduce coordinator).
+  std::fprintf(stderr,
+               "lockstep_worker %d: trained every step and wrote its outputs, "
+               "but could not leave the job\n",
+               o.trainer.rank);
+  return fail(summary->left, ExitCodeFor(summary->left));
 }
 
 int Run(WorkerMainOptions o) {

@@ -102,7 +102,8 @@ absl::Status Trainer::FinishJob(TrainSummary* summary) {
                  options_.rank, left.ToString().c_str());
     return absl::OkStatus();
   }
-  return left;
+  summary->left = left;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TrainSummary> Trainer::Run() {

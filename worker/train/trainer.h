@@ -46,6 +46,10 @@ struct TrainSummary {
   bool stopped = false;         // Left early on request (SIGTERM).
   int64_t final_version = 0;
   double wall_seconds = 0;  // Training loop only.
+  // The final Leave's outcome. A failed one (the servers or the
+  // coordinator lost at the end) does not fail Run: the trained weights
+  // are there to write; the caller reports it after.
+  absl::Status left;
 };
 
 class Trainer final {
