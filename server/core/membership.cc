@@ -96,24 +96,20 @@ absl::StatusOr<int64_t> Membership::Admit(int rank) {
   return incarnation;
 }
 
-void Membership::RevokeAllButRankZero(const std::string& reason) {
+void Membership::RevokeFrom(int first, const absl::Status& why) {
   absl::MutexLock lock(&mu_);
-  for (int r = 1; r < num_workers_; ++r) {
-    if (incarnations_[r] != 0) {
-      revoked_[incarnations_[r]] = absl::FailedPreconditionError(reason);
-    }
+  for (int r = first; r < num_workers_; ++r) {
+    if (incarnations_[r] != 0) revoked_[incarnations_[r]] = why;
     incarnations_[r] = 0;
   }
 }
 
+void Membership::RevokeAllButRankZero(const std::string& reason) {
+  RevokeFrom(1, absl::FailedPreconditionError(reason));
+}
+
 void Membership::RevokeAll(const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  for (int r = 0; r < num_workers_; ++r) {
-    if (incarnations_[r] != 0) {
-      revoked_[incarnations_[r]] = absl::AbortedError(reason);
-    }
-    incarnations_[r] = 0;
-  }
+  RevokeFrom(0, absl::AbortedError(reason));
 }
 
 void Membership::Evict(absl::Span<const int> ranks, int64_t step) {

@@ -85,6 +85,9 @@ class Membership final {
   bool WaitUntilAllLeft(absl::Duration timeout) const;
 
  private:
+  // Revokes the registrations of ranks `first` and up: their calls get
+  // `why`.
+  void RevokeFrom(int first, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckLocked(int rank, int64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

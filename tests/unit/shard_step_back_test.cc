@@ -65,6 +65,18 @@ class ShardStepBackTest : public ::testing::Test {
     const float v = static_cast<float>(version);
     return {1 - v, 2 - v, 3 - v, 4 - v, 5 - v};
   }
+  // The shard's checkpoint of `version`, as this job writes it.
+  static ShardCheckpoint CheckpointOf(int64_t version) {
+    ShardCheckpoint c;
+    c.signature = SmallSignature(2);
+    c.num_workers = 2;
+    c.version = version;
+    ChunkState chunk;
+    chunk.version = version;
+    chunk.weights = At(version);
+    c.chunks.push_back(chunk);
+    return c;
+  }
 
   FakeEnv clock_;
   std::unique_ptr<ParameterServer> ps_;
@@ -129,14 +141,7 @@ TEST_F(ShardStepBackTest, TheCheckpointerSavesThePinnedVersionNotTheNewest) {
 TEST_F(ShardStepBackTest, AShardStepsBackAndEveryRankRegistersAgain) {
   Start(/*every=*/2);
   for (int64_t s = 0; s < 5; ++s) Step(s);
-  ShardCheckpoint two;
-  two.signature = SmallSignature(2);
-  two.num_workers = 2;
-  two.version = 2;
-  ChunkState chunk;
-  chunk.version = 2;
-  chunk.weights = At(2);
-  two.chunks.push_back(chunk);
+  const ShardCheckpoint two = CheckpointOf(2);
   // Seen at 6 by a stale request: the shard is at 5.
   absl::Status stale = ps_->StepBack(0, inc0_, /*from=*/6, two);
   EXPECT_EQ(stale.code(), absl::StatusCode::kAborted) << stale;
@@ -169,15 +174,8 @@ TEST_F(ShardStepBackTest, AStepBackIsRefusedForAnotherModelOrAnUnknownCaller) {
   Start(/*every=*/0);
   Step(0);
   Step(1);
-  ShardCheckpoint other;
-  other.signature = SmallSignature(2);
+  ShardCheckpoint other = CheckpointOf(1);
   other.signature.tensors[0].name = "other";
-  other.num_workers = 2;
-  other.version = 1;
-  ChunkState chunk;
-  chunk.version = 1;
-  chunk.weights = At(1);
-  other.chunks.push_back(chunk);
   const absl::Status refused = ps_->StepBack(0, inc0_, 2, other);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.message(), HasSubstr("holds another model"));
