@@ -294,6 +294,24 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
                           std::move(token));
 }
 
+absl::StatusOr<std::string> CertificateCommonName(
+    absl::string_view option, const std::string& cert_file) {
+  ASSIGN_OR_RETURN(std::vector<X509Ptr> chain,
+                   ReadCertificates(option, cert_file));
+  X509_NAME* subject = X509_get_subject_name(chain.front().get());
+  const int at = subject == nullptr
+                     ? -1
+                     : X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+  if (at < 0) return std::string();
+  unsigned char* utf8 = nullptr;
+  const int length = ASN1_STRING_to_UTF8(
+      &utf8, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, at)));
+  if (length < 0) return std::string();
+  std::string name(reinterpret_cast<const char*>(utf8), length);
+  OPENSSL_free(utf8);
+  return name;
+}
+
 absl::Span<const absl::string_view> QuietGrpcTracers() {
   // gRPC 1.51's tracers that printed no token (see tls.h), and the one
   // that only lists the tracers.

@@ -79,6 +79,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 absl::StatusOr<std::string> ReadTokenFile(
     const std::string& path, absl::string_view option = "token_file");
 
+// The subject's common name (CN) of the first certificate in `cert_file`
+// (empty when it has none); INVALID_ARGUMENT naming `option` when the file
+// holds no PEM certificate.
+absl::StatusOr<std::string> CertificateCommonName(absl::string_view option,
+                                                  const std::string& cert_file);
+
 // The gRPC tracers known not to print the bearer token: each ran a job
 // with a token under GRPC_VERBOSITY=DEBUG and printed none of it (the
 // suite runs them all at once). Others (tcp, channel, retry, the http and

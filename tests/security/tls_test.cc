@@ -130,6 +130,18 @@ class TlsFilesTest : public ::testing::Test {
   CertSet certs_;
 };
 
+// A grpc-ring worker takes chunks only from certificates of its own name:
+// the worker's and the admin's differ.
+TEST_F(TlsFilesTest, ReadsACertificatesCommonName) {
+  EXPECT_EQ(CertificateCommonName("cert", certs_.File("worker.pem")).value(),
+            "lockstep-worker");
+  EXPECT_EQ(CertificateCommonName("cert", certs_.File("admin.pem")).value(),
+            "lockstep-admin");
+  EXPECT_EQ(
+      CertificateCommonName("cert", certs_.File("worker.key")).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(TlsFilesTest, ChecksWhatEachSideNeeds) {
   TlsOptions server;
   server.cert_file = certs_.File("server.pem");

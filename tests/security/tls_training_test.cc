@@ -85,6 +85,15 @@ TEST(TlsTrainingTest, LauncherRunsTheJobOverMutualTls) {
       {}, absl::Seconds(120));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("(mutual TLS)"));
+  // The gRPC ring's workers call each other with the worker certificate,
+  // the one name their ring takes chunks from.
+  RunResult ring =
+      RunProcess({kBin + "/lockstep_launch", "--tls", "--tls_dir=" + certs.dir,
+                  "--workers=2", "--sync=allreduce", "--allreduce=grpc-ring",
+                  "--dataset=synthetic", "--synthetic_examples=640",
+                  "--max_steps=5", "--layers=784,16,10", "--progress=none"},
+                 {}, absl::Seconds(120));
+  EXPECT_EQ(ring.exit_code, 0) << ring.output;
 
   RunResult missing =
       RunProcess({kBin + "/lockstep_launch", "--tls",

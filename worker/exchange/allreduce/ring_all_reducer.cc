@@ -2,10 +2,12 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <utility>
 
 #include "absl/memory/memory.h"
 #include "common/base/status_macros.h"
+#include "common/security/tls.h"
 
 namespace lockstep {
 namespace {
@@ -27,7 +29,17 @@ absl::StatusOr<std::unique_ptr<AllReducer>> RingAllReducer::Create(
     const AllReduceOptions& options) {
   std::unique_ptr<Authorizer> authorizer;
   if (options.size > 1) {
-    ASSIGN_OR_RETURN(authorizer, Authorizer::Create(options.tls));
+    TlsOptions tls = options.tls;
+    // Mutual TLS: the ring takes chunks only from its peers, which present
+    // a certificate of this worker's name (not, say, the admin's), unless
+    // --worker_identities names them.
+    if (tls.ServerTls() && tls.ClientTls() && tls.worker_identities.empty()) {
+      ASSIGN_OR_RETURN(
+          std::string name,
+          CertificateCommonName(tls.names.cert_file, tls.cert_file));
+      if (!name.empty()) tls.worker_identities = {name};
+    }
+    ASSIGN_OR_RETURN(authorizer, Authorizer::Create(tls));
   }
   auto reducer = absl::WrapUnique(new RingAllReducer(options));
   if (options.size > 1)
