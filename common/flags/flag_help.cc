@@ -1,13 +1,17 @@
 #include "common/flags/flag_help.h"
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/internal/program_name.h"
 #include "absl/flags/internal/usage.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/flags/env_flags.h"
 
 namespace lockstep {
 namespace {
@@ -103,6 +107,18 @@ void PrintGroupedHelp(std::ostream& out, absl::string_view usage,
     for (const auto& [name, flag] : it->second) {
       absl::flags_internal::FlagHelp(out, *flag);
     }
+  }
+  std::vector<std::string> variables;
+  for (absl::string_view name : EnvironmentFlags()) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && IsHelpFile(flag->Filename(), help_files)) {
+      variables.push_back(EnvironmentVariableOf(name));
+    }
+  }
+  if (!variables.empty()) {
+    out << "\nFrom the environment too, where the command line does not give "
+           "them (docs/flags.md): "
+        << absl::StrJoin(variables, ", ") << ".\n";
   }
   out << "\nThe flags above are this program's own; --helpfull lists every "
          "flag, absl's included.\n";

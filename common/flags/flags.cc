@@ -15,10 +15,12 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/base/exit_codes.h"
 #include "common/base/nearest_name.h"
+#include "common/flags/env_flags.h"
 #include "common/flags/flag_help.h"
 
 ABSL_FLAG(bool, validate_only, false,
@@ -92,6 +94,31 @@ void RefuseUnknownFlags(int argc, char** argv) {
   }
 }
 
+// One line on stderr naming the flags the environment set, and those it
+// would have set had the command line not given them: a deployment's
+// settings are visible in every process's log.
+void ReportEnvironmentFlags(const char* program,
+                            const std::vector<EnvironmentFlag>& from_env) {
+  std::vector<std::string> used, overridden;
+  for (const EnvironmentFlag& f : from_env) {
+    if (absl::flags_internal::WasPresentOnCommandLine(f.flag)) {
+      overridden.push_back(f.variable);
+    } else {
+      used.push_back(
+          absl::StrCat("--", f.flag, "=", f.value, " (", f.variable, ")"));
+    }
+  }
+  if (used.empty() && overridden.empty()) return;
+  std::string line =
+      absl::StrCat(program, ": from the environment: ",
+                   used.empty() ? "none" : absl::StrJoin(used, ", "));
+  if (!overridden.empty()) {
+    absl::StrAppend(&line, "; the command line overrides ",
+                    absl::StrJoin(overridden, ", "));
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
 }  // namespace
 
 bool ValidateOnly() { return absl::GetFlag(FLAGS_validate_only); }
@@ -109,6 +136,15 @@ std::vector<char*> ParseFlags(int argc, char** argv,
   // absl::ParseCommandLine, less its handling of --help and the like
   // (below): what leaves from inside now is a failure to parse.
   RefuseUnknownFlags(argc, argv);
+  // The environment first, so that the command line overrides it.
+  absl::StatusOr<std::vector<EnvironmentFlag>> from_env =
+      SetFlagsFromEnvironment(
+          [](const char* name) { return std::getenv(name); });
+  if (!from_env.ok()) {
+    std::fprintf(stderr, "%s: %s\n", argv[0],
+                 std::string(from_env.status().message()).c_str());
+    std::exit(kExitPermanent);
+  }
   static const bool registered = std::atexit(ExitWithTheCodeWanted) == 0;
   if (registered) exit_code_while_parsing.store(kExitPermanent);
   std::vector<char*> positional = absl::flags_internal::ParseCommandLineImpl(
@@ -132,6 +168,7 @@ std::vector<char*> ParseFlags(int argc, char** argv,
           std::cout, absl::ProgramUsageMessage()) != -1) {
     std::exit(kExitOk);
   }
+  ReportEnvironmentFlags(argv[0], *from_env);
   return positional;
 }
 

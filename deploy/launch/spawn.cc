@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/flags/env_flags.h"
 
 namespace lockstep {
 namespace {
@@ -51,19 +52,27 @@ std::string ResolveProgram(const std::string& program,
   return "";
 }
 
-// This process's environment with `overrides` ("NAME=VALUE") set on top.
+// This process's environment with `overrides` ("NAME=VALUE") set on top,
+// less the variables of one process's own ports (LOCKSTEP_METRICS_PORT and
+// the like, common/flags/env_flags.h): every child would take the same.
 std::vector<std::string> MergeEnvironment(
     const std::vector<std::string>& overrides) {
   auto name_of = [](absl::string_view entry) {
     return entry.substr(0, entry.find('='));
   };
+  std::vector<std::string> dropped;
+  for (absl::string_view flag : PerProcessEnvironmentFlags()) {
+    dropped.push_back(EnvironmentVariableOf(flag));
+  }
   std::vector<std::string> out;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const absl::string_view entry(*e);
     const bool replaced = std::any_of(
         overrides.begin(), overrides.end(),
         [&](const std::string& o) { return name_of(o) == name_of(entry); });
-    if (!replaced) out.emplace_back(entry);
+    const bool per_process = std::find(dropped.begin(), dropped.end(),
+                                       name_of(entry)) != dropped.end();
+    if (!replaced && !per_process) out.emplace_back(entry);
   }
   out.insert(out.end(), overrides.begin(), overrides.end());
   return out;

@@ -1,0 +1,71 @@
+#include "common/flags/env_flags.h"
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace lockstep {
+namespace {
+
+// The ones lockstep_launch sets per process; the rest of the list after.
+constexpr absl::string_view kPerProcess[] = {"listen", "port_file",
+                                             "metrics_port", "health_port"};
+constexpr absl::string_view kAll[] = {"listen",
+                                      "port_file",
+                                      "metrics_port",
+                                      "health_port",
+                                      "tls_cert",
+                                      "tls_key",
+                                      "tls_ca",
+                                      "tls_server_name",
+                                      "tls_refresh_s",
+                                      "token_file",
+                                      "insecure",
+                                      "admin_identities",
+                                      "worker_identities",
+                                      "tls",
+                                      "tls_dir",
+                                      "metrics_port_base",
+                                      "health_port_base",
+                                      "server_port",
+                                      "checkpoint_dir",
+                                      "checkpoint_every_seconds",
+                                      "checkpoints_to_keep",
+                                      "data_dir",
+                                      "tensorboard_dir",
+                                      "trace_dir"};
+
+}  // namespace
+
+absl::Span<const absl::string_view> EnvironmentFlags() { return kAll; }
+
+absl::Span<const absl::string_view> PerProcessEnvironmentFlags() {
+  return kPerProcess;
+}
+
+std::string EnvironmentVariableOf(absl::string_view flag) {
+  return absl::StrCat("LOCKSTEP_", absl::AsciiStrToUpper(flag));
+}
+
+absl::StatusOr<std::vector<EnvironmentFlag>> SetFlagsFromEnvironment(
+    const std::function<const char*(const char*)>& getenv) {
+  std::vector<EnvironmentFlag> set;
+  for (absl::string_view name : EnvironmentFlags()) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;  // Not this program's.
+    const std::string variable = EnvironmentVariableOf(name);
+    const char* value = getenv(variable.c_str());
+    if (value == nullptr || *value == '\0') continue;
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          variable, "=", value, ": ", error, " (it sets --", name, ")"));
+    }
+    set.push_back({variable, std::string(name), value});
+  }
+  return set;
+}
+
+}  // namespace lockstep
