@@ -54,7 +54,10 @@ class FlagChecker:
         self.report, self.repo, self.bins = report, repo, bins
         self.docker_dir = os.path.join(repo, "deploy", "docker")
         self.accepted = {}
-        self.env = {b: set(m.BINARY_ENV) for b in bins}
+        env_flags = m.env_flags(repo)
+        self.env = {b: set(m.BINARY_ENV) |
+                    {"LOCKSTEP_" + f.upper() for f in env_flags
+                     if m.flag_known(f, self.flags_of(b))} for b in bins}
         self.env["python3"] = python_env(repo)
 
     def flags_of(self, binary):

@@ -102,7 +102,7 @@ def check_trainer_job(report, t):
 
 def _metrics(report, where, c):
     declared = jt.port_named(c, "metrics")
-    flags = m.flag_values(c.get("args", []), "metrics_port")
+    flags = m.setting(c, "metrics_port")
     report.check(flags == ([str(declared)] if declared else []),
                  f"{where}: --metrics_port {flags} = the metrics containerPort "
                  f"{declared}")
@@ -113,7 +113,7 @@ def check_ports(report, t, node, binaries):
     one (kubelet probes speak plaintext only)."""
     (server,) = jt.containers(t["spec"], jt.PS_JOB)
     grpc = jt.port_named(server, "grpc")
-    health = m.flag_values(server.get("args", []), "health_port")
+    health = m.setting(server, "health_port")
     want = int(health[0]) if len(health) == 1 else grpc
     probed = [server.get(p, {}).get("grpc", {}).get("port") for p in PROBES]
     report.check(grpc is not None and probed == [want] * len(PROBES),
@@ -159,7 +159,7 @@ def _server_policy(report, where, job):
                  f"{where}: restartPolicy OnFailure with backoffLimit > 0")
     report.check(m.flag_values(args, "exit_when_done") == ["true"],
                  f"{where}: --exit_when_done=true (the JobSet completes)")
-    dirs = m.flag_values(args, "checkpoint_dir")
+    dirs = m.setting(c, "checkpoint_dir")
     found = m.volume_under(dirs[0], c, pod) if len(dirs) == 1 else None
     report.check(found is not None and not found[0].get("readOnly") and
                  not {"secret", "configMap"} & set(found[1]),
@@ -226,7 +226,7 @@ def check_drift(report, repo):
 
 
 def _tls_file(report, where, c, pod, flag):
-    paths = m.flag_values(c.get("args", []), flag)
+    paths = m.setting(c, flag)
     found = m.volume_under(paths[0], c, pod) if len(paths) == 1 else None
     secret = (found or ({}, {}))[1].get("secret")
     key = os.path.basename(paths[0]) if paths else None
@@ -238,7 +238,7 @@ def _tls_file(report, where, c, pod, flag):
 
 
 def _uses_tls(spec):
-    return any(m.flag_values(c.get("args", []), "tls_cert")
+    return any(m.setting(c, "tls_cert")
                for rj in spec.get("replicatedJobs", [])
                for c in jt.containers(spec, rj["name"]))
 
@@ -256,18 +256,18 @@ def check_tls(report, t, node):
         pod = jt.pod_spec(t["spec"], rj)
         for c in jt.containers(t["spec"], rj):
             where = f"{t['what']} {rj}/{c['name']}"
-            args = c.get("args", [])
             if not mtls:
                 if rj == jt.PS_JOB:
-                    report.check("--insecure" in args, f"{where}: no TLS, so "
-                                 "the server says --insecure")
+                    report.check(m.setting(c, "insecure") == ["true"],
+                                 f"{where}: no TLS, so the server says "
+                                 "--insecure (or LOCKSTEP_INSECURE=true)")
                 continue
             for flag in TLS_FILES:
                 _tls_file(report, where, c, pod, flag)
             for flag in need:
-                report.check(len(m.flag_values(args, flag)) == 1,
+                report.check(len(m.setting(c, flag)) == 1,
                              f"{where}: mTLS needs --{flag}")
-            report.check("--insecure" not in args, f"{where}: no --insecure with mTLS")
+            report.check(not m.setting(c, "insecure"), f"{where}: no --insecure with mTLS")
     return mtls
 
 

@@ -117,6 +117,28 @@ def flag_values(args, name):
     return [a.split("=", 1)[1] for a in args if a.startswith(f"--{name}=")]
 
 
+def env_flags(repo):
+    """The flags the binaries also read from LOCKSTEP_<NAME>
+    (common/flags/env_flags.cc's list)."""
+    with open(os.path.join(repo, "common", "flags", "env_flags.cc"),
+              encoding="utf-8") as f:
+        text = f.read()
+    body = text[text.index("kAll[]"):]
+    return re.findall(r'"([a-z_0-9]+)"', body[:body.index("};")])
+
+
+def setting(container, name):
+    """What a Lockstep binary in `container` takes for --name: the command
+    line's values, else a literal LOCKSTEP_NAME value (the command line wins
+    over the environment, common/flags/env_flags.h)."""
+    values = flag_values(container.get("args", []), name)
+    if values or f"--{name}" in container.get("args", []):
+        return values or ["true"]
+    var = "LOCKSTEP_" + name.upper()
+    return [e["value"] for e in container.get("env", [])
+            if e.get("name") == var and e.get("value")]
+
+
 def volume_under(path, container, pod_spec):
     """(volumeMount, volume) of the one mount path lies under, or None."""
     mounts = [mnt for mnt in container.get("volumeMounts", [])
