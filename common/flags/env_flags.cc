@@ -1,5 +1,7 @@
 #include "common/flags/env_flags.h"
 
+#include <cstdlib>
+
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
@@ -9,9 +11,9 @@
 namespace lockstep {
 namespace {
 
-// The ones lockstep_launch sets per process; the rest of the list after.
-constexpr absl::string_view kPerProcess[] = {"listen", "port_file",
-                                             "metrics_port", "health_port"};
+// The first four are one process's own port or address (lockstep_launch
+// sets them per process).
+constexpr size_t kPerProcess = 4;
 constexpr absl::string_view kAll[] = {"listen",
                                       "port_file",
                                       "metrics_port",
@@ -42,21 +44,20 @@ constexpr absl::string_view kAll[] = {"listen",
 absl::Span<const absl::string_view> EnvironmentFlags() { return kAll; }
 
 absl::Span<const absl::string_view> PerProcessEnvironmentFlags() {
-  return kPerProcess;
+  return EnvironmentFlags().subspan(0, kPerProcess);
 }
 
 std::string EnvironmentVariableOf(absl::string_view flag) {
   return absl::StrCat("LOCKSTEP_", absl::AsciiStrToUpper(flag));
 }
 
-absl::StatusOr<std::vector<EnvironmentFlag>> SetFlagsFromEnvironment(
-    const std::function<const char*(const char*)>& getenv) {
+absl::StatusOr<std::vector<EnvironmentFlag>> SetFlagsFromEnvironment() {
   std::vector<EnvironmentFlag> set;
   for (absl::string_view name : EnvironmentFlags()) {
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;  // Not this program's.
     const std::string variable = EnvironmentVariableOf(name);
-    const char* value = getenv(variable.c_str());
+    const char* value = std::getenv(variable.c_str());
     if (value == nullptr || *value == '\0') continue;
     std::string error;
     if (!flag->ParseFrom(value, &error)) {

@@ -1,5 +1,5 @@
 // Infrastructure flags from the environment. Every binary reads each flag
-// of kEnvironmentFlags that it defines also from LOCKSTEP_<NAME> (the name
+// of EnvironmentFlags() that it defines also from LOCKSTEP_<NAME> (the name
 // in upper case: --tls_cert from LOCKSTEP_TLS_CERT), so that a deployment
 // (a Kubernetes runtime, a systemd unit) sets where the certificates, the
 // token, the ports and the checkpoints are once, and a job's command line
@@ -11,7 +11,6 @@
 #ifndef LOCKSTEP_COMMON_FLAGS_ENV_FLAGS_H_
 #define LOCKSTEP_COMMON_FLAGS_ENV_FLAGS_H_
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,12 +42,11 @@ struct EnvironmentFlag {
 };
 
 // Sets every flag of EnvironmentFlags() that this program defines and whose
-// variable `getenv` finds non-empty, and returns them in the list's order.
+// variable is set and not empty, and returns them in the list's order.
 // INVALID_ARGUMENT naming the variable ("LOCKSTEP_METRICS_PORT=x: ...") for
 // a value the flag cannot take; flags set before it stay set. Call it
 // before parsing the command line, which then overrides these.
-absl::StatusOr<std::vector<EnvironmentFlag>> SetFlagsFromEnvironment(
-    const std::function<const char*(const char*)>& getenv);
+absl::StatusOr<std::vector<EnvironmentFlag>> SetFlagsFromEnvironment();
 
 }  // namespace lockstep
 

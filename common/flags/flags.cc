@@ -99,6 +99,7 @@ void RefuseUnknownFlags(int argc, char** argv) {
 // settings are visible in every process's log.
 void ReportEnvironmentFlags(const char* program,
                             const std::vector<EnvironmentFlag>& from_env) {
+  if (from_env.empty()) return;
   std::vector<std::string> used, overridden;
   for (const EnvironmentFlag& f : from_env) {
     if (absl::flags_internal::WasPresentOnCommandLine(f.flag)) {
@@ -108,7 +109,6 @@ void ReportEnvironmentFlags(const char* program,
           absl::StrCat("--", f.flag, "=", f.value, " (", f.variable, ")"));
     }
   }
-  if (used.empty() && overridden.empty()) return;
   std::string line =
       absl::StrCat(program, ": from the environment: ",
                    used.empty() ? "none" : absl::StrJoin(used, ", "));
@@ -138,8 +138,7 @@ std::vector<char*> ParseFlags(int argc, char** argv,
   RefuseUnknownFlags(argc, argv);
   // The environment first, so that the command line overrides it.
   absl::StatusOr<std::vector<EnvironmentFlag>> from_env =
-      SetFlagsFromEnvironment(
-          [](const char* name) { return std::getenv(name); });
+      SetFlagsFromEnvironment();
   if (!from_env.ok()) {
     std::fprintf(stderr, "%s: %s\n", argv[0],
                  std::string(from_env.status().message()).c_str());
