@@ -119,6 +119,15 @@ absl::StatusOr<int64_t> Checkpointer::StepBack(int rank, int64_t incarnation,
   absl::MutexLock lock(&mu_);
   absl::StatusOr<ShardCheckpoint> checkpoint = store_->Load(to);
   if (absl::IsNotFound(checkpoint.status())) {
+    // A request made before another rank's step back set `to` aside is
+    // stale, not impossible: that rank registers again and finds the
+    // shards level (ParameterServer::StepBack answers the same).
+    const int64_t version = core_->GetStatus().version;
+    if (version < from) {
+      return absl::AbortedError(absl::StrCat(
+          "the shard is at version ", version, ", not at or past ", from,
+          " any more (another rank stepped it back): register again"));
+    }
     std::string held;
     for (int64_t v : store_->Versions()) {
       absl::StrAppend(&held, held.empty() ? "" : ", ", v);

@@ -170,6 +170,34 @@ TEST_F(ShardStepBackTest, AShardStepsBackAndEveryRankRegistersAgain) {
   EXPECT_EQ(next.values(), At(3));
 }
 
+// Two ranks that saw the shards at different moments ask for different
+// versions: rank 0's step back to 2 sets checkpoint 4 aside, and rank 1's
+// request for 4, now stale, is told to register again (ABORTED), not that
+// the shard lacks 4 (FAILED_PRECONDITION, which ends a worker).
+TEST_F(ShardStepBackTest, AStaleStepBackToASetAsideVersionIsAborted) {
+  Start(/*every=*/2);
+  const std::string dir = NewTempDir();
+  auto store = CheckpointStore::Create(dir, 0, 1, /*keep=*/3);
+  ASSERT_TRUE(store.ok()) << store.status();
+  LogLines log;
+  Checkpointer::Options every;
+  every.every_steps = 2;
+  Checkpointer checkpointer(every, store->get(), ps_.get(), nullptr, log.Log());
+  for (int64_t s = 0; s < 5; ++s) {
+    Step(s);
+    checkpointer.SaveIfDue(clock_.Now());
+  }
+  ASSERT_THAT((*store)->Versions(), ElementsAre(2, 4));
+  ASSERT_EQ(ps_->GetStatus().version, 5);
+  auto back = checkpointer.StepBack(0, inc0_, /*from=*/5, /*to=*/2);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_THAT((*store)->Versions(), ElementsAre(2));
+  auto stale = checkpointer.StepBack(1, inc1_, /*from=*/5, /*to=*/4);
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted)
+      << stale.status();
+  EXPECT_EQ(ps_->GetStatus().version, 2);
+}
+
 TEST_F(ShardStepBackTest, AStepBackIsRefusedForAnotherModelOrAnUnknownCaller) {
   Start(/*every=*/0);
   Step(0);
