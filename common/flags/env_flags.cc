@@ -37,7 +37,8 @@ constexpr absl::string_view kAll[] = {"listen",
                                       "checkpoints_to_keep",
                                       "data_dir",
                                       "tensorboard_dir",
-                                      "trace_dir"};
+                                      "trace_dir",
+                                      "servers"};
 
 }  // namespace
 

@@ -27,4 +27,9 @@ bool IsTlsRefusal(const absl::Status& status, bool client_tls) {
          (client_tls && absl::StrContains(message, "socket closed"));
 }
 
+bool IsCutOffInTransit(const absl::Status& status) {
+  return absl::IsCancelled(status) &&
+         absl::EqualsIgnoreCase(status.message(), "cancelled");
+}
+
 }  // namespace lockstep

@@ -20,6 +20,12 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // of reach ("Connection refused", a timeout) is not a refusal.
 bool IsTlsRefusal(const absl::Status& status, bool client_tls);
 
+// Whether `status` is a call cut off on its way (CANCELLED with gRPC's own
+// bare message: the server stopped listening with the call unanswered), as
+// a lockstep_server with --workers=auto does once it has learned the
+// count; not a refusal of the server's, whose CANCELLED says why.
+bool IsCutOffInTransit(const absl::Status& status);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_COMMON_RPC_GRPC_STATUS_H_

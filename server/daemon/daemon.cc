@@ -7,6 +7,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/functional/function_ref.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/base/env.h"
@@ -19,6 +20,7 @@
 #include "server/daemon/daemon_log.h"
 #include "server/daemon/grpc_endpoint.h"
 #include "server/daemon/shard_restorer.h"
+#include "server/daemon/worker_count_probe.h"
 #include "server/rpc/grpc_service.h"
 
 namespace lockstep {
@@ -150,11 +152,36 @@ bool Daemon::AnnounceListening(int port) {
                            options_.num_shards, " listening on ", host, ":",
                            port, " (", DescribeServerSecurity(options_.tls),
                            ") for ", options_.workers, " worker(s)"));
+  return WritePortFile(port);
+}
+
+bool Daemon::WritePortFile(int port) {
   if (options_.port_file.empty()) return true;
   absl::Status s =
       WriteFileAtomically(options_.port_file, absl::StrCat(port, "\n"));
   if (!s.ok()) LogToStderr(s.ToString());
   return s.ok();
+}
+
+bool Daemon::LearnWorkers(const ServerSecurity& security, int* exit_code) {
+  absl::StatusOr<LearnedWorkers> learned = LearnWorkerCount(
+      EndpointOptionsOf(options_), security.credentials,
+      security.authorizer.get(), SignatureLimitsOf(options_).max_workers,
+      &stop_, [this](int port) { return WritePortFile(port); }, LogToStderr);
+  if (!learned.ok()) {
+    LogToStderr(learned.status().ToString());
+    *exit_code = absl::IsCancelled(learned.status()) ? kExitOk : kExitPermanent;
+    return false;
+  }
+  options_.workers = learned->workers;
+  // The same port, also when --listen asked for any (port 0): the port
+  // file and the workers already have it.
+  if (!absl::StartsWith(options_.listen, "unix")) {
+    options_.listen =
+        absl::StrCat(options_.listen.substr(0, options_.listen.rfind(':')), ":",
+                     learned->port);
+  }
+  return true;
 }
 
 absl::Status Daemon::RestoreState() {
@@ -203,6 +230,9 @@ int Daemon::Run() {
   if (!security.ok()) {
     LogToStderr(std::string(security.status().message()));
     return kExitPermanent;
+  }
+  if (options_.workers == 0) {
+    if (int code = 0; !LearnWorkers(*security, &code)) return code;
   }
   if (absl::Status created = CreateCore(); !created.ok()) {
     LogToStderr(created.ToString());

@@ -25,6 +25,7 @@
 #include "server/core/checkpoint.h"
 #include "server/core/parameter_server.h"
 #include "server/daemon/checkpointer.h"
+#include "server/daemon/grpc_endpoint.h"
 #include "server/daemon/job_watchdog.h"
 #include "server/daemon/server_telemetry.h"
 #include "server/daemon/weights_file_writer.h"
@@ -34,6 +35,8 @@ namespace lockstep {
 
 struct DaemonOptions {
   std::string listen;
+  // 0: learned from the first worker that calls (--workers=auto,
+  // worker_count_probe.h); Run() then listens on the same port.
   int workers = 1;
   int shard = 0;
   int num_shards = 1;
@@ -102,15 +105,20 @@ class Daemon final {
   // Run's parts: the telemetry, the core and the parts over them; what
   // lockstep_ctl checkpoint runs (null when there is nothing to save); the
   // "listening" line and the port file (false when that cannot be
-  // written); the restore of the starting state; the ticks until a stop
-  // (drained) or Tick's exit code.
+  // written); the worker count of --workers=auto; the restore of the
+  // starting state; the ticks until a stop (drained) or Tick's exit code.
   absl::Status CreateCore();
   std::function<absl::StatusOr<Saved>()> SaveOnRequest();
   bool AnnounceListening(int port);
+  bool WritePortFile(int port);
+  // --workers=auto: the count and the port, from LearnWorkerCount; false
+  // when the server is to exit (`exit_code` says with what).
+  bool LearnWorkers(const ServerSecurity& security, int* exit_code);
   absl::Status RestoreState();
   int ServeUntilDone(absl::FunctionRef<void(bool)> set_serving);
 
-  const DaemonOptions options_;
+  // Run() sets workers (and listen's port) for --workers=auto.
+  DaemonOptions options_;
   absl::Notification stop_;
   std::unique_ptr<WorkPool> pool_;  // Outlives core_.
   std::unique_ptr<ParameterServer> core_;

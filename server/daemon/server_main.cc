@@ -16,6 +16,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
@@ -38,15 +39,14 @@ ABSL_FLAG(std::string, listen, "",
           "Default: this task's entry in TF_CONFIG's ps list (on all "
           "interfaces, or on loopback for a loopback entry), else "
           "127.0.0.1:50051. A non-loopback address needs TLS or --insecure.");
-ABSL_FLAG(int, workers, 0,
-          "Workers taking part in every synchronous step. Default: the "
-          "chief + worker count in TF_CONFIG.");
+ABSL_FLAG(std::string, workers, "",
+          "Workers in every synchronous step, or auto: the count the first "
+          "worker to call gives (Kubernetes runtimes: the servers are not "
+          "told numNodes). Default: TF_CONFIG's chief + worker count.");
 ABSL_FLAG(int, shard, -1,
-          "This server's shard index. Default: TF_CONFIG's task index, else "
-          "0.");
+          "This server's shard index. Default: TF_CONFIG's task index, or 0.");
 ABSL_FLAG(int, num_shards, 0,
-          "Number of server shards in the job. Default: the length of "
-          "TF_CONFIG's ps list, else 1.");
+          "Server shards in the job. Default: TF_CONFIG's ps count, or 1.");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the bound port is written here (atomically) once the "
           "server listens; launchers use it with --listen=HOST:0.");
@@ -177,7 +177,13 @@ absl::Status ApplyTfConfig(const char* env, DaemonOptions* options_out) {
 absl::Status ParseTopology(DaemonOptions* options_out) {
   DaemonOptions& options = *options_out;
   options.listen = absl::GetFlag(FLAGS_listen);
-  options.workers = absl::GetFlag(FLAGS_workers);
+  const std::string workers = absl::GetFlag(FLAGS_workers);
+  const bool auto_workers = workers == "auto";  // Daemon::LearnWorkers
+  options.workers = 0;
+  if (!workers.empty() && !auto_workers &&
+      !absl::SimpleAtoi(workers, &options.workers)) {
+    options.workers = -1;
+  }
   options.shard = absl::GetFlag(FLAGS_shard);
   options.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.port_file = absl::GetFlag(FLAGS_port_file);
@@ -194,9 +200,12 @@ absl::Status ParseTopology(DaemonOptions* options_out) {
   }
   if (options.listen.empty()) options.listen = "127.0.0.1:50051";
   RETURN_IF_ERROR(CheckListenAddress("--listen", options.listen));
-  if (options.workers < 1) {
+  if (auto_workers) {
+    options.workers = 0;
+  } else if (options.workers < 1) {
     return absl::InvalidArgumentError(
-        "--workers must be at least 1 (or come from TF_CONFIG)");
+        absl::StrCat("--workers takes a count of at least 1 or auto, got \"",
+                     workers, "\""));
   }
   return absl::OkStatus();
 }

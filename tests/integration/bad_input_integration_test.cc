@@ -203,11 +203,11 @@ INSTANTIATE_TEST_SUITE_P(
                {kServer, "--no_such_flag"},
                {},
                "unknown flag --no_such_flag"},
-        // Flags absl itself cannot parse (it would exit 1).
         BadRun{"server_not_a_number",
                {kServer, "--workers=two"},
                {},
-               "Illegal value 'two' specified for flag 'workers'"},
+               "--workers takes a count of at least 1 or auto, got \"two\""},
+        // Flags absl itself cannot parse (it would exit 1).
         BadRun{"worker_not_a_number",
                {kWorker, "--batch_size=x"},
                {},

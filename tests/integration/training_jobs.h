@@ -34,13 +34,14 @@ struct Server {
   std::string address;
 };
 
-inline Server StartServer(int workers, const std::string& dir, int shard = 0,
-                          int num_shards = 1,
+// `workers`: a count, or "auto" (learned from the first worker).
+inline Server StartServer(const std::string& workers, const std::string& dir,
+                          int shard = 0, int num_shards = 1,
                           const std::vector<std::string>& extra = {}) {
   const std::string port_file = absl::StrCat(dir, "/port", shard);
   std::vector<std::string> argv = {kBin + "/lockstep_server",
                                    "--listen=127.0.0.1:0",
-                                   absl::StrCat("--workers=", workers),
+                                   "--workers=" + workers,
                                    absl::StrCat("--shard=", shard),
                                    absl::StrCat("--num_shards=", num_shards),
                                    "--port_file=" + port_file};
@@ -55,6 +56,12 @@ inline Server StartServer(int workers, const std::string& dir, int shard = 0,
   }
   s.address = absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(port));
   return s;
+}
+
+inline Server StartServer(int workers, const std::string& dir, int shard = 0,
+                          int num_shards = 1,
+                          const std::vector<std::string>& extra = {}) {
+  return StartServer(absl::StrCat(workers), dir, shard, num_shards, extra);
 }
 
 inline std::vector<float> ReadWeights(const std::string& path) {

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -128,6 +129,21 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
   request.set_signature(r.signature);
   v1::JoinGroupResponse response;
   grpc::Status status = impl_->stub_->JoinGroup(&context, request, &response);
+  // UNAVAILABLE from the server itself: it is starting (--workers=auto
+  // learns the count from this call) or stopping. Asked again, after a
+  // pause, until the deadline; so is a call that such a server cancelled
+  // as it stopped listening to start for real.
+  for (absl::Duration pause = absl::Milliseconds(50);
+       (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        IsCutOffInTransit(FromGrpcStatus(status))) &&
+       absl::Now() + pause < deadline;
+       pause = std::min(2 * pause, absl::Seconds(1))) {
+    absl::SleepFor(pause);
+    grpc::ClientContext again;
+    again.set_deadline(absl::ToChronoTime(deadline));
+    again.set_wait_for_ready(true);
+    status = impl_->stub_->JoinGroup(&again, request, &response);
+  }
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     // A coordinator that refused our TLS handshake throughout looks the
     // same as a group that never formed, but is permanent: ask the

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/grpc_status.h"
 #include "common/wire/wire_codec.h"
 #include "common/wire/wire_dtype_proto.h"  // ChunkWireDType
 #include "worker/exchange/ps/cancel_token.h"
@@ -104,13 +105,32 @@ absl::StatusOr<RegisterResult> ShardMembership::Register(
           absl::FormatDuration(waited).c_str());
     }
   };
-  const std::vector<absl::Status> statuses = StartAllAndWait(
-      num_shards(),
-      [&](int shard, ShardTransport::StatusCallback done) {
-        shards_[shard]->Register(rank, signature, deadline, &replies[shard],
-                                 std::move(done));
-      },
-      say_waiting);
+  // A shard that answers UNAVAILABLE is starting (one with
+  // --workers=auto learns the count from this call) or stopping: it is
+  // asked again, after a pause, until the deadline; so is a call cut off
+  // as such a shard stopped listening to start for real.
+  std::vector<absl::Status> statuses(num_shards());
+  std::vector<bool> ask(num_shards(), true);
+  for (absl::Duration pause = absl::Milliseconds(50);;
+       pause = std::min(2 * pause, absl::Seconds(1))) {
+    const std::vector<absl::Status> answers = StartAllAndWait(
+        num_shards(),
+        [&](int shard, ShardTransport::StatusCallback done) {
+          if (!ask[shard]) return done(statuses[shard]);
+          shards_[shard]->Register(rank, signature, deadline, &replies[shard],
+                                   std::move(done));
+        },
+        say_waiting);
+    bool again = false;
+    for (int shard = 0; shard < num_shards(); ++shard) {
+      if (ask[shard]) statuses[shard] = answers[shard];
+      ask[shard] = absl::IsUnavailable(statuses[shard]) ||
+                   IsCutOffInTransit(statuses[shard]);
+      again = again || ask[shard];
+    }
+    if (!again || options_.env->Now() + pause >= deadline) break;
+    options_.env->SleepFor(pause);
+  }
   RegisterResult result;
   incarnations_.clear();
   for (int shard = 0; shard < num_shards(); ++shard) {
