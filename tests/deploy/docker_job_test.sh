@@ -5,10 +5,13 @@
 #   1. each image runs as uid 10001 and answers --help;
 #   2. one job as containers: the pods that the lockstep-ps runtime with
 #      deploy/k8s/trainer/trainjob-mlp.yaml creates (tests/deploy/
-#      jobset_render.py: TF_CONFIG exactly as the runtime sets it), one
-#      server and two workers, one epoch of the tutorial MLP; every
-#      container must exit 0 and rank 0 reach the accuracy floor;
-#   3. the same with mutual TLS, from training-runtime-mtls.yaml and
+#      jobset_render.py: the environment exactly as Trainer and the runtime
+#      set it), one server and two workers, one epoch of the tutorial MLP;
+#      every container must exit 0, rank 0 reach the accuracy floor, and
+#      the model equal that of lockstep_launch with that shape;
+#   3. the same runtime for a TrainJob of three nodes (numNodes=3), 60
+#      steps, to the model of lockstep_launch --workers=3;
+#   4. the same with mutual TLS, from training-runtime-mtls.yaml and
 #      trainjob-mlp-mtls.yaml, with throwaway certificates as its Secrets.
 # The Docker daemon is this test's own: started with --bridge=none
 # --iptables=false, containers on --network host (every packet stays on
@@ -141,22 +144,34 @@ free_port() {
 # start_job NAME RUNTIME TRAINJOB [SECRET=DIR ...]: starts the pods of
 # RUNTIME with TRAINJOB as containers, one epoch, and sets job_pods and
 # job_port (the servers' port). A Secret volume's files come from the DIR
-# given for its name.
+# given for its name. Set before the call (and reset after it):
+#   job_nodes       the TrainJob's numNodes instead of its own
+#   job_server_args, job_worker_args  more flags for every server, worker
+#   job_out         a folder where the server writes the final model
+#                   (model.safetensors); rank 0's flags go to NAME.train_args
 job_pods=()
 job_port=""
+job_nodes=""
+job_server_args=""
+job_worker_args=""
+job_out=""
 start_job() {
   local name="$1" runtime="$2" trainjob="$3"; shift 3
   local secrets=("$@")
   local spec="$work/$name.pods"
   job_port="$(free_port)"
+  [[ -z $job_out ]] || { mkdir -p "$job_out"; chown 10001:10001 "$job_out"; }
+  NODES="$job_nodes" SERVER_ARGS="$job_server_args" \
+  WORKER_ARGS="$job_worker_args" OUT="$job_out" TRAIN_ARGS="$work/$name.train_args" \
   python3 - "$here" "$root/$runtime" "$root/$trainjob" "$name" \
       "$job_port" "${secrets[@]}" >"$spec" <<'PY'
-import shlex, socket, sys
+import os, shlex, socket, sys
 sys.path.insert(0, sys.argv[1])
 import jobset_render
 runtime, trainjob, name, port = sys.argv[2:6]
 secrets = dict(s.split("=", 1) for s in sys.argv[6:])
-pods = jobset_render.render(runtime, trainjob, name)
+nodes = int(os.environ["NODES"]) if os.environ["NODES"] else None
+pods = jobset_render.render(runtime, trainjob, name, nodes)
 hosts = [p["fqdn"] for p in pods]
 
 def free_port():
@@ -165,6 +180,13 @@ def free_port():
 for pod in pods:
     (c,) = pod["containers"]
     args = ["--epochs=1" if a.startswith("--epochs=") else a for a in c["args"]]
+    server = pod["replicatedJob"] == "ps"
+    args += os.environ["SERVER_ARGS" if server else "WORKER_ARGS"].split()
+    rank0 = pod["hostname"].endswith("-node-0-0")
+    if rank0:
+        with open(os.environ["TRAIN_ARGS"], "w") as f:
+            f.writelines(a + "\n" for a in args
+                         if not a.startswith("--metrics_port="))
     # Host networking: per-container ports must differ.
     args = [f"{a.split('=', 1)[0]}={free_port()}"
             if a.startswith(("--metrics_port=", "--health_port=")) else a
@@ -183,6 +205,9 @@ for pod in pods:
         else:
             raise SystemExit(f"{pod['hostname']}: volume {m['name']} is neither "
                              "an emptyDir nor a Secret")
+    if server and os.environ["OUT"]:
+        opts += ["-v", f"{os.environ['OUT']}:/out"]
+        args.append("--weights_file=/out/model.safetensors")
     for k, v in env.items():
         opts += ["-e", f"{k}={v}"]
     # A container's command replaces the image's ENTRYPOINT, as in a pod.
@@ -206,14 +231,34 @@ PY
     containers+=("$host")
     job_pods+=("$host")
   done <"$spec"
-  check $([[ ${#job_pods[@]} -eq 3 ]]; echo $?) \
-    "$name: started ${#job_pods[@]} containers (1 server, 2 workers)"
+  local want=$(( 1 + ${job_nodes:-2} ))
+  check $([[ ${#job_pods[@]} -eq $want ]]; echo $?) \
+    "$name: started ${#job_pods[@]} containers (1 server, $((want - 1)) workers)"
+}
+
+# same_as_launcher NAME WORKERS: the model the server of NAME's containers
+# wrote (job_out) equals the one lockstep_launch's server writes (this
+# build's binaries) with WORKERS workers, one server, the same training
+# flags and job_server_args.
+same_as_launcher() {
+  local name="$1" workers="$2" args=() a
+  while IFS= read -r a; do args+=("$a"); done <"$work/$name.train_args"
+  local server_flags=()
+  for a in $job_server_args; do server_flags+=("--server_flag=$a"); done
+  local log="$work/$name.launch.log" rc=0
+  timeout "$kJobTimeout" "$build/bin/lockstep_launch" --ps=1 \
+    --workers="$workers" "${server_flags[@]}" "${args[@]}" \
+    --weights_file="$work/$name.launch.safetensors" >"$log" 2>&1 || rc=$?
+  [[ $rc -eq 0 ]] || tail -15 "$log"
+  check $([[ $rc -eq 0 && -s $job_out/model.safetensors ]] &&
+          cmp -s "$job_out/model.safetensors" "$work/$name.launch.safetensors"; echo $?) \
+    "$name: the model equals lockstep_launch --workers=$workers's, bit for bit (launcher exit $rc)"
 }
 
 # finish_job NAME: waits for the containers of start_job, checks every exit
 # code and rank 0's accuracy, and removes them.
 finish_job() {
-  local name="$1" pods=("${job_pods[@]}")
+  local name="$1" accuracy="${2:-}" pods=("${job_pods[@]}")
   local deadline=$(( $(date +%s) + kJobTimeout )) p code
   for p in "${pods[@]}"; do
     local left=$(( deadline - $(date +%s) ))
@@ -225,16 +270,30 @@ finish_job() {
   done
   local rank0 acc
   rank0="$(printf '%s\n' "${pods[@]}" | grep -- '-node-0-0$')"
-  acc=$(grep -o 'Test accuracy [0-9.]*' "$work/$rank0.log" | awk '{print $3}' | tail -1)
-  check $(python3 -c "import sys; sys.exit(0 if '$acc' and float('$acc') >= $kAccuracyFloor else 1)"; echo $?) \
-    "$name: rank 0's test accuracy ${acc:-(none)} >= $kAccuracyFloor"
+  if [[ $accuracy != --no-accuracy ]]; then
+    acc=$(grep -o 'Test accuracy [0-9.]*' "$work/$rank0.log" | awk '{print $3}' | tail -1)
+    check $(python3 -c "import sys; sys.exit(0 if '$acc' and float('$acc') >= $kAccuracyFloor else 1)"; echo $?) \
+      "$name: rank 0's test accuracy ${acc:-(none)} >= $kAccuracyFloor"
+  fi
   grep -h "Test accuracy" "$work/$rank0.log" || true
   for p in "${pods[@]}"; do "$docker_bin" rm -f "$p" >/dev/null 2>&1 || true; done
 }
 
+job_out="$work/out-2"
 start_job lockstep-ci deploy/k8s/trainer/cluster-training-runtime.yaml \
   deploy/k8s/trainer/trainjob-mlp.yaml
 finish_job lockstep-ci
+same_as_launcher lockstep-ci 2
+
+# The same runtime for a TrainJob of three nodes: the server learns the
+# count from the workers. With three, the sum order is fixed for equality.
+job_nodes=3 job_out="$work/out-3" job_server_args="--sum_order=rank"
+job_worker_args="--max_steps=60"
+start_job lockstep-ci-3 deploy/k8s/trainer/cluster-training-runtime.yaml \
+  deploy/k8s/trainer/trainjob-mlp.yaml
+finish_job lockstep-ci-3 --no-accuracy
+same_as_launcher lockstep-ci-3 3
+job_nodes="" job_out="" job_server_args="" job_worker_args=""
 
 # Mutual TLS: the two Secrets the mTLS runtime mounts, from throwaway
 # certificates, readable by the images' user.

@@ -28,11 +28,13 @@ PYTHON_EXAMPLES = ("/opt/lockstep/examples", os.path.join("worker", "python", "e
 
 
 def python_env(repo):
-    """The variables the lockstep Python package reads (env.get("X"), env["X"])."""
+    """The variables the lockstep Python package reads (env.get("X"),
+    env["X"], or a helper's (env, "X"))."""
     names = set()
     for path in glob.glob(os.path.join(repo, "worker", "python", "lockstep", "*.py")):
         with open(path, encoding="utf-8") as f:
-            names.update(re.findall(r"env(?:\.get\(|\[)\"([A-Z_]+)\"", f.read()))
+            names.update(re.findall(
+                r"env(?:\.get\(|\[|, )\"([A-Z_]+)\"", f.read()))
     return names
 
 
@@ -115,6 +117,8 @@ class FlagChecker:
         texts = [e.get("value", "") for e in env] + list(c.get("args", []))
         for e in env:
             n = e["name"]
+            if n in m.TRAINER_ONLY_ENV:
+                continue  # Trainer's, in every trainer pod it makes
             used = n in self.env[binary] or any(f"$({n})" in t for t in texts)
             self.report.check(used, f"{where}: env {n} is read by {binary} "
                               "or feeds one that is")

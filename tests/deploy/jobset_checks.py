@@ -1,88 +1,91 @@
 """What a schema cannot check in the JobSet and Trainer v2 manifests.
 
-For deploy/k8s/jobset/jobset.yaml, each runtime and each TrainJob applied
-to the runtime it names (jobset_targets.py): the TF_CONFIG of every pod
-names exactly the pods the JobSet creates; sizes agree (mlPolicy.numNodes,
-the node job's completions, TF_CONFIG's workers, a TrainJob's numNodes);
-the trainer job is labelled and has the container named node; ports agree
-between TF_CONFIG, containerPorts, probes and flags; the failure policy
-fits common/base/exit_codes.h; jobset.yaml is the runtime's template; the mTLS
-runtime's TLS flags point into mounted Secrets.
+For deploy/k8s/jobset/jobset.yaml, each runtime at 2, 3 and 8 nodes and
+each TrainJob applied to the runtime it names (jobset_targets.py): what
+every pod learns of the shape at start (the servers' --shard and
+--num_shards, the workers' LOCKSTEP_SERVERS, PET_NNODES and PET_NODE_RANK)
+names exactly the pods the JobSet creates; sizes agree; the JobSet Trainer
+makes is strictly valid; the trainer job is labelled and has the container
+named node; ports agree between the addresses, containerPorts, probes and
+flags; the failure policy fits common/base/exit_codes.h; jobset.yaml is the
+JobSet Trainer makes of the runtime; the mTLS runtime's TLS flags point
+into mounted Secrets.
 """
 
 import json
 import os
 
+import crd_schemas
 import jobset_render as jr
 import jobset_targets as jt
 import manifests as m
 
-TF_TYPE = {jt.PS_JOB: "ps"}  # any other replicated job: the trainer's
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 TLS_FILES = {"tls_cert": "tls.crt", "tls_key": "tls.key", "tls_ca": "ca.crt"}
 
 
-def _tf_configs(report, t):
-    """[(pod, TF_CONFIG dict)] of every container that has one."""
-    out = []
-    for pod in t["pods"]:
-        for c in pod["containers"]:
-            try:
-                out.append((pod, json.loads(c["env"]["TF_CONFIG"])))
-            except (KeyError, ValueError) as e:
-                report.fail(f"{t['what']} pod {pod['hostname']} container "
-                            f"{c['name']}: no TF_CONFIG that parses ({e})")
-    return out
+def _setting(c, name):
+    """The one value of --name in c's args or LOCKSTEP_NAME in its env (a
+    rendered container: $(VAR) expanded), or None."""
+    args = [a.split("=", 1)[1] for a in c["args"] if a.startswith(f"--{name}=")]
+    if args:
+        return args[-1]
+    return c["env"].get(f"LOCKSTEP_{name.upper()}")
 
 
-def check_tf_config(report, t):
+def check_shape(report, t):
+    """What each pod learns of the job's shape at start names exactly the
+    JobSet's pods: servers --workers=auto, --shard their index of
+    --num_shards; workers LOCKSTEP_SERVERS (every server at the grpc port,
+    in shard order), PET_NNODES and PET_NODE_RANK.
+    Returns the number of workers."""
     pods = t["pods"]
-    hosts = {tf: [p["fqdn"] for p in pods if TF_TYPE.get(p["replicatedJob"],
-                                                         "worker") == tf]
-             for tf in ("ps", "worker")}
-    report.check(all(hosts.values()) and None not in hosts["ps"] + hosts["worker"],
+    servers = [p for p in pods if p["replicatedJob"] == jt.PS_JOB]
+    workers = [p for p in pods if p["replicatedJob"] != jt.PS_JOB]
+    report.check(servers and workers and
+                 None not in [p["fqdn"] for p in pods],
                  f"{t['what']}: servers and workers have stable DNS names "
-                 f"(enableDNSHostnames): {hosts}")
+                 f"(enableDNSHostnames): {[p['fqdn'] for p in pods]}")
     (server,) = jt.containers(t["spec"], jt.PS_JOB)
     grpc = jt.port_named(server, "grpc")
-    want = {"ps": [f"{h}:{grpc}" for h in hosts["ps"]], "worker": hosts["worker"]}
-    configs = _tf_configs(report, t)
-    for pod, tf in configs:
-        cluster = tf.get("cluster", {})
-        got = {"ps": cluster.get("ps"),
-               "worker": [w.rpartition(":")[0] for w in cluster.get("worker", [])]}
-        kind = TF_TYPE.get(pod["replicatedJob"], "worker")
-        rj = jt.replicated_job(t["spec"], pod["replicatedJob"])
-        index = pod["jobIndex"] * rj["template"]["spec"]["completions"] + pod["podIndex"]
-        report.check(got == want and set(cluster) == {"ps", "worker"} and
-                     tf.get("task") == {"type": kind, "index": index},
-                     f"{t['what']} pod {pod['hostname']}: TF_CONFIG names exactly "
-                     f"the JobSet's pods (ps at the grpc port {grpc}) and task "
-                     f"{kind} {index} (got {tf})")
-    report.check(bool(configs), f"{t['what']}: its pods carry TF_CONFIG")
-    return len(want["worker"])
+    want = ",".join(f"{p['fqdn']}:{grpc}" for p in servers)
+    for index, pod in enumerate(servers):
+        (c,) = pod["containers"]
+        got = {k: _setting(c, k) for k in ("workers", "shard", "num_shards",
+                                           "listen")}
+        report.check(got == {"workers": "auto", "shard": str(index),
+                             "num_shards": str(len(servers)),
+                             "listen": f"0.0.0.0:{grpc}"},
+                     f"{t['what']} pod {pod['hostname']}: the server learns W "
+                     f"(--workers=auto) and is shard {index} of {len(servers)} "
+                     f"on the grpc port {grpc} (got {got})")
+    for index, pod in enumerate(workers):
+        c = next(c for c in pod["containers"] if c["name"] == jr.TRAINER_CONTAINER)
+        env = c["env"]
+        got = {k: env.get(k) for k in ("LOCKSTEP_SERVERS", "PET_NNODES",
+                                       "PET_NODE_RANK")}
+        report.check(got == {"LOCKSTEP_SERVERS": want,
+                             "PET_NNODES": str(len(workers)),
+                             "PET_NODE_RANK": str(index)},
+                     f"{t['what']} pod {pod['hostname']}: the worker is rank "
+                     f"{index} of {len(workers)} and names every server "
+                     f"({want}; got {got})")
+    return len(workers)
 
 
 def check_sizes(report, t, node, n_workers):
     job = jt.replicated_job(t["spec"], node)["template"]["spec"]
     report.check(job.get("completions") == job.get("parallelism") == n_workers,
                  f"{t['what']}: {node} completions = parallelism = "
-                 f"{n_workers} TF_CONFIG workers")
+                 f"{n_workers} workers")
     ps = jt.replicated_job(t["spec"], jt.PS_JOB)["template"]["spec"]
     report.check(ps.get("completions") == ps.get("parallelism"),
                  f"{t['what']}: every server shard starts at once")
     if t["runtime"] is None:
         return
-    template_job = jt.replicated_job(t["runtime"]["spec"]["template"]["spec"],
-                                     node)["template"]["spec"]
-    num_nodes = t["runtime"]["spec"].get("mlPolicy", {}).get("numNodes")
-    report.check(num_nodes == template_job.get("completions") == n_workers,
-                 f"{t['what']}: mlPolicy.numNodes {num_nodes} = the template's "
-                 f"{node} completions = {n_workers} TF_CONFIG workers")
-    if t["trainjob"] is not None:
-        asked = t["trainjob"]["spec"].get("trainer", {}).get("numNodes", num_nodes)
-        report.check(asked == num_nodes, f"{t['what']}: numNodes {asked} is "
-                     f"the runtime's {num_nodes} (S and W are fixed per runtime)")
+    policy = t["runtime"]["spec"].get("mlPolicy", {})
+    report.check("torch" in policy, f"{t['what']}: mlPolicy.torch, so that "
+                 "Trainer sets PET_NNODES and PET_NODE_RANK")
 
 
 def check_trainer_job(report, t):
@@ -212,17 +215,31 @@ def first_difference(a, b, path=""):
 
 
 def check_drift(report, repo):
-    """jobset.yaml's spec is the ClusterTrainingRuntime's template."""
+    """jobset.yaml's spec is the JobSet Trainer makes of the
+    ClusterTrainingRuntime for a TrainJob of its name and worker count."""
     jobset = jr.load(os.path.join(repo, jt.JOBSET_FILE))
     cluster = [d for (kind, _), (_, d) in jt.runtimes(repo).items()
                if kind == "ClusterTrainingRuntime"]
     if not report.check(len(cluster) == 1, "one ClusterTrainingRuntime"):
         return
+    name = jobset["metadata"]["name"]
+    node = jt.replicated_job(jobset["spec"], "node") or {}
+    nodes = node.get("template", {}).get("spec", {}).get("completions")
+    _, made = jr.apply_trainjob(cluster[0], {"metadata": {"name": name}}, nodes)
     diff = first_difference(_without_ancestor(jobset["spec"]),
-                            _without_ancestor(cluster[0]["spec"]["template"]["spec"]))
-    report.check(diff is None, f"{jt.JOBSET_FILE}: its spec is the "
-                 f"ClusterTrainingRuntime's template spec (first difference: "
+                            _without_ancestor(made))
+    report.check(diff is None, f"{jt.JOBSET_FILE}: its spec is the JobSet "
+                 f"Trainer makes of the ClusterTrainingRuntime for a TrainJob "
+                 f"named {name} of {nodes} nodes (first difference: "
                  f"{diff or 'none'})")
+
+
+def check_rendered(report, t, versions):
+    """A JobSet Trainer would make, strictly valid as the JobSet it is."""
+    doc = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+           "metadata": {"name": t["name"]}, "spec": t["spec"]}
+    report.errors(crd_schemas.crd_errors(doc, versions),
+                  f"{t['what']}: the JobSet Trainer makes is valid (strict)")
 
 
 def _tls_file(report, where, c, pod, flag):
@@ -271,7 +288,7 @@ def check_tls(report, t, node):
     return mtls
 
 
-def check_jobsets(report, repo, binaries):
+def check_jobsets(report, repo, binaries, versions):
     """All of the above for every target; returns the targets."""
     codes = m.exit_codes(repo)
     all_targets = jt.targets(report, repo)
@@ -280,8 +297,10 @@ def check_jobsets(report, repo, binaries):
         node = check_trainer_job(report, t)
         if node is None:
             continue
-        n_workers = check_tf_config(report, t)
+        n_workers = check_shape(report, t)
         check_sizes(report, t, node, n_workers)
+        if t["runtime"] is not None:
+            check_rendered(report, t, versions)
         check_ports(report, t, node, binaries)
         check_failure_policy(report, t, node, codes)
         mtls += check_tls(report, t, node)

@@ -1,6 +1,7 @@
 """The JobSets the repository's manifests make, for the checks: the plain
-JobSet (deploy/k8s/jobset/jobset.yaml), each Trainer runtime on its own,
-and each TrainJob applied to the runtime it names (jobset_render.py)."""
+JobSet (deploy/k8s/jobset/jobset.yaml), each Trainer runtime for TrainJobs
+of 2, 3 and 8 nodes, and each TrainJob applied to the runtime it names
+(jobset_render.py)."""
 
 import os
 
@@ -11,6 +12,7 @@ from report import name_of, rel
 JOBSET_FILE = os.path.join("deploy", "k8s", "jobset", "jobset.yaml")
 TRAINER_DIR = os.path.join("deploy", "k8s", "trainer")
 PS_JOB = "ps"
+SHAPES = (2, 3, 8)  # numNodes each runtime is rendered and checked at
 
 
 def trainer_docs(repo):
@@ -46,9 +48,11 @@ def targets(report, repo):
     out.append(_target(f"{JOBSET_FILE} JobSet/{name_of(doc)}", name_of(doc),
                        doc["spec"]))
     for (kind, name), (rpath, runtime) in sorted(runtimes(repo).items()):
-        job_name, spec = jr.apply_trainjob(runtime, None)
-        out.append(_target(f"{rel(repo, rpath)} {kind}/{name}", job_name, spec,
-                           runtime=runtime))
+        for nodes in SHAPES:
+            job_name, spec = jr.apply_trainjob(runtime, None, nodes)
+            out.append(_target(f"{rel(repo, rpath)} {kind}/{name} at "
+                               f"numNodes={nodes}", job_name, spec,
+                               runtime=runtime))
     for tpath, trainjob in trainer_docs(repo):
         if m.kind_of(trainjob) != "TrainJob":
             continue

@@ -23,7 +23,9 @@ from dockerfiles import dockerfile_for_image, parse_dockerfile
 
 # The environment variables the binaries read (anything else a manifest sets
 # must feed another variable or an argument through $(VAR)).
-BINARY_ENV = {"TF_CONFIG"}
+BINARY_ENV = {"TF_CONFIG", "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE"}
+# Kubeflow Trainer's torch policy sets these too; Lockstep reads neither.
+TRAINER_ONLY_ENV = {"PET_MASTER_ADDR", "PET_MASTER_PORT"}
 
 # Flags the manifests use before the binaries have them. Each entry names
 # the issue that brings the flag; the validation accepts these even when

@@ -10,7 +10,8 @@
 3. legacy_checks: the TFJob, the kustomization and the Indexed Jobs of
    deploy/k8s/legacy agree with one another.
 4. jobset_checks, netpol_checks: the JobSet and every TrainJob on its
-   runtime agree on TF_CONFIG, sizes, ports, failure policy, TLS; the
+   runtime agree on the shape each pod learns, sizes, ports, failure
+   policy, TLS; the JobSets Trainer makes at 2, 3 and 8 nodes are valid; the
    NetworkPolicy admits exactly what the job needs.
 5. flag_checks: every flag, script option and environment variable is one
    the program reads.
@@ -63,7 +64,7 @@ def main():
 
     def program(container):
         return manifests.container_binary(container, docker_dir)[0]
-    targets = jobset_checks.check_jobsets(report, repo, program)
+    targets = jobset_checks.check_jobsets(report, repo, program, versions)
     netpol_checks.check_network_policy(report, repo, targets)
     flag_checks.check_flags_and_env(report, repo, bins, legacy, targets)
     dockerfile_checks.check_dockerfiles(report, repo)
