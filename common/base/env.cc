@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -178,7 +180,11 @@ std::string DirName(absl::string_view path) {
 
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents, Env* env) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
+  // A name no other writer of `path` uses, in this process or another
+  // (lockstep_launch's workers given one --dump_weights write at once).
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp =
+      absl::StrCat(path, ".", getpid(), "-", writes.fetch_add(1), ".tmp");
   absl::Status status;
   if (absl::StatusOr<std::unique_ptr<WritableFile>> file =
           env->NewWritableFile(tmp);

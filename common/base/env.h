@@ -99,11 +99,12 @@ class Env {
 std::string DirName(absl::string_view path);
 
 // Writes `contents` to `path` through `env` so that `path` is never half
-// written, even across a crash: into PATH.tmp, fsync, rename over `path`,
-// fsync of its folder. When a step before the rename fails, PATH.tmp is
-// removed and `path` is as it was; when the folder's fsync fails, `path` is
-// whole but may revert in a crash. UNAVAILABLE "cannot write PATH: " and
-// the failed operation's error.
+// written, even across a crash: into PATH.<pid>-<n>.tmp (a name of this
+// write alone, so that writers of one path at once all succeed), fsync,
+// rename over `path`, fsync of its folder. When a step before the rename
+// fails, the temporary file is removed and `path` is as it was; when the
+// folder's fsync fails, `path` is whole but may revert in a crash.
+// UNAVAILABLE "cannot write PATH: " and the failed operation's error.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view contents,
                                  Env* env = Env::Default());

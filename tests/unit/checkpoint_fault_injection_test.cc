@@ -6,6 +6,7 @@
 // with its exact values, no half-written file is taken as a checkpoint or
 // as weights, and the error names the file and the cause.
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -279,9 +280,10 @@ TEST_F(WeightsFaultTest, AFailedWriteLeavesTheOldWeights) {
     const absl::Status written = WriteSafetensors(path_, tensors_, kNew, &env_);
     env_.Heal();
     EXPECT_EQ(written.code(), absl::StatusCode::kUnavailable);
-    EXPECT_THAT(std::string(written.message()),
-                HasSubstr(absl::StrCat("cannot write ", path_, ": ",
-                                       fault.cause, " ", path_, ".tmp")));
+    EXPECT_THAT(
+        std::string(written.message()),
+        HasSubstr(absl::StrCat("cannot write ", path_, ": ", fault.cause, " ",
+                               path_, ".", getpid(), "-")));
     EXPECT_THAT(Read(), ElementsAre(1.5f, -2.0f, 0.25f, 8.0f, -0.5f));
     EXPECT_THAT(*env_.GetChildren(dir_), ElementsAre("weights.safetensors"));
   }

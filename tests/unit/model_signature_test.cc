@@ -1,18 +1,24 @@
 #include "common/model/model_signature.h"
 
+#include <dirent.h>
 #include <grpcpp/support/status.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/env.h"
 #include "common/formats/json_writer.h"
 #include "common/rpc/grpc_status.h"
 #include "gmock/gmock.h"
@@ -112,8 +118,9 @@ TEST(DescribeDifferenceTest, NamesTensorName) {
 TEST(DescribeDifferenceTest, NamesTensorShape) {
   ModelSignature got = Mlp();
   got.tensors[2].shape = {10, 128};
-  EXPECT_EQ(DescribeDifference(Mlp(), got),
-            "tensor 2: job has out/kernel[128,10], worker has out/kernel[10,128]");
+  EXPECT_EQ(
+      DescribeDifference(Mlp(), got),
+      "tensor 2: job has out/kernel[128,10], worker has out/kernel[10,128]");
 }
 
 TEST(DescribeDifferenceTest, NamesOptimizerSettings) {
@@ -221,13 +228,53 @@ std::string ReadFile(const std::string& path) {
                      std::istreambuf_iterator<char>());
 }
 
-bool FileExists(const std::string& path) {
-  return std::ifstream(path).good();
-}
+bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(testing::TempDir(), "lockstep_json_writer_", getpid(),
                       "_", name);
+}
+
+// Temporary files of writes to `path` left in its folder.
+std::vector<std::string> TmpFilesBeside(const std::string& path) {
+  std::vector<std::string> found;
+  const std::string base = path.substr(path.rfind('/') + 1);
+  if (DIR* d = opendir(DirName(path).c_str())) {
+    while (const dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (absl::StartsWith(name, base + ".") && absl::EndsWith(name, ".tmp")) {
+        found.push_back(name);
+      }
+    }
+    closedir(d);
+  }
+  return found;
+}
+
+// Several processes (lockstep_launch's workers with one --dump_weights)
+// or threads may write the same file at once: each writes its own
+// temporary file, so every write succeeds and the file is whole.
+TEST(WriteFileAtomicallyTest, ConcurrentWritersOfOnePathAllSucceed) {
+  const std::string path = TempPath("shared.bin");
+  const std::string contents(4096, 'w');
+  std::atomic<int> failed{0};
+  std::string first_error;
+  absl::Mutex mu;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&]() {
+      for (int i = 0; i < 100; ++i) {
+        if (absl::Status s = WriteFileAtomically(path, contents); !s.ok()) {
+          absl::MutexLock lock(&mu);
+          if (failed++ == 0) first_error = s.ToString();
+        }
+      }
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  EXPECT_EQ(failed.load(), 0) << first_error;
+  EXPECT_EQ(ReadFile(path), contents);
+  EXPECT_THAT(TmpFilesBeside(path), IsEmpty());
 }
 
 TEST(WriteFileAtomicallyTest, WritesExactBytes) {
@@ -236,7 +283,7 @@ TEST(WriteFileAtomicallyTest, WritesExactBytes) {
   absl::Status status = WriteFileAtomically(path, contents);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(ReadFile(path), contents);
-  EXPECT_FALSE(FileExists(path + ".tmp"));
+  EXPECT_THAT(TmpFilesBeside(path), IsEmpty());
 
   // A shorter second write replaces the file entirely.
   status = WriteFileAtomically(path, "{}\n");
@@ -294,7 +341,8 @@ TEST(GrpcStatusTest, CodeAndMessageRoundTrip) {
     EXPECT_EQ(wire.error_message(), message);
 
     EXPECT_EQ(FromGrpcStatus(wire), original);
-    const absl::Status from_grpc = FromGrpcStatus(grpc::Status(c.grpc_code, message));
+    const absl::Status from_grpc =
+        FromGrpcStatus(grpc::Status(c.grpc_code, message));
     EXPECT_EQ(from_grpc.code(), c.absl_code);
     EXPECT_EQ(from_grpc.message(), message);
   }
