@@ -89,13 +89,19 @@ std::string LineAfter(const std::string& output, const std::string& prefix) {
   return output.substr(start, output.find('\n', start) - start);
 }
 
+// A worker flag with {rank} reaches each worker as its own path.
 TEST(LauncherFlagsTest, AServerFlagReachesTheServers) {
   const std::string dir = MakeTempDir();
-  RunResult r = RunProcess(Concat({kLaunch, "--workers=2", "--ps=2",
-                                   "--checkpoint_dir=" + dir, "--max_steps=6"},
-                                  kTinyJob),
-                           {}, absl::Seconds(120));
+  const std::string weights = MakeTempDir();
+  RunResult r = RunProcess(
+      Concat({kLaunch, "--workers=2", "--ps=2", "--checkpoint_dir=" + dir,
+              "--max_steps=6", "--dump_weights=" + weights + "/w{rank}.bin"},
+             kTinyJob),
+      {}, absl::Seconds(120));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string w0 = ReadFile(weights + "/w0.bin");
+  EXPECT_EQ(w0.size(), (8 * 4 + 4) * sizeof(float)) << r.output;
+  EXPECT_EQ(ReadFile(weights + "/w1.bin"), w0);
   // Each shard saves its final checkpoint in its folder there.
   for (int shard = 0; shard < 2; ++shard) {
     const std::string shard_dir = absl::StrCat(dir, "/shard-", shard, "-of-2");

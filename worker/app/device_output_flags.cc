@@ -27,7 +27,8 @@ ABSL_FLAG(std::string, step_log, "",
 ABSL_FLAG(std::string, dump_weights, "",
           "Write the final weights (parameters, then batch-norm state) here: "
           "a safetensors file keyed by tensor name when the path ends in "
-          ".safetensors, else raw little-endian float32.");
+          ".safetensors, else raw little-endian float32; {rank} in the path "
+          "is this worker's rank.");
 ABSL_FLAG(std::string, init_weights, "",
           "A safetensors file (tensors named as --dump_weights writes them) "
           "that rank 0 starts the job from instead of the seeded "
@@ -67,7 +68,8 @@ absl::Status ParseDeviceAndOutputFlags(WorkerMainOptions* options) {
           "--health_port and --metrics_port must be in [0, 65535]");
     }
   }
-  o.dump_weights = absl::GetFlag(FLAGS_dump_weights);
+  o.dump_weights = absl::StrReplaceAll(absl::GetFlag(FLAGS_dump_weights),
+                                       {{"{rank}", absl::StrCat(rank)}});
   o.init_weights = absl::GetFlag(FLAGS_init_weights);
   o.step_log = absl::GetFlag(FLAGS_step_log);
   o.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
