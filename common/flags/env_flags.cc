@@ -11,13 +11,14 @@
 namespace lockstep {
 namespace {
 
-// The first four are one process's own port or address (lockstep_launch
+// The first five are one process's own port or address (lockstep_launch
 // sets them per process).
-constexpr size_t kPerProcess = 4;
+constexpr size_t kPerProcess = 5;
 constexpr absl::string_view kAll[] = {"listen",
                                       "port_file",
                                       "metrics_port",
                                       "health_port",
+                                      "allreduce_host",
                                       "tls_cert",
                                       "tls_key",
                                       "tls_ca",

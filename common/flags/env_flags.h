@@ -27,8 +27,9 @@ namespace lockstep {
 absl::Span<const absl::string_view> EnvironmentFlags();
 
 // Those of EnvironmentFlags() that name one process's own port or address
-// (--listen, --port_file, --metrics_port, --health_port): lockstep_launch
-// gives each process its own and keeps these variables from its children.
+// (--listen, --port_file, --metrics_port, --health_port, --allreduce_host):
+// lockstep_launch gives each process its own and keeps these variables
+// from its children.
 absl::Span<const absl::string_view> PerProcessEnvironmentFlags();
 
 // "LOCKSTEP_" + `flag` in upper case.

@@ -10,9 +10,13 @@
 #      every container must exit 0, rank 0 reach the accuracy floor, and
 #      the model equal that of lockstep_launch with that shape;
 #   3. the same runtime for a TrainJob of three nodes (numNodes=3), 60
-#      steps, to the model of lockstep_launch --workers=3;
-#   4. the same with mutual TLS, from training-runtime-mtls.yaml and
+#      steps, to the model of lockstep_launch --workers=3; and the
+#      all-reduce runtime (deploy/k8s/overlays/allreduce) to the model of
+#      lockstep_launch --sync=allreduce;
+#   4. the same with mutual TLS, from deploy/k8s/overlays/mtls and
 #      trainjob-mlp-mtls.yaml, with throwaway certificates as its Secrets.
+# The overlays' runtimes are what kustomize makes of them (the kubectl of
+# validate_manifests.sh's venv).
 # The Docker daemon is this test's own: started with --bridge=none
 # --iptables=false, containers on --network host (every packet stays on
 # loopback; pod names resolve to 127.0.0.1 through --add-host), stopped by
@@ -110,23 +114,26 @@ check() {  # check CONDITION-STATUS WHAT
 }
 
 DOCKER="$docker_bin" "$root/deploy/docker/make_base_image.sh" --cache "$state/cache"
+# The manifests name the images by the project's version (CMakeLists.txt).
+version="$(sed -n 's/^project(lockstep VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")"
+[[ -n $version ]] || { echo "FAIL  no project VERSION in CMakeLists.txt"; exit 1; }
 targets=(server worker)
 [[ $with_python -eq 1 ]] && targets+=(python)
 for target in "${targets[@]}"; do
   start=$(date +%s)
   if ! DOCKER_BUILDKIT=1 "$docker_bin" build --network host -q \
       -f "$root/deploy/docker/Dockerfile" --target "$target" \
-      -t "lockstep-$target:latest" "$root" >"$work/build-$target.log" 2>&1; then
+      -t "lockstep-$target:$version" "$root" >"$work/build-$target.log" 2>&1; then
     tail -30 "$work/build-$target.log"
     echo "FAIL  docker build --target $target (log above)"
     exit 1
   fi
-  size=$("$docker_bin" image inspect -f '{{.Size}}' "lockstep-$target:latest")
+  size=$("$docker_bin" image inspect -f '{{.Size}}' "lockstep-$target:$version")
   echo "image lockstep-$target: $((size / 1000000)) MB, built in $(( $(date +%s) - start )) s"
 done
 
 for target in "${targets[@]}"; do
-  image="lockstep-$target:latest"
+  image="lockstep-$target:$version"
   user=$("$docker_bin" image inspect -f '{{.Config.User}}' "$image")
   uid=$("$docker_bin" run --rm --network none --entrypoint id "$image" -u)
   check $([[ $user == 10001:10001 && $uid == 10001 ]]; echo $?) \
@@ -148,7 +155,8 @@ free_port() {
 #   job_nodes       the TrainJob's numNodes instead of its own
 #   job_server_args, job_worker_args  more flags for every server, worker
 #   job_out         a folder where the server writes the final model
-#                   (model.safetensors); rank 0's flags go to NAME.train_args
+#                   (model.safetensors; in all-reduce, rank 0 writes
+#                   model.bin); rank 0's flags go to NAME.train_args
 job_pods=()
 job_port=""
 job_nodes=""
@@ -161,9 +169,10 @@ start_job() {
   local spec="$work/$name.pods"
   job_port="$(free_port)"
   [[ -z $job_out ]] || { mkdir -p "$job_out"; chown 10001:10001 "$job_out"; }
+  [[ $runtime == /* ]] || runtime="$root/$runtime"
   NODES="$job_nodes" SERVER_ARGS="$job_server_args" \
   WORKER_ARGS="$job_worker_args" OUT="$job_out" TRAIN_ARGS="$work/$name.train_args" \
-  python3 - "$here" "$root/$runtime" "$root/$trainjob" "$name" \
+  python3 - "$here" "$runtime" "$root/$trainjob" "$name" \
       "$job_port" "${secrets[@]}" >"$spec" <<'PY'
 import os, shlex, socket, sys
 sys.path.insert(0, sys.argv[1])
@@ -205,9 +214,13 @@ for pod in pods:
         else:
             raise SystemExit(f"{pod['hostname']}: volume {m['name']} is neither "
                              "an emptyDir nor a Secret")
-    if server and os.environ["OUT"]:
+    # The model: the server's, or rank 0's in all-reduce (no server holds it).
+    allreduce = any("--sync=allreduce" in (p["containers"][0]["command"] or [])
+                    for p in pods if p["replicatedJob"] != "ps")
+    if os.environ["OUT"] and (rank0 if allreduce else server):
         opts += ["-v", f"{os.environ['OUT']}:/out"]
-        args.append("--weights_file=/out/model.safetensors")
+        args.append("--dump_weights=/out/model.bin" if allreduce else
+                    "--weights_file=/out/model.safetensors")
     for k, v in env.items():
         opts += ["-e", f"{k}={v}"]
     # A container's command replaces the image's ENTRYPOINT, as in a pod.
@@ -236,22 +249,28 @@ PY
     "$name: started ${#job_pods[@]} containers (1 server, $((want - 1)) workers)"
 }
 
-# same_as_launcher NAME WORKERS: the model the server of NAME's containers
-# wrote (job_out) equals the one lockstep_launch's server writes (this
-# build's binaries) with WORKERS workers, one server, the same training
-# flags and job_server_args.
+# same_as_launcher NAME WORKERS [FLAG...]: the model the server of NAME's
+# containers wrote (job_out) equals the one lockstep_launch's server writes
+# (this build's binaries) with WORKERS workers, one server, the same
+# training flags, job_server_args and FLAGs (for all-reduce, rank 0's).
 same_as_launcher() {
-  local name="$1" workers="$2" args=() a
+  local name="$1" workers="$2" args=() a; shift 2
   while IFS= read -r a; do args+=("$a"); done <"$work/$name.train_args"
+  args+=("$@")
+  local ours="$job_out/model.safetensors" theirs="$work/$name.launch.safetensors"
+  local output=(--weights_file="$theirs")
+  if [[ " ${args[*]} " == *" --sync=allreduce "* ]]; then
+    ours="$job_out/model.bin" theirs="$work/$name.launch.w0.bin"
+    output=(--dump_weights="$work/$name.launch.w{rank}.bin")
+  fi
   local server_flags=()
   for a in $job_server_args; do server_flags+=("--server_flag=$a"); done
   local log="$work/$name.launch.log" rc=0
   timeout "$kJobTimeout" "$build/bin/lockstep_launch" --ps=1 \
     --workers="$workers" "${server_flags[@]}" "${args[@]}" \
-    --weights_file="$work/$name.launch.safetensors" >"$log" 2>&1 || rc=$?
+    "${output[@]}" >"$log" 2>&1 || rc=$?
   [[ $rc -eq 0 ]] || tail -15 "$log"
-  check $([[ $rc -eq 0 && -s $job_out/model.safetensors ]] &&
-          cmp -s "$job_out/model.safetensors" "$work/$name.launch.safetensors"; echo $?) \
+  check $([[ $rc -eq 0 && -s $ours ]] && cmp -s "$ours" "$theirs"; echo $?) \
     "$name: the model equals lockstep_launch --workers=$workers's, bit for bit (launcher exit $rc)"
 }
 
@@ -295,6 +314,27 @@ finish_job lockstep-ci-3 --no-accuracy
 same_as_launcher lockstep-ci-3 3
 job_nodes="" job_out="" job_server_args="" job_worker_args=""
 
+# The overlays' runtimes: kustomize makes them (the venv's kubectl).
+if ! "$here/validate_manifests.sh" --bin-dir "$build/bin" --setup-only \
+    >"$work/venv.log" 2>&1; then
+  tail -5 "$work/venv.log"
+  echo "FAIL  the venv with kubectl (validate_manifests.sh --setup-only)"
+  exit 1
+fi
+for overlay in mtls allreduce; do
+  "$build/deploy-venv/bin/kubectl" kustomize "$root/deploy/k8s/overlays/$overlay" \
+    >"$work/runtime-$overlay.yaml"
+done
+
+# All-reduce (gloo) from the lockstep-allreduce runtime: the workers reach
+# each other at their pod IPs (loopback here); rank 0 holds the model.
+job_out="$work/out-ar" job_worker_args="--max_steps=60"
+start_job lockstep-ci-ar "$work/runtime-allreduce.yaml" \
+  deploy/k8s/trainer/trainjob-mlp-allreduce.yaml
+finish_job lockstep-ci-ar --no-accuracy
+same_as_launcher lockstep-ci-ar 2 --sync=allreduce --allreduce=gloo
+job_out="" job_worker_args=""
+
 # Mutual TLS: the two Secrets the mTLS runtime mounts, from throwaway
 # certificates, readable by the images' user.
 "$root/deploy/tls/make_certs.sh" "$work/certs" --server-san=DNS:lockstep-server >/dev/null
@@ -307,7 +347,7 @@ for s in ps:server worker:worker; do
   chown -R 10001:10001 "$d"
   chmod 0500 "$d" && chmod 0400 "$d"/*
 done
-start_job lockstep-ci-mtls deploy/k8s/trainer/training-runtime-mtls.yaml \
+start_job lockstep-ci-mtls "$work/runtime-mtls.yaml" \
   deploy/k8s/trainer/trainjob-mlp-mtls.yaml \
   "lockstep-ps-tls=$work/lockstep-ps-tls" "lockstep-worker-tls=$work/lockstep-worker-tls"
 # While the job runs: lockstep_ctl with the admin certificate reads the
@@ -315,7 +355,7 @@ start_job lockstep-ci-mtls deploy/k8s/trainer/training-runtime-mtls.yaml \
 ps_host=lockstep-ci-mtls-ps-0-0.lockstep-ci-mtls
 ctl() {
   "$docker_bin" run --rm --network host --add-host "$ps_host:127.0.0.1" \
-    -v "$work/certs:/certs:ro" --entrypoint lockstep_ctl lockstep-server:latest \
+    -v "$work/certs:/certs:ro" --entrypoint lockstep_ctl "lockstep-server:$version" \
     status "$ps_host:$job_port" "$@"
 }
 chmod 0755 "$work/certs" && chmod 0644 "$work/certs/"*

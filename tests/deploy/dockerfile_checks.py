@@ -18,6 +18,7 @@ import re
 
 import flag_checks
 import dockerfiles as df
+import kustomize
 import manifests as m
 
 BASE_IMAGE = "lockstep-base:bookworm"
@@ -149,6 +150,13 @@ def _image_checks(report, repo, image, name, target, stages):
         _python_entry(report, where, chain, copies, os.path.basename(entry[0]))
 
 
+def project_version(repo):
+    """VERSION of CMakeLists.txt's project(), the images' tag."""
+    with open(os.path.join(repo, "CMakeLists.txt"), encoding="utf-8") as f:
+        match = re.search(r"project\(\s*\w+\s+VERSION\s+([0-9.]+)", f.read())
+    return match.group(1) if match else None
+
+
 def manifest_images(repo):
     """Every image name a manifest under deploy/k8s gives."""
     found = set()
@@ -165,6 +173,8 @@ def manifest_images(repo):
     for path in m.k8s_files(os.path.join(repo, "deploy", "k8s")):
         for doc in m.load_docs(path):
             walk(doc)
+    for _, doc in kustomize.rendered(repo):
+        walk(doc)
     return found
 
 
@@ -183,8 +193,13 @@ def check_dockerfiles(report, repo):
         if name in parsed:
             _image_checks(report, repo, image, name, target, parsed[name][1])
     images = manifest_images(repo)
+    version = project_version(repo)
     for image in sorted(images):
         report.check(df.image_name(image) in df.IMAGE_DOCKERFILES,
                      f"image {image} (named in deploy/k8s) has a Dockerfile "
                      "target in deploy/docker")
+        report.check(image.rsplit("/", 1)[-1].endswith(f":{version}"),
+                     f"image {image} is pinned to the project's version "
+                     f"{version} (CMakeLists.txt), not latest: a node never "
+                     "runs a stale image kept under the same tag")
     report.check(len(images) >= 3, f"deploy/k8s names images ({sorted(images)})")

@@ -21,6 +21,7 @@ import jobset_targets as jt
 import manifests as m
 
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+BASE_RUNTIME = "lockstep-ps"  # deploy/k8s/trainer/cluster-training-runtime.yaml
 TLS_FILES = {"tls_cert": "tls.crt", "tls_key": "tls.key", "tls_ca": "ca.crt"}
 
 
@@ -81,11 +82,68 @@ def check_sizes(report, t, node, n_workers):
     ps = jt.replicated_job(t["spec"], jt.PS_JOB)["template"]["spec"]
     report.check(ps.get("completions") == ps.get("parallelism"),
                  f"{t['what']}: every server shard starts at once")
+    for c in jt.containers(t["spec"], jt.PS_JOB):
+        res = c.get("resources", {})
+        report.check(bool(res.get("limits")) and
+                     res.get("requests") == res.get("limits"),
+                     f"{t['what']}: the server's requests are its limits "
+                     f"(Guaranteed: a throttled server stalls the barrier; "
+                     f"got {res})")
     if t["runtime"] is None:
         return
     policy = t["runtime"]["spec"].get("mlPolicy", {})
     report.check("torch" in policy, f"{t['what']}: mlPolicy.torch, so that "
                  "Trainer sets PET_NNODES and PET_NODE_RANK")
+
+
+def check_mode(report, t, node):
+    """Workers that train by all-reduce carry the label the NetworkPolicy
+    lets peers in by and are reached at their pod IP; workers on GPUs run
+    the CUDA image with a GPU each (after a TrainJob's resourcesPerNode)."""
+    for c in jt.containers(t["spec"], node):
+        if c["name"] != jr.TRAINER_CONTAINER:
+            continue
+        words = list(c.get("command") or []) + list(c.get("args") or [])
+        where = f"{t['what']} {node}/{c['name']}"
+        labels = jt.pod_labels(t["spec"], node)
+        if "--sync=allreduce" in words:
+            host = [e for e in c.get("env", [])
+                    if e["name"] == "LOCKSTEP_ALLREDUCE_HOST"]
+            report.check(labels.get("lockstep/sync") == "allreduce" and
+                         [e.get("valueFrom") for e in host] ==
+                         [{"fieldRef": {"fieldPath": "status.podIP"}}],
+                         f"{where}: an all-reduce worker is labelled "
+                         "lockstep/sync: allreduce and reached at its pod IP "
+                         "(LOCKSTEP_ALLREDUCE_HOST from status.podIP)")
+        else:
+            report.check("lockstep/sync" not in labels, f"{where}: a PS "
+                         "worker carries no lockstep/sync label")
+        if "--device=cuda" in words:
+            gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+            report.check("-cuda" in c.get("image", "") and gpus is not None
+                         and int(gpus) >= 1,
+                         f"{where}: a GPU worker runs the CUDA image with a "
+                         f"GPU (image {c.get('image')}, nvidia.com/gpu {gpus})")
+
+
+def check_volumes(report, t):
+    """Every mount names a volume of its pod or a claim JobSet makes
+    (volumeClaimPolicies), and every such claim is mounted."""
+    claims = {c.get("metadata", {}).get("name")
+              for policy in t["spec"].get("volumeClaimPolicies", [])
+              for c in policy.get("templates", [])}
+    mounted = set()
+    for rj in t["spec"].get("replicatedJobs", []):
+        pod = jt.pod_spec(t["spec"], rj["name"])
+        volumes = {v["name"] for v in pod.get("volumes", [])}
+        for c in pod.get("containers", []):
+            names = [mnt["name"] for mnt in c.get("volumeMounts", [])]
+            mounted.update(names)
+            missing = [n for n in names if n not in volumes | claims]
+            report.check(not missing, f"{t['what']} {rj['name']}/{c['name']}: "
+                         f"every mount has a volume or claim (missing {missing})")
+    report.check(claims <= mounted, f"{t['what']}: every claim of "
+                 f"volumeClaimPolicies is mounted ({sorted(claims)})")
 
 
 def check_trainer_job(report, t):
@@ -218,9 +276,10 @@ def check_drift(report, repo):
     """jobset.yaml's spec is the JobSet Trainer makes of the
     ClusterTrainingRuntime for a TrainJob of its name and worker count."""
     jobset = jr.load(os.path.join(repo, jt.JOBSET_FILE))
-    cluster = [d for (kind, _), (_, d) in jt.runtimes(repo).items()
-               if kind == "ClusterTrainingRuntime"]
-    if not report.check(len(cluster) == 1, "one ClusterTrainingRuntime"):
+    cluster = [d for (kind, name), (_, d) in jt.runtimes(repo).items()
+               if (kind, name) == ("ClusterTrainingRuntime", BASE_RUNTIME)]
+    if not report.check(len(cluster) == 1, f"the ClusterTrainingRuntime "
+                        f"{BASE_RUNTIME} (the base of the overlays)"):
         return
     name = jobset["metadata"]["name"]
     node = jt.replicated_job(jobset["spec"], "node") or {}
@@ -288,6 +347,21 @@ def check_tls(report, t, node):
     return mtls
 
 
+def check_pdb(report, repo, jobset_target):
+    """jobset/pdb.yaml keeps every pod of jobset.yaml from eviction."""
+    path = os.path.join(repo, "deploy", "k8s", "jobset", "pdb.yaml")
+    (pdb,) = m.load_docs(path)
+    selector = pdb["spec"]["selector"]["matchLabels"]
+    covered = [p for p in jobset_target["pods"]
+               if m.labels_match(selector, p["labels"])]
+    report.check(len(covered) == len(jobset_target["pods"]) ==
+                 pdb["spec"].get("minAvailable"),
+                 f"deploy/k8s/jobset/pdb.yaml: minAvailable "
+                 f"{pdb['spec'].get('minAvailable')} = every pod of the JobSet "
+                 f"({len(jobset_target['pods'])}), all selected "
+                 f"({len(covered)})")
+
+
 def check_jobsets(report, repo, binaries, versions):
     """All of the above for every target; returns the targets."""
     codes = m.exit_codes(repo)
@@ -302,8 +376,11 @@ def check_jobsets(report, repo, binaries, versions):
         if t["runtime"] is not None:
             check_rendered(report, t, versions)
         check_ports(report, t, node, binaries)
+        check_mode(report, t, node)
+        check_volumes(report, t)
         check_failure_policy(report, t, node, codes)
         mtls += check_tls(report, t, node)
     report.check(mtls >= 2, f"an mTLS runtime and a TrainJob on it ({mtls} mTLS JobSets)")
     check_drift(report, repo)
+    check_pdb(report, repo, all_targets[0])
     return all_targets

@@ -173,7 +173,12 @@ def _apply(runtime, trainjob, forced_nodes):
     return name, spec
 
 
+POD_IP = "127.0.0.1"  # status.podIP: the containers share the host's loopback
+
+
 def _field_value(ref, labels, annotations):
+    if ref.get("fieldPath") == "status.podIP":
+        return POD_IP
     match = _FIELD_REF.match(ref.get("fieldPath", ""))
     if not match:
         raise RenderError(f"fieldRef {ref.get('fieldPath')!r} is not a label "

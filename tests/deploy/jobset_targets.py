@@ -6,6 +6,7 @@ of 2, 3 and 8 nodes, and each TrainJob applied to the runtime it names
 import os
 
 import jobset_render as jr
+import kustomize
 import manifests as m
 from report import name_of, rel
 
@@ -16,9 +17,11 @@ SHAPES = (2, 3, 8)  # numNodes each runtime is rendered and checked at
 
 
 def trainer_docs(repo):
-    """(path, doc) of every document under deploy/k8s/trainer."""
+    """(path, doc) of every document under deploy/k8s/trainer and of every
+    overlay kustomize builds (path: the overlay's folder)."""
     d = os.path.join(repo, TRAINER_DIR)
-    return [(p, doc) for p in m.k8s_files(d) for doc in m.load_docs(p)]
+    return ([(p, doc) for p in m.k8s_files(d) for doc in m.load_docs(p)] +
+            kustomize.rendered(repo))
 
 
 def runtimes(repo):
@@ -90,3 +93,9 @@ def pod_spec(spec, rj_name):
 def port_named(container, name):
     return next((p["containerPort"] for p in container.get("ports", [])
                  if p.get("name") == name), None)
+
+
+def pod_labels(spec, rj_name):
+    rj = replicated_job(spec, rj_name) or {}
+    return rj.get("template", {}).get("spec", {}).get("template", {}).get(
+        "metadata", {}).get("labels", {})

@@ -51,9 +51,13 @@ def load_docs(path):
 
 def k8s_files(k8s_dir):
     """Every YAML file under k8s_dir (a deploy/k8s folder), sorted,
-    kustomization included."""
+    kustomization included; not the overlays' and components' patches
+    (kustomize.py builds those folders)."""
     out = []
-    for root, _, files in os.walk(k8s_dir):
+    for root, dirs, files in os.walk(k8s_dir):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in
+                   (os.path.join(k8s_dir, "overlays"),
+                    os.path.join(k8s_dir, "components"))]
         for name in files:
             if name.endswith((".yaml", ".yml")):
                 out.append(os.path.join(root, name))

