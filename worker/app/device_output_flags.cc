@@ -19,6 +19,11 @@ ABSL_FLAG(std::string, cpu_conv, "auto",
           "CPU convolutions: auto (AVX-512 kernels where they are faster) | "
           "direct (those kernels everywhere) | im2col (im2col + OpenBLAS).");
 ABSL_FLAG(std::string, tensorboard_dir, "", "TensorBoard event dir (rank 0).");
+ABSL_FLAG(double, trainer_status_every_s, 30,
+          "Under Kubeflow Trainer with its status endpoint "
+          "(KUBEFLOW_TRAINER_STATUS_SERVER_URL), rank 0 reports progress to "
+          "the TrainJob's status at most this often, besides each epoch's "
+          "end and the job's.");
 ABSL_FLAG(std::string, summary_json, "",
           "Write a JSON summary of the run here.");
 ABSL_FLAG(std::string, step_log, "",
@@ -73,6 +78,12 @@ absl::Status ParseDeviceAndOutputFlags(WorkerMainOptions* options) {
   o.init_weights = absl::GetFlag(FLAGS_init_weights);
   o.step_log = absl::GetFlag(FLAGS_step_log);
   o.tensorboard_dir = absl::GetFlag(FLAGS_tensorboard_dir);
+  const double every = absl::GetFlag(FLAGS_trainer_status_every_s);
+  if (!(every >= 0 && every <= 86400)) {
+    return absl::InvalidArgumentError(
+        "--trainer_status_every_s must be in [0, 86400]");
+  }
+  o.trainer_status_every = absl::Seconds(every);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -20,6 +21,7 @@
 #include "common/optim/lr_schedule.h"
 #include "worker/app/setup.h"
 #include "worker/app/stop_signals.h"
+#include "worker/app/trainer_status.h"
 #include "worker/app/worker_flags.h"
 #include "worker/app/worker_telemetry.h"
 #include "worker/data/dataset.h"
@@ -162,6 +164,7 @@ absl::Status LoadDataSets(WorkerMainOptions* o, Dataset* train, Dataset* test,
 struct Reports {
   History history;
   std::unique_ptr<TensorBoardCallback> tensorboard;
+  std::unique_ptr<TrainerStatusReporter> trainer_status;  // Rank 0's.
   CallbackList callbacks;
 };
 
@@ -176,6 +179,13 @@ absl::Status SetUpReports(WorkerMainOptions* o, WorkerTelemetry* telemetry,
     reports->tensorboard =
         std::make_unique<TensorBoardCallback>(std::move(writer));
     reports->callbacks.Add(reports->tensorboard.get());
+  }
+  if (std::optional<TrainerStatusEndpoint> endpoint =
+          TrainerStatusEndpointFromEnvironment();
+      endpoint.has_value() && o->trainer.rank == 0) {
+    reports->trainer_status = std::make_unique<TrainerStatusReporter>(
+        *std::move(endpoint), o->trainer_status_every);
+    reports->callbacks.Add(reports->trainer_status.get());
   }
   o->trainer.callback = &reports->callbacks;
   return absl::OkStatus();
@@ -212,6 +222,10 @@ void PrintResult(const WorkerMainOptions& o, const TrainSummary& summary) {
 int Finish(const WorkerMainOptions& o, const TrainSummary& summary,
            const Reports& reports, const Model& model, const Trainer& trainer) {
   PrintResult(o, summary);
+  if (reports.trainer_status != nullptr && !summary.stopped) {
+    reports.trainer_status->Finish(summary.steps, summary.test_loss,
+                                   summary.test_accuracy);
+  }
   if (reports.tensorboard != nullptr && !reports.tensorboard->status().ok()) {
     return Fail(o.trainer.rank, reports.tensorboard->status(), kExitFailure);
   }

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "worker/app/setup.h"
 #include "worker/app/worker_telemetry.h"
 #include "worker/device/device_factory.h"
@@ -33,6 +34,9 @@ struct WorkerMainOptions {
   WorkerTelemetryOptions telemetry;
   std::string step_log;
   std::string tensorboard_dir;  // Rank 0's event files; empty: none.
+  // Rank 0's reports to a TrainJob's status endpoint (trainer_status.h):
+  // at most this often, besides each epoch's end and the job's.
+  absl::Duration trainer_status_every = absl::Seconds(30);
   double validation_split = 0;  // 0: no validation.
   std::string sync;             // --sync, for the log line and the summary.
   std::string layers;           // --layers, for the log line.
@@ -41,8 +45,8 @@ struct WorkerMainOptions {
   std::optional<bool> push_thread;
 };
 
-// The options the flags (already parsed by ParseFlags, common/flags/flags.h) and
-// TF_CONFIG ask for; INVALID_ARGUMENT naming the flag when one is bad.
+// The options the flags (already parsed by ParseFlags, common/flags/flags.h)
+// and TF_CONFIG ask for; INVALID_ARGUMENT naming the flag when one is bad.
 absl::StatusOr<WorkerMainOptions> WorkerOptionsFromFlags();
 
 }  // namespace lockstep

@@ -40,6 +40,9 @@ void EpochReporter::StepApplied(int64_t step, const BatchStats& stats) {
   if (options_.callback == nullptr) return;
   StepLogs logs;
   logs.step = step + 1;
+  logs.total_steps = epoch_.total_steps;
+  logs.epoch = epoch_.index + 1;
+  logs.epochs = epoch_.count;
   logs.batch_loss = batch_loss;
   logs.batch_accuracy = static_cast<double>(stats.correct) / stats.examples;
   logs.loss = loss();

@@ -15,8 +15,11 @@ namespace lockstep {
 
 // One global step this worker completed.
 struct StepLogs {
-  int64_t step = 0;       // Global steps completed: the step's index + 1.
-  double batch_loss = 0;  // This worker's batch.
+  int64_t step = 0;         // Global steps completed: the step's index + 1.
+  int64_t total_steps = 0;  // The job's.
+  int epoch = 0;            // This step's, from 1.
+  int epochs = 0;           // The job's.
+  double batch_loss = 0;    // This worker's batch.
   double batch_accuracy = 0;
   double loss = 0;  // Running mean over this worker's batches in the epoch.
   double accuracy = 0;
