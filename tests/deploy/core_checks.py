@@ -12,7 +12,8 @@ import manifests as m
 from report import name_of, rel
 
 CRD_KINDS = {"JobSet", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"}
-NOT_IN_SCHEMAS = {"TFJob", "Kustomization"} | CRD_KINDS
+# PodMonitor: prometheus-operator's, checked by netpol_checks.py.
+NOT_IN_SCHEMAS = {"TFJob", "Kustomization", "PodMonitor"} | CRD_KINDS
 
 
 def schema_errors(doc, version):

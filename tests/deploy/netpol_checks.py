@@ -17,6 +17,12 @@ import manifests as m
 
 NETPOL_FILE = os.path.join("deploy", "k8s", "jobset", "networkpolicy.yaml")
 ADMIN = {"lockstep/role": "admin"}
+# The cluster's Prometheus, the one peer outside the namespace: metrics only.
+PROMETHEUS_PEER = {
+    "namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+PROMETHEUS = {"(namespace monitoring) app.kubernetes.io/name": "prometheus"}
 ALLREDUCE = {"lockstep/sync": "allreduce"}
 
 
@@ -39,6 +45,8 @@ def _rule_open(rule, selector):
     if not peers:
         return "no from (anyone)"
     for peer in peers:
+        if peer == PROMETHEUS_PEER:
+            continue
         if set(peer) != {"podSelector"} or not peer["podSelector"].get("matchLabels") \
                 or set(peer["podSelector"]) != {"matchLabels"}:
             return f"peer {peer} is not a plain pod-label selector"
@@ -65,7 +73,8 @@ def _admitted(policies, labels):
         if not m.labels_match(pol["spec"]["podSelector"].get("matchLabels"), labels):
             continue
         for rule in pol["spec"].get("ingress", []):
-            peers = [p.get("podSelector", {}).get("matchLabels") or {}
+            peers = [PROMETHEUS if p == PROMETHEUS_PEER else
+                     p.get("podSelector", {}).get("matchLabels") or {}
                      for p in rule.get("from", [])]
             for port in rule.get("ports", []):
                 out.setdefault(port.get("port"), []).extend(peers)
@@ -102,10 +111,13 @@ def _check_pod(report, t, pod, policies):
 def _check_port(report, where, t, port, name, peers, want):
     reached = {p["hostname"] for p in t["pods"]
                if any(m.labels_match(s, p["labels"]) for s in peers)}
-    stray = [s for s in peers if s != ADMIN and
-             not any(m.labels_match(s, p["labels"]) for p in t["pods"])]
-    report.check(ADMIN in peers and reached == want and not stray,
-                 f"{where}: port {port} ({name}) from admin pods and "
+    metrics = name == "metrics"
+    stray = [s for s in peers if s != ADMIN and (s != PROMETHEUS or not metrics)
+             and not any(m.labels_match(s, p["labels"]) for p in t["pods"])]
+    report.check(ADMIN in peers and reached == want and not stray and
+                 (PROMETHEUS in peers) == metrics,
+                 f"{where}: port {port} ({name}) from admin pods"
+                 f"{', the Prometheus' if metrics else ''} and "
                  f"{sorted(want) or 'no job pod'} only (reached "
                  f"{sorted(reached)}, other peers {stray})")
 
@@ -132,6 +144,36 @@ def _check_peers(report, t, pod, policies):
                  f"{sorted(workers)} (reached {sorted(reached)})")
 
 
+PODMONITOR_FILE = os.path.join("deploy", "k8s", "jobset", "podmonitor.yaml")
+PODMONITOR_KEYS = {"spec": {"selector", "podMetricsEndpoints"},
+                   "endpoint": {"port", "path", "interval"}}
+
+
+def check_pod_monitor(report, repo, targets):
+    """podmonitor.yaml: prometheus-operator's PodMonitor, only the fields
+    this check knows, selecting every pod of every target, each of which
+    declares the port it scrapes."""
+    (pm,) = m.load_docs(os.path.join(repo, PODMONITOR_FILE))
+    spec = pm.get("spec", {})
+    endpoints = spec.get("podMetricsEndpoints", [])
+    report.check(pm.get("apiVersion") == "monitoring.coreos.com/v1" and
+                 m.kind_of(pm) == "PodMonitor" and
+                 set(spec) <= PODMONITOR_KEYS["spec"] and endpoints and
+                 all(set(e) <= PODMONITOR_KEYS["endpoint"] for e in endpoints),
+                 f"{PODMONITOR_FILE}: a monitoring.coreos.com/v1 PodMonitor "
+                 "of known fields")
+    selector = spec.get("selector", {}).get("matchLabels", {})
+    ports = {e.get("port") for e in endpoints}
+    for t in targets:
+        for pod in t["pods"]:
+            declared = {p.get("name") for c in pod["containers"]
+                        for p in c.get("ports", [])}
+            report.check(m.labels_match(selector, pod["labels"]) and
+                         ports <= declared,
+                         f"{t['what']} pod {pod['hostname']}: the PodMonitor "
+                         f"scrapes its port(s) {sorted(ports)}")
+
+
 def check_network_policy(report, repo, targets):
     policies = m.load_docs(os.path.join(repo, NETPOL_FILE))
     if not report.check(all(m.kind_of(p) == "NetworkPolicy" for p in policies)
@@ -142,3 +184,4 @@ def check_network_policy(report, repo, targets):
         for pod in t["pods"]:
             _check_pod(report, t, pod, policies)
             _check_peers(report, t, pod, policies)
+    check_pod_monitor(report, repo, targets)
