@@ -33,20 +33,10 @@ std::string WriteToken(const std::string& dir, const std::string& name,
 // Train()'s worker (training_jobs.h) for one worker of batch 8 with Adam,
 // less --servers: the same job, so the same weights.
 std::vector<std::string> WorkerArgs(const std::string& weights) {
-  return {kBin + "/lockstep_worker",
-          "--workers=1",
-          "--rank=0",
-          "--dataset=synthetic",
-          "--synthetic_examples=640",
-          "--layers=23,17,5",
-          "--optimizer=adam",
-          "--batch_size=8",
-          "--max_steps=20",
-          "--epochs=3",
-          "--seed=7",
-          "--chunk_bytes=1000",
-          "--progress=none",
-          "--dump_weights=" + weights};
+  std::vector<std::string> argv = {kBin + "/lockstep_worker", "--workers=1",
+                                   "--rank=0", "--dump_weights=" + weights};
+  for (std::string& f : TrainFlags(8, "adam")) argv.push_back(f);
+  return argv;
 }
 
 int CheckpointsIn(const std::string& dir) {

@@ -41,17 +41,8 @@ std::vector<float> TrainShapedByEnvironment(
   for (int rank = 0; rank < kWorkers; ++rank) {
     std::vector<std::string> argv = {
         kBin + "/lockstep_worker",
-        "--dataset=synthetic",
-        "--synthetic_examples=640",
-        "--layers=23,17,5",
-        "--optimizer=adam",
-        "--batch_size=8",
-        "--max_steps=20",
-        "--epochs=3",
-        "--seed=7",
-        "--chunk_bytes=1000",
-        "--progress=none",
         absl::StrCat("--dump_weights=", dir, "/w", rank)};
+    for (std::string& f : TrainFlags(8, "adam")) argv.push_back(f);
     argv.insert(argv.end(), extra.begin(), extra.end());
     workers.push_back(Subprocess::Start(
         argv, {"LOCKSTEP_SERVERS=" + absl::StrJoin(addresses, ","),

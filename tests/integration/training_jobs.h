@@ -120,6 +120,23 @@ inline bool WaitForWorkers(std::vector<Subprocess>& procs,
   return false;
 }
 
+// Train()'s training flags for batch `batch` and `optimizer`: 20 steps of
+// a small MLP on synthetic data, the same in every test that compares with
+// Train().
+inline std::vector<std::string> TrainFlags(int batch,
+                                           const std::string& optimizer) {
+  return {"--dataset=synthetic",
+          "--synthetic_examples=640",
+          "--layers=23,17,5",
+          "--optimizer=" + optimizer,
+          absl::StrCat("--batch_size=", batch),
+          "--max_steps=20",
+          "--epochs=3",
+          "--seed=7",
+          "--chunk_bytes=1000",
+          "--progress=none"};
+}
+
 // Trains `workers` workers with batch `batch` each for 20 steps against
 // `shards` server shards and returns rank 0's final weights (checking every
 // rank ends with the same ones). `worker` is the worker binary in kBin.
@@ -137,21 +154,10 @@ inline std::vector<float> Train(int workers, int batch,
   std::vector<Subprocess> procs;
   for (int rank = 0; rank < workers; ++rank) {
     std::vector<std::string> argv = {
-        kBin + "/" + worker,
-        "--servers=" + absl::StrJoin(addresses, ","),
-        absl::StrCat("--workers=", workers),
-        absl::StrCat("--rank=", rank),
-        "--dataset=synthetic",
-        "--synthetic_examples=640",
-        "--layers=23,17,5",
-        "--optimizer=" + optimizer,
-        absl::StrCat("--batch_size=", batch),
-        "--max_steps=20",
-        "--epochs=3",
-        "--seed=7",
-        "--chunk_bytes=1000",
-        "--progress=none",
+        kBin + "/" + worker, "--servers=" + absl::StrJoin(addresses, ","),
+        absl::StrCat("--workers=", workers), absl::StrCat("--rank=", rank),
         absl::StrCat("--dump_weights=", dir, "/w", rank)};
+    for (std::string& f : TrainFlags(batch, optimizer)) argv.push_back(f);
     argv.insert(argv.end(), extra.begin(), extra.end());
     procs.push_back(Subprocess::Start(argv));
   }

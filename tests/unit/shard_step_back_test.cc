@@ -51,6 +51,17 @@ class ShardStepBackTest : public ::testing::Test {
     inc0_ = r0->incarnation;
     inc1_ = r1->incarnation;
   }
+  // A store in a new folder keeping 3, and a Checkpointer over it saving
+  // every `every` steps.
+  void StartCheckpointer(int64_t every) {
+    auto store = CheckpointStore::Create(NewTempDir(), 0, 1, /*keep=*/3);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    Checkpointer::Options options;
+    options.every_steps = every;
+    checkpointer_ = std::make_unique<Checkpointer>(
+        options, store_.get(), ps_.get(), nullptr, log_.Log());
+  }
   // Both ranks push `step`; returns rank 0's reply.
   Reply Step(int64_t step) {
     Reply a, b;
@@ -80,6 +91,9 @@ class ShardStepBackTest : public ::testing::Test {
 
   FakeEnv clock_;
   std::unique_ptr<ParameterServer> ps_;
+  std::unique_ptr<CheckpointStore> store_;
+  LogLines log_;
+  std::unique_ptr<Checkpointer> checkpointer_;  // After store_ and ps_.
   int64_t inc0_ = 0, inc1_ = 0;
   const std::vector<float> initial_ = At(0);
   const std::vector<float> gradient_ = {2, 2, 2, 2, 2};
@@ -111,29 +125,23 @@ TEST_F(ShardStepBackTest, ChunksPinTheMultiplesAndKeepTheOldestUntilTaken) {
 
 TEST_F(ShardStepBackTest, TheCheckpointerSavesThePinnedVersionNotTheNewest) {
   Start(/*every=*/2);
-  const std::string dir = NewTempDir();
-  auto store = CheckpointStore::Create(dir, 0, 1, /*keep=*/3);
-  ASSERT_TRUE(store.ok()) << store.status();
-  LogLines log;
-  Checkpointer::Options every;
-  every.every_steps = 2;
-  Checkpointer checkpointer(every, store->get(), ps_.get(), nullptr, log.Log());
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointer(/*every=*/2));
   Step(0);
   Step(1);
   Step(2);  // At 3 now; 2 is pinned.
-  checkpointer.SaveIfDue(clock_.Now());
-  EXPECT_THAT((*store)->Versions(), ElementsAre(2));
-  auto loaded = (*store)->Load(2);
+  checkpointer_->SaveIfDue(clock_.Now());
+  EXPECT_THAT(store_->Versions(), ElementsAre(2));
+  auto loaded = store_->Load(2);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->chunks[0].weights, At(2));
-  checkpointer.SaveIfDue(clock_.Now());  // 3 is not a multiple of 2.
-  EXPECT_THAT((*store)->Versions(), ElementsAre(2));
-  EXPECT_EQ((*store)->Load(3).status().code(), absl::StatusCode::kNotFound);
+  checkpointer_->SaveIfDue(clock_.Now());  // 3 is not a multiple of 2.
+  EXPECT_THAT(store_->Versions(), ElementsAre(2));
+  EXPECT_EQ(store_->Load(3).status().code(), absl::StatusCode::kNotFound);
   Step(3);
   Step(4);  // 4 pinned, then skipped nothing: taken below.
-  checkpointer.SaveIfDue(clock_.Now());
-  EXPECT_THAT((*store)->Versions(), ElementsAre(2, 4));
-  for (const std::string& line : log.lines) {
+  checkpointer_->SaveIfDue(clock_.Now());
+  EXPECT_THAT(store_->Versions(), ElementsAre(2, 4));
+  for (const std::string& line : log_.lines) {
     EXPECT_THAT(line, Not(HasSubstr("skipped")));
   }
 }
@@ -176,23 +184,17 @@ TEST_F(ShardStepBackTest, AShardStepsBackAndEveryRankRegistersAgain) {
 // the shard lacks 4 (FAILED_PRECONDITION, which ends a worker).
 TEST_F(ShardStepBackTest, AStaleStepBackToASetAsideVersionIsAborted) {
   Start(/*every=*/2);
-  const std::string dir = NewTempDir();
-  auto store = CheckpointStore::Create(dir, 0, 1, /*keep=*/3);
-  ASSERT_TRUE(store.ok()) << store.status();
-  LogLines log;
-  Checkpointer::Options every;
-  every.every_steps = 2;
-  Checkpointer checkpointer(every, store->get(), ps_.get(), nullptr, log.Log());
+  ASSERT_NO_FATAL_FAILURE(StartCheckpointer(/*every=*/2));
   for (int64_t s = 0; s < 5; ++s) {
     Step(s);
-    checkpointer.SaveIfDue(clock_.Now());
+    checkpointer_->SaveIfDue(clock_.Now());
   }
-  ASSERT_THAT((*store)->Versions(), ElementsAre(2, 4));
+  ASSERT_THAT(store_->Versions(), ElementsAre(2, 4));
   ASSERT_EQ(ps_->GetStatus().version, 5);
-  auto back = checkpointer.StepBack(0, inc0_, /*from=*/5, /*to=*/2);
+  auto back = checkpointer_->StepBack(0, inc0_, /*from=*/5, /*to=*/2);
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_THAT((*store)->Versions(), ElementsAre(2));
-  auto stale = checkpointer.StepBack(1, inc1_, /*from=*/5, /*to=*/4);
+  EXPECT_THAT(store_->Versions(), ElementsAre(2));
+  auto stale = checkpointer_->StepBack(1, inc1_, /*from=*/5, /*to=*/4);
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kAborted)
       << stale.status();
   EXPECT_EQ(ps_->GetStatus().version, 2);
