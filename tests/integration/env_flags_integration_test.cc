@@ -112,11 +112,6 @@ TEST(EnvironmentFlagsTest, ABadValueExitsTwoNamingTheVariable) {
   EXPECT_EQ(r.exit_code, kExitPermanent) << r.output;
   EXPECT_THAT(r.output, HasSubstr("LOCKSTEP_METRICS_PORT=ninety: "));
   EXPECT_THAT(r.output, HasSubstr("(it sets --metrics_port)"));
-  // --help names the variables the program reads.
-  RunResult help = RunProcess({kBin + "/lockstep_worker", "--help"});
-  EXPECT_EQ(help.exit_code, kExitOk) << help.output;
-  EXPECT_THAT(help.output, HasSubstr("LOCKSTEP_TLS_CERT"));
-  EXPECT_THAT(help.output, HasSubstr("LOCKSTEP_DATA_DIR"));
 }
 
 // One metrics port for the launcher's environment would be every child's,

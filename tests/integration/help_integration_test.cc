@@ -36,6 +36,10 @@ TEST(HelpTest, OwnFlagsGroupedByTopic) {
   EXPECT_THAT(worker.output, HasSubstr("--epochs ("));
   EXPECT_THAT(worker.output, Not(HasSubstr("--admin_identities")));
   EXPECT_THAT(worker.output, Not(HasSubstr("Flags from")));
+  // It ends with the variables the program reads (env_flags.h).
+  EXPECT_THAT(worker.output, HasSubstr("LOCKSTEP_TLS_CERT"));
+  EXPECT_THAT(worker.output, HasSubstr("LOCKSTEP_DATA_DIR"));
+  EXPECT_THAT(worker.output, HasSubstr("LOCKSTEP_SERVERS"));
   RunResult ctl = RunProcess({kBin + "/lockstep_ctl", "--help"});
   EXPECT_EQ(ctl.exit_code, kExitOk) << ctl.output;
   EXPECT_THAT(ctl.output, HasSubstr("\nPolling:\n"));
