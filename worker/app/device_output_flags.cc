@@ -22,8 +22,8 @@ ABSL_FLAG(std::string, tensorboard_dir, "", "TensorBoard event dir (rank 0).");
 ABSL_FLAG(double, trainer_status_every_s, 30,
           "Under Kubeflow Trainer with its status endpoint "
           "(KUBEFLOW_TRAINER_STATUS_SERVER_URL), rank 0 reports progress to "
-          "the TrainJob's status at most this often, besides each epoch's "
-          "end and the job's.");
+          "the TrainJob's status at most this often, besides the first step "
+          "of each epoch and the job's end.");
 ABSL_FLAG(std::string, summary_json, "",
           "Write a JSON summary of the run here.");
 ABSL_FLAG(std::string, step_log, "",

@@ -5,7 +5,8 @@
 // KUBEFLOW_TRAINER_STATUS_SERVER_TOKEN, all of which Trainer injects), it
 // POSTs {"trainerStatus": {progressPercentage, estimatedRemainingSeconds,
 // metrics: [{name, value}], lastUpdatedTime}} at most every `every`, at
-// each epoch's end and once at the end, with the test loss and accuracy.
+// each epoch's first step (with the last epoch's validation figures) and
+// once at the end, with the test loss and accuracy.
 //
 // Posts run on a thread of their own, so a slow or absent endpoint never
 // holds a step; a failed post is said once on stderr (and again only when
