@@ -4,7 +4,7 @@
 # images from deploy/docker/Dockerfile, then
 #   1. each image runs as uid 10001 and answers --help;
 #   2. one job as containers: the pods that the lockstep-ps runtime with
-#      deploy/k8s/trainer/trainjob-mlp.yaml creates (tests/deploy/
+#      deploy/k8s/trainjobs/trainjob-mlp.yaml creates (tests/deploy/
 #      jobset_render.py: the environment exactly as Trainer and the runtime
 #      set it), one server and two workers, one epoch of the tutorial MLP;
 #      every container must exit 0, rank 0 reach the accuracy floor, and
@@ -300,7 +300,7 @@ finish_job() {
 
 job_out="$work/out-2"
 start_job lockstep-ci deploy/k8s/trainer/cluster-training-runtime.yaml \
-  deploy/k8s/trainer/trainjob-mlp.yaml
+  deploy/k8s/trainjobs/trainjob-mlp.yaml
 finish_job lockstep-ci
 same_as_launcher lockstep-ci 2
 
@@ -309,7 +309,7 @@ same_as_launcher lockstep-ci 2
 job_nodes=3 job_out="$work/out-3" job_server_args="--sum_order=rank"
 job_worker_args="--max_steps=60"
 start_job lockstep-ci-3 deploy/k8s/trainer/cluster-training-runtime.yaml \
-  deploy/k8s/trainer/trainjob-mlp.yaml
+  deploy/k8s/trainjobs/trainjob-mlp.yaml
 finish_job lockstep-ci-3 --no-accuracy
 same_as_launcher lockstep-ci-3 3
 job_nodes="" job_out="" job_server_args="" job_worker_args=""
@@ -330,7 +330,7 @@ done
 # each other at their pod IPs (loopback here); rank 0 holds the model.
 job_out="$work/out-ar" job_worker_args="--max_steps=60"
 start_job lockstep-ci-ar "$work/runtime-allreduce.yaml" \
-  deploy/k8s/trainer/trainjob-mlp-allreduce.yaml
+  deploy/k8s/trainjobs/trainjob-mlp-allreduce.yaml
 finish_job lockstep-ci-ar --no-accuracy
 same_as_launcher lockstep-ci-ar 2 --sync=allreduce --allreduce=gloo
 job_out="" job_worker_args=""
@@ -348,7 +348,7 @@ for s in ps:server worker:worker; do
   chmod 0500 "$d" && chmod 0400 "$d"/*
 done
 start_job lockstep-ci-mtls "$work/runtime-mtls.yaml" \
-  deploy/k8s/trainer/trainjob-mlp-mtls.yaml \
+  deploy/k8s/trainjobs/trainjob-mlp-mtls.yaml \
   "lockstep-ps-tls=$work/lockstep-ps-tls" "lockstep-worker-tls=$work/lockstep-worker-tls"
 # While the job runs: lockstep_ctl with the admin certificate reads the
 # server's status; without a certificate it is refused.
@@ -385,7 +385,7 @@ check $(grep -q "(plaintext)" "$plain_log"; echo $?) \
 
 if [[ $with_python -eq 1 ]]; then
   start_job lockstep-ci-py deploy/k8s/trainer/cluster-training-runtime.yaml \
-    deploy/k8s/trainer/trainjob-python.yaml
+    deploy/k8s/trainjobs/trainjob-python.yaml
   finish_job lockstep-ci-py
 fi
 

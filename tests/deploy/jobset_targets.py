@@ -12,15 +12,18 @@ from report import name_of, rel
 
 JOBSET_FILE = os.path.join("deploy", "k8s", "jobset", "jobset.yaml")
 TRAINER_DIR = os.path.join("deploy", "k8s", "trainer")
+TRAINJOBS_DIR = os.path.join("deploy", "k8s", "trainjobs")
 PS_JOB = "ps"
 SHAPES = (2, 3, 8)  # numNodes each runtime is rendered and checked at
 
 
 def trainer_docs(repo):
-    """(path, doc) of every document under deploy/k8s/trainer and of every
-    overlay kustomize builds (path: the overlay's folder)."""
-    d = os.path.join(repo, TRAINER_DIR)
-    return ([(p, doc) for p in m.k8s_files(d) for doc in m.load_docs(p)] +
+    """(path, doc) of every document under deploy/k8s/trainer and
+    deploy/k8s/trainjobs, and of every overlay kustomize builds (path: the
+    overlay's folder)."""
+    files = [p for d in (TRAINER_DIR, TRAINJOBS_DIR)
+             for p in m.k8s_files(os.path.join(repo, d))]
+    return ([(p, doc) for p in files for doc in m.load_docs(p)] +
             kustomize.rendered(repo))
 
 

