@@ -99,6 +99,7 @@ void TrainerStatusReporter::OnStepEnd(const StepLogs& logs) {
       {"currentEpoch", absl::StrCat(logs.epoch)},
       {"totalEpochs", absl::StrCat(logs.epochs)},
       {"examplesPerSecond", absl::StrFormat("%.0f", logs.examples_per_sec)}};
+  last_ = status;
   for (const auto& m : epoch_metrics_) status.metrics.push_back(m);
   pending_ = std::move(status);
   last_queued_ = now;
@@ -120,7 +121,8 @@ void TrainerStatusReporter::Finish(int64_t steps, double test_loss,
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
-    status = pending_.value_or(TrainerStatus());
+    status = last_.value_or(TrainerStatus());
+    for (const auto& m : epoch_metrics_) status.metrics.push_back(m);
     pending_.reset();
   }
   if (thread_.joinable()) thread_.join();

@@ -67,6 +67,9 @@ class TrainerStatusReporter final : public TrainingCallback {
   const absl::Duration every_;
   absl::Mutex mu_;
   std::optional<TrainerStatus> pending_ ABSL_GUARDED_BY(mu_);
+  // The newest step's report, posted or not, less the epoch's figures:
+  // the end's starts from it, with the newest epoch's.
+  std::optional<TrainerStatus> last_ ABSL_GUARDED_BY(mu_);
   absl::Time last_queued_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<std::pair<std::string, std::string>> epoch_metrics_
       ABSL_GUARDED_BY(mu_);

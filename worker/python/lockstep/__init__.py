@@ -29,6 +29,7 @@ from lockstep.cluster import Cluster
 from lockstep.data import Shard, load_cifar10, load_idx, shard
 from lockstep.errors import LockstepError
 from lockstep.job import Job, average, current_job
+from lockstep.trainer_status import TrainerStatus
 
-__all__ = ["Cluster", "Job", "LockstepError", "Shard", "average",
-           "current_job", "load_cifar10", "load_idx", "shard"]
+__all__ = ["Cluster", "Job", "LockstepError", "Shard", "TrainerStatus",
+           "average", "current_job", "load_cifar10", "load_idx", "shard"]

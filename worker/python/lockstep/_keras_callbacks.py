@@ -5,7 +5,8 @@
         lockstep.keras.callbacks.rank0_only(
             keras.callbacks.ModelCheckpoint("model.weights.h5",
                                             save_weights_only=True)),
-        lockstep.keras.callbacks.InterruptibleCallback()])
+        lockstep.keras.callbacks.InterruptibleCallback(),
+        lockstep.keras.callbacks.TrainerStatusCallback()])  # Kubeflow
 
 None of them changes anything in Keras outside the fit() it is given to.
 """
@@ -19,9 +20,10 @@ from lockstep._keras_distributed import refusal as _refuse
 from lockstep.cluster import Place
 from lockstep._signals import interruptible as _interruptible
 from lockstep.job import current_job
+from lockstep.trainer_status import TrainerStatus
 
-__all__ = ["InterruptibleCallback", "MetricAverageCallback", "rank",
-           "rank0_only", "size"]
+__all__ = ["InterruptibleCallback", "MetricAverageCallback",
+           "TrainerStatusCallback", "rank", "rank0_only", "size"]
 
 
 def _place():
@@ -132,3 +134,50 @@ class InterruptibleCallback(keras.callbacks.Callback):
         scope, self._scope = getattr(self, "_scope", None), None
         if scope is not None:
             scope.__exit__(None, None, None)
+
+
+class TrainerStatusCallback(keras.callbacks.Callback):
+    """fit()'s progress, time left, loss and accuracy (and val_* at each
+    epoch's end) in a Kubeflow TrainJob's status, from rank 0 through
+    lockstep.TrainerStatus; nothing anywhere else. examples_per_step: the
+    job's examples in one step (all workers'), for the rate it reports.
+    The job's end is reported when fit() returns (progress 100)."""
+
+    def __init__(self, examples_per_step=0, every_s=30.0):
+        super().__init__()
+        self._examples_per_step = examples_per_step
+        self._every_s = every_s
+        self._status = None
+        self._epoch = 0
+        self._steps = 0
+
+    def on_train_begin(self, logs=None):
+        per_epoch = int(self.params.get("steps") or 0)
+        epochs = int(self.params.get("epochs") or 0)
+        self._status = TrainerStatus(per_epoch * epochs, epochs,
+                                     examples_per_step=self._examples_per_step,
+                                     every_s=self._every_s)
+        self._per_epoch = per_epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        logs = logs or {}
+        self._steps = self._epoch * self._per_epoch + batch + 1
+        self._status.step(self._steps, self._epoch + 1,
+                          loss=float(logs.get("loss", 0.0)),
+                          accuracy=float(logs.get("accuracy", 0.0)))
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        if "val_loss" in logs and "val_accuracy" in logs:
+            self._status.epoch_end(epoch + 1, self._steps,
+                                   val_loss=float(logs["val_loss"]),
+                                   val_accuracy=float(logs["val_accuracy"]))
+        else:
+            self._status.epoch_end(epoch + 1, self._steps)
+
+    def on_train_end(self, logs=None):
+        if self._status is not None:
+            self._status.finish(self._steps)

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "common/formats/tf_config.h"
 #include "common/model/model_signature.h"
 #include "common/optim/lr_schedule.h"
+#include "worker/app/trainer_status.h"
 #include "worker/data/sharded_sampler.h"
 #include "worker/python/native/client.h"
 #include "worker/python/native/conversions.h"
@@ -290,6 +292,65 @@ void BindConfig(py::module_& m) {
       "LockstepError for a schedule the servers would refuse.");
 }
 
+// Rank 0's progress in a Kubeflow TrainJob's status: lockstep_worker's
+// reporter (worker/app/trainer_status.h), fed by lockstep.TrainerStatus.
+void BindTrainerStatus(py::module_& m) {
+  py::class_<TrainerStatusReporter>(m, "TrainerStatusReporter")
+      .def(
+          "step",
+          [](TrainerStatusReporter& r, int64_t step, int64_t total_steps,
+             int epoch, int epochs, double loss, double accuracy,
+             double examples_per_sec) {
+            StepLogs logs;
+            logs.step = step;
+            logs.total_steps = total_steps;
+            logs.epoch = epoch;
+            logs.epochs = epochs;
+            logs.loss = loss;
+            logs.accuracy = accuracy;
+            logs.examples_per_sec = examples_per_sec;
+            r.OnStepEnd(logs);
+          },
+          py::arg("step"), py::arg("total_steps"), py::arg("epoch"),
+          py::arg("epochs"), py::arg("loss"), py::arg("accuracy"),
+          py::arg("examples_per_sec"))
+      .def(
+          "epoch_end",
+          [](TrainerStatusReporter& r, int epoch, int64_t step,
+             std::optional<double> val_loss,
+             std::optional<double> val_accuracy) {
+            EpochLogs logs;
+            logs.epoch = epoch;
+            logs.step = step;
+            logs.has_validation = val_loss.has_value();
+            logs.val_loss = val_loss.value_or(0);
+            logs.val_accuracy = val_accuracy.value_or(0);
+            r.OnEpochEnd(logs);
+          },
+          py::arg("epoch"), py::arg("step"), py::arg("val_loss"),
+          py::arg("val_accuracy"))
+      .def(
+          "finish",
+          [](TrainerStatusReporter& r, int64_t steps, double test_loss,
+             double test_accuracy) {
+            py::gil_scoped_release release;  // The post waits on the wire.
+            r.Finish(steps, test_loss, test_accuracy);
+          },
+          py::arg("steps"), py::arg("test_loss"), py::arg("test_accuracy"));
+  m.def(
+      "trainer_status_reporter",
+      [](double every_s) -> std::unique_ptr<TrainerStatusReporter> {
+        std::optional<TrainerStatusEndpoint> endpoint =
+            TrainerStatusEndpointFromEnvironment();
+        if (!endpoint.has_value()) return nullptr;
+        return std::make_unique<TrainerStatusReporter>(
+            *std::move(endpoint), absl::Seconds(every_s));
+      },
+      py::arg("every_s"),
+      "A reporter to the endpoint Kubeflow Trainer gives the pod "
+      "(KUBEFLOW_TRAINER_STATUS_SERVER_*), or None where none is given.");
+}
+
 // The names and codes of common/: sync modes, optimizers, status and
 // exit codes.
 void BindExitCodes(py::module_& m) {
@@ -330,4 +391,5 @@ PYBIND11_MODULE(_native, m) {
   lockstep::BindConfig(m);
   lockstep::BindFiles(m);
   lockstep::BindExitCodes(m);
+  lockstep::BindTrainerStatus(m);
 }
