@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace lockstep {
@@ -25,6 +27,15 @@ struct GroupRequest {
   // A serialized lockstep.v1.ModelSignature; empty: not checked.
   std::string signature;
 };
+
+// Where a formed generation's members keep their rendezvous records in the
+// coordinator's store ("GROUP/gN/", e.g. job/g3/gloo/...): the coordinator
+// forgets a group's older generations' records when a newer one forms
+// (CoordinationStore::ForgetGenerationsBefore).
+inline std::string GenerationPrefix(absl::string_view group,
+                                    int64_t generation) {
+  return absl::StrCat(group, "/g", generation, "/");
+}
 
 // The group of an elastic parameter-server job's workers: its members
 // cover the batch shards of absent ranks (docs/faults.md).

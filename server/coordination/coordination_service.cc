@@ -100,8 +100,13 @@ grpc::ServerUnaryReactor* CoordinatorService::JoinGroup(
       "JoinGroup cancelled before the group formed");
   call->Waiting(groups_->Join(
       FromProto(*request),
-      [call, response](absl::StatusOr<GroupRendezvous::Group> group) {
-        if (group.ok()) ToProto(*group, response);
+      [call, response, store = store_,
+       name = request->group()](absl::StatusOr<GroupRendezvous::Group> group) {
+        if (group.ok()) {
+          ToProto(*group, response);
+          // The older generations' records are read by no one now.
+          store->ForgetGenerationsBefore(name, group->generation);
+        }
         call->Finish(ToGrpcStatus(group.status()));
       }));
   return call;

@@ -5,7 +5,8 @@
 // store and returns without holding a gRPC thread; the Set that creates the
 // key finishes it, and a cancelled call (its deadline passed, the client went
 // away, the server shuts down) withdraws it. JoinGroup and WatchGroup wait
-// alike in a GroupRendezvous. All first ask the Authorizer
+// alike in a GroupRendezvous; once a group forms a generation, the store
+// forgets the records of its older ones. All first ask the Authorizer
 // (common/security/authorizer.h): they are worker RPCs, and each one let in
 // is noted as worker contact (ContactClock). Protobuf types stop here.
 // Thread-safe (the store is).

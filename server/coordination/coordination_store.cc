@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace lockstep {
@@ -152,6 +155,41 @@ void CoordinationStore::Shutdown() {
     waiters_by_key_.clear();
   }
   for (ValueCallback& done : failed) done(ShutDownError());
+}
+
+size_t CoordinationStore::ForgetGenerationsBefore(absl::string_view group,
+                                                  int64_t generation) {
+  // GenerationPrefix's layout: "GROUP/g", the generation's digits, "/".
+  const std::string stem = absl::StrCat(group, "/g");
+  absl::MutexLock lock(&mu_);
+  int64_t& below = forgotten_below_[std::string(group)];
+  if (generation <= below) return 0;
+  below = generation;
+  // Only formed groups get here, and GroupRendezvous keeps at most
+  // kMaxGroups of them; past that the next call merely scans again.
+  if (forgotten_below_.size() > 4096) forgotten_below_.clear();
+  size_t erased = 0;
+  for (auto it = values_.begin(); it != values_.end();) {
+    const absl::string_view key = it->first;
+    bool old = false;
+    if (absl::StartsWith(key, stem)) {
+      const absl::string_view rest = key.substr(stem.size());
+      const size_t slash = rest.find('/');
+      int64_t n = 0;
+      const absl::string_view digits = rest.substr(0, slash);
+      old = slash != absl::string_view::npos && !digits.empty() &&
+            std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) &&
+            absl::SimpleAtoi(digits, &n) && n < generation;
+    }
+    if (old) {
+      bytes_ -= it->first.size() + it->second.size();
+      values_.erase(it++);
+      ++erased;
+    } else {
+      ++it;
+    }
+  }
+  return erased;
 }
 
 size_t CoordinationStore::NumKeys() const {

@@ -13,7 +13,8 @@
 // - A read of a missing key waits until a Set creates it. Waiting never holds
 //   a thread in the asynchronous form (GetAsync): the callback is stored and
 //   run later by the creating Set's thread.
-// - Keys are never deleted; a new run uses new keys (a new group prefix).
+// - Keys are deleted only by ForgetGenerationsBefore: an all-reduce group's
+//   records of generations older than the one that formed.
 //
 //   CoordinationStore store;
 //   store.GetAsync("job/peer/1", [](absl::StatusOr<std::string> v) {...});
@@ -82,6 +83,14 @@ class CoordinationStore final {
   // or is running (or the id is unknown).
   bool Cancel(WaiterId id);
 
+  // Erases the keys of `group`'s generations before `generation`: those
+  // under GenerationPrefix(group, n) (common/rpc/group_membership.h) for
+  // n < generation. Once a generation forms, no member reads an older
+  // one's records. Returns the keys erased; a call for a generation no
+  // newer than an earlier call's erases nothing and costs no scan. Waiters
+  // are left alone (they wait for keys that do not exist).
+  size_t ForgetGenerationsBefore(absl::string_view group, int64_t generation);
+
   // Fails every waiter with UNAVAILABLE and refuses later calls, so that a
   // transport can shut down without pending calls.
   void Shutdown();
@@ -114,6 +123,9 @@ class CoordinationStore final {
   absl::flat_hash_map<std::string, std::vector<WaiterId>> waiters_by_key_
       ABSL_GUARDED_BY(mu_);
   WaiterId next_waiter_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Per group, the generation ForgetGenerationsBefore last erased below.
+  absl::flat_hash_map<std::string, int64_t> forgotten_below_
+      ABSL_GUARDED_BY(mu_);
   // Callers of the blocking Get waiting now.
   mutable size_t blocked_gets_ ABSL_GUARDED_BY(mu_) = 0;
 };

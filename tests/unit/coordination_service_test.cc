@@ -219,6 +219,39 @@ TEST_F(CoordinationServiceTest, WatchGroupSeesAJoinerAndCanBeCancelled) {
       << "until ResetWatch";
 }
 
+// A group's records of older generations go when a newer one forms; the
+// newest generation's, other groups' and the group's own keys outside
+// generations stay. (Before, records were never deleted, and a long job's
+// regroupings filled the store until rendezvous were refused.)
+TEST_F(CoordinationServiceTest, ANewGenerationForgetsTheOlderOnesRecords) {
+  for (const char* key :
+       {"job/g1/gloo/0", "job/g1/grpc-ring/peer/0", "job/g2/gloo/0",
+        "job/g10/x", "job/contact", "job/gx/y", "other/g1/gloo/0"}) {
+    ASSERT_TRUE(client_->Set(key, "v", In(absl::Seconds(30))).ok()) << key;
+  }
+  CoordinatorClient::GroupRequest alone = Request(1, 0, 0);
+  alone.size = 1;
+  absl::StatusOr<CoordinatorClient::Group> first =
+      client_->JoinGroup(alone, In(absl::Seconds(30)));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->generation, 1);
+  EXPECT_EQ(store_.NumKeys(), 7u) << "generation 1 forgets nothing";
+  alone.member = 2;  // A new process for rank 0: the group forms again.
+  absl::StatusOr<CoordinatorClient::Group> second =
+      client_->JoinGroup(alone, In(absl::Seconds(30)));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->generation, 2);
+  EXPECT_EQ(store_.TryGet("job/g1/gloo/0").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_.TryGet("job/g1/grpc-ring/peer/0").status().code(),
+            absl::StatusCode::kNotFound);
+  for (const char* kept : {"job/g2/gloo/0", "job/g10/x", "job/contact",
+                           "job/gx/y", "other/g1/gloo/0"}) {
+    EXPECT_TRUE(store_.TryGet(kept).ok()) << kept;
+  }
+  EXPECT_EQ(store_.NumKeys(), 5u);
+}
+
 // A member whose deadline passes is withdrawn: it no longer counts.
 TEST_F(CoordinationServiceTest, JoinGroupPastItsDeadlineLeavesNoMember) {
   absl::StatusOr<CoordinatorClient::Group> group =

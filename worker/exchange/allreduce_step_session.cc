@@ -130,8 +130,8 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::JoinOnce(
   }
   ASSIGN_OR_RETURN(const GroupView group, JoinGroup(timeout));
   AllReduceOptions generation = reducer_options_;
-  generation.group =
-      absl::StrCat(reducer_options_.group, "/g", group.generation);
+  generation.group = GenerationPrefix(reducer_options_.group, group.generation);
+  generation.group.pop_back();  // The reducers add "/" and their own keys.
   generation.rank = group.index;
   generation.size = static_cast<int>(group.members.size());
   ASSIGN_OR_RETURN(reducer_, create_(generation));
