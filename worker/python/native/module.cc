@@ -343,8 +343,8 @@ void BindTrainerStatus(py::module_& m) {
         std::optional<TrainerStatusEndpoint> endpoint =
             TrainerStatusEndpointFromEnvironment();
         if (!endpoint.has_value()) return nullptr;
-        return std::make_unique<TrainerStatusReporter>(
-            *std::move(endpoint), absl::Seconds(every_s));
+        return std::make_unique<TrainerStatusReporter>(*std::move(endpoint),
+                                                       absl::Seconds(every_s));
       },
       py::arg("every_s"),
       "A reporter to the endpoint Kubeflow Trainer gives the pod "
