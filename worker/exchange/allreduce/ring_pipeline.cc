@@ -173,6 +173,16 @@ void RingPipeline::OnChunk(const RingChunkView& chunk, Done done) {
     } else if (!broken_.ok()) {
       status = absl::AbortedError(absl::StrCat(
           "rank ", options_.rank, "'s ring failed: ", broken_.message()));
+    } else if (chunk.sender_rank != left_rank_ ||
+               (left_session_ != 0 && chunk.session != left_session_)) {
+      // Not the left neighbour's traffic (another rank, a made-up or old
+      // session): refused at once, neither held nor failing the op.
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "rank ", options_.rank, " takes chunks from rank ", left_rank_,
+          left_session_ != 0 ? absl::StrCat(" of session ", left_session_)
+                             : std::string(),
+          ", not from rank ", chunk.sender_rank, " of session ",
+          chunk.session));
     } else if (run_ != nullptr && chunk.op == run_->op.id()) {
       status = AcceptLocked(*run_, chunk);
       if (status.ok()) run = run_;

@@ -68,7 +68,9 @@ class RingPipeline final : public RingChunkSink {
   void Close() ABSL_LOCKS_EXCLUDED(mu_);
 
   // RingChunkSink: applies a chunk of the running all-reduce, holds one of a
-  // later all-reduce, refuses the rest.
+  // later all-reduce, refuses the rest: at once, and with no effect on the
+  // op, a chunk that is not from the left neighbour's rank and (once
+  // connected) session.
   void OnChunk(const RingChunkView& chunk, Done done) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
