@@ -64,11 +64,15 @@ def _file_checks(report, repo, name, args, stages):
                  f"{where}: ARG BASE_IMAGE defaults to {BASE_IMAGE} "
                  f"(got {args.get('BASE_IMAGE')})")
     for i, st in enumerate(stages):
+        # scratch: a stage that flattens an earlier one (COPY --from=S /).
         report.check(st["base"] == "${BASE_IMAGE}" or
                      st["base"] in [x["name"] for x in stages[:i]] or
+                     (st["base"] == "scratch" and
+                      any(cp["dest"] == "/" and cp["from"] for cp in st["copies"])) or
                      st["base"].startswith(OTHER_BASES.get(name, ())),
                      f"{where}: stage {st['name'] or i} is FROM ${{BASE_IMAGE}}, "
-                     f"an earlier stage or {OTHER_BASES.get(name, 'nothing else')} "
+                     f"an earlier stage, scratch laid over with one, or "
+                     f"{OTHER_BASES.get(name, 'nothing else')} "
                      f"(got {st['base']})")
     build = next((st for st in stages if st["name"] == "build"), None)
     if not report.check(build is not None and build["base"] == "${BASE_IMAGE}",
@@ -122,10 +126,25 @@ def _built_and_copied(report, where, stages, copies, entry):
                  f"and copied to {entry[0]}")
 
 
-def _python_entry(report, where, chain, copies, binary):
-    apt = set().union(*(st["apt"] for st in chain))
+def _python_entry(report, where, stages, chain, copies, binary):
+    # A stage whose whole tree is laid over the image ("COPY --from=S /"),
+    # python_closure.sh's or a flattened one's, brings what S installed and
+    # what was laid over S in turn.
+    seen, todo = list(chain), list(copies)
+    while todo:
+        cp = todo.pop()
+        if cp["dest"] != "/":
+            continue
+        for st in stages:
+            if st["name"] == cp["from"]:
+                for laid in _stage_chain(stages, st):
+                    if laid not in seen:
+                        seen.append(laid)
+                        todo += laid["copies"]
+    apt = set().union(*(st["apt"] for st in seen))
+    copies = [cp for st in seen for cp in st["copies"]]
     report.check(binary in apt, f"{where}: its ENTRYPOINT {binary} is a Debian "
-                 "package it installs")
+                 "package it installs (or lays over it from a stage)")
     examples = flag_checks.PYTHON_EXAMPLES[0]
     report.check(any(cp["dest"] == examples and cp["from"] for cp in copies),
                  f"{where}: copies the examples to {examples}")
@@ -147,7 +166,8 @@ def _image_checks(report, repo, image, name, target, stages):
     if os.path.basename(entry[0]) in m.cmake_executables(repo):
         _built_and_copied(report, where, stages, copies, entry)
     else:
-        _python_entry(report, where, chain, copies, os.path.basename(entry[0]))
+        _python_entry(report, where, stages, chain, copies,
+                      os.path.basename(entry[0]))
 
 
 def project_version(repo):
