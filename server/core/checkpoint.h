@@ -80,6 +80,14 @@ class CheckpointStore final {
                                                      int shard, int num_shards,
                                                      Env* env = Env::Default());
 
+  // The checkpoints of shard `shard` of `num_shards` in `path` (a
+  // --checkpoint_dir), to read only: nothing is created or checked for
+  // writing, and Save must not be called. NOT_FOUND when the shard's
+  // folder does not exist.
+  static absl::StatusOr<std::unique_ptr<const CheckpointStore>> OpenToRead(
+      const std::string& path, int shard, int num_shards,
+      Env* env = Env::Default());
+
   // Writes atomically (temporary file, fsync, rename, fsync of the folder)
   // and then removes all but the newest `keep`. Returns the path. On
   // failure UNAVAILABLE naming the file and the cause; no file under a

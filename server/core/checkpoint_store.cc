@@ -216,7 +216,9 @@ absl::StatusOr<ShardCheckpoint> CheckpointStore::ReadForInit(
     if (all.empty()) {
       return absl::NotFoundError(absl::StrCat(
           "no checkpoint of shard ", shard, " of ", num_shards, " in ",
-          store.dir_, " (a --checkpoint_dir of a job with as many shards)"));
+          store.dir_,
+          " (a --checkpoint_dir of a job with as many shards; `lockstep_ctl "
+          "reshard` rewrites one of another shard count)"));
     }
     file = all.back();
   }
@@ -229,6 +231,21 @@ absl::StatusOr<ShardCheckpoint> CheckpointStore::ReadForInit(
         absl::StrCat(file, ": ", checkpoint.status().message()));
   }
   return checkpoint;
+}
+
+absl::StatusOr<std::unique_ptr<const CheckpointStore>>
+CheckpointStore::OpenToRead(const std::string& path, int shard, int num_shards,
+                            Env* env) {
+  const std::string dir =
+      absl::StrCat(path, "/shard-", shard, "-of-", num_shards);
+  const absl::StatusOr<FileInfo> info = env->Stat(dir);
+  if (!info.ok() || !info->is_directory) {
+    return absl::NotFoundError(absl::StrCat("no folder ", dir, " (shard ",
+                                            shard, " of ", num_shards,
+                                            "'s checkpoints)"));
+  }
+  return std::unique_ptr<const CheckpointStore>(
+      new CheckpointStore(dir, 1, env));
 }
 
 std::vector<std::string> CheckpointStore::SetAside() const {

@@ -4,6 +4,7 @@
 //                [--count=N]
 //   lockstep_ctl checkpoint ADDRESS[,ADDRESS...]
 //   lockstep_ctl merge-traces OUT IN...
+//   lockstep_ctl reshard FROM TO --num_shards=S [--chunk_bytes=auto]
 //
 // ADDRESS is a parameter-server shard (host:port); give every shard of the
 // job, in shard order. Exit codes: 0 done (with --watch: the job
@@ -30,6 +31,7 @@
 #include "common/flags/flags.h"
 #include "common/formats/json_writer.h"
 #include "common/security/tls_flags.h"
+#include "server/ctl/reshard.h"
 #include "server/ctl/shard_client.h"
 #include "server/ctl/status_view.h"
 #include "server/ctl/trace_merge.h"
@@ -43,6 +45,11 @@ ABSL_FLAG(absl::Duration, interval, absl::Seconds(1),
           "status --watch: time between refreshes.");
 ABSL_FLAG(int, count, 0,
           "status --watch: stop after this many views (0: no limit).");
+ABSL_FLAG(int, num_shards, 0,
+          "reshard: the shard count the new job's servers run with.");
+ABSL_FLAG(std::string, chunk_bytes, "auto",
+          "reshard: the new job's --chunk_bytes (its workers' flag): auto, "
+          "or the byte count they are given.");
 ABSL_FLAG(absl::Duration, timeout, absl::ZeroDuration(),
           "Deadline of each call (default: 5s for status, 10m for "
           "checkpoint).");
@@ -59,6 +66,9 @@ constexpr char kUsage[] =
     "  lockstep_ctl checkpoint ADDRESS[,ADDRESS...]   (a checkpoint, and the "
     "model as safetensors where a server has --weights_file)\n"
     "  lockstep_ctl merge-traces OUT IN...\n"
+    "  lockstep_ctl reshard FROM TO --num_shards=S [--chunk_bytes=auto]   "
+    "(a job's checkpoints of S shards, for new servers of S' shards: "
+    "--num_shards=S' --init_from=TO)\n"
     "ADDRESS: every server shard of the job (host:port), in shard order. "
     "TLS and token flags (--tls_ca, --token_file, ...) as for the other "
     "binaries.\n"
@@ -265,6 +275,41 @@ int Checkpoint(const std::string& addresses) {
   return exit_code;
 }
 
+int ReshardCheckpoints(const std::vector<std::string>& args) {
+  if (args.size() != 2) return UsageError("reshard takes FROM and TO");
+  ReshardOptions options;
+  options.from = args[0];
+  options.to = args[1];
+  options.num_shards = absl::GetFlag(FLAGS_num_shards);
+  if (options.num_shards < 1) {
+    return UsageError("reshard needs --num_shards=S (at least 1)");
+  }
+  absl::StatusOr<int64_t> chunk_bytes =
+      ParseChunkBytes(absl::GetFlag(FLAGS_chunk_bytes), int64_t{1} << 30);
+  if (!chunk_bytes.ok()) {
+    return UsageError(
+        absl::StrCat("--chunk_bytes: ", chunk_bytes.status().message()));
+  }
+  options.chunk_bytes = *chunk_bytes;
+  absl::StatusOr<ReshardResult> result = Reshard(options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "lockstep_ctl: reshard: %s\n",
+                 result.status().ToString().c_str());
+    return result.status().code() == absl::StatusCode::kUnavailable
+               ? kExitFailure
+               : kExitPermanent;
+  }
+  std::printf("version %lld of %d shard(s) in %s, resharded for %d:\n",
+              static_cast<long long>(result->version), result->old_shards,
+              options.from.c_str(), options.num_shards);
+  for (const std::string& path : result->written) {
+    std::printf("  %s\n", path.c_str());
+  }
+  std::printf("start the servers with --num_shards=%d --init_from=%s\n",
+              options.num_shards, options.to.c_str());
+  return kExitOk;
+}
+
 int MergeTraceFiles(const std::vector<std::string>& args) {
   if (args.size() < 2) return UsageError("merge-traces needs OUT and IN...");
   std::vector<std::pair<std::string, std::string>> files;
@@ -312,6 +357,7 @@ int main(int argc, char** argv) {
                                : lockstep::Checkpoint(args[0]);
   }
   if (command == "merge-traces") return lockstep::MergeTraceFiles(args);
+  if (command == "reshard") return lockstep::ReshardCheckpoints(args);
   return lockstep::UsageError(
       absl::StrCat("unknown command \"", command, "\""));
 }
