@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/resume_jobs.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/training_jobs.h"
 
@@ -79,66 +80,6 @@ TEST(LrScheduleTrainingTest, AWorkerWithAnotherScheduleIsRefused) {
   EXPECT_THAT(rank1.output, HasSubstr("lr_schedule=cosine("));
   rank0.Kill();
   servers[0].process.Kill();
-}
-
-// Adam (its slots and step count carry over) with a cosine schedule over
-// both epochs: 160 examples, 2 workers x 8, 10 steps an epoch.
-std::vector<std::string> ResumeWorker(const std::string& address, int rank,
-                                      int epochs, const std::string& dump) {
-  return {kBin + "/lockstep_worker",
-          "--servers=" + address,
-          "--workers=2",
-          absl::StrCat("--rank=", rank),
-          "--dataset=synthetic",
-          "--synthetic_examples=160",
-          "--layers=23,17,5",
-          "--optimizer=adam",
-          "--lr_schedule=cosine",
-          "--lr_decay_steps=16",
-          "--lr_warmup_steps=4",
-          "--batch_size=8",
-          absl::StrCat("--epochs=", epochs),
-          "--seed=7",
-          "--chunk_bytes=1000",
-          "--progress=none",
-          "--dump_weights=" + dump};
-}
-
-// What a job of RunResumeJob left: rank 0's final weights (empty when the
-// job failed), the steps each worker took, and the server's log.
-struct ResumeJob {
-  std::vector<float> weights;
-  std::vector<int64_t> steps;
-  std::string server_log;
-};
-
-// One job of two workers against one server started with `server_flags`.
-ResumeJob RunResumeJob(int epochs,
-                       const std::vector<std::string>& server_flags) {
-  const std::string dir = MakeTempDir();
-  std::vector<Server> servers;
-  servers.push_back(
-      StartServer(2, dir, 0, 1, With({"--sum_order=rank"}, server_flags)));
-  std::vector<Subprocess> procs;
-  for (int rank = 0; rank < 2; ++rank) {
-    procs.push_back(Subprocess::Start(
-        With(ResumeWorker(servers[0].address, rank, epochs,
-                          absl::StrCat(dir, "/w", rank)),
-             {absl::StrCat("--summary_json=", dir, "/s", rank)})));
-  }
-  ResumeJob job;
-  if (!WaitForWorkers(procs, servers)) return job;
-  EXPECT_EQ(servers[0].process.Wait(kDeadline), 0)
-      << servers[0].process.Output();
-  job.server_log = servers[0].process.Output();
-  job.weights = ReadWeights(dir + "/w0");
-  EXPECT_EQ(ReadWeights(dir + "/w1"), job.weights);
-  for (int rank = 0; rank < 2; ++rank) {
-    const std::string summary = ReadFile(absl::StrCat(dir, "/s", rank));
-    EXPECT_EQ(JsonInt(summary, "final_version"), 10 * epochs) << summary;
-    job.steps.push_back(JsonInt(summary, "steps"));
-  }
-  return job;
 }
 
 TEST(ResumeTest, OneEpochThenResumedToTwoEqualsTwoStraight) {

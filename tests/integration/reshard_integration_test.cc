@@ -1,16 +1,17 @@
 // `lockstep_ctl reshard` through real processes: a job of two server shards
 // trained one epoch and checkpointed, its checkpoints rewritten for three
 // shards and for one, and each resumed to two epochs, ends with the weights
-// of two epochs straight on one shard, bit for bit (Adam's slots carry
-// over, element by element, whatever the shards).
+// of two epochs straight on one shard, bit for bit (Adam's slots and the
+// schedule carry over, element by element, whatever the shards). The jobs
+// are resume_jobs.h's.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/resume_jobs.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/training_jobs.h"
 
@@ -20,63 +21,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Two workers, Adam, 10 steps an epoch, chunks of 1000 bytes (several a
-// shard); rank 0 dumps its final weights.
-std::vector<std::string> Worker(const std::string& servers, int rank,
-                                int epochs, const std::string& dir) {
-  return {kBin + "/lockstep_worker",
-          "--servers=" + servers,
-          "--workers=2",
-          absl::StrCat("--rank=", rank),
-          "--dataset=synthetic",
-          "--synthetic_examples=160",
-          "--layers=23,17,5",
-          "--optimizer=adam",
-          "--batch_size=8",
-          absl::StrCat("--epochs=", epochs),
-          "--seed=7",
-          "--chunk_bytes=1000",
-          "--progress=none",
-          absl::StrCat("--dump_weights=", dir, "/w", rank),
-          absl::StrCat("--summary_json=", dir, "/s", rank)};
-}
-
-struct Job {
-  std::vector<float> weights;  // Rank 0's; empty when the job failed.
-  std::vector<int64_t> steps;  // Each worker's.
-  std::string server_log;      // Shard 0's.
-};
-
-// One job of two workers against `shards` servers, each given `flags`.
-Job RunJob(int shards, int epochs, const std::vector<std::string>& flags) {
-  const std::string dir = MakeTempDir();
-  std::vector<Server> servers;
-  std::vector<std::string> addresses;
-  std::vector<std::string> server_flags = {"--sum_order=rank"};
-  server_flags.insert(server_flags.end(), flags.begin(), flags.end());
-  for (int s = 0; s < shards; ++s) {
-    servers.push_back(StartServer(2, dir, s, shards, server_flags));
-    addresses.push_back(servers.back().address);
-  }
-  std::vector<Subprocess> procs;
-  for (int rank = 0; rank < 2; ++rank) {
-    procs.push_back(Subprocess::Start(
-        Worker(absl::StrJoin(addresses, ","), rank, epochs, dir)));
-  }
-  Job job;
-  if (!WaitForWorkers(procs, servers)) return job;
-  for (Server& server : servers) {
-    EXPECT_EQ(server.process.Wait(kDeadline), 0) << server.process.Output();
-  }
-  job.server_log = servers[0].process.Output();
-  job.weights = ReadWeights(dir + "/w0");
-  for (int rank = 0; rank < 2; ++rank) {
-    job.steps.push_back(
-        JsonInt(ReadFile(absl::StrCat(dir, "/s", rank)), "steps"));
-  }
-  return job;
-}
-
 RunResult Reshard(const std::string& from, const std::string& to, int shards) {
   return RunProcess(
       {kBin + "/lockstep_ctl", "reshard", from, to,
@@ -85,10 +29,10 @@ RunResult Reshard(const std::string& from, const std::string& to, int shards) {
 }
 
 TEST(ReshardTest, TwoShardsResumedOnThreeOrOneEqualTwoEpochsStraight) {
-  const Job straight = RunJob(1, 2, {});
+  const ResumeJob straight = RunResumeJob(2, {});
   ASSERT_EQ(straight.weights.size(), size_t{23 * 17 + 17 + 17 * 5 + 5});
   const std::string first = MakeTempDir() + "/ckpt";
-  const Job one = RunJob(2, 1, {"--checkpoint_dir=" + first});
+  const ResumeJob one = RunResumeJob(1, {"--checkpoint_dir=" + first}, 2);
   ASSERT_EQ(one.weights.size(), straight.weights.size());
   EXPECT_NE(one.weights, straight.weights);
 
@@ -100,9 +44,9 @@ TEST(ReshardTest, TwoShardsResumedOnThreeOrOneEqualTwoEpochsStraight) {
     EXPECT_THAT(r.output,
                 HasSubstr(absl::StrCat("version 10 of 2 shard(s) in ", first,
                                        ", resharded for ", shards)));
-    const Job resumed = RunJob(
-        shards, 2,
-        {"--checkpoint_dir=" + MakeTempDir() + "/ckpt", "--init_from=" + to});
+    const ResumeJob resumed = RunResumeJob(
+        2, {"--checkpoint_dir=" + MakeTempDir() + "/ckpt", "--init_from=" + to},
+        shards);
     EXPECT_THAT(resumed.server_log,
                 HasSubstr("starting from version 10 of " + to));
     EXPECT_THAT(resumed.steps, ElementsAre(10, 10));
