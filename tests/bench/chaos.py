@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """A chaos run of a synchronous job, PS or all-reduce, counting what survived.
 
-One server and W workers on loopback train a small MLP (synthetic data, a
-fixed step count): through the server with --sum_order=rank (--sync=ps), or
+One server (or --shards of them) and W workers on loopback train a small
+MLP (synthetic data, a fixed step count): through the servers with
+--sum_order=rank (--sync=ps), or
 by all-reduce among the workers with gloo or the gRPC ring
 (--sync=allreduce, the server only hosting the coordinator). On a seeded
 schedule, one fault at a
-time, the run SIGKILLs a random worker or the server, or SIGSTOPs one for a
+time, the run SIGKILLs a random worker or server shard, or SIGSTOPs one for a
 drawn time and then SIGCONTs it; what was killed is started again with the
 same arguments, as Kubernetes restarts a pod (the server on its port and
 checkpoint folder). The faults stop at --faults, at --max_s, or when the
@@ -52,6 +53,8 @@ def parse_args(argv):
                    help="seeds the schedule: kinds, targets, gaps")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--sync", choices=("ps", "allreduce"), default="ps")
+    p.add_argument("--shards", type=int, default=1,
+                   help="server shards (PS); a server fault hits one of them")
     p.add_argument("--allreduce", choices=("gloo", "grpc-ring"),
                    default="gloo", help="the backend, with --sync=allreduce")
     p.add_argument("--steps", type=int, default=12000,
@@ -73,6 +76,9 @@ def parse_args(argv):
                    help="bound on the whole run, both jobs")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
+    if args.shards < 1 or (args.shards > 1 and args.sync != "ps"):
+        p.error("--shards takes a count >= 1, and more than 1 only with "
+                "--sync=ps")
     args.kind_weights = [float(w) for w in args.kinds.split(",")]
     if len(args.kind_weights) != len(KINDS) or min(args.kind_weights) < 0:
         p.error("--kinds takes 4 weights >= 0")
@@ -104,7 +110,7 @@ def restored_version(proc, deadline):
     return None
 
 
-def inject(job, kind, rank, stop_s):
+def inject(job, kind, rank, stop_s, shard=0):
     """One fault; returns the version it hit and what it records."""
     record = {"kind": kind}
     before = job.version()
@@ -113,7 +119,8 @@ def inject(job, kind, rank, stop_s):
         record["rank"] = rank
         proc = job.workers[rank]
     else:
-        proc = job.server
+        record["shard"] = shard
+        proc = job.servers[shard]
     if kind.endswith("stop"):
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(stop_s)
@@ -127,8 +134,8 @@ def inject(job, kind, rank, stop_s):
         elif job.args.sync == "allreduce":
             job.start_server()  # Nothing to restore: only the coordinator.
         else:
-            job.start_server()
-            restored = restored_version(job.server, job.deadline)
+            job.start_server(shard)
+            restored = restored_version(job.servers[shard], job.deadline)
             record["restored"] = restored
             if before is not None and restored is not None:
                 record["redone"] = max(0, before - restored)
@@ -148,18 +155,21 @@ def chaos_schedule(args):
             kind = rng.choices(KINDS, weights=args.kind_weights)[0]
             rank = rng.randrange(args.workers)
             stop_s = rng.uniform(*args.stop_s)
+            # Drawn only with shards, so that one shard's schedules stay.
+            shard = rng.randrange(args.shards) if args.shards > 1 else 0
             # A server killed before its first checkpoint would come back
             # with nothing to restore (and the job is refused, by design).
             if kind == "server-kill" and args.sync == "ps" and (job.metric(
-                    "lockstep_server_checkpoint_version") or -1) < 0:
+                    "lockstep_server_checkpoint_version",
+                    job.metrics_ports[shard]) or -1) < 0:
                 kind = "worker-kill"
             on_worker = kind.startswith("worker")
-            target = job.workers[rank] if on_worker else job.server
+            target = job.workers[rank] if on_worker else job.servers[shard]
             if target.poll() is not None:
                 break  # The job is ending: this worker has finished.
             t = time.time()
             last_group = job.resumed() if args.sync == "allreduce" else None
-            before, record = inject(job, kind, rank, stop_s)
+            before, record = inject(job, kind, rank, stop_s, shard)
             record["at_s"] = round(t - job.t0, 3)
             # An all-reduce rank may finish the step it was in before its
             # peers notice: recovered is a step past that one.
@@ -173,7 +183,8 @@ def chaos_schedule(args):
                 if before is not None:
                     record["redone"] = max(0, before - group[1])
             faults.append(record)
-            where = f"rank {rank}" if on_worker else "server"
+            where = (f"rank {rank}" if on_worker else
+                     f"shard {shard}" if args.shards > 1 else "server")
             print(f"  fault {len(faults):3d} {kind:11s} {where:7s}"
                   f" at version {before}: recovered in "
                   f"{record['recovered_s']} s", flush=True)
@@ -202,7 +213,8 @@ def report(args, clean, dirty):
     r = {
         "sync": args.sync if args.sync == "ps" else
                 f"allreduce/{args.allreduce}",
-        "seed": args.seed, "workers": args.workers, "steps": args.steps,
+        "seed": args.seed, "workers": args.workers, "shards": args.shards,
+        "steps": args.steps,
         "faults_injected": len(faults), "faults_survived": survived,
         "faults_by_kind": by_kind,
         "steps_redone": sum(f.get("redone", 0) for f in faults),
@@ -235,7 +247,8 @@ def main(argv):
         os.makedirs(f"{tmp}/chaos")
         mode = "PS" if args.sync == "ps" else f"all-reduce ({args.allreduce})"
         print(f"chaos: fault-free {mode} run of {args.steps} steps, "
-              f"{args.workers} workers", flush=True)
+              f"{args.workers} workers, {args.shards} server shard(s)",
+              flush=True)
         clean = run_job(args, f"{tmp}/clean", deadline)
         print(f"chaos: {clean[3]:.1f} s; now with up to {args.faults} "
               f"faults (seed {args.seed})", flush=True)

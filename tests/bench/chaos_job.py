@@ -1,5 +1,5 @@
-"""The processes of one chaos run (tests/bench/chaos.py): a server and its
-workers on loopback, started, polled and ended by pid."""
+"""The processes of one chaos run (tests/bench/chaos.py): the server shards
+and their workers on loopback, started, polled and ended by pid."""
 
 import glob
 import os
@@ -21,13 +21,15 @@ def free_port():
 
 
 class Job:
-    """One server and its workers; every process started is kept by pid."""
+    """The server shards and their workers; every process started is kept
+    by pid. `server`, `port` and `metrics_port` are shard 0's."""
 
     def __init__(self, args, folder, deadline):
         self.args, self.dir, self.deadline = args, folder, deadline
-        self.port = 0
-        self.server = None
-        self.metrics_port = 0
+        self.shards = getattr(args, "shards", 1)
+        self.ports = [0] * self.shards
+        self.servers = [None] * self.shards
+        self.metrics_ports = [0] * self.shards
         self.workers = {}
         self.worker_metrics = {}  # rank -> its metrics port
         self.started = []  # every Popen, for cleanup by pid
@@ -42,29 +44,46 @@ class Job:
         self.started.append(proc)
         return proc
 
-    def start_server(self):
-        port_file = os.path.join(self.dir, "port")
+    @property
+    def server(self):
+        return self.servers[0]
+
+    @property
+    def port(self):
+        return self.ports[0]
+
+    @property
+    def metrics_port(self):
+        return self.metrics_ports[0]
+
+    def start_server(self, shard=0):
+        """Shard `shard`, on its port once it has one (a restart)."""
+        port_file = os.path.join(self.dir, f"port{shard}")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        self.metrics_port = free_port()
+        self.metrics_ports[shard] = free_port()
         a = self.args
         ps = [] if a.sync == "allreduce" else [
             f"--checkpoint_dir={self.dir}/ckpt",
             f"--checkpoint_every_steps={a.checkpoint_every_steps}",
             "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}"]
-        self.server = self._start([
+        proc = self._start([
             os.path.join(a.bin_dir, "lockstep_server"),
-            f"--listen=127.0.0.1:{self.port}", f"--workers={a.workers}",
-            f"--metrics_port={self.metrics_port}", f"--port_file={port_file}",
-            "--no_worker_timeout_s=120"] + ps, "server")
+            f"--listen=127.0.0.1:{self.ports[shard]}",
+            f"--workers={a.workers}", f"--shard={shard}",
+            f"--num_shards={self.shards}",
+            f"--metrics_port={self.metrics_ports[shard]}",
+            f"--port_file={port_file}",
+            "--no_worker_timeout_s=120"] + ps, f"server{shard}")
+        self.servers[shard] = proc
         while not os.path.exists(port_file):
-            if self.server.poll() is not None or time.time() > self.deadline:
+            if proc.poll() is not None or time.time() > self.deadline:
                 raise RuntimeError("the server did not start; see "
-                                   + self.server.log_path)
+                                   + proc.log_path)
             time.sleep(0.01)
-        if self.port == 0:
+        if self.ports[shard] == 0:
             with open(port_file) as f:
-                self.port = int(f.read())
+                self.ports[shard] = int(f.read())
 
     def start_worker(self, rank):
         a = self.args
@@ -75,7 +94,8 @@ class Job:
         self.worker_metrics[rank] = free_port()
         self.workers[rank] = self._start([
             os.path.join(a.bin_dir, "lockstep_worker"),
-            f"--servers=127.0.0.1:{self.port}", f"--workers={a.workers}",
+            "--servers=" + ",".join(f"127.0.0.1:{p}" for p in self.ports),
+            f"--workers={a.workers}",
             f"--rank={rank}", "--dataset=synthetic",
             "--synthetic_examples=6400", "--layers=64,32,10",
             "--optimizer=adam", "--batch_size=8", "--epochs=1000",
@@ -101,11 +121,13 @@ class Job:
         return None
 
     def version(self):
-        """The job's version: the server's, or in all-reduce mode the
-        highest of the live workers'."""
+        """The job's version: the lowest of the server shards' (None while
+        one does not answer), or in all-reduce mode the highest of the live
+        workers'."""
         if self.args.sync == "ps":
-            v = self.metric("lockstep_server_version")
-            return None if v is None else int(v)
+            vs = [self.metric("lockstep_server_version", port)
+                  for port in self.metrics_ports]
+            return None if None in vs else int(min(vs))
         versions = [self.metric("lockstep_worker_version", port)
                     for rank, port in self.worker_metrics.items()
                     if self.workers[rank].poll() is None]
@@ -116,7 +138,7 @@ class Job:
         if self.args.sync == "allreduce":
             # The server stays until every worker has left.
             return all(p.poll() is not None for p in self.workers.values())
-        return self.server.poll() is not None
+        return all(s.poll() is not None for s in self.servers)
 
     def resumed(self):
         """(generation, version) of the newest re-formed all-reduce group
@@ -132,7 +154,8 @@ class Job:
     def wait_all(self):
         """Every last process's exit code, waiting until the deadline."""
         codes = {}
-        for name, proc in [("server", self.server)] + [
+        for name, proc in [(f"server{s}" if s else "server", p)
+                           for s, p in enumerate(self.servers)] + [
                 (f"rank{r}", p) for r, p in sorted(self.workers.items())]:
             try:
                 codes[name] = proc.wait(max(1, self.deadline - time.time()))
@@ -155,7 +178,8 @@ def run_job(args, folder, deadline, chaos=None):
     job = Job(args, folder, deadline)
     try:
         t0 = time.time()
-        job.start_server()
+        for shard in range(job.shards):
+            job.start_server(shard)
         for r in range(args.workers):
             job.start_worker(r)
         faults = chaos(job) if chaos else []
