@@ -43,6 +43,13 @@ absl::Status CheckFields(const GroupRendezvous::Request& r) {
         absl::StrCat("the group name must have 1 to ", G::kMaxGroupBytes,
                      " bytes, got ", r.group.size()));
   }
+  // The coordinator keeps a generation's records under "GROUP/gN/"
+  // (GenerationPrefix) and forgets older generations' by that prefix: a
+  // "/" in a name would make one group's keys look like another's.
+  if (r.group.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the group name may not contain '/', got \"", r.group, "\""));
+  }
   if (r.member == 0) return absl::InvalidArgumentError("member id 0");
   if (r.size < 1 || r.size > G::kMaxSize) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -130,6 +130,10 @@ TEST(GroupRendezvousTest, RefusesBadRequests) {
       {Req(0, 0, 2, 1, ""), absl::StatusCode::kInvalidArgument},
       {Req(0, 0, 2, 1, std::string(1025, 'g')),
        absl::StatusCode::kInvalidArgument},
+      // A "/" would let a group's generation keys ("job/g1/...") be
+      // another group's ("job" at generation 1), which the coordinator
+      // then forgets when "job" forms generation 2.
+      {Req(0, 0, 2, 1, "job/g1"), absl::StatusCode::kInvalidArgument},
       {Req(1, 0, 2, 3, "job", 2), absl::StatusCode::kFailedPrecondition},
       {Req(0, 0, 2, 2, "y", 3), absl::StatusCode::kInvalidArgument},
       {Req(0, 0, 2, 2, "y", 1, absl::Minutes(11)),

@@ -23,8 +23,8 @@ ABSL_FLAG(std::string, allreduce, "gloo",
 ABSL_FLAG(std::string, allreduce_host, "127.0.0.1",
           "sync=allreduce: the address other workers reach this one at.");
 ABSL_FLAG(std::string, allreduce_group, "lockstep",
-          "sync=allreduce: rendezvous key prefix; use a new one per run "
-          "against a long-lived server.");
+          "sync=allreduce: rendezvous key prefix, without '/'; use a new one "
+          "per run against a long-lived server.");
 ABSL_FLAG(int, min_workers, 0,
           "sync=allreduce or ps: the fewest workers the job goes on with "
           "(elastic: ranks may leave and join at step boundaries while at "
