@@ -28,13 +28,14 @@ struct GroupRequest {
   std::string signature;
 };
 
-// Where a formed generation's members keep their rendezvous records in the
-// coordinator's store ("GROUP/gN/", e.g. job/g3/gloo/...): the coordinator
-// forgets a group's older generations' records when a newer one forms
-// (CoordinationStore::ForgetGenerationsBefore).
-inline std::string GenerationPrefix(absl::string_view group,
-                                    int64_t generation) {
-  return absl::StrCat(group, "/g", generation, "/");
+// The name a formed generation's all-reduce backends meet under ("GROUP/gN"):
+// their rendezvous records are keys "GROUP/gN/..." of the coordinator's
+// store (e.g. job/g3/gloo/...), which it forgets once a newer generation of
+// the group forms (CoordinationStore::ForgetGenerationsBefore). Group
+// names hold no "/", so one group's keys are never another's.
+inline std::string GenerationGroup(absl::string_view group,
+                                   int64_t generation) {
+  return absl::StrCat(group, "/g", generation);
 }
 
 // The group of an elastic parameter-server job's workers: its members

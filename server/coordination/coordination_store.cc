@@ -159,7 +159,7 @@ void CoordinationStore::Shutdown() {
 
 size_t CoordinationStore::ForgetGenerationsBefore(absl::string_view group,
                                                   int64_t generation) {
-  // GenerationPrefix's layout: "GROUP/g", the generation's digits, "/".
+  // GenerationGroup's layout: "GROUP/g", the generation's digits, then "/".
   const std::string stem = absl::StrCat(group, "/g");
   absl::MutexLock lock(&mu_);
   int64_t& below = forgotten_below_[std::string(group)];

@@ -84,7 +84,7 @@ class CoordinationStore final {
   bool Cancel(WaiterId id);
 
   // Erases the keys of `group`'s generations before `generation`: those
-  // under GenerationPrefix(group, n) (common/rpc/group_membership.h) for
+  // under GenerationGroup(group, n) + "/" (common/rpc/group_membership.h) for
   // n < generation. Once a generation forms, no member reads an older
   // one's records. Returns the keys erased; a call for a generation no
   // newer than an earlier call's erases nothing and costs no scan. Waiters

@@ -44,7 +44,7 @@ absl::Status CheckFields(const GroupRendezvous::Request& r) {
                      " bytes, got ", r.group.size()));
   }
   // The coordinator keeps a generation's records under "GROUP/gN/"
-  // (GenerationPrefix) and forgets older generations' by that prefix: a
+  // (GenerationGroup) and forgets older generations' by that prefix: a
   // "/" in a name would make one group's keys look like another's.
   if (r.group.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -130,8 +130,7 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::JoinOnce(
   }
   ASSIGN_OR_RETURN(const GroupView group, JoinGroup(timeout));
   AllReduceOptions generation = reducer_options_;
-  generation.group = GenerationPrefix(reducer_options_.group, group.generation);
-  generation.group.pop_back();  // The reducers add "/" and their own keys.
+  generation.group = GenerationGroup(reducer_options_.group, group.generation);
   generation.rank = group.index;
   generation.size = static_cast<int>(group.members.size());
   ASSIGN_OR_RETURN(reducer_, create_(generation));
