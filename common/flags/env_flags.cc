@@ -39,7 +39,9 @@ constexpr absl::string_view kAll[] = {"listen",
                                       "data_dir",
                                       "tensorboard_dir",
                                       "trace_dir",
-                                      "servers"};
+                                      "servers",
+                                      "standby_servers",
+                                      "standby_of"};
 
 }  // namespace
 

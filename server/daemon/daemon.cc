@@ -20,6 +20,7 @@
 #include "server/daemon/daemon_log.h"
 #include "server/daemon/grpc_endpoint.h"
 #include "server/daemon/shard_restorer.h"
+#include "server/daemon/standby_follower.h"
 #include "server/daemon/worker_count_probe.h"
 #include "server/rpc/grpc_service.h"
 
@@ -200,6 +201,41 @@ absl::Status Daemon::RestoreState() {
   return absl::OkStatus();
 }
 
+std::optional<int> Daemon::FollowAsStandby(int port) {
+  StandbyOptions standby;
+  standby.primary = options_.standby_of;
+  standby.self = absl::StrCat(
+      options_.listen.substr(0, options_.listen.rfind(':')), ":", port);
+  standby.tls = options_.tls;
+  standby.failover_timeout = options_.failover_timeout;
+  standby.shard = options_.shard;
+  standby.num_shards = options_.num_shards;
+  LogToStderr(absl::StrCat("standby of ", standby.primary,
+                           ": takes over when it does not answer for ",
+                           absl::FormatDuration(standby.failover_timeout)));
+  absl::StatusOr<StandbyEnd> end = FollowPrimary(standby, &stop_, LogToStderr);
+  if (!end.ok()) {
+    LogToStderr(std::string(end.status().message()));
+    return kExitPermanent;
+  }
+  if (end->kind == StandbyEnd::kJobDone) {
+    LogToStderr("the primary says the job is done; exiting");
+    return kExitOk;
+  }
+  if (end->kind == StandbyEnd::kStopped) return kExitOk;
+  const int64_t version = end->state->version;
+  if (absl::Status s = core_->Restore(*end->state); !s.ok()) {
+    LogToStderr(absl::StrCat("taking over failed: ", s.ToString()));
+    return kExitPermanent;
+  }
+  if (checkpointer_ != nullptr) checkpointer_->Restored(version);
+  LogToStderr(absl::StrCat(
+      "took over from ", standby.primary, " at version ", version, ", ",
+      absl::FormatDuration(absl::Now() - end->primary_lost),
+      " after its last answer"));
+  return std::nullopt;
+}
+
 int Daemon::ServeUntilDone(absl::FunctionRef<void(bool)> set_serving) {
   while (true) {
     if (stop_.WaitForNotificationWithTimeout(kTick)) {
@@ -263,9 +299,15 @@ int Daemon::Run() {
   CoordinatorService coordinator(&coordination_store, &groups,
                                  security->authorizer.get(),
                                  &coordinator_contact_);
-  std::unique_ptr<GrpcEndpoint> endpoint =
-      GrpcEndpoint::Start(EndpointOptionsOf(options_), security->credentials,
-                          {&service, &coordinator}, LogToStderr);
+  ReplicationService replication(security->authorizer.get());
+  if (!options_.standby_of.empty()) {
+    replication.SetRefusal(absl::StrCat(
+        "this server is the standby of ", options_.standby_of,
+        " and keeps a standby of its own only once it has taken over"));
+  }
+  std::unique_ptr<GrpcEndpoint> endpoint = GrpcEndpoint::Start(
+      EndpointOptionsOf(options_), security->credentials,
+      {&service, &coordinator, &replication}, LogToStderr);
   if (endpoint == nullptr) return kExitPermanent;
   // However Run() ends, requested checkpoints are finished before the
   // server (and then the service) goes: runs before `endpoint` is
@@ -287,12 +329,45 @@ int Daemon::Run() {
 
   // Listening already: probes see NOT_SERVING rather than a closed port,
   // and GetStatus answers, while the newest checkpoint loads.
-  if (!RestoreState().ok()) return kExitPermanent;
+  if (!options_.standby_of.empty()) {
+    if (std::optional<int> code = FollowAsStandby(endpoint->port())) {
+      return *code;
+    }
+  } else if (!RestoreState().ok()) {
+    return kExitPermanent;
+  }
+  if (options_.replicas > 1) {
+    ReplicationSource::Options source;
+    source.standby_timeout = options_.standby_timeout;
+    replication_ = std::make_unique<ReplicationSource>(source, core_.get(),
+                                                       LogToStderr);
+    ReplicationSource* replicas = replication_.get();
+    replication.SetSource([replicas](int64_t held, const std::string& standby,
+                                     ReplicationService::Done done) {
+      replicas->Follow(held, standby, std::move(done));
+    });
+    service.SetReplyGate(replicas);
+  }
+  // However Run() ends, held answers go (UNAVAILABLE) before the core.
+  absl::Cleanup stop_replication = [&]() {
+    if (replication_ != nullptr) replication_->Shutdown();
+  };
   service.OpenRegistration();
   set_serving(true);
 
   const absl::Time start = absl::Now();
   const int exit_code = ServeUntilDone(set_serving);
+  if (replication_ != nullptr) {
+    // A finished job's standby ends too; after a drain it takes over.
+    if (core_->WaitUntilDone(absl::ZeroDuration())) {
+      replication_->TellJobDone(kWatcherGrace);
+    }
+    const ReplicationSource::Stats sent = replication_->stats();
+    LogToStderr(absl::StrCat(
+        "replication: ", sent.versions_sent, " version(s) sent to standbys, ",
+        sent.bytes_sent, " bytes, ", sent.encode_seconds,
+        " s taking and encoding them"));
+  }
   LogToStderr(absl::StrCat("final version ", core_->GetStatus().version,
                            " after ", absl::FormatDuration(absl::Now() - start),
                            "; exiting"));

@@ -27,6 +27,7 @@
 #include "server/daemon/checkpointer.h"
 #include "server/daemon/grpc_endpoint.h"
 #include "server/daemon/job_watchdog.h"
+#include "server/daemon/replication_source.h"
 #include "server/daemon/server_telemetry.h"
 #include "server/daemon/weights_file_writer.h"
 #include "server/rpc/grpc_service.h"
@@ -80,6 +81,14 @@ struct DaemonOptions {
   SumOrder sum_order = SumOrder::kArrival;
   // Threads that split a chunk's sums and optimizer step (--server_threads).
   int server_threads = 1;
+  // 2: a standby follows this shard (ReplicationSource); answers wait until
+  // it holds their version.
+  int replicas = 1;
+  // Not empty: this server is the standby of the primary there
+  // (FollowPrimary) and takes over when it is lost.
+  std::string standby_of;
+  absl::Duration failover_timeout = absl::Seconds(1);
+  absl::Duration standby_timeout = absl::Seconds(5);
 };
 
 // Daemon wires parts that each have one job and their own tests:
@@ -115,6 +124,10 @@ class Daemon final {
   // when the server is to exit (`exit_code` says with what).
   bool LearnWorkers(const ServerSecurity& security, int* exit_code);
   absl::Status RestoreState();
+  // --standby_of: follows the primary; OK once this server has taken over
+  // (its state restored), else the exit code to end with.
+  // `port` is the one it listens on.
+  std::optional<int> FollowAsStandby(int port);
   int ServeUntilDone(absl::FunctionRef<void(bool)> set_serving);
 
   // Run() sets workers (and listen's port) for --workers=auto.
@@ -130,6 +143,8 @@ class Daemon final {
   // Coordinator calls, worker contact for the watchdog.
   ContactClock coordinator_contact_;
   std::unique_ptr<JobWatchdog> watchdog_;
+  // --replicas=2: the standby's source (after core_, destroyed first).
+  std::unique_ptr<ReplicationSource> replication_;
 };
 
 }  // namespace lockstep

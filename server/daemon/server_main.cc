@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,20 +18,18 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "common/base/machine_memory.h"
 #include "common/base/malloc_tuning.h"
 #include "common/base/status_macros.h"
 #include "common/base/work_pool.h"
 #include "common/flags/flags.h"
-#include "common/formats/json_writer.h"
 #include "common/formats/tf_config.h"
 #include "common/optim/sum_order.h"
 #include "common/security/tls.h"
 #include "common/security/tls_flags.h"
 #include "server/daemon/daemon.h"
 #include "server/daemon/grpc_endpoint.h"
+#include "server/daemon/replication_flags.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to listen on, host:port (port 0 picks a free one). "
@@ -273,6 +270,13 @@ absl::Status ParseCheckpoints(DaemonOptions* options_out) {
       absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_seconds));
   options.checkpoints_to_keep = absl::GetFlag(FLAGS_checkpoints_to_keep);
   options.allow_fresh_start = absl::GetFlag(FLAGS_allow_fresh_start);
+  if (options.checkpoint_every_steps < 0 ||
+      options.checkpoint_every < absl::ZeroDuration() ||
+      options.checkpoints_to_keep < 1) {
+    return absl::InvalidArgumentError(
+        "checkpoint intervals must not be negative and at least one "
+        "checkpoint is kept");
+  }
   if (absl::GetFlag(FLAGS_no_worker_timeout_s) < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--no_worker_timeout_s must be >= 0, got ",
@@ -341,14 +345,8 @@ absl::StatusOr<DaemonOptions> ParseOptions() {
   ASSIGN_OR_RETURN(options.tls, lockstep::TlsOptionsFromFlags());
   RETURN_IF_ERROR(ParseCheckpoints(&options));
   RETURN_IF_ERROR(ParseTelemetry(&options));
-  if (options.checkpoint_every_steps < 0 ||
-      options.checkpoint_every < absl::ZeroDuration() ||
-      options.checkpoints_to_keep < 1) {
-    return absl::InvalidArgumentError(
-        "checkpoint intervals must not be negative and at least one "
-        "checkpoint is kept");
-  }
   RETURN_IF_ERROR(ParseStepRules(&options));
+  RETURN_IF_ERROR(ParseReplication(&options));
   return options;
 }
 
@@ -381,6 +379,7 @@ int ServerMain(int argc, char** argv, std::vector<std::string> help_files,
       "Exit codes: 0 done, 2 bad flags or checkpoint (permanent), 75 a lost "
       "worker with --on_worker_loss=fail (retryable), 1 other failures.");
   help_files.push_back("server/daemon/server_main.cc");
+  help_files.push_back("server/daemon/replication_flags.cc");
   help_files.push_back("common/security/tls_flags.cc");
   help_files.push_back("common/security/tls_server_flags.cc");
   ParseFlags(argc, argv, help_files);

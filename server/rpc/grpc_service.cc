@@ -192,7 +192,7 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // The core sums the payload from the received slices before it returns.
   core_->Push(push->rank, push->incarnation, push->step, push->chunk, *dtype,
-              push->data, WeightsReply(core_, *dtype, reactor, response),
+              push->data, Gated(WeightsReply(core_, *dtype, reactor, response)),
               PushSlot{push->group_generation, push->batch_shard});
   // The push may now wait for the barrier, but its gradient is summed:
   // release the received slices rather than hold every waiting worker's
@@ -222,7 +222,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
   if (!dtype.ok()) return FinishWith(context, dtype.status());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   core_->Pull(pull.rank(), pull.incarnation(), pull.chunk(), pull.min_version(),
-              pull.exact(), WeightsReply(core_, *dtype, reactor, response));
+              pull.exact(),
+              Gated(WeightsReply(core_, *dtype, reactor, response)));
   return reactor;
 }
 

@@ -25,6 +25,7 @@
 #include "common/security/authorizer.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
 #include "server/core/parameter_server.h"
+#include "server/rpc/replication_service.h"
 #include "server/rpc/status_waits.h"
 
 namespace lockstep {
@@ -128,6 +129,9 @@ class ParameterServerService final : public ParameterServerServiceBase {
   // Registration is open unless held. Held calls run on the caller of
   // OpenRegistration().
   void HoldRegistration();
+  // Pushes' and pulls' answers go through `gate` (not owned; null: none)
+  // from now on: a primary's standby must hold their version first.
+  void SetReplyGate(ReplyGate* gate) { gate_.store(gate); }
   void OpenRegistration();
 
   // Finishes the SaveCheckpoint requests taken (the one being written and
@@ -162,7 +166,14 @@ class ParameterServerService final : public ParameterServerServiceBase {
   absl::Mutex gate_mu_;
   bool registration_held_ ABSL_GUARDED_BY(gate_mu_) = false;
   std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(gate_mu_);
+  // `reply` through the gate, when one is set.
+  ChunkCallback Gated(ChunkCallback reply) {
+    ReplyGate* gate = gate_.load();
+    return gate == nullptr ? reply : gate->Wrap(std::move(reply));
+  }
+
   std::atomic<bool> saving_stopped_{false};
+  std::atomic<ReplyGate*> gate_{nullptr};  // Not owned.
   StatusWaits status_waits_;
   // Last, so that it is stopped (its thread joined) before the rest goes.
   SerialExecutor saves_;

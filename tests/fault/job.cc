@@ -75,6 +75,35 @@ void Job::StartServer(const std::vector<std::string>& flags) {
   }
 }
 
+void Job::StartStandby(const std::vector<std::string>& flags) {
+  const std::string port_file = dir_ + "/standby.port";
+  std::vector<std::string> argv = {
+      kBin + "/lockstep_server", "--listen=127.0.0.1:0",
+      absl::StrCat("--workers=", workers_count_),
+      absl::StrCat("--standby_of=127.0.0.1:", port_),
+      "--checkpoint_dir=" + dir_ + "/ckpt", "--port_file=" + port_file};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  standby_ = std::make_unique<Subprocess>(Subprocess::Start(argv));
+  WaitFor([&] {
+    return !ReadFile(port_file).empty() ||
+           standby_->Wait(absl::ZeroDuration()).has_value();
+  });
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(port_file)),
+                        &standby_port_)) {
+    ADD_FAILURE() << "the standby did not start:\n" << StandbyOutput();
+  }
+}
+
+int Job::WaitStandby() {
+  std::optional<int> code = standby_->Wait(kProcessDeadline);
+  if (!code.has_value()) standby_->Kill();
+  return code.value_or(-1);
+}
+
+std::string Job::StandbyOutput() const {
+  return standby_ == nullptr ? "" : standby_->Output();
+}
+
 void Job::StartWorker(int rank, const std::vector<std::string>& flags,
                       int slot) {
   if (slot < 0) slot = rank;
@@ -84,6 +113,9 @@ void Job::StartWorker(int rank, const std::vector<std::string>& flags,
       absl::StrCat("--workers=", workers_count_),
       absl::StrCat("--rank=", rank),
       absl::StrCat("--dump_weights=", dir_, "/w", slot)};
+  if (standby_port_ != 0) {
+    argv.push_back(absl::StrCat("--standby_servers=127.0.0.1:", standby_port_));
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   workers_[slot] = std::make_unique<Subprocess>(Subprocess::Start(argv));
 }

@@ -23,6 +23,9 @@ class Job final {
 
   // Starts (or restarts) the server and waits until it listens.
   void StartServer(const std::vector<std::string>& flags);
+  // Starts a standby of the server (--standby_of, its own port) and waits
+  // until it listens; workers started later list it in --standby_servers.
+  void StartStandby(const std::vector<std::string>& flags);
   // Starts rank `rank` in `slot` (default: the rank's own).
   void StartWorker(int rank, const std::vector<std::string>& flags,
                    int slot = -1);
@@ -30,8 +33,10 @@ class Job final {
   // Exit codes, -1 on a 120 s timeout (the process is then killed).
   int WaitWorker(int slot);
   int WaitServer();
+  int WaitStandby();
 
   pid_t server() const { return servers_.back()->pid(); }
+  std::string dir() const { return dir_; }
   pid_t worker(int slot) const { return workers_.at(slot)->pid(); }
   void Signal(pid_t pid, int sig) const;
 
@@ -59,6 +64,7 @@ class Job final {
   std::vector<float> Weights(int slot) const;
   std::string ServerOutput() const;  // Every server start, in order.
   std::string WorkerOutput(int slot) const;
+  std::string StandbyOutput() const;
 
  private:
   // Polls `ready` until it holds or 60 s pass.
@@ -69,6 +75,8 @@ class Job final {
   const std::string dir_;
   int port_ = 0;
   std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::unique_ptr<Subprocess> standby_;
+  int standby_port_ = 0;
   std::map<int, std::unique_ptr<Subprocess>> workers_;
 };
 

@@ -18,6 +18,10 @@
 ABSL_FLAG(std::string, servers, "",
           "Parameter-server shard addresses, host:port, comma-separated in "
           "shard order. Default: TF_CONFIG's ps list.");
+ABSL_FLAG(std::string, standby_servers, "",
+          "Each shard's standby (lockstep_server --standby_of), host:port, "
+          "comma-separated in shard order: calls fail over to it when its "
+          "primary is lost. Default: none.");
 ABSL_FLAG(int, rank, -1,
           "This worker's rank in [0, workers). Default: PET_NODE_RANK "
           "(Kubeflow Trainer), else from TF_CONFIG (chief is 0, worker i "
@@ -85,6 +89,16 @@ absl::Status ParseJob(WorkerMainOptions* options) {
         "LOCKSTEP_SERVERS or TF_CONFIG)");
   }
   o.session.client.servers = absl::StrSplit(servers, ',', absl::SkipEmpty());
+  o.session.client.standby_servers = absl::StrSplit(
+      absl::GetFlag(FLAGS_standby_servers), ',', absl::SkipEmpty());
+  if (!o.session.client.standby_servers.empty() &&
+      o.session.client.standby_servers.size() !=
+          o.session.client.servers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--standby_servers needs one standby per shard: ",
+        o.session.client.servers.size(), " server(s), ",
+        o.session.client.standby_servers.size(), " standby(s)"));
+  }
   o.trainer.num_shards = static_cast<int>(o.session.client.servers.size());
   if (workers < 1) {
     return absl::InvalidArgumentError(

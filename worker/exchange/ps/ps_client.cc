@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "worker/exchange/ps/failover_shard_transport.h"
 #include "worker/exchange/ps/grpc_shard_transport.h"
 #include "worker/exchange/ps/push_step.h"
 #include "worker/exchange/ps/shard_membership.h"
@@ -170,6 +171,24 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
       std::vector<std::unique_ptr<ShardTransport>> shards,
       MakeGrpcShardTransports(options.servers, options.tls,
                               options.max_message_bytes, options.cancel));
+  if (!options.standby_servers.empty()) {
+    if (options.standby_servers.size() != options.servers.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "one standby per shard: ", options.servers.size(),
+          " server(s) but ", options.standby_servers.size(), " standby(s)"));
+    }
+    ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ShardTransport>> standbys,
+                     MakeGrpcShardTransports(options.standby_servers,
+                                             options.tls,
+                                             options.max_message_bytes,
+                                             options.cancel));
+    for (size_t s = 0; s < shards.size(); ++s) {
+      std::vector<std::unique_ptr<ShardTransport>> replicas;
+      replicas.push_back(std::move(shards[s]));
+      replicas.push_back(std::move(standbys[s]));
+      shards[s] = std::make_unique<FailoverShardTransport>(std::move(replicas));
+    }
+  }
   return CreateOver(options, std::move(shards));
 }
 

@@ -35,6 +35,9 @@ namespace lockstep {
 struct PsClientOptions {
   // host:port of every parameter-server shard, in shard order.
   std::vector<std::string> servers;
+  // Empty, or each shard's standby (lockstep_server --standby_of), in shard
+  // order: calls fail over to it (FailoverShardTransport).
+  std::vector<std::string> standby_servers;
   // How long Register waits for the server to come up.
   absl::Duration connect_timeout = absl::Seconds(60);
   // Deadline of Initialize, Pull, Leave and GetStatus calls.
