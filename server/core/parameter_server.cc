@@ -312,8 +312,8 @@ ServerStatus ParameterServer::GetStatus() const {
 }
 
 absl::StatusOr<ShardCheckpoint> ParameterServer::Snapshot(
-    absl::Duration timeout) {
-  return recovery_.Snapshot(timeout);
+    absl::Duration timeout, bool lined_up) {
+  return recovery_.Snapshot(timeout, lined_up);
 }
 
 absl::Status ParameterServer::Restore(const ShardCheckpoint& checkpoint) {

@@ -194,7 +194,12 @@ class ParameterServer final {
   // same version (waiting up to `timeout` for chunks one step behind); in
   // the asynchronous modes each chunk at its own. FAILED_PRECONDITION before
   // version 0, DEADLINE_EXCEEDED when the chunks do not line up in time.
-  absl::StatusOr<ShardCheckpoint> Snapshot(absl::Duration timeout);
+  // With `lined_up` false every chunk is taken as it is, in any mode,
+  // without waiting (the version is the lowest chunk's): what a standby is
+  // sent while workers wait for a chunk's answer (server/daemon/
+  // replication_source.h).
+  absl::StatusOr<ShardCheckpoint> Snapshot(absl::Duration timeout,
+                                           bool lined_up = true);
 
   // The state of the newest version that every chunk has pinned (sync mode
   // with ParameterServerOptions::checkpoint_every_steps), handed over:

@@ -112,8 +112,8 @@ std::optional<ShardCheckpoint> ShardRecovery::TakePinned() {
   return checkpoint;
 }
 
-absl::StatusOr<ShardCheckpoint> ShardRecovery::Snapshot(
-    absl::Duration timeout) {
+absl::StatusOr<ShardCheckpoint> ShardRecovery::Snapshot(absl::Duration timeout,
+                                                        bool lined_up) {
   StepBarriers::View view = barriers_->Current();
   if (!view.signature.has_value() || view.version < 0) {
     return absl::FailedPreconditionError(
@@ -124,7 +124,8 @@ absl::StatusOr<ShardCheckpoint> ShardRecovery::Snapshot(
   checkpoint.shard = options_.shard;
   checkpoint.num_shards = options_.num_shards;
   checkpoint.num_workers = options_.num_workers;
-  const bool same_version = checkpoint.signature.sync.mode == SyncMode::kSync;
+  const bool same_version =
+      lined_up && checkpoint.signature.sync.mode == SyncMode::kSync;
   const absl::Time deadline = options_.env->Now() + timeout;
   while (true) {
     checkpoint.chunks.clear();

@@ -56,7 +56,8 @@ class ShardRecovery final {
                                           bool fail_job);
 
   // See ParameterServer::Snapshot.
-  absl::StatusOr<ShardCheckpoint> Snapshot(absl::Duration timeout);
+  absl::StatusOr<ShardCheckpoint> Snapshot(absl::Duration timeout,
+                                           bool lined_up = true);
   // See ParameterServer::TakePinned.
   std::optional<ShardCheckpoint> TakePinned();
 

@@ -1,7 +1,6 @@
 #include "server/daemon/replication_source.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,9 +27,12 @@ ChunkCallback ReplicationSource::Wrap(ChunkCallback done) {
              absl::StatusOr<ChunkSnapshot> answer) mutable {
     if (answer.ok()) {
       absl::MutexLock lock(&mu_);
-      if (attached_ && !stopping_ && answer->version > acked_) {
+      if (attached_ && !stopping_ &&
+          answer->version > AckedLocked(answer->chunk)) {
+        const int chunk = answer->chunk;
         const int64_t version = answer->version;
-        held_.push_back(Held{version, std::move(done), std::move(answer)});
+        held_.push_back(
+            Held{chunk, version, std::move(done), std::move(answer)});
         wake_.Signal();
         return;
       }
@@ -54,15 +56,16 @@ void ReplicationSource::Follow(int64_t held, const std::string& standby,
     const absl::Time now = absl::Now();
     last_follow_ = now;
     // Holding what was sent last acknowledges it.
-    if (held >= 0 && held == sent_version_) {
+    if (held > 0 && held == sent_sequence_) {
       if (!attached_) {
-        log_(absl::StrCat("standby ", standby, " follows from version ", held,
+        log_(absl::StrCat("standby ", standby, " follows from version ",
+                          sent_version_,
                           ": answers wait until it holds their version"));
       }
       attached_ = true;
       standby_ = standby;
-      acked_ = held;
-      release = ReleaseLocked(acked_);
+      acked_ = sent_chunks_;
+      release = ReleaseLocked(false);
     }
     replaced = std::move(pending_);
     pending_ = Pending{held, std::move(done), now};
@@ -90,7 +93,7 @@ void ReplicationSource::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
       stopping_ = true;
-      release = ReleaseLocked(std::numeric_limits<int64_t>::max());
+      release = ReleaseLocked(true);
       pending = std::move(pending_);
       pending_.reset();
       wake_.Signal();
@@ -108,41 +111,51 @@ ReplicationSource::Stats ReplicationSource::stats() const {
 }
 
 std::vector<ReplicationSource::Held> ReplicationSource::ReleaseLocked(
-    int64_t version) {
+    bool all) {
   std::vector<Held> out;
   auto keep = std::stable_partition(
-      held_.begin(), held_.end(),
-      [version](const Held& h) { return h.version > version; });
+      held_.begin(), held_.end(), [this, all](const Held& h) {
+        mu_.AssertHeld();
+        return !all && h.version > AckedLocked(h.chunk);
+      });
   std::move(keep, held_.end(), std::back_inserter(out));
   held_.erase(keep, held_.end());
   return out;
 }
 
-int64_t ReplicationSource::MaxHeldLocked() const {
-  int64_t most = -1;
-  for (const Held& h : held_) most = std::max(most, h.version);
-  return most;
+int64_t ReplicationSource::AckedLocked(int chunk) const {
+  auto it = acked_.find(chunk);
+  return it == acked_.end() ? -1 : it->second;
 }
 
 std::optional<ShardCheckpoint> ReplicationSource::StateToSendLocked(
     int64_t held) {
   // A follower that holds what was sent needs a state only when an answer
-  // waits for a newer version; a new one needs the state as it is now.
-  const bool following = attached_ && held == acked_;
-  if (following && MaxHeldLocked() <= held) return std::nullopt;
+  // waits for a chunk version it lacks, and then the chunks as they are
+  // (the step's later chunks may wait for pushes that wait for these
+  // answers); a new one needs a lined-up state, to take over with.
+  const bool following = attached_ && held == sent_sequence_;
+  if (following && held_.empty()) return std::nullopt;
   mu_.Unlock();
-  absl::StatusOr<ShardCheckpoint> now = core_->Snapshot(kSnapshotWait);
+  absl::StatusOr<ShardCheckpoint> now =
+      core_->Snapshot(kSnapshotWait, /*lined_up=*/!following);
   mu_.Lock();
-  if (!now.ok() || now->version == held) return std::nullopt;
-  if (following && now->version < held) return std::nullopt;
+  if (!now.ok()) return std::nullopt;
+  if (following) {
+    bool newer = false;
+    for (const ChunkState& c : now->chunks) {
+      newer = newer || c.version > AckedLocked(c.chunk);
+    }
+    if (!newer) return std::nullopt;
+  }
   return *std::move(now);
 }
 
 void ReplicationSource::Loop() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
-    wake_.WaitWithTimeout(&mu_, held_.empty() ? absl::Milliseconds(20)
-                                              : absl::Microseconds(100));
+    wake_.WaitWithTimeout(
+        &mu_, held_.empty() ? absl::Milliseconds(20) : absl::Microseconds(100));
     if (stopping_) break;
     const absl::Time now = absl::Now();
     std::vector<Held> release;
@@ -152,8 +165,8 @@ void ReplicationSource::Loop() {
       log_(absl::StrCat("standby ", standby_, " has not followed for ",
                         absl::FormatDuration(now - last_follow_),
                         ": going on without a standby (it held version ",
-                        acked_, ")"));
-      release = ReleaseLocked(std::numeric_limits<int64_t>::max());
+                        sent_version_, ")"));
+      release = ReleaseLocked(true);
     }
     std::optional<Pending> answering;
     ReplicaUpdate update;
@@ -164,13 +177,20 @@ void ReplicationSource::Loop() {
         update.job_done = true;
         told_done_ = true;
         answering = std::move(pending_);
-      } else if ((state = StateToSendLocked(pending_->held)).has_value()) {
+      } else if ((state = StateToSendLocked(pending_->held)).has_value() &&
+                 pending_.has_value() && !stopping_) {
         sent_version_ = update.version = state->version;
+        update.sequence = ++sent_sequence_;
+        sent_chunks_.clear();
+        for (const ChunkState& c : state->chunks) {
+          sent_chunks_[c.chunk] = c.version;
+        }
         answering = std::move(pending_);
       } else if (pending_.has_value() &&
                  now - pending_->since >= options_.longest_wait) {
         answering = std::move(pending_);  // A heartbeat.
       }
+      if (update.sequence == 0) state.reset();  // Taken for no one.
       if (answering.has_value()) pending_.reset();
     }
     if (release.empty() && !answering.has_value()) continue;

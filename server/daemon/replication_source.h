@@ -2,22 +2,27 @@
 // docs/faults.md "Standby failover"): it hands each version the shard
 // publishes, with the optimizer state, to the standby that follows it
 // (ReplicationService's Follow), and holds every push's and pull's answer
-// of a version the standby does not hold yet (a ReplyGate). Replication is
-// thus synchronous: no worker ever holds a version its standby lacks, so a
-// standby that takes over goes on from the version the job is at and no
-// step is computed again.
+// of a chunk version the standby does not hold yet (a ReplyGate).
+// Replication is thus synchronous: no worker ever holds a chunk version its
+// standby lacks, so a standby that takes over goes on from the version the
+// job is at and no step is computed again.
 //
-// The states are the core's snapshots, taken when an answer of a version
-// newer than the standby holds is waiting (in sync mode every version has
-// one: the pushes that closed it). A standby that stops following for `standby_timeout` is given
-// up: the held answers go out and the shard goes on alone (said in the
-// log), until a standby follows again.
+// The states are the core's snapshots, taken as the chunks are whenever an
+// answer waits (in sync mode every chunk version has one: the pushes that
+// closed it), so that a worker pushing its chunks a few at a time
+// (--push_window) gets each answer without the step's later chunks; the
+// standby lines them up when it takes over (server/daemon/
+// standby_state.h). A standby attaching gets a lined-up state first. One
+// that stops following for `standby_timeout` is given up: the held answers
+// go out and the shard goes on alone (said in the log), until a standby
+// follows again.
 //
 // One thread of its own encodes and answers. Thread-safe.
 #ifndef LOCKSTEP_SERVER_DAEMON_REPLICATION_SOURCE_H_
 #define LOCKSTEP_SERVER_DAEMON_REPLICATION_SOURCE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -70,6 +75,7 @@ class ReplicationSource final : public ReplyGate {
 
  private:
   struct Held {
+    int chunk;
     int64_t version;
     ChunkCallback done;
     absl::StatusOr<ChunkSnapshot> answer;
@@ -81,15 +87,15 @@ class ReplicationSource final : public ReplyGate {
   };
 
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
-  // The held answers of versions up to `version` (all: InfiniteFuture's
-  // int64 max), removed for the caller to run outside the lock.
-  std::vector<Held> ReleaseLocked(int64_t version)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The state to send a follower holding `held`, or nullopt for none yet;
-  // releases the lock while the core takes it.
+  // The held answers the standby holds the versions of (`all`: every one),
+  // removed for the caller to run outside the lock.
+  std::vector<Held> ReleaseLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The version of `chunk` the standby holds; -1: none.
+  int64_t AckedLocked(int chunk) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The state to send a follower holding state number `held`, or nullopt
+  // for none yet; releases the lock while the core takes it.
   std::optional<ShardCheckpoint> StateToSendLocked(int64_t held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t MaxHeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   ParameterServer* const core_;  // Not owned.
@@ -100,10 +106,14 @@ class ReplicationSource final : public ReplyGate {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool job_done_ ABSL_GUARDED_BY(mu_) = false;
   bool told_done_ ABSL_GUARDED_BY(mu_) = false;
-  // A standby holds acked_ and every answer up to it may go.
+  // A standby holds state number sent_sequence_, whose chunk versions are
+  // acked_: every answer up to them may go.
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t acked_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t sent_version_ ABSL_GUARDED_BY(mu_) = -1;  // Last state sent.
+  std::map<int, int64_t> acked_ ABSL_GUARDED_BY(mu_);
+  // The last state sent: its number, version and chunk versions.
+  int64_t sent_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sent_version_ ABSL_GUARDED_BY(mu_) = -1;
+  std::map<int, int64_t> sent_chunks_ ABSL_GUARDED_BY(mu_);
   std::string standby_ ABSL_GUARDED_BY(mu_);
   absl::Time last_follow_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<Held> held_ ABSL_GUARDED_BY(mu_);

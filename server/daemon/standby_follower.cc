@@ -9,6 +9,7 @@
 #include "common/security/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "lockstep/v1/replication.grpc.pb.h"
+#include "server/daemon/standby_state.h"
 
 namespace lockstep {
 namespace {
@@ -34,7 +35,8 @@ absl::StatusOr<StandbyEnd> FollowPrimary(const StandbyOptions& options,
   std::unique_ptr<v1::Replication::Stub> stub =
       v1::Replication::NewStub(*channel);
   StandbyEnd end;
-  int64_t held = -1;
+  StandbyState held;
+  int64_t sequence = 0;  // Of the newest state held.
   absl::Time last_answer = absl::Now();
   bool said_unreachable = false;
   while (!stop->HasBeenNotified()) {
@@ -44,7 +46,8 @@ absl::StatusOr<StandbyEnd> FollowPrimary(const StandbyOptions& options,
     context.set_deadline(absl::ToChronoTime(
         absl::Now() + std::max(options.failover_timeout, absl::Seconds(1))));
     v1::FollowRequest request;
-    request.set_held_version(held);
+    request.set_held_version(held.version());
+    request.set_held_sequence(sequence);
     request.set_standby(options.self);
     v1::FollowResponse response;
     const absl::Status called =
@@ -72,12 +75,12 @@ absl::StatusOr<StandbyEnd> FollowPrimary(const StandbyOptions& options,
               " of ", state->num_shards, ", this standby shard ", options.shard,
               " of ", options.num_shards));
         }
-        if (held < 0) {
-          log(absl::StrCat("standby of ", options.primary,
-                           ": holds version ", state->version));
+        if (held.empty()) {
+          log(absl::StrCat("standby of ", options.primary, ": holds version ",
+                           state->version));
         }
-        held = state->version;
-        end.state = *std::move(state);
+        held.Update(*std::move(state));
+        sequence = response.sequence();
       }
       continue;
     }
@@ -87,13 +90,20 @@ absl::StatusOr<StandbyEnd> FollowPrimary(const StandbyOptions& options,
                        " refused to be followed: ", called.ToString()));
     }
     if (now - last_answer >= options.failover_timeout) {
-      if (end.state.has_value()) {
+      if (!held.empty()) {
+        absl::StatusOr<ShardCheckpoint> state = held.TakeOver();
+        if (!state.ok()) {
+          return absl::InternalError(absl::StrCat(
+              "the primary ", options.primary, " is lost and this standby ",
+              "cannot take over: ", state.status().message()));
+        }
         end.kind = StandbyEnd::kTakeOver;
+        end.state = *std::move(state);
         end.primary_lost = last_answer;
-        log(absl::StrCat("the primary ", options.primary, " has not answered for ",
-                         absl::FormatDuration(now - last_answer), " (",
-                         called.ToString(), "): taking over at version ",
-                         held));
+        log(absl::StrCat(
+            "the primary ", options.primary, " has not answered for ",
+            absl::FormatDuration(now - last_answer), " (", called.ToString(),
+            "): taking over at version ", end.state->version));
         return end;
       }
       if (!said_unreachable) {

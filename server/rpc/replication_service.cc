@@ -37,13 +37,14 @@ grpc::ServerUnaryReactor* ReplicationService::Follow(
     reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError(refusal)));
     return reactor;
   }
-  follow(request->held_version(), request->standby(),
+  follow(request->held_sequence(), request->standby(),
          [reactor, response](absl::StatusOr<ReplicaUpdate> update) {
            if (!update.ok()) {
              reactor->Finish(ToGrpcStatus(update.status()));
              return;
            }
            response->set_version(update->version);
+           response->set_sequence(update->sequence);
            response->set_checkpoint(std::move(update->checkpoint));
            response->set_job_done(update->job_done);
            reactor->Finish(grpc::Status::OK);

@@ -31,6 +31,7 @@ class ReplyGate {
 // One answer to a Follow (FollowResponse).
 struct ReplicaUpdate {
   int64_t version = -1;
+  int64_t sequence = 0;    // The checkpoint's (FollowResponse.sequence).
   std::string checkpoint;  // Encoded; empty: a heartbeat.
   bool job_done = false;
 };
@@ -40,7 +41,8 @@ class ReplicationService final
           v1::Replication::Service> {
  public:
   using Done = std::function<void(absl::StatusOr<ReplicaUpdate>)>;
-  // Takes a follower's held version and name; answers `done` once.
+  // Takes the sequence number of the state a follower holds (0: none) and
+  // its name; answers `done` once.
   using FollowFn =
       std::function<void(int64_t held, const std::string& standby, Done done)>;
 

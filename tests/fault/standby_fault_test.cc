@@ -38,14 +38,23 @@ int64_t SummaryValue(const std::string& json, const std::string& key) {
   return NumberAfter(json, absl::StrCat("\"", key, "\":"));
 }
 
-TEST(StandbyFaultTest, KilledPrimaryIsReplacedByItsStandbyWithNoStepRedone) {
+// The workers' --push_window: "auto" (every chunk of the small model in
+// flight at once), and 1, where a worker pushes its next chunk only once
+// the last one is answered: the primary, holding a chunk's answer until
+// the standby holds that chunk's version, must not wait for the step's
+// other chunks, which the worker has not pushed yet.
+class StandbyFaultTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(StandbyFaultTest, KilledPrimaryIsReplacedByItsStandbyWithNoStepRedone) {
   Job job(2);
   job.StartServer({"--replicas=2"});
   job.StartStandby({});
   std::vector<std::string> summaries;
   for (int r = 0; r < 2; ++r) {
     summaries.push_back(absl::StrCat(job.dir(), "/summary", r, ".json"));
-    std::vector<std::string> extra = {"--summary_json=" + summaries.back()};
+    std::vector<std::string> extra = {
+        "--summary_json=" + summaries.back(),
+        absl::StrCat("--push_window=", GetParam())};
     if (r == 1) extra.push_back("--straggle=1:50");
     job.StartWorker(r, Flags(extra));
   }
@@ -77,7 +86,10 @@ TEST(StandbyFaultTest, KilledPrimaryIsReplacedByItsStandbyWithNoStepRedone) {
   EXPECT_EQ(job.Weights(1), Reference());
 }
 
-TEST(StandbyFaultTest, StandbyOfAServerWithoutReplicasIsRefused) {
+INSTANTIATE_TEST_SUITE_P(PushWindows, StandbyFaultTest,
+                         ::testing::Values("auto", "1"));
+
+TEST(StandbyRefusalTest, StandbyOfAServerWithoutReplicasIsRefused) {
   Job job(1);
   job.StartServer({});
   job.StartStandby({});
