@@ -10,12 +10,15 @@ schedule, one fault at a
 time, the run SIGKILLs a random worker or server shard, or SIGSTOPs one for a
 drawn time and then SIGCONTs it; what was killed is started again with the
 same arguments, as Kubernetes restarts a pod (the server on its port and
-checkpoint folder). The faults stop at --faults, at --max_s, or when the
+checkpoint folder). With --replicas=2 each shard has a standby: a killed
+primary is replaced by its standby, and comes back as the standby of the
+one that took over. The faults stop at --faults, at --max_s, or when the
 job ends first. Then the job must finish by itself.
 
-A fault-free run with the same flags comes first. At the end the report
+A fault-free run with the same flags (and no standby) comes first. At the end the report
 gives the faults injected and survived, the steps redone (PS: a restarted
-server goes back to its checkpoint; all-reduce: the version polled just
+server goes back to its checkpoint; a standby: the highest version a
+worker held minus the one it took over at; all-reduce: the version polled just
 before the fault minus the one the re-formed group went on from), the time
 lost against the fault-free run, the recovery times, and whether rank 0's
 final weights equal the fault-free run's byte for byte, as synchronous PS
@@ -55,6 +58,10 @@ def parse_args(argv):
     p.add_argument("--sync", choices=("ps", "allreduce"), default="ps")
     p.add_argument("--shards", type=int, default=1,
                    help="server shards (PS); a server fault hits one of them")
+    p.add_argument("--replicas", type=int, choices=(1, 2), default=1,
+                   help="2: each shard has a standby (PS); a server kill "
+                   "hits the primary, its standby takes over and the "
+                   "killed one comes back as the new standby")
     p.add_argument("--allreduce", choices=("gloo", "grpc-ring"),
                    default="gloo", help="the backend, with --sync=allreduce")
     p.add_argument("--steps", type=int, default=12000,
@@ -80,6 +87,10 @@ def parse_args(argv):
         p.error("--shards takes a count >= 1, and more than 1 only with "
                 "--sync=ps")
     args.kind_weights = [float(w) for w in args.kinds.split(",")]
+    if args.replicas > 1 and (args.sync != "ps" or args.kind_weights[3]):
+        p.error("--replicas=2 is for --sync=ps, without server stops (a "
+                "primary stopped past the failover timeout comes back "
+                "beside the standby that took over: docs/faults.md)")
     if len(args.kind_weights) != len(KINDS) or min(args.kind_weights) < 0:
         p.error("--kinds takes 4 weights >= 0")
     for name in ("lockstep_server", "lockstep_worker"):
@@ -110,6 +121,18 @@ def restored_version(proc, deadline):
     return None
 
 
+def took_over_version(proc, deadline):
+    """The version a standby says it took over at, or None."""
+    mark = " at version "
+    while time.time() < deadline and proc.poll() is None:
+        with open(proc.log_path) as f:
+            for line in f:
+                if "took over from" in line:
+                    return int(line.split(mark)[1].split(",")[0])
+        time.sleep(0.005)
+    return None
+
+
 def inject(job, kind, rank, stop_s, shard=0):
     """One fault; returns the version it hit and what it records."""
     record = {"kind": kind}
@@ -133,6 +156,18 @@ def inject(job, kind, rank, stop_s, shard=0):
             job.start_worker(rank)
         elif job.args.sync == "allreduce":
             job.start_server()  # Nothing to restore: only the coordinator.
+        elif job.replicas > 1:
+            # What the workers hold (a primary's own version may be one
+            # ahead, its answers held until the standby has it).
+            before = job.worker_version()
+            record["worker_version"] = before
+            taken = took_over_version(job.standby(shard), job.deadline)
+            record["restored"] = taken
+            killed = job.active[shard]
+            job.fail_over(shard)
+            job.start_slot(shard, killed, standby_of=job.active[shard])
+            if before is not None and taken is not None:
+                record["redone"] = max(0, before - taken)
         else:
             job.start_server(shard)
             restored = restored_version(job.servers[shard], job.deadline)
@@ -159,7 +194,12 @@ def chaos_schedule(args):
             shard = rng.randrange(args.shards) if args.shards > 1 else 0
             # A server killed before its first checkpoint would come back
             # with nothing to restore (and the job is refused, by design).
-            if kind == "server-kill" and args.sync == "ps" and (job.metric(
+            # A standby that holds no state yet cannot take over.
+            if kind == "server-kill" and args.replicas > 1 and not (
+                    job.standby_holds(shard)):
+                kind = "worker-kill"
+            if kind == "server-kill" and args.sync == "ps" and (
+                    args.replicas < 2) and (job.metric(
                     "lockstep_server_checkpoint_version",
                     job.metrics_ports[shard]) or -1) < 0:
                 kind = "worker-kill"
@@ -214,6 +254,7 @@ def report(args, clean, dirty):
         "sync": args.sync if args.sync == "ps" else
                 f"allreduce/{args.allreduce}",
         "seed": args.seed, "workers": args.workers, "shards": args.shards,
+        "replicas": args.replicas,
         "steps": args.steps,
         "faults_injected": len(faults), "faults_survived": survived,
         "faults_by_kind": by_kind,
@@ -249,7 +290,9 @@ def main(argv):
         print(f"chaos: fault-free {mode} run of {args.steps} steps, "
               f"{args.workers} workers, {args.shards} server shard(s)",
               flush=True)
-        clean = run_job(args, f"{tmp}/clean", deadline)
+        # The oracle runs without standbys: they must not change a bit.
+        clean = run_job(argparse.Namespace(**{**vars(args), "replicas": 1}),
+                        f"{tmp}/clean", deadline)
         print(f"chaos: {clean[3]:.1f} s; now with up to {args.faults} "
               f"faults (seed {args.seed})", flush=True)
         schedule = chaos_schedule(args)

@@ -30,6 +30,13 @@ class Job:
         self.ports = [0] * self.shards
         self.servers = [None] * self.shards
         self.metrics_ports = [0] * self.shards
+        # --replicas=2: two processes per shard on fixed ports, the primary
+        # in slot active[shard] and its standby in the other.
+        self.replicas = getattr(args, "replicas", 1)
+        self.slot_ports = [[0, 0] for _ in range(self.shards)]
+        self.slot_procs = [[None, None] for _ in range(self.shards)]
+        self.slot_metrics = [[0, 0] for _ in range(self.shards)]
+        self.active = [0] * self.shards
         self.workers = {}
         self.worker_metrics = {}  # rank -> its metrics port
         self.started = []  # every Popen, for cleanup by pid
@@ -56,8 +63,70 @@ class Job:
     def metrics_port(self):
         return self.metrics_ports[0]
 
+    def start_slot(self, shard, slot, standby_of=None):
+        """--replicas=2: shard `shard`'s process in `slot`, on its port once
+        it has one, as the primary or the standby of slot `standby_of`."""
+        port_file = os.path.join(self.dir, f"port{shard}-{slot}")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        self.slot_metrics[shard][slot] = free_port()
+        a = self.args
+        role = (["--replicas=2"] if standby_of is None else [
+            f"--standby_of=127.0.0.1:{self.slot_ports[shard][standby_of]}"])
+        proc = self._start([
+            os.path.join(a.bin_dir, "lockstep_server"),
+            f"--listen=127.0.0.1:{self.slot_ports[shard][slot]}",
+            f"--workers={a.workers}", f"--shard={shard}",
+            f"--num_shards={self.shards}",
+            f"--metrics_port={self.slot_metrics[shard][slot]}",
+            f"--port_file={port_file}", "--no_worker_timeout_s=120",
+            f"--checkpoint_dir={self.dir}/ckpt{slot}",
+            f"--checkpoint_every_steps={a.checkpoint_every_steps}",
+            "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}"]
+            + role, f"server{shard}-{slot}")
+        self.slot_procs[shard][slot] = proc
+        while not os.path.exists(port_file):
+            if proc.poll() is not None or time.time() > self.deadline:
+                raise RuntimeError("the server did not start; see "
+                                   + proc.log_path)
+            time.sleep(0.01)
+        if self.slot_ports[shard][slot] == 0:
+            with open(port_file) as f:
+                self.slot_ports[shard][slot] = int(f.read())
+        if standby_of is None:
+            self.servers[shard] = proc
+            self.ports[shard] = self.slot_ports[shard][slot]
+            self.metrics_ports[shard] = self.slot_metrics[shard][slot]
+
+    def fail_over(self, shard):
+        """The standby of `shard` took over: it is the primary now."""
+        self.active[shard] = 1 - self.active[shard]
+        slot = self.active[shard]
+        self.servers[shard] = self.slot_procs[shard][slot]
+        self.metrics_ports[shard] = self.slot_metrics[shard][slot]
+
+    def standby(self, shard):
+        return self.slot_procs[shard][1 - self.active[shard]]
+
+    def standby_holds(self, shard):
+        """Whether the standby of `shard` holds a state to take over with."""
+        with open(self.standby(shard).log_path) as f:
+            return "holds version" in f.read()
+
+    def worker_version(self):
+        """The highest version a live worker holds, or None."""
+        versions = [self.metric("lockstep_worker_version", port)
+                    for rank, port in self.worker_metrics.items()
+                    if self.workers[rank].poll() is None]
+        versions = [v for v in versions if v is not None]
+        return int(max(versions)) if versions else None
+
     def start_server(self, shard=0):
         """Shard `shard`, on its port once it has one (a restart)."""
+        if self.replicas > 1:
+            self.start_slot(shard, 0)
+            self.start_slot(shard, 1, standby_of=0)
+            return
         port_file = os.path.join(self.dir, f"port{shard}")
         if os.path.exists(port_file):
             os.unlink(port_file)
@@ -94,7 +163,12 @@ class Job:
         self.worker_metrics[rank] = free_port()
         self.workers[rank] = self._start([
             os.path.join(a.bin_dir, "lockstep_worker"),
+            "--servers=" + ",".join(f"127.0.0.1:{p[0]}" for p in self.slot_ports)
+            if self.replicas > 1 else
             "--servers=" + ",".join(f"127.0.0.1:{p}" for p in self.ports),
+            "--standby_servers=" + ",".join(
+                f"127.0.0.1:{p[1]}" for p in self.slot_ports)
+            if self.replicas > 1 else "--standby_servers=",
             f"--workers={a.workers}",
             f"--rank={rank}", "--dataset=synthetic",
             "--synthetic_examples=6400", "--layers=64,32,10",
@@ -154,8 +228,10 @@ class Job:
     def wait_all(self):
         """Every last process's exit code, waiting until the deadline."""
         codes = {}
+        standbys = [] if self.replicas < 2 else [
+            (f"standby{s}", self.standby(s)) for s in range(self.shards)]
         for name, proc in [(f"server{s}" if s else "server", p)
-                           for s, p in enumerate(self.servers)] + [
+                           for s, p in enumerate(self.servers)] + standbys + [
                 (f"rank{r}", p) for r, p in sorted(self.workers.items())]:
             try:
                 codes[name] = proc.wait(max(1, self.deadline - time.time()))
