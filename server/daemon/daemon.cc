@@ -201,7 +201,8 @@ absl::Status Daemon::RestoreState() {
   return absl::OkStatus();
 }
 
-std::optional<int> Daemon::FollowAsStandby(int port) {
+std::optional<int> Daemon::FollowAsStandby(int port,
+                                           ParameterServerService* service) {
   StandbyOptions standby;
   standby.primary = options_.standby_of;
   standby.self = absl::StrCat(
@@ -210,6 +211,15 @@ std::optional<int> Daemon::FollowAsStandby(int port) {
   standby.failover_timeout = options_.failover_timeout;
   standby.shard = options_.shard;
   standby.num_shards = options_.num_shards;
+  // A worker's Register is sent on to the primary while it answers (or
+  // while this one could not take over), else held until this one takes
+  // over: the worker came because its calls to the primary failed.
+  standby.send_workers_on = [service, primary = standby.primary](bool on) {
+    service->RefuseHeldRegistrations(
+        on ? absl::StrCat("this server is the standby of ", primary,
+                          ", which serves the job")
+           : "");
+  };
   LogToStderr(absl::StrCat("standby of ", standby.primary,
                            ": takes over when it does not answer for ",
                            absl::FormatDuration(standby.failover_timeout)));
@@ -229,10 +239,10 @@ std::optional<int> Daemon::FollowAsStandby(int port) {
     return kExitPermanent;
   }
   if (checkpointer_ != nullptr) checkpointer_->Restored(version);
-  LogToStderr(absl::StrCat(
-      "took over from ", standby.primary, " at version ", version, ", ",
-      absl::FormatDuration(absl::Now() - end->primary_lost),
-      " after its last answer"));
+  LogToStderr(
+      absl::StrCat("took over from ", standby.primary, " at version ", version,
+                   ", ", absl::FormatDuration(absl::Now() - end->primary_lost),
+                   " after its last answer"));
   return std::nullopt;
 }
 
@@ -305,9 +315,9 @@ int Daemon::Run() {
         "this server is the standby of ", options_.standby_of,
         " and keeps a standby of its own only once it has taken over"));
   }
-  std::unique_ptr<GrpcEndpoint> endpoint = GrpcEndpoint::Start(
-      EndpointOptionsOf(options_), security->credentials,
-      {&service, &coordinator, &replication}, LogToStderr);
+  std::unique_ptr<GrpcEndpoint> endpoint =
+      GrpcEndpoint::Start(EndpointOptionsOf(options_), security->credentials,
+                          {&service, &coordinator, &replication}, LogToStderr);
   if (endpoint == nullptr) return kExitPermanent;
   // However Run() ends, requested checkpoints are finished before the
   // server (and then the service) goes: runs before `endpoint` is
@@ -330,7 +340,7 @@ int Daemon::Run() {
   // Listening already: probes see NOT_SERVING rather than a closed port,
   // and GetStatus answers, while the newest checkpoint loads.
   if (!options_.standby_of.empty()) {
-    if (std::optional<int> code = FollowAsStandby(endpoint->port())) {
+    if (std::optional<int> code = FollowAsStandby(endpoint->port(), &service)) {
       return *code;
     }
   } else if (!RestoreState().ok()) {
@@ -339,8 +349,8 @@ int Daemon::Run() {
   if (options_.replicas > 1) {
     ReplicationSource::Options source;
     source.standby_timeout = options_.standby_timeout;
-    replication_ = std::make_unique<ReplicationSource>(source, core_.get(),
-                                                       LogToStderr);
+    replication_ =
+        std::make_unique<ReplicationSource>(source, core_.get(), LogToStderr);
     ReplicationSource* replicas = replication_.get();
     replication.SetSource([replicas](int64_t held, const std::string& standby,
                                      ReplicationService::Done done) {
@@ -363,10 +373,10 @@ int Daemon::Run() {
       replication_->TellJobDone(kWatcherGrace);
     }
     const ReplicationSource::Stats sent = replication_->stats();
-    LogToStderr(absl::StrCat(
-        "replication: ", sent.versions_sent, " version(s) sent to standbys, ",
-        sent.bytes_sent, " bytes, ", sent.encode_seconds,
-        " s taking and encoding them"));
+    LogToStderr(absl::StrCat("replication: ", sent.versions_sent,
+                             " version(s) sent to standbys, ", sent.bytes_sent,
+                             " bytes, ", sent.encode_seconds,
+                             " s taking and encoding them"));
   }
   LogToStderr(absl::StrCat("final version ", core_->GetStatus().version,
                            " after ", absl::FormatDuration(absl::Now() - start),

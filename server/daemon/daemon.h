@@ -126,8 +126,9 @@ class Daemon final {
   absl::Status RestoreState();
   // --standby_of: follows the primary; OK once this server has taken over
   // (its state restored), else the exit code to end with.
-  // `port` is the one it listens on.
-  std::optional<int> FollowAsStandby(int port);
+  // `port` is the one it listens on; `service` refuses registrations while
+  // the primary answers.
+  std::optional<int> FollowAsStandby(int port, ParameterServerService* service);
   int ServeUntilDone(absl::FunctionRef<void(bool)> set_serving);
 
   // Run() sets workers (and listen's port) for --workers=auto.

@@ -39,6 +39,16 @@ absl::StatusOr<StandbyEnd> FollowPrimary(const StandbyOptions& options,
   int64_t sequence = 0;  // Of the newest state held.
   absl::Time last_answer = absl::Now();
   bool said_unreachable = false;
+  bool primary_answers = false;
+  std::optional<bool> sending_on;
+  const auto tell_workers = [&]() {
+    const bool send_on = primary_answers || held.empty();
+    if (send_on != sending_on && options.send_workers_on) {
+      options.send_workers_on(send_on);
+    }
+    sending_on = send_on;
+  };
+  tell_workers();
   while (!stop->HasBeenNotified()) {
     grpc::ClientContext context;
     // Long enough for the primary's longest wait, short enough to see it
@@ -53,6 +63,10 @@ absl::StatusOr<StandbyEnd> FollowPrimary(const StandbyOptions& options,
     const absl::Status called =
         FromGrpcStatus(stub->Follow(&context, request, &response));
     const absl::Time now = absl::Now();
+    if (called.ok() != primary_answers) {
+      primary_answers = called.ok();
+      tell_workers();
+    }
     if (called.ok()) {
       last_answer = now;
       said_unreachable = false;
@@ -81,6 +95,7 @@ absl::StatusOr<StandbyEnd> FollowPrimary(const StandbyOptions& options,
         }
         held.Update(*std::move(state));
         sequence = response.sequence();
+        tell_workers();
       }
       continue;
     }

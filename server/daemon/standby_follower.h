@@ -9,6 +9,7 @@
 #define LOCKSTEP_SERVER_DAEMON_STANDBY_FOLLOWER_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -29,6 +30,11 @@ struct StandbyOptions {
   absl::Duration failover_timeout = absl::Seconds(1);
   int shard = 0;
   int num_shards = 1;
+  // Told, at the start and on each change, whether workers that call this
+  // standby are sent on to the primary: while the primary answers, and
+  // while this standby holds no state to take over with. Otherwise they
+  // wait for it to take over (their calls to the primary failed).
+  std::function<void(bool send_on)> send_workers_on;
 };
 
 struct StandbyEnd {

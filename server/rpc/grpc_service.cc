@@ -115,11 +115,16 @@ grpc::ServerUnaryReactor* ParameterServerService::Register(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   {
     absl::MutexLock lock(&gate_mu_);
+    if (registration_held_ && !held_refusal_.empty()) {
+      reactor->Finish(ToGrpcStatus(absl::UnavailableError(held_refusal_)));
+      return reactor;
+    }
     if (registration_held_) {  // A checkpoint is being restored.
-      held_.push_back(
+      held_.push_back(HeldRegistration{
           [this, rank = request->rank(), signature, response, reactor]() {
             DoRegister(rank, signature, response, reactor);
-          });
+          },
+          reactor});
       return reactor;
     }
   }
@@ -151,14 +156,28 @@ void ParameterServerService::HoldRegistration() {
   registration_held_ = true;
 }
 
+void ParameterServerService::RefuseHeldRegistrations(std::string why) {
+  std::vector<HeldRegistration> refused;
+  {
+    absl::MutexLock lock(&gate_mu_);
+    held_refusal_ = std::move(why);
+    if (!held_refusal_.empty()) refused.swap(held_);
+    why = held_refusal_;
+  }
+  for (HeldRegistration& h : refused) {
+    h.reactor->Finish(ToGrpcStatus(absl::UnavailableError(why)));
+  }
+}
+
 void ParameterServerService::OpenRegistration() {
-  std::vector<std::function<void()>> held;
+  std::vector<HeldRegistration> held;
   {
     absl::MutexLock lock(&gate_mu_);
     registration_held_ = false;
+    held_refusal_.clear();
     held.swap(held_);
   }
-  for (auto& run : held) run();
+  for (HeldRegistration& h : held) h.run();
 }
 
 grpc::ServerUnaryReactor* ParameterServerService::Initialize(

@@ -129,6 +129,12 @@ class ParameterServerService final : public ParameterServerServiceBase {
   // Registration is open unless held. Held calls run on the caller of
   // OpenRegistration().
   void HoldRegistration();
+  // While registration is held, Register calls are answered UNAVAILABLE
+  // with `why` rather than held (empty: held again), those held included.
+  // A standby whose primary answers (or that has no state to take over
+  // with) refuses them so, and a worker that named the standby first goes
+  // on to the primary at once.
+  void RefuseHeldRegistrations(std::string why);
   // Pushes' and pulls' answers go through `gate` (not owned; null: none)
   // from now on: a primary's standby must hold their version first.
   void SetReplyGate(ReplyGate* gate) { gate_.store(gate); }
@@ -165,7 +171,12 @@ class ParameterServerService final : public ParameterServerServiceBase {
   const SignatureLimits limits_;
   absl::Mutex gate_mu_;
   bool registration_held_ ABSL_GUARDED_BY(gate_mu_) = false;
-  std::vector<std::function<void()>> held_ ABSL_GUARDED_BY(gate_mu_);
+  std::string held_refusal_ ABSL_GUARDED_BY(gate_mu_);
+  struct HeldRegistration {
+    std::function<void()> run;
+    grpc::ServerUnaryReactor* reactor;  // To refuse it instead.
+  };
+  std::vector<HeldRegistration> held_ ABSL_GUARDED_BY(gate_mu_);
   // `reply` through the gate, when one is set.
   ChunkCallback Gated(ChunkCallback reply) {
     ReplyGate* gate = gate_.load();

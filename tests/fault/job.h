@@ -36,6 +36,8 @@ class Job final {
   int WaitStandby();
 
   pid_t server() const { return servers_.back()->pid(); }
+  int port() const { return port_; }
+  int standby_port() const { return standby_port_; }
   std::string dir() const { return dir_; }
   pid_t worker(int slot) const { return workers_.at(slot)->pid(); }
   void Signal(pid_t pid, int sig) const;

@@ -20,6 +20,7 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The integer after the first `before` in `text` (up to a character that
 // is not a digit), or -1.
@@ -88,6 +89,27 @@ TEST_P(StandbyFaultTest, KilledPrimaryIsReplacedByItsStandbyWithNoStepRedone) {
 
 INSTANTIATE_TEST_SUITE_P(PushWindows, StandbyFaultTest,
                          ::testing::Values("auto", "1"));
+
+// A worker restarted after a failover names the old primary -- a standby
+// now -- first. While its primary answers, a standby refuses Register at
+// once rather than holding it until it takes over: with a connect timeout
+// shorter than a replica's 2 s slice, only that lets the worker in.
+TEST(StandbyRefusalTest, AWorkerNamingTheStandbyFirstIsSentOnAtOnce) {
+  Job job(2);
+  job.StartServer({"--replicas=2"});
+  job.StartStandby({});
+  job.StartWorker(0, Flags());
+  job.StartWorker(
+      1, Flags({absl::StrCat("--servers=127.0.0.1:", job.standby_port()),
+                absl::StrCat("--standby_servers=127.0.0.1:", job.port()),
+                "--connect_timeout_s=1"}));
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitStandby(), 0) << job.StandbyOutput();
+  EXPECT_THAT(job.StandbyOutput(), Not(HasSubstr("took over")));
+  EXPECT_EQ(job.Weights(0), Reference());
+  EXPECT_EQ(job.Weights(1), Reference());
+}
 
 TEST(StandbyRefusalTest, StandbyOfAServerWithoutReplicasIsRefused) {
   Job job(1);
