@@ -35,12 +35,14 @@ import os
 import random
 import signal
 import sys
+import subprocess
 import tempfile
 import time
 
 from chaos_job import run_job
 
-KINDS = ("worker-kill", "worker-stop", "server-kill", "server-stop")
+KINDS = ("worker-kill", "worker-stop", "server-kill", "server-stop",
+         "worker-leave")
 
 
 def parse_args(argv):
@@ -62,6 +64,9 @@ def parse_args(argv):
                    help="2: each shard has a standby (PS); a server kill "
                    "hits the primary, its standby takes over and the "
                    "killed one comes back as the new standby")
+    p.add_argument("--failover_timeout_s", type=float, default=1.0,
+                   help="with --replicas=2: the standbys' (the server's "
+                   "default)")
     p.add_argument("--allreduce", choices=("gloo", "grpc-ring"),
                    default="gloo", help="the backend, with --sync=allreduce")
     p.add_argument("--steps", type=int, default=12000,
@@ -73,7 +78,16 @@ def parse_args(argv):
     p.add_argument("--stop_s", type=float, nargs=2, default=(0.2, 3.0),
                    metavar=("MIN", "MAX"), help="how long a SIGSTOP lasts")
     p.add_argument("--kinds", default="4,3,2,1",
-                   help="weights of " + ", ".join(KINDS))
+                   help="weights of " + ", ".join(KINDS) + " (the last "
+                   "one: 0 when left out; SIGTERM, with --min_workers)")
+    p.add_argument("--min_workers", type=int, default=0,
+                   help="an elastic job (the workers' flag): a killed or "
+                   "leaving worker stays away for --away_s, the others "
+                   "going on without it, then joins again")
+    p.add_argument("--away_s", type=float, nargs=2, default=(0.5, 3.0),
+                   metavar=("MIN", "MAX"),
+                   help="with --min_workers: how long a lost worker stays "
+                   "away")
     p.add_argument("--checkpoint_every_steps", type=int, default=100,
                    help="the server's; a restart redoes the steps since")
     p.add_argument("--server_step_timeout_s", type=int, default=2,
@@ -87,12 +101,18 @@ def parse_args(argv):
         p.error("--shards takes a count >= 1, and more than 1 only with "
                 "--sync=ps")
     args.kind_weights = [float(w) for w in args.kinds.split(",")]
+    if len(args.kind_weights) == len(KINDS) - 1:
+        args.kind_weights.append(0.0)
+    if args.kind_weights[-1:] != [0.0] and not args.min_workers:
+        p.error("worker-leave is for elastic jobs: add --min_workers")
+    if not 0 <= args.min_workers <= args.workers:
+        p.error("--min_workers takes 0 (off) to --workers")
     if args.replicas > 1 and (args.sync != "ps" or args.kind_weights[3]):
         p.error("--replicas=2 is for --sync=ps, without server stops (a "
                 "primary stopped past the failover timeout comes back "
                 "beside the standby that took over: docs/faults.md)")
     if len(args.kind_weights) != len(KINDS) or min(args.kind_weights) < 0:
-        p.error("--kinds takes 4 weights >= 0")
+        p.error("--kinds takes 4 or 5 weights >= 0")
     for name in ("lockstep_server", "lockstep_worker"):
         if not os.access(os.path.join(args.bin_dir, name), os.X_OK):
             p.error(f"{args.bin_dir}/{name} not found; build first")
@@ -149,6 +169,16 @@ def inject(job, kind, rank, stop_s, shard=0):
         time.sleep(stop_s)
         os.kill(proc.pid, signal.SIGCONT)
         record["stopped_s"] = round(stop_s, 3)
+    elif kind.startswith("worker") and job.args.min_workers:
+        # Elastic: the others go on without it; it joins again later.
+        os.kill(proc.pid, signal.SIGTERM if kind == "worker-leave" else
+                signal.SIGKILL)
+        try:
+            record["exit_code"] = proc.wait(max(1, job.deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            record["exit_code"] = None
+        record["away_s"] = round(stop_s, 3)
+        job.rejoin = (rank, time.time() + stop_s)
     else:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -190,6 +220,7 @@ def chaos_schedule(args):
             kind = rng.choices(KINDS, weights=args.kind_weights)[0]
             rank = rng.randrange(args.workers)
             stop_s = rng.uniform(*args.stop_s)
+            away_s = rng.uniform(*args.away_s) if args.min_workers else 0
             # Drawn only with shards, so that one shard's schedules stay.
             shard = rng.randrange(args.shards) if args.shards > 1 else 0
             # A server killed before its first checkpoint would come back
@@ -209,7 +240,10 @@ def chaos_schedule(args):
                 break  # The job is ending: this worker has finished.
             t = time.time()
             last_group = job.resumed() if args.sync == "allreduce" else None
-            before, record = inject(job, kind, rank, stop_s, shard)
+            before, record = inject(
+                job, kind, rank,
+                away_s if args.min_workers and kind in (
+                    "worker-kill", "worker-leave") else stop_s, shard)
             record["at_s"] = round(t - job.t0, 3)
             # An all-reduce rank may finish the step it was in before its
             # peers notice: recovered is a step past that one.
@@ -217,6 +251,16 @@ def chaos_schedule(args):
             recovery = wait_past(job, past, end)
             record["recovered_s"] = (None if recovery is None else
                                      round(time.time() - t, 3))
+            if job.rejoin is not None:  # The lost worker joins again.
+                rejoin_rank, at = job.rejoin
+                job.rejoin = None
+                time.sleep(max(0.0, at - time.time()))
+                if job.finished():  # It has no job to join: not counted.
+                    record["rejoined"] = False
+                    del job.workers[rejoin_rank]
+                    faults.append(record)
+                    break
+                job.start_worker(rejoin_rank)
             group = job.resumed() if args.sync == "allreduce" else None
             if group is not None and group != last_group:
                 record["generation"], record["resumed"] = group

@@ -38,6 +38,7 @@ class Job:
         self.slot_metrics = [[0, 0] for _ in range(self.shards)]
         self.active = [0] * self.shards
         self.workers = {}
+        self.rejoin = None  # (rank, when): an elastic job's lost worker.
         self.worker_metrics = {}  # rank -> its metrics port
         self.started = []  # every Popen, for cleanup by pid
         self.logs = 0
@@ -72,7 +73,8 @@ class Job:
         self.slot_metrics[shard][slot] = free_port()
         a = self.args
         role = (["--replicas=2"] if standby_of is None else [
-            f"--standby_of=127.0.0.1:{self.slot_ports[shard][standby_of]}"])
+            f"--standby_of=127.0.0.1:{self.slot_ports[shard][standby_of]}",
+            f"--failover_timeout_s={a.failover_timeout_s}"])
         proc = self._start([
             os.path.join(a.bin_dir, "lockstep_server"),
             f"--listen=127.0.0.1:{self.slot_ports[shard][slot]}",
@@ -157,9 +159,11 @@ class Job:
     def start_worker(self, rank):
         a = self.args
         mode = ["--step_timeout_s=30"]
+        if getattr(a, "min_workers", 0):
+            mode.append(f"--min_workers={a.min_workers}")
         if a.sync == "allreduce":
             mode = ["--sync=allreduce", f"--allreduce={a.allreduce}",
-                    f"--step_timeout_s={a.server_step_timeout_s}"]
+                    f"--step_timeout_s={a.server_step_timeout_s}"] + mode[1:]
         self.worker_metrics[rank] = free_port()
         self.workers[rank] = self._start([
             os.path.join(a.bin_dir, "lockstep_worker"),
