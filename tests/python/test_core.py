@@ -45,6 +45,17 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual((c.tls_ca, c.wire_dtype, c.seed),
                          ("/ca.pem", "bf16", 7))
 
+    def test_standby_servers_one_per_shard(self):
+        env = {"LOCKSTEP_SERVERS": "a:1,b:2", "LOCKSTEP_RANK": "0",
+               "LOCKSTEP_WORKERS": "1"}
+        self.assertEqual(Cluster.from_env(env).standby_servers, [])
+        c = Cluster.from_env({**env, "LOCKSTEP_STANDBY_SERVERS": "c:3, d:4"})
+        self.assertEqual(c.standby_servers, ["c:3", "d:4"])
+        with self.assertRaises(LockstepError) as e:
+            Cluster.from_env({**env, "LOCKSTEP_STANDBY_SERVERS": "c:3"})
+        self.assertEqual(e.exception.exit_code, 2)
+        self.assertIn("1 standby(s) for 2 server shard(s)", str(e.exception))
+
     def test_tf_config_fills_what_is_unset(self):
         tf = {"cluster": {"ps": ["p0:2222", "p1:2222"], "chief": ["c:1"],
                           "worker": ["w0:1", "w1:1"]},

@@ -89,6 +89,58 @@ class ServerRestartTest(unittest.TestCase):
                 again.stop()
 
 
+class StandbyTest(unittest.TestCase):
+
+    def test_a_killed_primary_is_replaced_by_its_standby_with_no_step_redone(self):
+        out = tempfile.mkdtemp()
+        args = harness.train_args(steps=30, step_sleep_ms=30)
+        (c0, o0), _ = harness.run_job(
+            PYTHON, "torch_train.py", lambda r: args + (
+                [f"--out={out}/fault_free.safetensors"] if r == 0 else []),
+            2)[0]
+        self.assertEqual(c0, 0, o0)
+        primary = harness.Server(2, ["--replicas=2"])
+        standby = harness.Server(2, [f"--standby_of={primary.address}"])
+        try:
+            env = {"LOCKSTEP_STANDBY_SERVERS": standby.address}
+            workers = [harness.start_worker(
+                PYTHON, "torch_train.py", args + (
+                    [f"--out={out}/failed_over.safetensors"] if r == 0
+                    else []), [primary.address], r, 2, env)
+                for r in range(2)]
+            seen = harness.read_until(workers[0], "step 8 loss")
+            self.assertIn("step 8 loss", seen)
+            primary.proc.kill()
+            primary.proc.wait(30)
+            results = harness.finish(workers, 180)
+            for rank, (code, output) in enumerate(results):
+                output = (seen if rank == 0 else "") + output
+                self.assertEqual(code, 0, output)
+                self.assertIn("done version 30", output)
+                self.assertIn("registering again", output)
+                # The job never steps back: every step once, but for the
+                # one in flight at the kill, whose gradient the package
+                # drops when it registers again and computes once more.
+                steps = [int(line.split()[1]) for line in output.splitlines()
+                         if line.startswith("step ")]
+                self.assertEqual(sorted(set(steps)), list(range(30)), output)
+                self.assertEqual(steps, sorted(steps), output)
+                self.assertLessEqual(len(steps), 31, output)
+            self.assertEqual(standby.wait(30), 0, standby.log())
+            self.assertIn("took over from", standby.log())
+            clean = harness.read_weights(f"{out}/fault_free.safetensors")
+            failed_over = harness.read_weights(
+                f"{out}/failed_over.safetensors")
+            self.assertEqual(clean.keys(), failed_over.keys())
+            for name, (shape, values) in clean.items():
+                self.assertEqual(failed_over[name][0], shape)
+                np.testing.assert_array_equal(failed_over[name][1], values,
+                                              name)
+        finally:
+            primary.stop()
+            standby.stop()
+
+
 class SignalTest(unittest.TestCase):
 
     def test_ctrl_c_ends_a_worker_waiting_in_a_step_at_once(self):

@@ -41,6 +41,8 @@ ABSL_DECLARE_FLAG(double, lr_warmup_from);
 ABSL_DECLARE_FLAG(int64_t, max_steps);
 ABSL_DECLARE_FLAG(std::string, dataset);
 ABSL_DECLARE_FLAG(int64_t, synthetic_examples);
+ABSL_DECLARE_FLAG(std::string, standby_servers);
+ABSL_DECLARE_FLAG(int, min_workers);
 
 namespace lockstep {
 namespace {
@@ -195,6 +197,22 @@ std::string Refusal() {
   const absl::Status s = WorkerOptionsFromFlags().status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   return std::string(s.message());
+}
+
+TEST_F(WorkerFlagsTest, StandbyServersAreOnePerShardAndNotElastic) {
+  absl::SetFlag(&FLAGS_standby_servers, "127.0.0.1:7100,127.0.0.1:7101");
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_THAT(o->session.client.standby_servers,
+              ElementsAre("127.0.0.1:7100", "127.0.0.1:7101"));
+  absl::SetFlag(&FLAGS_min_workers, 2);
+  EXPECT_THAT(Refusal(),
+              ::testing::HasSubstr("--standby_servers and an elastic job"));
+  absl::SetFlag(&FLAGS_min_workers, 0);
+  absl::SetFlag(&FLAGS_standby_servers, "127.0.0.1:7100");
+  EXPECT_THAT(Refusal(),
+              ::testing::HasSubstr("--standby_servers needs one standby per "
+                                   "shard: 2 server(s), 1 standby(s)"));
 }
 
 // -1 and nan once stood for "the optimizer's default" (any value < 0 did):

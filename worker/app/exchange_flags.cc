@@ -149,6 +149,14 @@ absl::Status ParseGroupFlags(WorkerMainOptions* options) {
         "without --backup_workers: the asynchronous modes have no steps "
         "every worker shares");
   }
+  if (o.session.group.min_workers > 0 &&
+      o.session.group.min_workers < workers &&
+      !o.session.client.standby_servers.empty()) {
+    return absl::InvalidArgumentError(
+        "--standby_servers and an elastic job (--min_workers below "
+        "--workers) do not go together yet: the group forms at the first "
+        "shard's coordinator, which does not fail over to its standby");
+  }
   const int settle_ms = absl::GetFlag(FLAGS_group_settle_ms);
   if (settle_ms < 0 || settle_ms > 600000) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -4,6 +4,9 @@ lockstep_launch and the Kubernetes manifests describe the job in the
 environment; Cluster.from_env() reads it:
 
   LOCKSTEP_SERVERS   host:port of every server shard, comma-separated
+  LOCKSTEP_STANDBY_SERVERS
+                     each shard's standby (lockstep_server --standby_of),
+                     in shard order: calls fail over to it
   LOCKSTEP_RANK      this worker's rank, 0 .. LOCKSTEP_WORKERS-1
   LOCKSTEP_WORKERS   how many workers the job has
   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
@@ -169,6 +172,8 @@ class Cluster:
     token_file: str = ""
     wire_dtype: str = "fp32"
     seed: int = 42
+    # Each shard's standby, in shard order; empty: none.
+    standby_servers: List[str] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> Cluster:
@@ -176,7 +181,15 @@ class Cluster:
         env = os.environ if env is None else env
         servers, rank, workers, local = _read(env)
         _checked(servers, rank, workers)
+        standbys = [s.strip() for s in
+                    env.get("LOCKSTEP_STANDBY_SERVERS", "").split(",")
+                    if s.strip()]
+        if standbys and len(standbys) != len(servers):
+            raise _bad(f"LOCKSTEP_STANDBY_SERVERS names {len(standbys)} "
+                       f"standby(s) for {len(servers)} server shard(s): "
+                       "give one per shard, in shard order")
         return cls(servers=servers, rank=rank, num_workers=workers,
+                   standby_servers=standbys,
                    local_rank=local,
                    tls_ca=env.get("LOCKSTEP_TLS_CA", ""),
                    tls_cert=env.get("LOCKSTEP_TLS_CERT", ""),

@@ -173,7 +173,7 @@ class Job:
             step_timeout_s=step_timeout_s, rejoin_timeout_s=rejoin_timeout_s,
             seed=c.seed, tls_ca=c.tls_ca, tls_cert=c.tls_cert,
             tls_key=c.tls_key, tls_server_name=c.tls_server_name,
-            token_file=c.token_file)
+            token_file=c.token_file, standby_servers=c.standby_servers)
         self.version = -1   # The weights' version once joined.
         self.steps = 0      # Steps this worker took part in.
         self._next_step = 0  # The session's: the step to compute next.

@@ -20,6 +20,7 @@ Client::Client(ClientOptions o) {
   StepSessionOptions options;
   options.rank = o.rank;
   options.client.servers = std::move(o.servers);
+  options.client.standby_servers = std::move(o.standby_servers);
   options.client.wire_dtype = ValueOrThrow(ParseWireDType(o.wire_dtype));
   options.client.max_pushes_in_flight = o.push_window;
   options.client.push_thread = o.push_thread;

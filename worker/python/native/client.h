@@ -27,6 +27,8 @@ namespace lockstep {
 // How a Client reaches its job.
 struct ClientOptions {
   std::vector<std::string> servers;
+  // Empty, or each shard's standby (lockstep_server --standby_of).
+  std::vector<std::string> standby_servers;
   int rank = 0;
   std::string wire_dtype = "fp32";
   int push_window = kAutoPushWindow;

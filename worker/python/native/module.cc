@@ -45,9 +45,11 @@ std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
                                   std::string tls_ca, std::string tls_cert,
                                   std::string tls_key,
                                   std::string tls_server_name,
-                                  std::string token_file, bool insecure) {
+                                  std::string token_file, bool insecure,
+                                  std::vector<std::string> standby_servers) {
   ClientOptions o;
   o.servers = std::move(servers);
+  o.standby_servers = std::move(standby_servers);
   o.rank = rank;
   o.wire_dtype = std::move(wire_dtype);
   o.push_window = push_window;
@@ -183,7 +185,8 @@ void BindClient(py::module_& m) {
            py::arg("rejoin_timeout_s") = 300.0, py::arg("seed") = 42,
            py::arg("tls_ca") = "", py::arg("tls_cert") = "",
            py::arg("tls_key") = "", py::arg("tls_server_name") = "",
-           py::arg("token_file") = "", py::arg("insecure") = false)
+           py::arg("token_file") = "", py::arg("insecure") = false,
+           py::arg("standby_servers") = std::vector<std::string>())
       .def("join", &JoinJob, py::arg("tensors"), py::arg("state_tensors"),
            py::arg("optimizer"), py::arg("learning_rate"), py::arg("momentum"),
            py::arg("nesterov"), py::arg("beta_1"), py::arg("beta_2"),
