@@ -12,10 +12,15 @@ drawn time and then SIGCONTs it; what was killed is started again with the
 same arguments, as Kubernetes restarts a pod (the server on its port and
 checkpoint folder). With --replicas=2 each shard has a standby: a killed
 primary is replaced by its standby, and comes back as the standby of the
-one that took over. The faults stop at --faults, at --max_s, or when the
-job ends first. Then the job must finish by itself.
+one that took over. With --min_workers the job is elastic: a killed
+worker, or one told to leave (SIGTERM), stays away for --away_s while the
+others go on, then joins again. With --python=INTERPRETER the workers are
+PyTorch scripts through the Python package. The faults stop at --faults,
+at --max_s, or when the job ends first. Then the job must finish by
+itself.
 
-A fault-free run with the same flags (and no standby) comes first. At the end the report
+A fault-free run with the same flags (and no standby) comes first. At the
+end the report
 gives the faults injected and survived, the steps redone (PS: a restarted
 server goes back to its checkpoint; a standby: the highest version a
 worker held minus the one it took over at; all-reduce: the version polled just
@@ -67,6 +72,10 @@ def parse_args(argv):
     p.add_argument("--failover_timeout_s", type=float, default=1.0,
                    help="with --replicas=2: the standbys' (the server's "
                    "default)")
+    p.add_argument("--python", metavar="INTERPRETER",
+                   help="PS: the workers are PyTorch scripts through the "
+                   "Python package (tests/python/workers/torch_train.py), "
+                   "run by this interpreter, which has torch")
     p.add_argument("--allreduce", choices=("gloo", "grpc-ring"),
                    default="gloo", help="the backend, with --sync=allreduce")
     p.add_argument("--steps", type=int, default=12000,
@@ -105,6 +114,8 @@ def parse_args(argv):
         args.kind_weights.append(0.0)
     if args.kind_weights[-1:] != [0.0] and not args.min_workers:
         p.error("worker-leave is for elastic jobs: add --min_workers")
+    if args.python and (args.sync != "ps" or args.min_workers):
+        p.error("--python is for --sync=ps jobs of a fixed size")
     if not 0 <= args.min_workers <= args.workers:
         p.error("--min_workers takes 0 (off) to --workers")
     if args.replicas > 1 and (args.sync != "ps" or args.kind_weights[3]):
@@ -298,7 +309,8 @@ def report(args, clean, dirty):
         "sync": args.sync if args.sync == "ps" else
                 f"allreduce/{args.allreduce}",
         "seed": args.seed, "workers": args.workers, "shards": args.shards,
-        "replicas": args.replicas,
+        "replicas": args.replicas, "min_workers": args.min_workers,
+        "python_workers": bool(args.python),
         "steps": args.steps,
         "faults_injected": len(faults), "faults_survived": survived,
         "faults_by_kind": by_kind,

@@ -43,10 +43,11 @@ class Job:
         self.started = []  # every Popen, for cleanup by pid
         self.logs = 0
 
-    def _start(self, argv, name):
+    def _start(self, argv, name, env=None):
         self.logs += 1
         log = open(os.path.join(self.dir, f"{self.logs:04d}-{name}.log"), "w")
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                env=env)
         proc.log_path = log.name
         log.close()
         self.started.append(proc)
@@ -64,37 +65,47 @@ class Job:
     def metrics_port(self):
         return self.metrics_ports[0]
 
-    def start_slot(self, shard, slot, standby_of=None):
-        """--replicas=2: shard `shard`'s process in `slot`, on its port once
-        it has one, as the primary or the standby of slot `standby_of`."""
-        port_file = os.path.join(self.dir, f"port{shard}-{slot}")
+    def _server(self, shard, port, metrics_port, name, extra):
+        """Starts shard `shard` of lockstep_server on `port` (0: any) and
+        waits until it listens; returns (its Popen, its port)."""
+        port_file = os.path.join(self.dir, f"port-{name}")
         if os.path.exists(port_file):
             os.unlink(port_file)
-        self.slot_metrics[shard][slot] = free_port()
         a = self.args
-        role = (["--replicas=2"] if standby_of is None else [
-            f"--standby_of=127.0.0.1:{self.slot_ports[shard][standby_of]}",
-            f"--failover_timeout_s={a.failover_timeout_s}"])
         proc = self._start([
             os.path.join(a.bin_dir, "lockstep_server"),
-            f"--listen=127.0.0.1:{self.slot_ports[shard][slot]}",
+            f"--listen=127.0.0.1:{port}",
             f"--workers={a.workers}", f"--shard={shard}",
             f"--num_shards={self.shards}",
-            f"--metrics_port={self.slot_metrics[shard][slot]}",
-            f"--port_file={port_file}", "--no_worker_timeout_s=120",
-            f"--checkpoint_dir={self.dir}/ckpt{slot}",
-            f"--checkpoint_every_steps={a.checkpoint_every_steps}",
-            "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}"]
-            + role, f"server{shard}-{slot}")
-        self.slot_procs[shard][slot] = proc
+            f"--metrics_port={metrics_port}",
+            f"--port_file={port_file}",
+            "--no_worker_timeout_s=120"] + extra, name)
         while not os.path.exists(port_file):
             if proc.poll() is not None or time.time() > self.deadline:
                 raise RuntimeError("the server did not start; see "
                                    + proc.log_path)
             time.sleep(0.01)
-        if self.slot_ports[shard][slot] == 0:
+        if port == 0:
             with open(port_file) as f:
-                self.slot_ports[shard][slot] = int(f.read())
+                port = int(f.read())
+        return proc, port
+
+    def start_slot(self, shard, slot, standby_of=None):
+        """--replicas=2: shard `shard`'s process in `slot`, on its port once
+        it has one, as the primary or the standby of slot `standby_of`."""
+        self.slot_metrics[shard][slot] = free_port()
+        a = self.args
+        role = (["--replicas=2"] if standby_of is None else [
+            f"--standby_of=127.0.0.1:{self.slot_ports[shard][standby_of]}",
+            f"--failover_timeout_s={a.failover_timeout_s}"])
+        proc, self.slot_ports[shard][slot] = self._server(
+            shard, self.slot_ports[shard][slot], self.slot_metrics[shard][slot],
+            f"server{shard}-{slot}", [
+                f"--checkpoint_dir={self.dir}/ckpt{slot}",
+                f"--checkpoint_every_steps={a.checkpoint_every_steps}",
+                "--sum_order=rank",
+                f"--step_timeout_s={a.server_step_timeout_s}"] + role)
+        self.slot_procs[shard][slot] = proc
         if standby_of is None:
             self.servers[shard] = proc
             self.ports[shard] = self.slot_ports[shard][slot]
@@ -129,32 +140,15 @@ class Job:
             self.start_slot(shard, 0)
             self.start_slot(shard, 1, standby_of=0)
             return
-        port_file = os.path.join(self.dir, f"port{shard}")
-        if os.path.exists(port_file):
-            os.unlink(port_file)
         self.metrics_ports[shard] = free_port()
         a = self.args
         ps = [] if a.sync == "allreduce" else [
             f"--checkpoint_dir={self.dir}/ckpt",
             f"--checkpoint_every_steps={a.checkpoint_every_steps}",
             "--sum_order=rank", f"--step_timeout_s={a.server_step_timeout_s}"]
-        proc = self._start([
-            os.path.join(a.bin_dir, "lockstep_server"),
-            f"--listen=127.0.0.1:{self.ports[shard]}",
-            f"--workers={a.workers}", f"--shard={shard}",
-            f"--num_shards={self.shards}",
-            f"--metrics_port={self.metrics_ports[shard]}",
-            f"--port_file={port_file}",
-            "--no_worker_timeout_s=120"] + ps, f"server{shard}")
-        self.servers[shard] = proc
-        while not os.path.exists(port_file):
-            if proc.poll() is not None or time.time() > self.deadline:
-                raise RuntimeError("the server did not start; see "
-                                   + proc.log_path)
-            time.sleep(0.01)
-        if self.ports[shard] == 0:
-            with open(port_file) as f:
-                self.ports[shard] = int(f.read())
+        self.servers[shard], self.ports[shard] = self._server(
+            shard, self.ports[shard], self.metrics_ports[shard],
+            f"server{shard}", ps)
 
     def start_worker(self, rank):
         a = self.args
@@ -164,6 +158,9 @@ class Job:
         if a.sync == "allreduce":
             mode = ["--sync=allreduce", f"--allreduce={a.allreduce}",
                     f"--step_timeout_s={a.server_step_timeout_s}"] + mode[1:]
+        if getattr(a, "python", None):
+            self.workers[rank] = self._start_python(rank)
+            return
         self.worker_metrics[rank] = free_port()
         self.workers[rank] = self._start([
             os.path.join(a.bin_dir, "lockstep_worker"),
@@ -183,6 +180,29 @@ class Job:
             f"--metrics_port={self.worker_metrics[rank]}",
             f"--dump_weights={self.dir}/weights-rank{rank}"] + mode,
             f"rank{rank}")
+
+    def _start_python(self, rank):
+        """A PyTorch worker (tests/python/workers/torch_train.py) through
+        the Python package beside the binaries; rank 0 writes the weights."""
+        a = self.args
+        env = dict(os.environ, PYTHONUNBUFFERED="1", LOCKSTEP_RANK=str(rank),
+                   LOCKSTEP_WORKERS=str(a.workers),
+                   PYTHONPATH=os.path.join(a.bin_dir, "..", "python"))
+        if self.replicas > 1:
+            env["LOCKSTEP_SERVERS"] = ",".join(
+                f"127.0.0.1:{p[0]}" for p in self.slot_ports)
+            env["LOCKSTEP_STANDBY_SERVERS"] = ",".join(
+                f"127.0.0.1:{p[1]}" for p in self.slot_ports)
+        else:
+            env["LOCKSTEP_SERVERS"] = ",".join(
+                f"127.0.0.1:{p}" for p in self.ports)
+        script = os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "python", "workers", "torch_train.py")
+        return self._start([
+            a.python, script, f"--steps={a.steps}", "--examples=6400",
+            "--optimizer=adam", "--lr=0.001",
+            f"--step_sleep_ms={a.straggle_ms if rank == 0 else 0}",
+            f"--out={self.dir}/weights-rank0"], f"rank{rank}", env)
 
     def metric(self, name, port=None):
         """A gauge of the current server (or of the process serving its
