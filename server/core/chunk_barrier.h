@@ -50,9 +50,10 @@ class ChunkBarrier final {
   // the optimizer's step are split over its threads in blocks of
   // kParallelGrain elements (element-wise: the same bits either way).
   // `env` is the clock of the observer's times, the counters' durations and
-  // when an SSP push began to wait.
+  // when an SSP push began to wait. `optimizer` (validated) and the sum
+  // are allocated when the weights come (Initialize, Restore).
   ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy, int num_workers,
-               std::unique_ptr<Optimizer> optimizer, BarrierCounters* counters,
+               const OptimizerConfig& optimizer, BarrierCounters* counters,
                BarrierObserver* observer = nullptr,
                SumOrder sum_order = SumOrder::kArrival,
                WorkPool* pool = nullptr, Env* env = Env::Default());
@@ -122,6 +123,10 @@ class ChunkBarrier final {
   // applied). kSsp: the pushes held for the slowest (applied already) get
   // `status`. Returns whether it did.
   bool Expire(int64_t step, const absl::Status& status);
+  // kSsp: leaves those of `ranks` that are the slowest out of the wait
+  // (they were evicted) and answers the pushes held only for them; see
+  // SyncRule::Excuse. False in the other modes.
+  bool Excuse(absl::Span<const int> ranks);
 
   // Latest published version (-1 before initialization). Lock-free.
   int64_t version() const { return published_version_.load(); }

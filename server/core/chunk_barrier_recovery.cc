@@ -87,6 +87,7 @@ absl::Status ChunkBarrier::Restore(const ChunkState& state) {
           absl::StrCat("chunk ", chunk_.index, " has ", chunk_.size,
                        " weights, the checkpoint ", state.weights.size()));
     }
+    core_.Allocate();
     std::vector<std::pair<std::string, absl::Span<float>>> slots =
         core_.optimizer()->Slots();
     if (absl::Status fits = CheckSlots(chunk_.index, slots, state);
@@ -136,6 +137,16 @@ bool ChunkBarrier::Expire(int64_t step, const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (!rule_->Expire(step, status, &answers)) return false;
+  }
+  answers.Run();
+  return true;
+}
+
+bool ChunkBarrier::Excuse(absl::Span<const int> ranks) {
+  ChunkAnswers answers;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!rule_->Excuse(ranks, &answers)) return false;
   }
   answers.Run();
   return true;

@@ -239,7 +239,8 @@ class ParameterServer final {
   // Called periodically by the daemon. Reports each step once at half the
   // timeout and once when it expires. With `fail_job` an expired step's
   // waiting pushes get CANCELLED (the job is over) and nobody is evicted;
-  // otherwise they get ABORTED (push again) and the missing are evicted.
+  // otherwise they get ABORTED (push again) and the missing are evicted
+  // (kSsp: the held pushes, applied already, are answered instead).
   std::vector<StepAlarm> CheckStepTimeout(absl::Time now,
                                           absl::Duration timeout,
                                           bool fail_job = false);

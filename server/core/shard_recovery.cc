@@ -43,12 +43,10 @@ std::optional<StepAlarm> ShardRecovery::OldestWait(
   return alarm;
 }
 
-std::vector<StepAlarm> ShardRecovery::AlarmOnce(const StepAlarm& alarm,
-                                                bool stalled) {
+std::vector<StepAlarm> ShardRecovery::WarnOnce(const StepAlarm& alarm) {
   absl::MutexLock lock(&mu_);
-  int64_t& said = stalled ? ssp_stalled_step_ : warned_step_;
-  if (said == alarm.step) return {};
-  said = alarm.step;
+  if (warned_step_ == alarm.step) return {};
+  warned_step_ = alarm.step;
   return {alarm};
 }
 
@@ -62,9 +60,16 @@ void ShardRecovery::GiveUpStep(const StepAlarm& alarm, bool fail_job,
     for (ChunkBarrier* c : chunks) c->Expire(alarm.step, cancelled);
     return;
   }
-  // Give up on the step everywhere; evict those who never came, so a late
-  // push of theirs is refused and they register again.
+  // Evict those who never came, so a late push of theirs is refused and
+  // they register again.
   members_->Evict(alarm.missing, alarm.step);
+  if (alarm.ssp) {
+    // The held pushes were applied, so nothing is given up: they are
+    // answered once the evicted ranks are no longer waited for.
+    for (ChunkBarrier* c : chunks) c->Excuse(alarm.missing);
+    return;
+  }
+  // Give up on the step everywhere.
   const absl::Status aborted = absl::AbortedError(absl::StrCat(
       "step ", alarm.step, " timed out after ",
       absl::FormatDuration(alarm.waited), " waiting for rank(s) ", ranks,
@@ -81,10 +86,7 @@ std::vector<StepAlarm> ShardRecovery::CheckStepTimeout(absl::Time now,
   if (!alarm.has_value() || alarm->waited < timeout / 2) return {};
   alarm->expired = alarm->waited >= timeout;
   alarm->ssp = layout->sync.mode == SyncMode::kSsp;
-  if (!alarm->expired) return AlarmOnce(*alarm, /*stalled=*/false);
-  // The held pushes were applied; nothing to give up on. The others wait
-  // for the slowest (a replacement resumes the job): said once.
-  if (alarm->ssp && !fail_job) return AlarmOnce(*alarm, /*stalled=*/true);
+  if (!alarm->expired) return WarnOnce(*alarm);
   GiveUpStep(*alarm, fail_job, layout->owned);
   return {*alarm};
 }

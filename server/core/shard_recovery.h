@@ -28,15 +28,16 @@ namespace lockstep {
 
 // What CheckStepTimeout found: a step gathered for longer than half the
 // timeout (warn) or the whole of it (expired: not applied, its waiting
-// pushes answered ABORTED, the missing ranks evicted).
+// pushes answered ABORTED, the missing ranks evicted; kSsp: see `ssp`).
 struct StepAlarm {
   int64_t step = 0;
   absl::Duration waited;
   std::vector<int> missing;
   bool expired = false;
   // kSsp: `step` is the slowest ranks' next step, which the others' held
-  // pushes wait for. Expired without `fail_job`, nothing is given up or
-  // evicted: the others go on waiting for those ranks (or a replacement).
+  // pushes wait for. Expired without `fail_job`, nothing is given up (the
+  // held pushes were applied): the missing ranks are evicted and not
+  // waited for until they have caught up, and the held pushes answered.
   bool ssp = false;
 };
 
@@ -65,9 +66,8 @@ class ShardRecovery final {
   // The oldest step `chunks` wait on at `now` (expired and ssp not set).
   std::optional<StepAlarm> OldestWait(absl::Span<ChunkBarrier* const> chunks,
                                       absl::Time now) const;
-  // The alarm, unless its step was reported already (`stalled`: an SSP
-  // stall, else a warning).
-  std::vector<StepAlarm> AlarmOnce(const StepAlarm& alarm, bool stalled);
+  // The warning, unless its step was warned of already.
+  std::vector<StepAlarm> WarnOnce(const StepAlarm& alarm);
   void GiveUpStep(const StepAlarm& alarm, bool fail_job,
                   absl::Span<ChunkBarrier* const> chunks);
 
@@ -77,7 +77,6 @@ class ShardRecovery final {
 
   absl::Mutex mu_;
   int64_t warned_step_ ABSL_GUARDED_BY(mu_) = -1;
-  int64_t ssp_stalled_step_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace lockstep

@@ -10,7 +10,8 @@
 //                 answered with the result.
 //   SspRule       (kSsp) like AsyncRule, but the answer to a push for step s
 //                 is held until every worker has pushed step s - k (k =
-//                 staleness).
+//                 staleness); a worker evicted after the step timeout is
+//                 not waited for until it has caught up again.
 // ChunkBarrier chooses the rule once and calls it under its lock, with the
 // push already checked and summed (unless the rule says it was counted).
 //
@@ -26,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/model/model_signature.h"
 #include "server/core/chunk_core.h"
 #include "server/core/chunk_versions.h"
@@ -77,6 +79,14 @@ class SyncRule {
   virtual bool Expire(int64_t step, const absl::Status& status,
                       ChunkAnswers* answers) = 0;
   virtual bool HasPushed(int rank) const = 0;
+  // kSsp: stops waiting for those of `ranks` that are the slowest (evicted
+  // after the step timeout), answering the pushes held only for them; each
+  // is waited for again once it has caught up with the others. Returns
+  // whether it left any out. The other modes have no one to leave out.
+  virtual bool Excuse(absl::Span<const int> /*ranks*/,
+                      ChunkAnswers* /*answers*/) {
+    return false;
+  }
   // Answers every push the rule holds with `status`.
   virtual void Close(const absl::Status& status, ChunkAnswers* answers) = 0;
 };

@@ -175,47 +175,49 @@ class AsyncRule : public SyncRule {
     }
     clock_[rank] = std::max(clock_[rank], step + 1);
   }
-  // The slowest rank's next step.
-  int64_t MinClock() const {
-    return *std::min_element(clock_.begin(), clock_.end());
-  }
-
   ChunkCore* const core_;  // Not owned.
   // One past the latest step each rank has pushed.
   std::vector<int64_t> clock_;
 };
 
 // kSsp: a push's answer waits until the slowest is at most k steps behind.
+// A rank evicted after the step timeout is left out of the slowest until
+// its clock catches up with the others' again.
 class SspRule final : public AsyncRule {
  public:
   SspRule(const SyncPolicy& policy, int num_workers, ChunkCore* core)
-      : AsyncRule(num_workers, core), staleness_(policy.staleness) {}
+      : AsyncRule(num_workers, core),
+        staleness_(policy.staleness),
+        excused_(num_workers, false) {}
 
   void Take(int rank, int64_t step, bool counted, absl::Time /*arrival*/,
             ChunkCallback done, ChunkAnswers* answers) override {
     ApplyOnce(rank, step, counted, answers);
+    if (excused_[rank]) {
+      // Back from an eviction: waited for again once it is no longer
+      // behind the others (or is the only one left), not before, so
+      // coming back does not hold them as if it had never left.
+      const std::optional<int64_t> others = Slowest();
+      if (!others.has_value() || clock_[rank] >= *others) {
+        excused_[rank] = false;
+      }
+    }
     // The worker may start step + 1 once the slowest has pushed
     // step + 1 - k.
     waiters_.push_back(
         Waiter{step + 1 - staleness_, core_->env()->Now(), std::move(done)});
-    const int64_t slowest = MinClock();
-    auto ready = std::stable_partition(
-        waiters_.begin(), waiters_.end(),
-        [slowest](const Waiter& w) { return w.until > slowest; });
-    for (auto it = ready; it != waiters_.end(); ++it) {
-      answers->Add(std::move(it->done), core_->versions().Snapshot());
-    }
-    waiters_.erase(ready, waiters_.end());
+    Release(answers);
   }
 
   std::optional<ChunkGathering> Pending() const override {
-    if (waiters_.empty()) return std::nullopt;
+    const std::optional<int64_t> slowest = Slowest();
+    if (waiters_.empty() || !slowest.has_value()) return std::nullopt;
     ChunkGathering g;
-    g.step = MinClock();  // The slowest ranks' next step.
+    g.step = *slowest;  // The slowest ranks' next step.
     g.since = waiters_.front().since;
     for (const Waiter& w : waiters_) g.since = std::min(g.since, w.since);
     for (int r = 0; r < static_cast<int>(clock_.size()); ++r) {
-      if (clock_[r] == g.step) g.missing.push_back(r);
+      if (!excused_[r] && clock_[r] == g.step) g.missing.push_back(r);
     }
     return g;
   }
@@ -223,12 +225,29 @@ class SspRule final : public AsyncRule {
   // The held pushes were applied: only their answers are given up.
   bool Expire(int64_t step, const absl::Status& status,
               ChunkAnswers* answers) override {
-    if (waiters_.empty() || MinClock() != step) return false;
+    if (waiters_.empty() || Slowest() != step) return false;
     Close(status, answers);
     return true;
   }
 
-  bool HasPushed(int rank) const override { return clock_[rank] > MinClock(); }
+  bool Excuse(absl::Span<const int> ranks, ChunkAnswers* answers) override {
+    const std::optional<int64_t> slowest = Slowest();
+    if (!slowest.has_value()) return false;
+    bool any = false;
+    for (int r : ranks) {
+      if (r < 0 || r >= static_cast<int>(clock_.size())) continue;
+      if (excused_[r] || clock_[r] != *slowest) continue;
+      excused_[r] = true;
+      any = true;
+    }
+    if (any) Release(answers);
+    return any;
+  }
+
+  bool HasPushed(int rank) const override {
+    const std::optional<int64_t> slowest = Slowest();
+    return slowest.has_value() && clock_[rank] > *slowest;
+  }
 
   void Close(const absl::Status& status, ChunkAnswers* answers) override {
     for (Waiter& w : waiters_) answers->Add(std::move(w.done), status);
@@ -244,7 +263,33 @@ class SspRule final : public AsyncRule {
     ChunkCallback done;
   };
 
+  // The next step of the slowest rank not left out (nullopt: all are).
+  std::optional<int64_t> Slowest() const {
+    std::optional<int64_t> slowest;
+    for (int r = 0; r < static_cast<int>(clock_.size()); ++r) {
+      if (excused_[r]) continue;
+      if (!slowest.has_value() || clock_[r] < *slowest) slowest = clock_[r];
+    }
+    return slowest;
+  }
+
+  // Answers the held pushes the slowest no longer holds back.
+  void Release(ChunkAnswers* answers) {
+    const std::optional<int64_t> slowest = Slowest();
+    auto ready = std::stable_partition(
+        waiters_.begin(), waiters_.end(), [&slowest](const Waiter& w) {
+          return slowest.has_value() && w.until > *slowest;
+        });
+    for (auto it = ready; it != waiters_.end(); ++it) {
+      answers->Add(std::move(it->done), core_->versions().Snapshot());
+    }
+    waiters_.erase(ready, waiters_.end());
+  }
+
   const int64_t staleness_;
+  // Ranks evicted after the step timeout, not waited for until they have
+  // caught up with the others.
+  std::vector<bool> excused_;
   std::vector<Waiter> waiters_;
 };
 

@@ -43,9 +43,9 @@ std::optional<int> JobWatchdog::CheckStepTimeouts(absl::Time now) {
       log_(absl::StrCat(
           "ssp: rank(s) ", Ranks(alarm.missing), " have not pushed step ",
           alarm.step, " in ", absl::FormatDuration(alarm.waited),
-          "; the others, --staleness steps ahead, wait for them or a "
-          "replacement for as long as their own --rejoin_timeout_s allows "
-          "(--on_worker_loss=fail would end the job now)"));
+          "; evicted: the others go on without waiting for them, which are "
+          "waited for again once they have rejoined and caught up "
+          "(--on_worker_loss=fail would end the job instead)"));
       continue;
     }
     log_(absl::StrCat("step ", alarm.step, " timed out waiting for rank(s) ",

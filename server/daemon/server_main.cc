@@ -91,8 +91,8 @@ ABSL_FLAG(int, step_timeout_s, 300,
           "A synchronous step that still misses workers after this many "
           "seconds is given up (not applied) and the missing workers are "
           "evicted; a warning comes at half of it. In SSP mode a rank the "
-          "others have waited for this long is reported (evicted by no one; "
-          "--on_worker_loss=fail ends the job). 0: wait forever.");
+          "others have waited for this long is evicted, and waited for again "
+          "once it has rejoined and caught up. 0: wait forever.");
 ABSL_FLAG(std::string, on_worker_loss, "wait",
           "After a step timeout: wait (for a replacement worker to register "
           "and push) or fail (exit with the retryable code 75).");

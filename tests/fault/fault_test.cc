@@ -125,6 +125,29 @@ TEST(FaultTest, LostSspWorkerIsNoticedAndFailsTheJobWhenAsked) {
   EXPECT_THAT(job.WorkerOutput(0), HasSubstr("the job failed"));
 }
 
+// SSP (staleness 2): rank 1 stopped. Past the step timeout it is evicted,
+// as in sync mode, and rank 0 finishes its whole run while rank 1 is still
+// stopped; continued, rank 1 registers again and finishes too, each of the
+// 2 x 40 pushes applied once.
+TEST(FaultTest, StoppedSspWorkerIsEvictedAndTheOthersGoOn) {
+  Job job(2);
+  job.StartServer({"--step_timeout_s=2"});
+  const std::vector<std::string> ssp = {"--sync=ssp", "--staleness=2"};
+  job.StartWorker(0, Flags(ssp));
+  std::vector<std::string> slow = ssp;
+  slow.push_back("--straggle=1:50");
+  job.StartWorker(1, Flags(slow));
+  ASSERT_TRUE(job.WaitForVersion(10)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGSTOP);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("ssp: rank(s) 1 have not pushed"));
+  job.Signal(job.worker(1), SIGCONT);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_THAT(job.WorkerOutput(1), HasSubstr("evicted"));
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("version 80"));
+}
+
 // A lost worker that is never replaced: the survivor registers again
 // after every timed-out step, which succeeds, but no step does. It gives
 // up --rejoin_timeout_s after its last step (exit 75), not never.

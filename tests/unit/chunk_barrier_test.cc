@@ -23,7 +23,7 @@ class ChunkBarrierTest : public ::testing::Test {
     OptimizerConfig sgd = OptimizerConfig::Defaults("sgd");
     sgd.learning_rate = 0.5;
     auto barrier = std::make_unique<ChunkBarrier>(
-        Chunk{0, 0, 2, 0}, policy, workers, *Optimizer::Create(sgd, 2),
+        Chunk{0, 0, 2, 0}, policy, workers, sgd,
         &counters_);
     const std::vector<float> w0 = {10, 20};
     EXPECT_TRUE(barrier->Initialize(Bytes(w0)).ok());
@@ -147,7 +147,7 @@ TEST_F(ChunkBarrierTest, EveryRefusalIsCountedOnceByItsCode) {
   auto b = Make(SyncPolicy(), 2);
   OptimizerConfig sgd = OptimizerConfig::Defaults("sgd");
   ChunkBarrier empty(Chunk{0, 0, 2, 0}, SyncPolicy(), 2,
-                     *Optimizer::Create(sgd, 2), &counters_);
+                     sgd, &counters_);
   Reply negative, nan, ahead, uninitialized, closed;
   Push(*b, 0, -1, {1, 1}, &negative);
   Push(*b, 0, 0, {1, std::nanf("")}, &nan);
@@ -265,6 +265,71 @@ TEST_F(ChunkBarrierTest, SspHoldsTheFastestWithinStaleness) {
   auto strict = Make(policy, 2);
   Push(*strict, 0, 0, {1, 1}, &s2);
   EXPECT_FALSE(s2.result.has_value()) << "staleness 0 waits for everyone";
+}
+
+// SSP eviction: a rank evicted after the step timeout is left out of the
+// slowest, so the pushes held for it are answered and the others go on;
+// coming back behind them it holds nobody until its own clock has caught
+// up with theirs, and is waited for again from then on.
+TEST_F(ChunkBarrierTest, SspExcusesAnEvictedRankUntilItCatchesUp) {
+  SyncPolicy policy;
+  policy.mode = SyncMode::kSsp;
+  policy.staleness = 1;
+  auto b = Make(policy, 2);
+  Reply s0, s1;
+  Push(*b, 0, 0, {1, 1}, &s0);
+  Push(*b, 0, 1, {1, 1}, &s1);
+  ASSERT_TRUE(s0.result.has_value());
+  ASSERT_FALSE(s1.result.has_value()) << "held for rank 1's step 0";
+  EXPECT_FALSE(b->Excuse({0})) << "rank 0 is not the slowest";
+  ASSERT_TRUE(b->Excuse({1}));
+  ASSERT_TRUE(s1.result.has_value() && s1.result->ok());
+  EXPECT_EQ(s1.version(), 2);
+  EXPECT_FALSE(b->Pending().has_value()) << "nothing waits any more";
+  EXPECT_FALSE(b->Excuse({1})) << "left out already";
+  // Rank 0 alone sets the pace while rank 1 is away or behind.
+  for (int64_t step : {2, 3, 4}) {
+    Reply r;
+    Push(*b, 0, step, {1, 1}, &r);
+    ASSERT_TRUE(r.result.has_value() && r.result->ok()) << step;
+  }
+  // Rank 1 comes back at its own step 0 and catches up, held by no one
+  // and holding no one.
+  for (int64_t step : {0, 1, 2, 3}) {
+    Reply r;
+    Push(*b, 1, step, {1, 1}, &r);
+    ASSERT_TRUE(r.result.has_value() && r.result->ok()) << step;
+    Reply ahead;
+    Push(*b, 0, 5 + step, {1, 1}, &ahead);
+    ASSERT_TRUE(ahead.result.has_value() && ahead.result->ok())
+        << "rank 1 (at " << step << ") holds rank 0 back while behind";
+  }
+  EXPECT_EQ(b->version(), 13) << "every push was applied once";
+  // Rank 1's clock (4 .. 8) reaches rank 0's (9): it is waited for again.
+  for (int64_t step : {4, 5, 6, 7}) {
+    Reply r;
+    Push(*b, 1, step, {1, 1}, &r);
+    ASSERT_TRUE(r.result.has_value() && r.result->ok()) << step;
+  }
+  Reply caught;
+  Push(*b, 1, 8, {1, 1}, &caught);
+  ASSERT_TRUE(caught.result.has_value() && caught.result->ok());
+  Reply held;
+  Push(*b, 0, 9, {1, 1}, &held);
+  ASSERT_TRUE(held.result.has_value()) << "one step ahead is allowed";
+  Reply held2;
+  Push(*b, 0, 10, {1, 1}, &held2);
+  EXPECT_FALSE(held2.result.has_value()) << "rank 1 is waited for again";
+  ASSERT_TRUE(b->Pending().has_value());
+  EXPECT_THAT(b->Pending()->missing, ElementsAre(1));
+  Reply next;
+  Push(*b, 1, 9, {1, 1}, &next);
+  EXPECT_TRUE(held2.result.has_value() && held2.result->ok());
+  // The other modes have no clock to leave a rank out of.
+  EXPECT_FALSE(Make(SyncPolicy{}, 2)->Excuse({1}));
+  SyncPolicy async;
+  async.mode = SyncMode::kAsync;
+  EXPECT_FALSE(Make(async, 2)->Excuse({1}));
 }
 
 // Rank 0 may send version 0 again: it lost an answer, or died and its

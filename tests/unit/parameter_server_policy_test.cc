@@ -53,10 +53,12 @@ TEST(ParameterServerPolicyTest, AnAllReduceSignatureIsRefused) {
 }
 
 // SSP: a rank that stops pushing holds the others back once they are
-// --staleness steps ahead. The step timeout now says so (and names it),
-// once; nothing is given up, since the held pushes were applied. With
-// --on_worker_loss=fail the held pushes are cancelled, ending the job.
-TEST(ParameterServerSspTest, AStalledSlowestRankIsReportedOrFailsTheJob) {
+// --staleness steps ahead. Half the step timeout warns; the whole of it
+// evicts the rank, as sync mode does, and the pushes held for it are
+// answered (they were applied); it registers again and goes on from its
+// own step. With --on_worker_loss=fail the held pushes are cancelled
+// instead, ending the job.
+TEST(ParameterServerSspTest, AStalledSlowestRankIsEvictedOrFailsTheJob) {
   for (const bool fail : {false, true}) {
     SCOPED_TRACE(fail ? "fail" : "wait");
     FakeEnv env;  // The held push's wait is timed on its clock.
@@ -100,16 +102,30 @@ TEST(ParameterServerSspTest, AStalledSlowestRankIsReportedOrFailsTheJob) {
       EXPECT_EQ(step1.result->status().code(), absl::StatusCode::kCancelled);
       continue;
     }
-    EXPECT_FALSE(step1.result.has_value()) << "still waiting for rank 1";
+    ASSERT_TRUE(step1.result.has_value() && step1.result->ok())
+        << "released: rank 1 was evicted";
     EXPECT_TRUE(
         (*ps)->CheckStepTimeout(start + absl::Seconds(12), timeout).empty())
-        << "said once";
-    Reply slow;
+        << "nothing waits any more";
+    Reply late;
     (*ps)->Push(1, r1->incarnation, 0, 0, WireDType::kFloat32, Bytes(g),
+                late.Callback());
+    ASSERT_TRUE(late.result.has_value());
+    EXPECT_EQ(late.result->status(),
+              absl::AbortedError("rank 1 was evicted: it did not push step 0 "
+                                 "within the step timeout; register again"));
+    Reply ahead;
+    (*ps)->Push(0, r0->incarnation, 2, 0, WireDType::kFloat32, Bytes(g),
+                ahead.Callback());
+    ASSERT_TRUE(ahead.result.has_value() && ahead.result->ok())
+        << "rank 0 goes on without rank 1";
+    auto back = (*ps)->Register(1, signature);
+    ASSERT_TRUE(back.ok());
+    Reply slow;
+    (*ps)->Push(1, back->incarnation, 0, 0, WireDType::kFloat32, Bytes(g),
                 slow.Callback());
-    ASSERT_TRUE(step1.result.has_value() && step1.result->ok())
-        << "released once the slowest pushed";
-    EXPECT_EQ((*ps)->GetStatus().version, 3);
+    ASSERT_TRUE(slow.result.has_value() && slow.result->ok());
+    EXPECT_EQ((*ps)->GetStatus().version, 4) << "each push applied once";
   }
 }
 
