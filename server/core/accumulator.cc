@@ -15,8 +15,12 @@ Accumulator::Accumulator(int64_t size, int num_workers, bool rank_order,
     : num_workers_(num_workers),
       rank_order_(rank_order),
       pool_(pool),
-      sum_(size, 0.0f) {
+      size_(size) {
   if (rank_order_) held_.resize(num_workers);
+}
+
+void Accumulator::Allocate() {
+  if (sum_.empty()) sum_.assign(size_, 0.0f);
 }
 
 absl::Status Accumulator::Add(int rank,

@@ -32,10 +32,14 @@ class Accumulator {
   // calling thread alone.
   static constexpr int64_t kParallelGrain = int64_t{1} << 18;
 
-  // `size` fp32 values of zero. `rank_order`: sum in ascending rank of
-  // `num_workers` (SumOrder::kRank). `pool` (not owned, may be null)
-  // splits the sums and the apply in blocks of kParallelGrain.
+  // A sum of `size` fp32 values, allocated (as zeros) by Allocate.
+  // `rank_order`: sum in ascending rank of `num_workers` (SumOrder::kRank).
+  // `pool` (not owned, may be null) splits the sums and the apply in blocks
+  // of kParallelGrain.
   Accumulator(int64_t size, int num_workers, bool rank_order, WorkPool* pool);
+
+  // Allocates the sum (zeros) unless it is already; before anything else.
+  void Allocate();
 
   // Checks `rank`'s push for NaN and Inf and sums it, or (in rank order,
   // before a lower rank's) holds a copy of it, then sums the held pushes
@@ -79,7 +83,8 @@ class Accumulator {
   const int num_workers_;
   const bool rank_order_;
   WorkPool* const pool_;  // Not owned; may be null.
-  std::vector<float> sum_;
+  const int64_t size_;
+  std::vector<float> sum_;  // Empty until Allocate.
   bool holds_previous_ = false;
   // rank_order_: the ranks below next_rank_ are summed; a later rank's push
   // that came early waits in held_, by rank.

@@ -14,14 +14,13 @@
 namespace lockstep {
 
 ChunkBarrier::ChunkBarrier(const Chunk& chunk, const SyncPolicy& policy,
-                           int num_workers,
-                           std::unique_ptr<Optimizer> optimizer,
+                           int num_workers, const OptimizerConfig& optimizer,
                            BarrierCounters* counters, BarrierObserver* observer,
                            SumOrder sum_order, WorkPool* pool, Env* env)
     : chunk_(chunk),
       counters_(counters),
       observer_(observer),
-      core_(chunk, std::move(optimizer), num_workers,
+      core_(chunk, optimizer, num_workers,
             /*rank_order=*/sum_order == SumOrder::kRank &&
                 policy.mode == SyncMode::kSync && num_workers > 2,
             counters, pool, env),
@@ -71,6 +70,7 @@ absl::Status ChunkBarrier::Initialize(absl::string_view fp32_bytes) {
     }
     auto weights = std::make_shared<std::vector<float>>(chunk_.size);
     std::memcpy(weights->data(), fp32_bytes.data(), fp32_bytes.size());
+    core_.Allocate();
     PublishLocked(0, std::move(weights), &answers);
   }
   answers.Run();

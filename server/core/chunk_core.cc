@@ -1,20 +1,36 @@
 #include "server/core/chunk_core.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
 
 namespace lockstep {
 
-ChunkCore::ChunkCore(const Chunk& chunk, std::unique_ptr<Optimizer> optimizer,
+ChunkCore::ChunkCore(const Chunk& chunk, const OptimizerConfig& optimizer,
                      int num_workers, bool rank_order,
                      BarrierCounters* counters, WorkPool* pool, Env* env)
     : chunk_(chunk),
       counters_(counters),
       env_(env),
-      optimizer_(std::move(optimizer)),
+      optimizer_config_(optimizer),
       accumulator_(chunk.size, num_workers, rank_order, pool),
       versions_(chunk.index) {}
+
+void ChunkCore::Allocate() {
+  if (optimizer_ != nullptr) return;
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer =
+      Optimizer::Create(optimizer_config_, chunk_.size);
+  if (!optimizer.ok()) {
+    // Validated with the signature when the chunk was laid out.
+    std::fprintf(stderr, "lockstep: chunk %d: %s\n", chunk_.index,
+                 optimizer.status().ToString().c_str());
+    std::abort();
+  }
+  optimizer_ = *std::move(optimizer);
+  accumulator_.Allocate();
+}
 
 absl::Status ChunkCore::Sum(int rank,
                             absl::Span<const absl::string_view> payload,

@@ -29,10 +29,16 @@ namespace lockstep {
 class ChunkCore {
  public:
   // `counters`, `pool` (may be null) and `env` are not owned and outlive
-  // the core.
-  ChunkCore(const Chunk& chunk, std::unique_ptr<Optimizer> optimizer,
+  // the core. `optimizer` was validated (Optimizer::Create accepts it).
+  ChunkCore(const Chunk& chunk, const OptimizerConfig& optimizer,
             int num_workers, bool rank_order, BarrierCounters* counters,
             WorkPool* pool, Env* env);
+
+  // Allocates the sum and the optimizer with its state, unless they are
+  // already: when the chunk's weights come (initialized or restored), not
+  // when a worker registers, so that naming a model costs no memory until
+  // its weights have been sent.
+  void Allocate();
 
   // Checks and sums `rank`'s push (Accumulator::Add), counting it and the
   // time it took; the exact pulls' snapshot goes once the sum is written.
@@ -52,6 +58,7 @@ class ChunkCore {
   const Chunk& chunk() const { return chunk_; }
   Env* env() const { return env_; }
   BarrierCounters* counters() const { return counters_; }
+  // Null before Allocate.
   Optimizer* optimizer() const { return optimizer_.get(); }
   Accumulator& accumulator() { return accumulator_; }
   ChunkVersions& versions() { return versions_; }
@@ -68,7 +75,8 @@ class ChunkCore {
   const Chunk chunk_;
   BarrierCounters* const counters_;  // Not owned.
   Env* const env_;                   // Not owned.
-  std::unique_ptr<Optimizer> optimizer_;
+  const OptimizerConfig optimizer_config_;
+  std::unique_ptr<Optimizer> optimizer_;  // Null until Allocate.
   Accumulator accumulator_;
   ChunkVersions versions_;
   absl::Time apply_start_;

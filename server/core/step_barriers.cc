@@ -112,10 +112,10 @@ StepBarriers::BuildLayoutLocked(const ModelSignature& signature) const {
       layout->chunks.push_back(nullptr);  // Another shard's.
       continue;
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                     Optimizer::Create(signature.optimizer, chunk.size));
+    // Checked now; created (with its state) when the weights come.
+    RETURN_IF_ERROR(Optimizer::Create(signature.optimizer, 0).status());
     layout->chunks.push_back(std::make_unique<ChunkBarrier>(
-        chunk, signature.sync, options_.num_workers, std::move(optimizer),
+        chunk, signature.sync, options_.num_workers, signature.optimizer,
         counters_, options_.observer, options_.sum_order, options_.pool,
         options_.env));
     // Steps are the job's versions only in sync mode: there the shards'

@@ -212,6 +212,31 @@ TEST_F(FloodTest, SizesClaimedInRequestsAreCheckedBeforeAllocation) {
       << "RSS grew from " << before << " to " << after << " KiB";
 }
 
+// A registration names a model within this server's limits (here 2^26
+// values, 1 GiB of weights, their sum and Adam's state), but its weights
+// have not come: nothing is allocated for it until they do (Initialize or
+// a checkpoint), so a Register of a few bytes costs no memory.
+TEST_F(FloodTest, ARegisteredModelTakesNoMemoryBeforeItsWeightsCome) {
+  const int64_t before = RssKiB(server_->process.pid());
+  ASSERT_GT(before, 0);
+  ModelSignature big = SmallModel();
+  big.tensors = {{"kernel", {int64_t{1} << 13, int64_t{1} << 13}}};
+  big.chunk_bytes = kMaxChunkBytes;
+  big.optimizer = OptimizerConfig::Defaults("adam");
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::RegisterRequest request;
+  request.set_rank(1);
+  SignatureToProto(big, request.mutable_signature());
+  v1::RegisterResponse response;
+  grpc::Status registered = ps_->Register(&context, request, &response);
+  ASSERT_TRUE(registered.ok()) << registered.error_message();
+  EXPECT_EQ(response.version(), -1) << "no weights yet";
+  const int64_t after = RssKiB(server_->process.pid());
+  EXPECT_LT(Growth(before, after), 16 << 10)
+      << "RSS grew from " << before << " to " << after << " KiB";
+}
+
 TEST_F(FloodTest, OversizedRequestCostsAtMostTheMemoryQuota) {
   const int64_t before = RssKiB(server_->process.pid());
   ASSERT_GT(before, 0);

@@ -83,7 +83,7 @@ TrainedRun Train(SyncMode mode, WireDType dtype,
     offsets.push_back(begin);
     auto b = std::make_unique<ChunkBarrier>(
         Chunk{c, begin, end - begin, 0}, policy, kWorkers,
-        *Optimizer::Create(config, end - begin), &counters, nullptr, order,
+        config, &counters, nullptr, order,
         pool);
     std::vector<float> part(w0.begin() + begin, w0.begin() + end);
     EXPECT_TRUE(b->Initialize(Bytes(part)).ok());
@@ -172,7 +172,7 @@ TEST(ParallelBarrierCheckTest, ARefusedPushLeavesTheSumAsItWas) {
     OptimizerConfig sgd = OptimizerConfig::Defaults("sgd");
     BarrierCounters counters;
     ChunkBarrier b(Chunk{0, 0, kElements, 0}, policy, 2,
-                   *Optimizer::Create(sgd, kElements), &counters, nullptr,
+                   sgd, &counters, nullptr,
                    SumOrder::kArrival, &pool);
     const std::vector<float> w0(kElements, 1.0f);
     EXPECT_TRUE(b.Initialize(Bytes(w0)).ok());

@@ -27,7 +27,7 @@ std::unique_ptr<ChunkBarrier> Make(SumOrder order, int workers,
   SyncPolicy policy;
   policy.backup_workers = backup_workers;
   auto barrier = std::make_unique<ChunkBarrier>(
-      Chunk{0, 0, 2, 0}, policy, workers, *Optimizer::Create(sgd, 2), counters,
+      Chunk{0, 0, 2, 0}, policy, workers, sgd, counters,
       /*observer=*/nullptr, order);
   const std::vector<float> w0 = {10, 20};
   EXPECT_TRUE(barrier->Initialize(Bytes(w0)).ok());
