@@ -106,17 +106,22 @@ TEST(FaultTest, LostWorkerFailsTheJobRetryablyWhenAskedTo) {
   EXPECT_THAT(job.WorkerOutput(0), HasSubstr("the job failed"));
 }
 
+// Two SSP workers (staleness 2), rank 1 a little slow.
+void StartSspWorkers(Job& job) {
+  const std::vector<std::string> ssp = {"--sync=ssp", "--staleness=2"};
+  job.StartWorker(0, Flags(ssp));
+  std::vector<std::string> slow = ssp;
+  slow.push_back("--straggle=1:50");
+  job.StartWorker(1, Flags(slow));
+}
+
 // SSP (staleness 2): rank 1 killed, rank 0 runs two steps ahead and then
 // waits for it. The step timeout notices the stall, and with
 // --on_worker_loss=fail ends the job retryably, as in sync mode.
 TEST(FaultTest, LostSspWorkerIsNoticedAndFailsTheJobWhenAsked) {
   Job job(2);
   job.StartServer({"--step_timeout_s=3", "--on_worker_loss=fail"});
-  const std::vector<std::string> ssp = {"--sync=ssp", "--staleness=2"};
-  job.StartWorker(0, Flags(ssp));
-  std::vector<std::string> slow = ssp;
-  slow.push_back("--straggle=1:50");
-  job.StartWorker(1, Flags(slow));
+  StartSspWorkers(job);
   ASSERT_TRUE(job.WaitForVersion(10)) << job.ServerOutput();
   job.Signal(job.worker(1), SIGKILL);
   EXPECT_EQ(job.WaitServer(), 75) << job.ServerOutput();
@@ -132,11 +137,7 @@ TEST(FaultTest, LostSspWorkerIsNoticedAndFailsTheJobWhenAsked) {
 TEST(FaultTest, StoppedSspWorkerIsEvictedAndTheOthersGoOn) {
   Job job(2);
   job.StartServer({"--step_timeout_s=2"});
-  const std::vector<std::string> ssp = {"--sync=ssp", "--staleness=2"};
-  job.StartWorker(0, Flags(ssp));
-  std::vector<std::string> slow = ssp;
-  slow.push_back("--straggle=1:50");
-  job.StartWorker(1, Flags(slow));
+  StartSspWorkers(job);
   ASSERT_TRUE(job.WaitForVersion(10)) << job.ServerOutput();
   job.Signal(job.worker(1), SIGSTOP);
   EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
