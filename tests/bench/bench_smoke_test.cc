@@ -1,7 +1,13 @@
 // Checks that lockstep_bench runs and reports what it promises. It asserts
 // no timing: the figures only have to exist and be positive, and the bytes
 // moved, which do not depend on speed, must be exact.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -89,6 +95,35 @@ TEST(BenchUtilTest, WorkerResultRoundTrips) {
   EXPECT_EQ(parsed->timings.encode_seconds, 0.125);
   EXPECT_EQ(parsed->timings.decode_seconds, 3);
   EXPECT_FALSE(ParseWorkerResult("step_seconds 1\n").ok());
+}
+
+// The CI failure of 4b41bac: a comm-worker killed by its own go signal.
+// lockstep_bench links OpenBLAS, whose threads start before main with every
+// signal open to them; a go signal that came while the main thread was not
+// yet waiting went to one of them and ended the process. Here a thread from
+// before PrepareGoSignal stands for them, and the signal comes early.
+TEST(BenchUtilTest, AnEarlyGoSignalIsKeptWhicheverThreadItReaches) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<bool> done{false};
+    std::thread library_thread([&done] {
+      while (!done.load()) usleep(1000);
+    });
+    PrepareGoSignal();
+    kill(getpid(), kGoSignal);
+    usleep(50 * 1000);  // Time for the signal to land before the wait.
+    const bool went = WaitForGo(absl::Seconds(5)).ok();
+    const bool timed_out = !WaitForGo(absl::Milliseconds(20)).ok();  // Once.
+    done = true;
+    library_thread.join();
+    _exit(went && timed_out ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status))
+      << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
 }
 
 TEST(BenchSmokeTest, CommReportsEveryFigure) {

@@ -1,11 +1,15 @@
 #include "tests/bench/comm_worker.h"
 
-#include <pthread.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 
@@ -33,25 +37,6 @@ StepTimings Minus(const StepTimings& a, const StepTimings& b) {
   return d;
 }
 
-absl::Status WaitForGo(absl::Duration timeout) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, kGoSignal);
-  const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
-    const timespec left = absl::ToTimespec(
-        std::max(deadline - absl::Now(), absl::ZeroDuration()));
-    if (sigtimedwait(&set, nullptr, &left) == kGoSignal) {
-      return absl::OkStatus();
-    }
-    if (errno != EINTR || absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no go signal from lockstep_bench within ",
-                       absl::FormatDuration(timeout)));
-    }
-  }
-}
-
 ModelSignature BenchSignature(const CommWorkerOptions& options) {
   ModelSignature signature;
   signature.tensors.push_back({"bench/params", {options.params}});
@@ -71,6 +56,55 @@ std::string ReadyFile(const std::string& out_dir, int rank) {
 
 std::string ResultFile(const std::string& out_dir, int rank) {
   return absl::StrCat(out_dir, "/result.", rank);
+}
+
+// A handler, not a blocked signal: threads that libraries start before
+// main (OpenBLAS's) leave the signal open, and a blocked one that reached
+// them would end the process. The handler runs in whichever thread the
+// signal reaches and writes a byte that WaitForGo reads.
+namespace {
+int go_pipe[2] = {-1, -1};
+
+void OnGoSignal(int) {
+  const int saved = errno;
+  const char byte = 1;
+  (void)!write(go_pipe[1], &byte, 1);  // Nonblocking; a full pipe is fine.
+  errno = saved;
+}
+}  // namespace
+
+void PrepareGoSignal() {
+  if (go_pipe[0] >= 0) return;
+  if (pipe2(go_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    std::perror("lockstep_bench: pipe2");
+    std::abort();
+  }
+  struct sigaction action = {};
+  action.sa_handler = OnGoSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(kGoSignal, &action, nullptr);
+}
+
+absl::Status WaitForGo(absl::Duration timeout) {
+  if (go_pipe[0] < 0) {
+    return absl::FailedPreconditionError("PrepareGoSignal was not called");
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    char byte = 0;
+    if (read(go_pipe[0], &byte, 1) == 1) return absl::OkStatus();
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no go signal from lockstep_bench within ",
+                       absl::FormatDuration(timeout)));
+    }
+    pollfd wait = {go_pipe[0], POLLIN, 0};
+    poll(&wait, 1,
+         static_cast<int>(std::min<int64_t>(
+             absl::ToInt64Milliseconds(left) + 1, 1000)));
+  }
 }
 
 std::string FormatWorkerResult(const CommWorkerResult& result) {
@@ -122,12 +156,6 @@ absl::StatusOr<CommWorkerResult> ParseWorkerResult(const std::string& text) {
   return result;
 }
 
-void BlockGoSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, kGoSignal);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
 
 namespace {
 

@@ -62,9 +62,12 @@ struct CommWorkerResult {
 std::string FormatWorkerResult(const CommWorkerResult& result);
 absl::StatusOr<CommWorkerResult> ParseWorkerResult(const std::string& text);
 
-// Blocks the go signal in this thread and those it starts later. Call first
-// in main, before any thread exists, so the signal is never lost or fatal.
-void BlockGoSignal();
+// Readies this process for the go signal. Call first in main: from then
+// on a go signal is neither lost nor fatal, whichever thread it reaches.
+void PrepareGoSignal();
+// Returns once the go signal has come (before or during the call), or
+// DEADLINE_EXCEEDED after `timeout`.
+absl::Status WaitForGo(absl::Duration timeout);
 
 absl::Status RunCommWorker(const CommWorkerOptions& options);
 

@@ -77,8 +77,7 @@ FlagKind LookupFlag(absl::string_view name) {
 
 int Main(int argc, char** argv) {
   const bool worker = argc > 1 && std::string(argv[1]) == "comm-worker";
-  // Before any thread exists, so that every thread inherits the mask.
-  if (worker) BlockGoSignal();
+  if (worker) PrepareGoSignal();
   absl::SetProgramUsageMessage(kUsage);
   if (argc < 2 || argv[1][0] == '-') {
     ParseFlags(argc, argv, {"tests/bench/"});  // Handles --help.
