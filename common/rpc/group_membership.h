@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/rpc/step_report.h"
 
 namespace lockstep {
 
@@ -44,10 +45,16 @@ inline constexpr char kPsGroupName[] = "ps";
 
 // Which group a push was computed in and which of the step's --workers
 // batch shards it carries (PushRequest.group_generation, batch_shard).
-// Generation 0: no group; the shard is the pusher's rank.
+// Generation 0: no group; the shard is the pusher's rank. A push also
+// carries the worker's report of its previous step (PushRequest.report_*).
 struct PushSlot {
+  PushSlot() = default;
+  PushSlot(int64_t generation, int batch_shard, StepReport report = {})
+      : generation(generation), batch_shard(batch_shard), report(report) {}
+
   int64_t generation = 0;
   int batch_shard = 0;
+  StepReport report;
 };
 
 // How a worker's group forms and watches for joiners (--min_workers,

@@ -1,5 +1,6 @@
 #include "common/rpc/wire_format.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,11 @@ constexpr uint32_t kPushDtype = 5;
 constexpr uint32_t kPushData = 6;
 constexpr uint32_t kPushGeneration = 7;
 constexpr uint32_t kPushBatchShard = 8;
+constexpr uint32_t kPushReportStep = 9;  // The step + 1; 0: no report.
+constexpr uint32_t kPushReportInput = 10;
+constexpr uint32_t kPushReportCompute = 11;
+constexpr uint32_t kPushReportPush = 12;
+constexpr uint32_t kPushReportWait = 13;
 
 // PushResponse / PullResponse field numbers.
 constexpr uint32_t kReplyVersion = 1;
@@ -179,6 +185,11 @@ absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
           case kPushBatchShard:
             view.batch_shard = static_cast<int32_t>(value);
             break;
+          case kPushReportStep: view.report.step = value - 1; break;
+          case kPushReportInput: view.report.input_us = value; break;
+          case kPushReportCompute: view.report.compute_us = value; break;
+          case kPushReportPush: view.report.push_us = value; break;
+          case kPushReportWait: view.report.wait_us = value; break;
           default: break;  // Unknown fields are skipped, as protobuf does.
         }
       });
@@ -239,6 +250,17 @@ grpc::ByteBuffer MakePushRequest(int32_t rank, int64_t incarnation,
   if (slot.generation != 0) {
     AppendVarintField(kPushGeneration, slot.generation, &header);
     AppendVarintField(kPushBatchShard, slot.batch_shard, &header);
+  }
+  if (const StepReport& r = slot.report; r.step >= 0) {
+    AppendVarintField(kPushReportStep, r.step + 1, &header);
+    AppendVarintField(kPushReportInput, std::max<int64_t>(r.input_us, 0),
+                      &header);
+    AppendVarintField(kPushReportCompute, std::max<int64_t>(r.compute_us, 0),
+                      &header);
+    AppendVarintField(kPushReportPush, std::max<int64_t>(r.push_us, 0),
+                      &header);
+    AppendVarintField(kPushReportWait, std::max<int64_t>(r.wait_us, 0),
+                      &header);
   }
   if (!payload.empty()) AppendBytesKey(kPushData, payload.size(), &header);
   grpc::Slice slices[2] = {

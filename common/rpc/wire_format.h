@@ -31,6 +31,7 @@ struct PushView {
   int32_t dtype = 0;  // lockstep.v1.DType value.
   int64_t group_generation = 0;
   int32_t batch_shard = 0;
+  StepReport report;  // The worker's previous step; step -1: none.
   std::vector<grpc::Slice> slices;      // Keep `data` alive.
   std::vector<absl::string_view> data;  // The payload, in pieces.
 };
@@ -46,7 +47,8 @@ grpc::ByteBuffer MakeWeightsReply(int64_t version, int32_t chunk,
 
 // A PushRequest whose data field refers to `payload` without owning it: the
 // caller keeps it alive and unchanged until the call completes. `slot`'s
-// fields are written when its generation is not 0.
+// group fields are written when its generation is not 0, its report when
+// the report's step is not -1.
 grpc::ByteBuffer MakePushRequest(int32_t rank, int64_t incarnation,
                                  int64_t step, int32_t chunk, int32_t dtype,
                                  absl::string_view payload,

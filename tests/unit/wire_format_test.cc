@@ -147,6 +147,30 @@ TEST(WireFormatTest, PushRequestIsProtobufAndRepliesParseAtAnyBoundary) {
   EXPECT_EQ(view->group_generation, 5);
   EXPECT_EQ(view->batch_shard, 2);
   EXPECT_EQ(view->rank, 1);
+  EXPECT_EQ(view->report.step, -1) << "no report written, none read";
+
+  // The worker's report of its step 0 (report_step is the step + 1, so
+  // step 0 is told from none); a negative duration goes as 0.
+  PushSlot reported;
+  reported.report = StepReport{0, 1500, 20000, -7, 300};
+  grpc::ByteBuffer with_report =
+      MakePushRequest(1, 99, 1, 3, v1::DTYPE_FLOAT32, payload, reported);
+  ASSERT_TRUE(with_report.DumpToSingleSlice(&joined).ok());
+  ASSERT_TRUE(
+      parsed.ParseFromArray(joined.begin(), static_cast<int>(joined.size())));
+  EXPECT_EQ(parsed.report_step(), 1);
+  EXPECT_EQ(parsed.report_input_us(), 1500);
+  EXPECT_EQ(parsed.report_compute_us(), 20000);
+  EXPECT_EQ(parsed.report_push_us(), 0);
+  EXPECT_EQ(parsed.report_wait_us(), 300);
+  EXPECT_EQ(parsed.group_generation(), 0);
+  view = ParsePushRequest(with_report);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->report.step, 0);
+  EXPECT_EQ(view->report.input_us, 1500);
+  EXPECT_EQ(view->report.compute_us, 20000);
+  EXPECT_EQ(view->report.push_us, 0);
+  EXPECT_EQ(view->report.wait_us, 300);
 
   v1::PullResponse reply;
   reply.set_version(8);

@@ -40,6 +40,10 @@ ABSL_FLAG(int, staleness, 1,
 ABSL_FLAG(std::string, straggle, "",
           "Slow ranks on purpose: RANK:MS[,RANK:MS...] adds MS milliseconds "
           "to every step of RANK.");
+ABSL_FLAG(std::string, straggle_input, "",
+          "Slow input on purpose: RANK:MS[,RANK:MS...] adds MS milliseconds "
+          "to the batch loading of every step of RANK (--straggle slows its "
+          "compute).");
 ABSL_FLAG(int, straggle_random_ms, 0,
           "Adds a random delay, uniform in [0, N] ms and seeded, to every "
           "step of every worker.");
@@ -186,6 +190,9 @@ absl::Status ParseStepFlags(WorkerMainOptions* options) {
   }
   ASSIGN_OR_RETURN(o.trainer.straggle_ms,
                    StraggleFor(absl::GetFlag(FLAGS_straggle), rank));
+  ASSIGN_OR_RETURN(o.trainer.straggle_input_ms,
+                   StraggleFor(absl::GetFlag(FLAGS_straggle_input), rank,
+                               "--straggle_input"));
   o.trainer.straggle_random_ms = absl::GetFlag(FLAGS_straggle_random_ms);
   if (o.trainer.straggle_random_ms < 0) {
     return absl::InvalidArgumentError(

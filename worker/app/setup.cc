@@ -232,7 +232,8 @@ absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text) {
 }
 
 // This rank's delay from --straggle=RANK:MS[,RANK:MS...].
-absl::StatusOr<int> StraggleFor(const std::string& spec, int rank) {
+absl::StatusOr<int> StraggleFor(const std::string& spec, int rank,
+                                const std::string& flag) {
   int ms = 0;
   for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> parts =
@@ -241,7 +242,7 @@ absl::StatusOr<int> StraggleFor(const std::string& spec, int rank) {
     if (!absl::SimpleAtoi(parts.first, &r) ||
         !absl::SimpleAtoi(parts.second, &delay) || r < 0 || delay < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--straggle takes RANK:MS[,RANK:MS...], got \"", spec, "\""));
+          flag, " takes RANK:MS[,RANK:MS...], got \"", spec, "\""));
     }
     if (r == rank) ms += delay;
   }

@@ -39,7 +39,9 @@ absl::Status LoadData(const DataOptions& data, const ModelSpec& spec,
 absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text);
 
 // This rank's delay in milliseconds from --straggle=RANK:MS[,RANK:MS...].
-absl::StatusOr<int> StraggleFor(const std::string& spec, int rank);
+// `flag` names the flag in errors.
+absl::StatusOr<int> StraggleFor(const std::string& spec, int rank,
+                                const std::string& flag = "--straggle");
 
 // Writes the weights (--dump_weights): as a safetensors file keyed by the
 // names of `tensors` (the model's parameters, then its state) when `path`

@@ -88,7 +88,7 @@ absl::Status PsStepSession::JoinGroup(int64_t version, absl::Duration timeout) {
   generation_ = group.generation;
   members_ = group.members;
   shards_ = CoveredShards(members_, rank_, workers_);
-  client_->SetPushSlot(PushSlot{generation_, shards_.front()});
+  client_->SetPushSlot(PushSlot{generation_, shards_.front(), report_});
   if (changed) {
     std::printf(
         "Rank %d is in the worker group (generation %lld, %zu of %d ranks), "
@@ -118,6 +118,7 @@ absl::StatusOr<StepOutcome> PsStepSession::Join(const ModelSignature& signature,
   ASSIGN_OR_RETURN(StepOutcome joined, JoinOnce(timeout));
   RETURN_IF_ERROR(CheckNotPastEnd(signature_, joined));
   recovery_.StepSucceeded();  // The rejoin deadline counts from here.
+  clock_.Restart(absl::Now());
   return joined;
 }
 
@@ -254,7 +255,10 @@ absl::StatusOr<StepPlan> PsStepSession::BeginStep() {
 }
 
 void PsStepSession::GradientReady(int64_t begin, int64_t end) {
-  if (in_step_ && streamed_) client_->GradientReady(begin, end);
+  if (!in_step_ || !streamed_) return;
+  const absl::Time start = absl::Now();
+  client_->GradientReady(begin, end);
+  clock_.Pushed(absl::Now() - start);
 }
 
 absl::StatusOr<int64_t> PsStepSession::Exchange() {
@@ -262,19 +266,27 @@ absl::StatusOr<int64_t> PsStepSession::Exchange() {
   // Covering absent ranks: every shard's gradient, then all their pushes
   // at once (each shard's barrier waits for the others).
   std::vector<PushSlot> slots;
-  for (int shard : shards_) slots.push_back(PushSlot{generation_, shard});
+  for (int shard : shards_) {
+    slots.push_back(PushSlot{generation_, shard, report_});
+  }
   return client_->PushShards(next_step_, slots, shards_gradient_, weights_);
 }
 
 absl::StatusOr<StepOutcome> PsStepSession::FinishStep() {
   if (!in_step_) return absl::FailedPreconditionError("no step begun");
+  clock_.Finishing(absl::Now());
   absl::StatusOr<int64_t> version = Exchange();
   in_step_ = false;
   if (!version.ok()) {
-    return recovery_.AfterFailure(
+    absl::StatusOr<StepOutcome> after = recovery_.AfterFailure(
         version.status(), /*can_rejoin=*/true,
         [this](absl::Duration timeout) { return JoinOnce(timeout); });
+    clock_.Restart(absl::Now());  // A rejoin's time is no phase of a step.
+    return after;
   }
+  // The next step's pushes say how this one went.
+  report_ = clock_.Finished(next_step_, absl::Now());
+  client_->SetStepReport(report_);
   seen_version_ = std::max(seen_version_, *version);
   ASSIGN_OR_RETURN(const int64_t next,
                    NextPsStep(signature_.sync, next_step_, *version));

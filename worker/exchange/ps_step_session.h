@@ -26,6 +26,7 @@
 
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/step_recovery.h"
+#include "worker/exchange/step_report_clock.h"
 #include "worker/exchange/step_session.h"
 
 namespace lockstep {
@@ -43,6 +44,7 @@ class PsStepSession final : public StepSession {
                                    absl::Span<float> gradient,
                                    absl::Duration timeout) override;
   absl::StatusOr<StepPlan> BeginStep() override;
+  void InputReady() override { clock_.InputReady(absl::Now()); }
   void GradientReady(int64_t begin, int64_t end) override;
   absl::StatusOr<StepOutcome> FinishStep() override;
   absl::Status AbandonStep() override;
@@ -102,6 +104,9 @@ class PsStepSession final : public StepSession {
   // them (restarted without its checkpoint): initializing again would
   // silently start the job over, so Join refuses.
   int64_t seen_version_ = -1;
+  // This worker's phases, reported on the next step's pushes.
+  StepReportClock clock_;
+  StepReport report_;
 };
 
 // The parameter-server modes' step rules. The step a worker trains after

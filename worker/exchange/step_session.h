@@ -151,6 +151,11 @@ class StepSession {
   // Starts the next step; the plan says what to compute and where. The
   // plan's gradient stays valid until the next BeginStep.
   virtual absl::StatusOr<StepPlan> BeginStep() = 0;
+  // The step's batch is ready (after BeginStep, before the forward pass):
+  // what came before it is reported as input, what follows as compute
+  // (the straggler verdict, docs/operations.md). Optional: without it the
+  // input is counted as compute.
+  virtual void InputReady() {}
   // plan.gradient[begin, end) is final: sends what it completes.
   virtual void GradientReady(int64_t begin, int64_t end) = 0;
   // Sends the rest, waits for the next version and writes it into the

@@ -201,6 +201,10 @@ absl::StatusOr<StepOutcome> StepRunner::Step(ShardedSampler* sampler,
                     step, indices, absl::MakeSpan(batch.features));
     }
   }
+  if (options_.straggle_input_ms > 0) {
+    options_.env->SleepFor(absl::Milliseconds(options_.straggle_input_ms));
+  }
+  session_->InputReady();  // What follows is compute, the delay included.
   Straggle(step);
   return Exchange(plan, absl::MakeConstSpan(batches_.data(), shards.size()),
                   stats);

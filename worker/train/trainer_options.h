@@ -47,6 +47,7 @@ struct TrainerOptions {
   // uniformly from [0, straggle_random_ms] (seeded by seed, rank and step).
   int straggle_ms = 0;
   int straggle_random_ms = 0;
+  int straggle_input_ms = 0;  // The same in the batch loading (input).
   // Told where each step's time goes (metrics, traces). Not owned; may be
   // null.
   StepObserver* observer = nullptr;

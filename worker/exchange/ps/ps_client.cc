@@ -90,6 +90,9 @@ class PsClient::Impl {
   void AbandonStep() { step_.reset(); }
 
   void SetPushSlot(const PushSlot& slot) { push_target_.slot = slot; }
+  void SetStepReport(const StepReport& report) {
+    push_target_.slot.report = report;
+  }
 
   absl::StatusOr<int64_t> PushShards(int64_t step,
                                      absl::Span<const PushSlot> slots,
@@ -232,6 +235,9 @@ void PsClient::AbandonStep() { impl_->AbandonStep(); }
 
 absl::StatusOr<int64_t> PsClient::FinishStep() { return impl_->FinishStep(); }
 void PsClient::SetPushSlot(const PushSlot& slot) { impl_->SetPushSlot(slot); }
+void PsClient::SetStepReport(const StepReport& report) {
+  impl_->SetStepReport(report);
+}
 absl::StatusOr<int64_t> PsClient::PushShards(int64_t step,
                                              absl::Span<const PushSlot> slots,
                                              absl::Span<const float> gradients,

@@ -159,6 +159,9 @@ class PsClient final {
   // An elastic job's (ParameterServer::Push): the group generation and
   // the batch shard later steps push; generation 0: none, the rank's shard.
   void SetPushSlot(const PushSlot& slot);
+  // The report the next pushes carry (PushSlot::report); the slot's group
+  // fields stay.
+  void SetStepReport(const StepReport& report);
   // One step of several batch shards, slots[k]'s gradient being
   // gradients[k * n, (k + 1) * n) for the n weights: every shard's pushes
   // go out at once, and the replies land in `weights`. Returns the first

@@ -1,0 +1,58 @@
+// Times a worker's own steps into the StepReport its next pushes carry
+// (common/rpc/step_report.h), from the calls a step session sees: the
+// previous step's end, the trainer's word that the batch is ready (where
+// it gives one), each hand-off of gradient ranges, FinishStep's start and
+// its end. Not thread-safe: the training thread's.
+#ifndef LOCKSTEP_WORKER_EXCHANGE_STEP_REPORT_CLOCK_H_
+#define LOCKSTEP_WORKER_EXCHANGE_STEP_REPORT_CLOCK_H_
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "common/rpc/step_report.h"
+
+namespace lockstep {
+
+class StepReportClock final {
+ public:
+  // The next step starts now (after Join, or a rejoin).
+  void Restart(absl::Time now) {
+    start_ = now;
+    input_ready_ = absl::InfinitePast();
+    pushing_ = absl::ZeroDuration();
+    finish_called_ = absl::InfinitePast();
+  }
+  // The step's batch is ready: what came before was input.
+  void InputReady(absl::Time now) { input_ready_ = now; }
+  // A hand-off of gradient ranges took `took` (inside compute).
+  void Pushed(absl::Duration took) { pushing_ += took; }
+  // FinishStep began: the backward pass is over.
+  void Finishing(absl::Time now) { finish_called_ = now; }
+  // The step ended at `now` with its last reply; returns its report and
+  // starts the next step.
+  StepReport Finished(int64_t step, absl::Time now) {
+    StepReport r;
+    r.step = step;
+    const absl::Time compute_from =
+        input_ready_ == absl::InfinitePast() ? start_ : input_ready_;
+    const absl::Time compute_to =
+        finish_called_ == absl::InfinitePast() ? now : finish_called_;
+    r.input_us = absl::ToInt64Microseconds(compute_from - start_);
+    r.push_us = absl::ToInt64Microseconds(pushing_);
+    r.compute_us =
+        absl::ToInt64Microseconds(compute_to - compute_from - pushing_);
+    r.wait_us = absl::ToInt64Microseconds(now - compute_to);
+    Restart(now);
+    return r;
+  }
+
+ private:
+  absl::Time start_ = absl::InfinitePast();
+  absl::Time input_ready_ = absl::InfinitePast();
+  absl::Time finish_called_ = absl::InfinitePast();
+  absl::Duration pushing_;
+};
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_EXCHANGE_STEP_REPORT_CLOCK_H_
