@@ -41,7 +41,7 @@ constexpr Topic kTopics[] = {
     {"Exchange",
      "sync,allreduce,allreduce_host,allreduce_group,backup_workers,staleness,"
      "wire_dtype,push_window,push_thread,chunk_bytes,straggle,"
-     "straggle_random_ms"},
+     "straggle_input,straggle_random_ms"},
     {"Checkpoints",
      "checkpoint_dir,init_from,weights_file,checkpoint_every_steps,"
      "checkpoint_every_seconds,checkpoints_to_keep,allow_fresh_start,"
@@ -59,7 +59,7 @@ constexpr Topic kTopics[] = {
     {"Observability",
      "progress,summary_json,step_log,metrics_port,metrics_port_base,"
      "health_port,health_port_base,trace,trace_dir,tensorboard_dir,list_flags,"
-     "validate_only"},
+     "validate_only,straggler_fraction"},
     {"Polling", "watch,interval,count,timeout"},
     {"Test hooks", "testing_checkpoint_pause_ms,testing_restore_pause_ms"},
 };

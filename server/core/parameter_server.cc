@@ -153,7 +153,7 @@ void ParameterServer::Push(int rank, int64_t incarnation, int64_t step,
         GroupGenerations::ReformingError(slot.generation));
   }
   if (valid.ok()) {
-    activity_.Note(rank, arrival, step);
+    activity_.Note(rank, arrival, step, slot.report);
     // The size; the barrier checks the values as it sums them.
     valid = CheckPayloadSize(payload, dtype, (*barrier)->chunk());
   }

@@ -2,6 +2,7 @@
 //
 //   lockstep_ctl status ADDRESS[,ADDRESS...] [--watch] [--interval=1s]
 //                [--count=N]
+//   lockstep_ctl stragglers ADDRESS[,ADDRESS...] [--straggler_fraction=0.2]
 //   lockstep_ctl checkpoint ADDRESS[,ADDRESS...]
 //   lockstep_ctl merge-traces OUT IN...
 //   lockstep_ctl reshard FROM TO --num_shards=S [--chunk_bytes=auto]
@@ -12,6 +13,7 @@
 // or refused connections for 3 s, before the job finished), 2 bad usage.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -34,6 +36,7 @@
 #include "server/ctl/reshard.h"
 #include "server/ctl/shard_client.h"
 #include "server/ctl/status_view.h"
+#include "server/ctl/straggler_view.h"
 #include "server/ctl/trace_merge.h"
 
 ABSL_FLAG(bool, watch, false,
@@ -45,6 +48,9 @@ ABSL_FLAG(absl::Duration, interval, absl::Seconds(1),
           "status --watch: time between refreshes.");
 ABSL_FLAG(int, count, 0,
           "status --watch: stop after this many views (0: no limit).");
+ABSL_FLAG(double, straggler_fraction, 0.2,
+          "stragglers: name a rank slower than the other ranks' median by "
+          "more than this fraction of a step.");
 ABSL_FLAG(int, num_shards, 0,
           "reshard: the shard count the new job's servers run with.");
 ABSL_FLAG(std::string, chunk_bytes, "auto",
@@ -63,6 +69,9 @@ constexpr char kUsage[] =
     "Usage:\n"
     "  lockstep_ctl status ADDRESS[,ADDRESS...] [--watch] [--interval=1s] "
     "[--count=N]\n"
+    "  lockstep_ctl stragglers ADDRESS[,ADDRESS...] "
+    "[--straggler_fraction=0.2]   (which ranks are slow, and in which "
+    "phase: input, compute, push or network)\n"
     "  lockstep_ctl checkpoint ADDRESS[,ADDRESS...]   (a checkpoint, and the "
     "model as safetensors where a server has --weights_file)\n"
     "  lockstep_ctl merge-traces OUT IN...\n"
@@ -246,6 +255,24 @@ int Status(const std::string& addresses) {
   }
 }
 
+int Stragglers(const std::string& addresses) {
+  absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> shards =
+      Connect(addresses);
+  if (!shards.ok()) return UsageError(std::string(shards.status().message()));
+  StragglerOptions options;
+  options.fraction = absl::GetFlag(FLAGS_straggler_fraction);
+  if (!(options.fraction > 0) || !std::isfinite(options.fraction)) {
+    return UsageError("--straggler_fraction must be a positive number");
+  }
+  absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+  if (timeout <= absl::ZeroDuration()) timeout = absl::Seconds(5);
+  const std::vector<ShardReading> readings =
+      Read(*shards, timeout, absl::ZeroDuration());
+  std::fputs(RenderStragglers(readings, options).c_str(), stdout);
+  ReportFailures(readings);
+  return EveryShardAnswered(readings) ? kExitOk : kExitFailure;
+}
+
 int Checkpoint(const std::string& addresses) {
   absl::StatusOr<std::vector<std::unique_ptr<ShardClient>>> shards =
       Connect(addresses);
@@ -348,11 +375,13 @@ int main(int argc, char** argv) {
   if (args.empty()) return lockstep::UsageError("no command");
   const std::string command = args[0];
   args.erase(args.begin());
-  if (command == "status" || command == "checkpoint") {
+  if (command == "status" || command == "checkpoint" ||
+      command == "stragglers") {
     if (args.size() != 1) {
       return lockstep::UsageError(
           absl::StrCat(command, " takes one ADDRESS[,ADDRESS...]"));
     }
+    if (command == "stragglers") return lockstep::Stragglers(args[0]);
     return command == "status" ? lockstep::Status(args[0])
                                : lockstep::Checkpoint(args[0]);
   }

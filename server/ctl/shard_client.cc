@@ -112,9 +112,25 @@ absl::StatusOr<ShardStatus> ShardClient::GetStatus(absl::Duration timeout,
     }
     worker.last_step = w.last_step();
     worker.last_step_seconds = w.last_step_seconds();
+    const v1::StepWindow& win = w.window();
+    RankTiming& t = worker.timing;
+    t.rank = w.rank();
+    t.late_steps = win.late_steps();
+    t.lateness = absl::Seconds(win.lateness_seconds());
+    t.timed_steps = win.timed_steps();
+    t.step_time = absl::Seconds(win.step_seconds());
+    t.reports = win.reports();
+    t.input = absl::Seconds(win.input_seconds());
+    t.compute = absl::Seconds(win.compute_seconds());
+    t.push = absl::Seconds(win.push_seconds());
+    t.wait = absl::Seconds(win.wait_seconds());
     s.workers.push_back(worker);
   }
-  if (r.signature().tensors_size() > 0) s.model = DescribeModel(r.signature());
+  if (r.signature().tensors_size() > 0) {
+    s.model = DescribeModel(r.signature());
+    const absl::StatusOr<ModelSignature> read = SignatureFromProto(r.signature());
+    s.synchronous = read.ok() && read->sync.mode == SyncMode::kSync;
+  }
   const v1::ServerCounters& c = r.counters();
   s.pushes_accepted = c.pushes_accepted();
   s.pushes_refused = c.pushes_refused();

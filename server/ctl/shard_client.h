@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/ops/health_client.h"
+#include "common/ops/straggler_verdict.h"
 #include "common/security/tls.h"
 
 namespace grpc {
@@ -38,11 +39,13 @@ struct ShardStatus {
     absl::Time last_contact = absl::InfinitePast();  // Past: never.
     int64_t last_step = -1;
     double last_step_seconds = 0;  // 0: not known yet.
+    RankTiming timing;  // Its recent steps (StepWindow).
   };
   std::vector<Worker> workers;  // By rank.
   // The model, when a worker has registered: "101770 parameters, adam,
   // sync".
   std::string model;
+  bool synchronous = true;  // The job's sync mode is "sync".
   int64_t pushes_accepted = 0;
   int64_t pushes_refused = 0;
   int64_t pushes_dropped_late = 0;

@@ -15,9 +15,25 @@ bool Contains(const std::vector<int>& ranks, int rank) {
   return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
 }
 
+std::string Ranks(const std::vector<int>& ranks) {
+  return ranks.empty() ? "none" : absl::StrJoin(ranks, ",");
+}
+
+// One rank over every shard that answered.
+struct RankView {
+  bool registered = false;
+  bool finished = true;
+  bool pushed = true;
+  absl::Duration age = absl::InfiniteDuration();  // Since its last contact.
+  int64_t last_step = -1;
+  double step_seconds = 0;
+};
+
+}  // namespace
+
 // Columns padded to their widest cell, two spaces apart; no trailing
 // spaces.
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
+std::string RenderTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& row : rows) {
     if (row.size() > width.size()) width.resize(row.size(), 0);
@@ -36,22 +52,6 @@ std::string Table(const std::vector<std::vector<std::string>>& rows) {
   }
   return out;
 }
-
-std::string Ranks(const std::vector<int>& ranks) {
-  return ranks.empty() ? "none" : absl::StrJoin(ranks, ",");
-}
-
-// One rank over every shard that answered.
-struct RankView {
-  bool registered = false;
-  bool finished = true;
-  bool pushed = true;
-  absl::Duration age = absl::InfiniteDuration();  // Since its last contact.
-  int64_t last_step = -1;
-  double step_seconds = 0;
-};
-
-}  // namespace
 
 std::string FormatAge(absl::Time then, absl::Time now) {
   if (then == absl::InfinitePast()) return "never";
@@ -188,7 +188,7 @@ std::string RankTable(const std::vector<RankView>& ranks, int64_t version) {
                             : "-",
          v.last_step >= 0 ? absl::StrCat(v.last_step) : "-"});
   }
-  return Table(rows);
+  return RenderTable(rows);
 }
 
 // A row per shard (question marks for one that did not answer), the
@@ -217,7 +217,7 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
                     FormatBytes(s.bytes_received), FormatBytes(s.bytes_sent)});
     for (const auto& [code, n] : s.pushes_refused_by_code) refused[code] += n;
   }
-  std::string out = Table(rows);
+  std::string out = RenderTable(rows);
   if (!refused.empty()) {
     std::vector<std::string> parts;
     for (const auto& [code, n] : refused) parts.push_back(absl::StrCat(code, " ", n));

@@ -41,6 +41,9 @@ bool JobFinished(const std::vector<ShardReading>& shards);
 
 // "0.3s ago", "12s ago", "4m05s ago", "2h03m ago"; "never" for InfinitePast.
 std::string FormatAge(absl::Time then, absl::Time now);
+// Columns padded to their widest cell, two spaces apart, one line per row;
+// no trailing spaces.
+std::string RenderTable(const std::vector<std::vector<std::string>>& rows);
 // "812 B", "95.2 MiB", "1.4 GiB".
 std::string FormatBytes(int64_t bytes);
 

@@ -65,6 +65,7 @@ std::optional<int> Daemon::Tick(absl::Time now) {
     return code;
   }
   if (checkpointer_ != nullptr) checkpointer_->SaveIfDue(now);
+  stragglers_->Check(now);
   if (std::optional<int> code = watchdog_->CheckWorkersGone(now)) {
     return code;
   }
@@ -125,6 +126,8 @@ absl::Status Daemon::CreateCore() {
   watchdog_ = std::make_unique<JobWatchdog>(watch, core_.get(),
                                             checkpointer_.get(), weights_.get(),
                                             LogToStderr, &coordinator_contact_);
+  stragglers_ = std::make_unique<StragglerWatch>(
+      options_.shard == 0 ? options_.straggler_fraction : 0, core_.get());
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@
 #include "server/daemon/checkpointer.h"
 #include "server/daemon/grpc_endpoint.h"
 #include "server/daemon/job_watchdog.h"
+#include "server/daemon/straggler_watch.h"
 #include "server/daemon/replication_source.h"
 #include "server/daemon/server_telemetry.h"
 #include "server/daemon/weights_file_writer.h"
@@ -78,6 +79,9 @@ struct DaemonOptions {
   ServerTelemetryOptions telemetry;
   absl::Duration step_timeout = absl::ZeroDuration();  // Zero: none.
   bool fail_on_worker_loss = false;  // Else wait for a replacement.
+  // Shard 0 says when a rank is slower than the others' median by this
+  // fraction of a step (StragglerWatch); 0: never.
+  double straggler_fraction = 0.2;
   SumOrder sum_order = SumOrder::kArrival;
   // Threads that split a chunk's sums and optimizer step (--server_threads).
   int server_threads = 1;
@@ -144,6 +148,7 @@ class Daemon final {
   // Coordinator calls, worker contact for the watchdog.
   ContactClock coordinator_contact_;
   std::unique_ptr<JobWatchdog> watchdog_;
+  std::unique_ptr<StragglerWatch> stragglers_;
   // --replicas=2: the standby's source (after core_, destroyed first).
   std::unique_ptr<ReplicationSource> replication_;
 };

@@ -30,6 +30,7 @@
 #include "server/daemon/daemon.h"
 #include "server/daemon/grpc_endpoint.h"
 #include "server/daemon/replication_flags.h"
+#include "server/daemon/telemetry_flags.h"
 
 ABSL_FLAG(std::string, listen, "",
           "Address to listen on, host:port (port 0 picks a free one). "
@@ -75,18 +76,6 @@ ABSL_FLAG(bool, allow_fresh_start, false,
           "Start from version 0 even when --checkpoint_dir holds only damaged "
           "checkpoints (set aside as *.corrupt); without it the server "
           "refuses (exit 2) rather than silently lose the job's progress.");
-ABSL_FLAG(int, metrics_port, 0,
-          "Serve Prometheus metrics at http://HOST:PORT/metrics on every "
-          "interface (0: off). See docs/operations.md.");
-ABSL_FLAG(int, health_port, 0,
-          "Also serve grpc.health.v1, and nothing else, in plaintext on "
-          "every interface at this port (0: off), with the main port's "
-          "status: for probes that cannot speak TLS, such as Kubernetes' "
-          "gRPC probes of a server with --tls_cert.");
-ABSL_FLAG(std::string, trace, "",
-          "Write a Chrome trace-event JSON file of the accumulate and apply "
-          "phases here (empty: off); open it in ui.perfetto.dev. {shard} in "
-          "the path becomes the shard index.");
 ABSL_FLAG(int, step_timeout_s, 300,
           "A synchronous step that still misses workers after this many "
           "seconds is given up (not applied) and the missing workers are "
@@ -287,23 +276,6 @@ absl::Status ParseCheckpoints(DaemonOptions* options_out) {
   return absl::OkStatus();
 }
 
-// Metrics, the plaintext health port and the trace.
-absl::Status ParseTelemetry(DaemonOptions* options_out) {
-  DaemonOptions& options = *options_out;
-  options.telemetry.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  options.telemetry.health_port = absl::GetFlag(FLAGS_health_port);
-  options.telemetry.trace_path = absl::StrReplaceAll(
-      absl::GetFlag(FLAGS_trace), {{"{shard}", absl::StrCat(options.shard)}});
-  for (int port :
-       {options.telemetry.metrics_port, options.telemetry.health_port}) {
-    if (port < 0 || port > 65535) {
-      return absl::InvalidArgumentError(
-          "--metrics_port and --health_port must be in [0, 65535]");
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The step timeout, what a lost worker does, sum order, server threads.
 absl::Status ParseStepRules(DaemonOptions* options_out) {
   DaemonOptions& options = *options_out;
@@ -380,6 +352,7 @@ int ServerMain(int argc, char** argv, std::vector<std::string> help_files,
       "worker with --on_worker_loss=fail (retryable), 1 other failures.");
   help_files.push_back("server/daemon/server_main.cc");
   help_files.push_back("server/daemon/replication_flags.cc");
+  help_files.push_back("server/daemon/telemetry_flags.cc");
   help_files.push_back("common/security/tls_flags.cc");
   help_files.push_back("common/security/tls_server_flags.cc");
   ParseFlags(argc, argv, help_files);

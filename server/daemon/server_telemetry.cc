@@ -18,6 +18,8 @@ constexpr char kBarrierWaitHelp[] =
 // Trace tracks: one per chunk, so that a chunk's accumulate and apply
 // events (serialized by its lock) never overlap.
 int ChunkTrack(int chunk) { return chunk + 1; }
+// Then one per rank for its lateness, past any chunk's.
+constexpr int kRankTrackBase = 1 << 24;
 
 }  // namespace
 
@@ -129,6 +131,17 @@ void ServerTelemetry::OnApply(const Applied& a) {
     }
     trace_->Complete("apply", "server", track, a.start, a.end,
                      {"step", a.step});
+    if (a.chunk == 0 && first != absl::InfiniteFuture()) {
+      // Each rank's lateness on a track of its own: from the step's first
+      // push to this rank's (chunk 0's pushes, one event per rank a step).
+      for (int r = 0; r < static_cast<int>(a.arrivals.size()); ++r) {
+        if (a.arrivals[r] == absl::InfinitePast()) continue;
+        const int rank_track = kRankTrackBase + r;
+        trace_->NameThread(rank_track, absl::StrCat("rank ", r, " lateness"));
+        trace_->Complete("late", "server", rank_track, first, a.arrivals[r],
+                         {"step", a.step}, {"rank", r});
+      }
+    }
   }
 }
 
@@ -223,6 +236,31 @@ void ServerTelemetry::CollectWorkers(const ServerStatus& s) {
                   "its first pushes of two consecutive steps).",
                   rank)
         ->Set(absl::ToDoubleSeconds(w.last_step_time));
+    const ActivityWindow& win = w.window;
+    if (win.late_steps > 0) {
+      registry_
+          .GetGauge("lockstep_server_worker_lateness_seconds",
+                    "Sync mode: median over the rank's recent steps of the "
+                    "time from a step's first push (any rank's) to this "
+                    "rank's last push of it.",
+                    rank)
+          ->Set(absl::ToDoubleSeconds(win.lateness));
+    }
+    if (win.reports == 0) continue;
+    const std::pair<const char*, absl::Duration> phases[] = {
+        {"input", win.input},
+        {"compute", win.compute},
+        {"push", win.push},
+        {"wait", win.wait}};
+    for (const auto& [phase, took] : phases) {
+      registry_
+          .GetGauge("lockstep_server_worker_phase_seconds",
+                    "Median over the rank's recent steps of each phase of "
+                    "its step, as its worker reports it: input, compute, "
+                    "push, wait.",
+                    {{"rank", absl::StrCat(w.rank)}, {"phase", phase}})
+          ->Set(absl::ToDoubleSeconds(took));
+    }
   }
 }
 

@@ -91,6 +91,16 @@ void FillStatus(const ServerStatus& status, v1::StatusResponse* response) {
                                         : absl::ToUnixMicros(a.last_contact));
     w->set_last_step(a.last_step);
     w->set_last_step_seconds(absl::ToDoubleSeconds(a.last_step_time));
+    v1::StepWindow* to = w->mutable_window();  // lockstep_ctl stragglers
+    to->set_late_steps(a.window.late_steps);
+    to->set_lateness_seconds(absl::ToDoubleSeconds(a.window.lateness));
+    to->set_timed_steps(a.window.timed_steps);
+    to->set_step_seconds(absl::ToDoubleSeconds(a.window.step_time));
+    to->set_reports(a.window.reports);
+    to->set_input_seconds(absl::ToDoubleSeconds(a.window.input));
+    to->set_compute_seconds(absl::ToDoubleSeconds(a.window.compute));
+    to->set_push_seconds(absl::ToDoubleSeconds(a.window.push));
+    to->set_wait_seconds(absl::ToDoubleSeconds(a.window.wait));
   }
 }
 
@@ -212,7 +222,8 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   // The core sums the payload from the received slices before it returns.
   core_->Push(push->rank, push->incarnation, push->step, push->chunk, *dtype,
               push->data, Gated(WeightsReply(core_, *dtype, reactor, response)),
-              PushSlot{push->group_generation, push->batch_shard});
+              PushSlot{push->group_generation, push->batch_shard,
+                       push->report});
   // The push may now wait for the barrier, but its gradient is summed:
   // release the received slices rather than hold every waiting worker's
   // chunk until the step closes (memory O(model), not O(workers x model)).

@@ -92,6 +92,53 @@ TEST(OpsIntegrationTest, CtlShowsALiveJobAndTakesCheckpoints) {
   EXPECT_EQ(server.process->Wait(kDeadline), 0) << "both left";
 }
 
+// Issue 39's straggler verdict through real processes: of four workers,
+// rank 1 computes 60 ms longer a step (--straggle) and rank 2 loads its
+// batches 60 ms longer (--straggle_input). The server says so once for each
+// (the line the launcher shows), and lockstep_ctl stragglers names both
+// with their phases, and not ranks 0 and 3.
+TEST(OpsIntegrationTest, StragglersAreNamedWithTheirSlowPhase) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(dir, 0, {"--workers=4"});
+  ASSERT_GT(server.port, 0) << server.process->Output();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 4; ++r) {
+    workers.push_back(StartWorker(
+        server, 4, r,
+        {"--max_steps=100", "--straggle=1:60", "--straggle_input=2:60"}));
+  }
+  const std::string ctl = kBin + "/lockstep_ctl";
+  RunResult verdict;
+  EXPECT_TRUE(WaitUntil([&]() {
+    verdict = RunProcess({ctl, "stragglers", server.address});
+    return absl::StrContains(verdict.output, "rank 1 is") &&
+           absl::StrContains(verdict.output, "rank 2 is");
+  })) << verdict.output;
+  EXPECT_EQ(verdict.exit_code, 0) << verdict.output;
+  EXPECT_THAT(verdict.output, HasSubstr("Stragglers (sync: lateness"));
+  EXPECT_THAT(verdict.output, testing::ContainsRegex(
+                                  "rank 1 is [0-9.]+ ms later to the barrier "
+                                  "[^\n]*: compute, [0-9.]+ ms more"));
+  EXPECT_THAT(verdict.output, testing::ContainsRegex(
+                                  "rank 2 is [0-9.]+ ms later to the barrier "
+                                  "[^\n]*: input, [0-9.]+ ms more"));
+  EXPECT_THAT(verdict.output, Not(HasSubstr("rank 0 is")));
+  EXPECT_THAT(verdict.output, Not(HasSubstr("rank 3 is")));
+  EXPECT_THAT(verdict.output, HasSubstr("RANK  LATE"));
+  for (auto& w : workers) EXPECT_EQ(w->Wait(kDeadline), 0) << w->Output();
+  ASSERT_EQ(server.process->Wait(kDeadline), 0);
+  const std::string log = server.process->Output();
+  EXPECT_THAT(log, testing::ContainsRegex(
+                       "lockstep_server: straggler: rank 1 is [^\n]*: "
+                       "compute, "))
+      << log;
+  EXPECT_THAT(log, testing::ContainsRegex(
+                       "lockstep_server: straggler: rank 2 is [^\n]*: input, "))
+      << log;
+  EXPECT_THAT(log, Not(HasSubstr("straggler: rank 0 is")));
+  EXPECT_THAT(log, Not(HasSubstr("straggler: rank 3 is")));
+}
+
 // --watch follows a job to its end and exits 0: the server exits moments
 // after the last worker leaves, yet the watch sees the finished state (each
 // view is a long poll, which a finishing server answers before it goes).

@@ -119,6 +119,23 @@ TEST_F(ServerTelemetryTest, CountsStepsWaitsBytesAndRefusals) {
   EXPECT_LE(status.workers[1].last_contact, status.now);
 }
 
+// The workers' reports of their steps become per-rank phase gauges.
+TEST_F(ServerTelemetryTest, ExportsEachRanksReportedPhases) {
+  Step(0);
+  for (int r = 0; r < 2; ++r) {
+    ps_->Push(r, inc_[r], 1, 0, WireDType::kFloat32, Bytes({1, 1, 1}),
+              [](absl::StatusOr<ChunkSnapshot> s) { EXPECT_TRUE(s.ok()); },
+              PushSlot(0, 0, StepReport{0, 1000, 2000 + 1000 * r, 300, 4000}));
+  }
+  std::map<std::string, double> m = Scrape();
+  const std::string gauge = "lockstep_server_worker_phase_seconds";
+  EXPECT_DOUBLE_EQ(m[gauge + "{rank=\"1\",phase=\"compute\"}"], 0.003);
+  EXPECT_DOUBLE_EQ(m[gauge + "{rank=\"0\",phase=\"compute\"}"], 0.002);
+  EXPECT_DOUBLE_EQ(m[gauge + "{rank=\"0\",phase=\"input\"}"], 0.001);
+  EXPECT_DOUBLE_EQ(m[gauge + "{rank=\"0\",phase=\"push\"}"], 0.0003);
+  EXPECT_DOUBLE_EQ(m[gauge + "{rank=\"0\",phase=\"wait\"}"], 0.004);
+}
+
 TEST_F(ServerTelemetryTest, TracesAccumulateGatherAndApplyPerChunk) {
   Step(0);
   ASSERT_TRUE(telemetry_->FlushTrace().ok());
@@ -128,14 +145,25 @@ TEST_F(ServerTelemetryTest, TracesAccumulateGatherAndApplyPerChunk) {
   absl::StatusOr<JsonValue> doc = JsonValue::Parse(text.str());
   ASSERT_TRUE(doc.ok()) << doc.status() << text.str();
   std::map<std::string, int> names;
+  std::map<int, double> late_track_of_rank;
   for (const JsonValue& e : doc->Find("traceEvents")->array()) {
     if (e.Find("ph")->string() != "X") continue;
     ++names[e.Find("name")->string()];
-    EXPECT_EQ(e.Find("tid")->number(), 1);  // Chunk 0's track.
     EXPECT_EQ(e.Find("args")->Find("step")->number(), 0);
+    if (e.Find("name")->string() == "late") {
+      // Each rank's lateness on a track of its own, past the chunks'.
+      const int rank = static_cast<int>(e.Find("args")->Find("rank")->number());
+      late_track_of_rank[rank] = e.Find("tid")->number();
+      continue;
+    }
+    EXPECT_EQ(e.Find("tid")->number(), 1);  // Chunk 0's track.
   }
-  EXPECT_EQ(names, (std::map<std::string, int>{
-                       {"accumulate", 2}, {"apply", 1}, {"gather", 1}}));
+  EXPECT_EQ(names,
+            (std::map<std::string, int>{
+                {"accumulate", 2}, {"apply", 1}, {"gather", 1}, {"late", 2}}));
+  ASSERT_EQ(late_track_of_rank.size(), 2u);
+  EXPECT_EQ(late_track_of_rank[1] - late_track_of_rank[0], 1);
+  EXPECT_GT(late_track_of_rank[0], 1);
 }
 
 TEST(ServerTelemetryOffTest, NoObserverWithoutMetricsOrTrace) {
