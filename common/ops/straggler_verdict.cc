@@ -59,13 +59,25 @@ const char* SlowPhaseName(SlowPhase phase) {
   return "unknown";
 }
 
-std::vector<Straggler> FindStragglers(absl::Span<const RankTiming> ranks,
-                                      const StragglerOptions& options) {
+Judging HowToJudge(absl::Span<const RankTiming> ranks,
+                   const StragglerOptions& options) {
   int with_lateness = 0;
   for (const RankTiming& r : ranks) {
     if (r.late_steps >= options.min_steps) ++with_lateness;
   }
-  const bool by_lateness = options.synchronous && with_lateness >= 2;
+  Judging j;
+  j.by_lateness = options.synchronous && with_lateness >= 2;
+  for (const RankTiming& r : ranks) {
+    if ((j.by_lateness ? r.late_steps : r.timed_steps) >= options.min_steps) {
+      ++j.ranks;
+    }
+  }
+  return j;
+}
+
+std::vector<Straggler> FindStragglers(absl::Span<const RankTiming> ranks,
+                                      const StragglerOptions& options) {
+  const bool by_lateness = HowToJudge(ranks, options).by_lateness;
   std::vector<const RankTiming*> judged;
   for (const RankTiming& r : ranks) {
     const int samples = by_lateness ? r.late_steps : r.timed_steps;
@@ -73,8 +85,12 @@ std::vector<Straggler> FindStragglers(absl::Span<const RankTiming> ranks,
   }
   std::vector<Straggler> found;
   if (judged.size() < 2) return found;
+  // A backup worker's rank may skip every step and time none: only ranks
+  // with step times make the median step.
   std::vector<absl::Duration> step_times;
-  for (const RankTiming* r : judged) step_times.push_back(r->step_time);
+  for (const RankTiming* r : judged) {
+    if (r->timed_steps > 0) step_times.push_back(r->step_time);
+  }
   const absl::Duration step_time = MedianOf(step_times);
   if (step_time <= absl::ZeroDuration()) return found;
   auto slowness = [by_lateness](const RankTiming& r) {

@@ -69,9 +69,18 @@ struct Straggler {
   absl::Duration phase_excess;
 };
 
+// Whether ranks are compared by lateness (sync mode, at least two ranks
+// with min_steps of it) rather than step time, and how many ranks have
+// enough samples of what is compared to be judged.
+struct Judging {
+  bool by_lateness = false;
+  int ranks = 0;
+};
+Judging HowToJudge(absl::Span<const RankTiming> ranks,
+                   const StragglerOptions& options);
+
 // The stragglers among `ranks`, slowest first; empty with fewer than two
-// judged ranks. Lateness is compared in sync mode when at least two ranks
-// have min_steps of it, else step time.
+// judged ranks (HowToJudge).
 std::vector<Straggler> FindStragglers(absl::Span<const RankTiming> ranks,
                                       const StragglerOptions& options);
 

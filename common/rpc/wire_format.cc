@@ -185,7 +185,9 @@ absl::StatusOr<PushView> ParsePushRequest(const grpc::ByteBuffer& buffer) {
           case kPushBatchShard:
             view.batch_shard = static_cast<int32_t>(value);
             break;
-          case kPushReportStep: view.report.step = value - 1; break;
+          case kPushReportStep:  // 0 (or a forged negative): no report.
+            view.report.step = value > 0 ? value - 1 : -1;
+            break;
           case kPushReportInput: view.report.input_us = value; break;
           case kPushReportCompute: view.report.compute_us = value; break;
           case kPushReportPush: view.report.push_us = value; break;

@@ -9,6 +9,10 @@ namespace {
 // step's phase, and is dropped rather than let it skew the medians.
 constexpr int64_t kMaxReportUs = int64_t{3600} * 1000 * 1000;
 
+// A rank whose last push is older than this, and than 4 of its steps, is
+// out of the window's count.
+constexpr absl::Duration kStale = absl::Seconds(2);
+
 template <typename T>
 void Keep(std::deque<T>* window, const T& value) {
   window->push_back(value);
@@ -52,6 +56,18 @@ void ActivityLog::CloseStep(Samples* s, absl::Time next_first) {
   }
 }
 
+void ActivityLog::Reset(Samples* s) {
+  // The steps opened by the run this rank was in (at or before its last
+  // push) open anew; those opened since (by ranks that went back before
+  // it) stay.
+  const absl::Time old_last = s->last;
+  opened_.erase(
+      std::remove_if(opened_.begin(), opened_.end(),
+                     [&](const auto& o) { return o.second <= old_last; }),
+      opened_.end());
+  *s = Samples();
+}
+
 void ActivityLog::Note(int rank, absl::Time when, int64_t pushed_step,
                        const StepReport& report) {
   absl::MutexLock lock(&mu_);
@@ -60,6 +76,12 @@ void ActivityLog::Note(int rank, absl::Time when, int64_t pushed_step,
   a.last_contact = std::max(a.last_contact, when);
   if (pushed_step == kNotAPush) return;
   Samples& s = samples_[rank];
+  if (pushed_step < s.step - 1) {
+    // Steps went back (the shards stepped back to a common checkpoint, or
+    // an async worker started again): what the window holds is of another
+    // run of these steps.
+    Reset(&s);
+  }
   if (report.step > s.reported && Plausible(report)) {
     s.reported = report.step;
     Keep(&s.reports, report);
@@ -68,9 +90,10 @@ void ActivityLog::Note(int rank, absl::Time when, int64_t pushed_step,
     s.last = std::max(s.last, when);
     return;
   }
-  if (pushed_step < s.step) return;  // A re-sent push of an older step.
-  // A new step: the previous one is over for this rank.
-  if (s.step >= 0) {
+  if (pushed_step < s.step) {
+    return;  // A re-sent push of the step before.
+  } else if (s.step >= 0) {
+    // A new step: the previous one is over for this rank.
     CloseStep(&s, pushed_step == s.step + 1 ? when : absl::InfinitePast());
   }
   auto opened = std::find_if(opened_.begin(), opened_.end(),
@@ -91,7 +114,7 @@ void ActivityLog::Note(int rank, absl::Time when, int64_t pushed_step,
   s.first = s.last = when;
 }
 
-std::vector<WorkerActivity> ActivityLog::Get() const {
+std::vector<WorkerActivity> ActivityLog::Get(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerActivity> out = activity_;
   for (size_t r = 0; r < out.size(); ++r) {
@@ -109,6 +132,12 @@ std::vector<WorkerActivity> ActivityLog::Get() const {
         Median(s.reports, [&](const StepReport& x) { return us(x.compute_us); });
     w.push = Median(s.reports, [&](const StepReport& x) { return us(x.push_us); });
     w.wait = Median(s.reports, [&](const StepReport& x) { return us(x.wait_us); });
+    // A rank that stopped pushing (it left, or waits on a lost one) is
+    // not judged on what it did before.
+    if (now != absl::InfinitePast() && s.step >= 0 &&
+        now - s.last > std::max(kStale, 4 * w.step_time)) {
+      w.late_steps = w.timed_steps = w.reports = 0;
+    }
   }
   return out;
 }

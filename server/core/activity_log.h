@@ -61,8 +61,10 @@ class ActivityLog final {
   void Note(int rank, absl::Time when, int64_t pushed_step = kNotAPush,
             const StepReport& report = {});
 
-  // One per rank, in rank order.
-  std::vector<WorkerActivity> Get() const;
+  // One per rank, in rank order. Given `now`, the window of a rank that
+  // has not pushed for 2 s and 4 of its steps counts no samples (it left,
+  // or waits): it is not judged on what it did before.
+  std::vector<WorkerActivity> Get(absl::Time now = absl::InfinitePast()) const;
 
  private:
   struct Samples {
@@ -74,6 +76,7 @@ class ActivityLog final {
   };
   void CloseStep(Samples* s, absl::Time next_first)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Reset(Samples* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   std::vector<WorkerActivity> activity_ ABSL_GUARDED_BY(mu_);

@@ -307,7 +307,7 @@ ServerStatus ParameterServer::GetStatus() const {
     }
   }
   status.now = options_.env->Now();
-  status.workers = activity_.Get();
+  status.workers = activity_.Get(status.now);
   return status;
 }
 

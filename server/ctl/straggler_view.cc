@@ -45,21 +45,14 @@ std::string RenderStragglers(const std::vector<ShardReading>& shards,
   options.synchronous = any->synchronous;
   const std::vector<RankTiming> ranks = MergedRankTimings(shards);
   const std::vector<Straggler> found = FindStragglers(ranks, options);
+  const Judging judging = HowToJudge(ranks, options);
   std::string out = absl::StrFormat(
       "Stragglers (%s over each rank's recent steps; a straggler is %s the "
       "others' median by more than %.0f%% of a step):\n",
-      options.synchronous ? "sync: lateness to the barrier"
-                          : "async/SSP: step time",
-      options.synchronous ? "later than" : "slower than",
+      judging.by_lateness ? "sync: lateness to the barrier" : "step time",
+      judging.by_lateness ? "later than" : "slower than",
       100 * options.fraction);
-  int judged = 0;
-  for (const RankTiming& r : ranks) {
-    if ((options.synchronous ? r.late_steps : r.timed_steps) >=
-        options.min_steps) {
-      ++judged;
-    }
-  }
-  if (judged < 2) {
+  if (judging.ranks < 2) {
     absl::StrAppend(&out, "  not yet: ", options.min_steps,
                     " steps of at least two ranks are needed\n");
   } else if (found.empty()) {
@@ -72,7 +65,9 @@ std::string RenderStragglers(const std::vector<ShardReading>& shards,
       {"RANK", "LATE", "STEP", "INPUT", "COMPUTE", "PUSH", "WAIT", "STEPS",
        "REPORTS"}};
   for (const RankTiming& r : ranks) {
-    rows.push_back({absl::StrCat(r.rank), Cell(r.lateness, r.late_steps),
+    // Lateness compares the ranks' same steps: sync mode only.
+    rows.push_back({absl::StrCat(r.rank),
+                    Cell(r.lateness, options.synchronous ? r.late_steps : 0),
                     Cell(r.step_time, r.timed_steps), Cell(r.input, r.reports),
                     Cell(r.compute, r.reports), Cell(r.push, r.reports),
                     Cell(r.wait, r.reports),

@@ -237,7 +237,9 @@ void ServerTelemetry::CollectWorkers(const ServerStatus& s) {
                   rank)
         ->Set(absl::ToDoubleSeconds(w.last_step_time));
     const ActivityWindow& win = w.window;
-    if (win.late_steps > 0) {
+    // Lateness compares the ranks' same steps: sync mode only.
+    if (win.late_steps > 0 && s.signature.has_value() &&
+        s.signature->sync.mode == SyncMode::kSync) {
       registry_
           .GetGauge("lockstep_server_worker_lateness_seconds",
                     "Sync mode: median over the rank's recent steps of the "

@@ -24,7 +24,7 @@ ABSL_FLAG(std::string, trace, "",
 ABSL_FLAG(double, straggler_fraction, 0.2,
           "Shard 0 prints a line when a rank is slower than the other ranks' "
           "median by more than this fraction of a step (sync: later to the "
-          "barrier; async, SSP: a longer step) over its recent steps, and "
+          "barrier; async: a longer step) over its recent steps, and "
           "names the phase that makes it slow: input, compute, push or "
           "network. 0: never. lockstep_ctl stragglers shows every rank.");
 

@@ -84,6 +84,49 @@ TEST(ActivityLogTest, WindowHoldsMediansOfLatenessStepTimeAndReports) {
   EXPECT_EQ(a[0].window.wait, absl::Milliseconds(20));
 }
 
+// The shards stepped back to a checkpoint (or an async worker started
+// over): the windows start again, and lateness is measured against the
+// new run's first pushes, not the old run's.
+TEST(ActivityLogTest, StepsGoingBackStartTheWindowAgain) {
+  ActivityLog log(2);
+  for (int64_t step = 0; step < 10; ++step) {
+    const absl::Time open = kT0 + step * absl::Milliseconds(100);
+    log.Note(0, open, step, StepReport{step - 1, 0, 9000, 0, 0});
+    log.Note(1, open + absl::Milliseconds(40), step);
+  }
+  ASSERT_EQ(log.Get()[1].window.late_steps, 9);
+  const absl::Time back = kT0 + absl::Seconds(5);
+  // Rank 1 goes back to step 4 first, rank 0 after it.
+  for (int64_t step = 4; step < 12; ++step) {
+    const absl::Time open = back + (step - 4) * absl::Milliseconds(100);
+    log.Note(1, open, step);
+    log.Note(0, open + absl::Milliseconds(10), step,
+             StepReport{step - 1, 0, 7000, 0, 0});
+  }
+  const std::vector<WorkerActivity> a = log.Get();
+  EXPECT_EQ(a[1].window.late_steps, 7) << "steps 4 to 10 of the new run";
+  EXPECT_EQ(a[1].window.lateness, absl::ZeroDuration());
+  EXPECT_EQ(a[0].window.lateness, absl::Milliseconds(10));
+  EXPECT_EQ(a[0].window.reports, 8) << "steps 3 to 10 again";
+  EXPECT_EQ(a[0].window.compute, absl::Milliseconds(7));
+  EXPECT_EQ(a[1].last_step, 11);
+}
+
+TEST(ActivityLogTest, ARankThatStoppedPushingIsNotCounted) {
+  ActivityLog log(2);
+  for (int64_t step = 0; step < 10; ++step) {
+    const absl::Time open = kT0 + step * absl::Milliseconds(100);
+    log.Note(0, open, step);
+    if (step < 6) log.Note(1, open, step);
+  }
+  const absl::Time now = kT0 + absl::Milliseconds(2800);
+  const std::vector<WorkerActivity> a = log.Get(now);
+  EXPECT_EQ(a[0].window.timed_steps, 9) << "last pushed 1.9 s ago";
+  EXPECT_EQ(a[1].window.timed_steps, 0) << "last pushed 2.3 s ago";
+  EXPECT_EQ(a[1].window.late_steps, 0);
+  EXPECT_EQ(log.Get()[1].window.timed_steps, 5) << "no clock, no ageing";
+}
+
 TEST(ActivityLogTest, ImplausibleReportsAndResentPushesAreNotSampled) {
   ActivityLog log(1);
   log.Note(0, kT0, 0);

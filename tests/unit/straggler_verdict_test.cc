@@ -150,6 +150,26 @@ TEST(StepReportClockTest, SplitsAStepIntoItsPhases) {
   EXPECT_EQ(r.compute_us, 20000);
   EXPECT_EQ(r.push_us, 0);
   EXPECT_EQ(r.wait_us, 5000);
+  // The client encoded for 4 ms in all (the push thread, or FinishStep),
+  // 1 ms of it in the hand-off: the other 3 ms are push, not wait.
+  clock.Pushed(Ms(1));
+  clock.Finishing(t0 + Ms(70));
+  r = clock.Finished(9, t0 + Ms(80), Ms(4));
+  EXPECT_EQ(r.compute_us, 14000);
+  EXPECT_EQ(r.push_us, 4000);
+  EXPECT_EQ(r.wait_us, 7000);
+}
+
+TEST(StragglerVerdictTest, ABackupRankWithoutStepTimesLeavesTheMedianStep) {
+  std::vector<RankTiming> ranks = {Rank(0, 5, 0, 20, 1, 70),
+                                   Rank(1, 5, 0, 20, 1, 70),
+                                   Rank(2, 30, 0, 45, 1, 50)};
+  ranks[1].timed_steps = 0;  // Skips every step: no step time.
+  ranks[1].step_time = absl::ZeroDuration();
+  const std::vector<Straggler> found = FindStragglers(ranks, {});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].step_time, Ms(100));
+  EXPECT_DOUBLE_EQ(found[0].excess, 0.25);
 }
 
 }  // namespace

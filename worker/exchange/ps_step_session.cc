@@ -118,7 +118,7 @@ absl::StatusOr<StepOutcome> PsStepSession::Join(const ModelSignature& signature,
   ASSIGN_OR_RETURN(StepOutcome joined, JoinOnce(timeout));
   RETURN_IF_ERROR(CheckNotPastEnd(signature_, joined));
   recovery_.StepSucceeded();  // The rejoin deadline counts from here.
-  clock_.Restart(absl::Now());
+  RestartClock();
   return joined;
 }
 
@@ -281,11 +281,17 @@ absl::StatusOr<StepOutcome> PsStepSession::FinishStep() {
     absl::StatusOr<StepOutcome> after = recovery_.AfterFailure(
         version.status(), /*can_rejoin=*/true,
         [this](absl::Duration timeout) { return JoinOnce(timeout); });
-    clock_.Restart(absl::Now());  // A rejoin's time is no phase of a step.
+    RestartClock();  // A rejoin's time is no phase of a step.
     return after;
   }
   // The next step's pushes say how this one went.
-  report_ = clock_.Finished(next_step_, absl::Now());
+  const StepTimings timings = client_->step_timings();
+  report_ = clock_.Finished(
+      next_step_, absl::Now(),
+      absl::Seconds(timings.encode_seconds + timings.send_seconds -
+                    timings_at_start_.encode_seconds -
+                    timings_at_start_.send_seconds));
+  timings_at_start_ = timings;
   client_->SetStepReport(report_);
   seen_version_ = std::max(seen_version_, *version);
   ASSIGN_OR_RETURN(const int64_t next,
@@ -300,14 +306,20 @@ absl::StatusOr<StepOutcome> PsStepSession::FinishStep() {
   return done;
 }
 
+void PsStepSession::RestartClock() {
+  clock_.Restart(absl::Now());
+  timings_at_start_ = client_->step_timings();
+}
+
 absl::Status PsStepSession::AbandonStep() {
   if (!in_step_) return absl::OkStatus();
   in_step_ = false;
   // What was not handed over is not this step's gradient (the last
   // step's, or half written): it must not be pushed. No push outlives the
   // step either way.
+  if (streamed_) client_->AbandonStep();
+  RestartClock();  // Its phases are no step's.
   if (!streamed_) return absl::OkStatus();
-  client_->AbandonStep();
   // Replies to what was pushed may have written parts of the next version
   // into the weights: read them again at the version the job is at, so
   // every tensor is of one version.

@@ -76,6 +76,8 @@ class PsStepSession final : public StepSession {
   bool Synchronous() const { return signature_.sync.mode == SyncMode::kSync; }
   // The pushes of the step under way, or its shards' pushes at once.
   absl::StatusOr<int64_t> Exchange();
+  // The next step starts now (StepReportClock).
+  void RestartClock();
 
   const int rank_;
   const int workers_;
@@ -106,6 +108,7 @@ class PsStepSession final : public StepSession {
   int64_t seen_version_ = -1;
   // This worker's phases, reported on the next step's pushes.
   StepReportClock clock_;
+  StepTimings timings_at_start_;  // The client's, when the step began.
   StepReport report_;
 };
 
