@@ -47,7 +47,16 @@ void StragglerWatch::Check(absl::Time now) {
       by_rank[s.rank] = &s;
     }
   }
+  const Judging judging = HowToJudge(ranks, options);
+  if (judging.ranks < 2) return;  // No verdict: nothing changes.
   for (size_t r = 0; r < ranks.size(); ++r) {
+    const RankTiming& t = ranks[r];
+    // A rank with too few recent steps (it left, or just came) is neither
+    // slow nor keeping up.
+    if ((judging.by_lateness ? t.late_steps : t.timed_steps) <
+        options.min_steps) {
+      continue;
+    }
     int& streak = streak_[r];
     if (by_rank[r] != nullptr) {
       streak = streak > 0 ? streak + 1 : 1;
