@@ -1,5 +1,6 @@
 #include "common/model/model_signature.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -178,11 +179,12 @@ std::string OptimizerString(const OptimizerConfig& o) {
   return text;
 }
 
-// "ps (backup_workers=0 staleness=0)".
+// "sync (backup_workers=0 staleness=0 local_steps=1)".
 std::string SyncString(const SyncPolicy& sync) {
   return absl::StrCat(SyncModeName(sync.mode),
                       " (backup_workers=", sync.backup_workers,
-                      " staleness=", sync.staleness, ")");
+                      " staleness=", sync.staleness,
+                      " local_steps=", std::max(sync.local_steps, 1), ")");
 }
 
 }  // namespace
@@ -207,6 +209,13 @@ std::string DescribeDifference(const ModelSignature& expected,
       !d.empty()) {
     return d;
   }
+  // Rounds of local steps change what the optimizer means (the outer one):
+  // named before it.
+  if (std::max(expected.sync.local_steps, 1) !=
+      std::max(got.sync.local_steps, 1)) {
+    return absl::StrCat("sync: job has ", SyncString(expected.sync),
+                        ", worker has ", SyncString(got.sync));
+  }
   if (!(expected.optimizer == got.optimizer)) {
     return absl::StrCat("optimizer: job has ",
                         OptimizerString(expected.optimizer), ", worker has ",
@@ -215,6 +224,12 @@ std::string DescribeDifference(const ModelSignature& expected,
   if (!(expected.sync == got.sync)) {
     return absl::StrCat("sync: job has ", SyncString(expected.sync),
                         ", worker has ", SyncString(got.sync));
+  }
+  if (expected.sync.SemiSynchronous() &&
+      !(expected.inner_optimizer == got.inner_optimizer)) {
+    return absl::StrCat("inner optimizer: job has ",
+                        OptimizerString(expected.inner_optimizer),
+                        ", worker has ", OptimizerString(got.inner_optimizer));
   }
   if (expected.total_steps != got.total_steps) {
     return absl::StrCat("total_steps: job has ", expected.total_steps,

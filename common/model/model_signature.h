@@ -4,6 +4,7 @@
 #ifndef LOCKSTEP_COMMON_MODEL_MODEL_SIGNATURE_H_
 #define LOCKSTEP_COMMON_MODEL_MODEL_SIGNATURE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -93,10 +94,17 @@ struct SyncPolicy {
   SyncMode mode = SyncMode::kSync;
   int backup_workers = 0;  // kSync: a step needs W - backup_workers pushes.
   int staleness = 0;       // kSsp: how far ahead of the slowest one may run.
+  // kSync, semi-synchronous (LocalSGD, DiLoCo): each worker runs this many
+  // steps of ModelSignature::inner_optimizer on its own, then pushes the
+  // change of its weights; a version is then one round of local steps.
+  // 0 or 1: every step (the synchronous mode).
+  int local_steps = 0;
 
+  bool SemiSynchronous() const { return local_steps > 1; }
   bool operator==(const SyncPolicy& other) const {
     return mode == other.mode && backup_workers == other.backup_workers &&
-           staleness == other.staleness;
+           staleness == other.staleness &&
+           std::max(local_steps, 1) == std::max(other.local_steps, 1);
   }
 };
 
@@ -130,6 +138,10 @@ struct ModelSignature {
   // --epochs) is refused at registration instead of leaving the others
   // waiting at a barrier it will never reach. 0: not checked.
   int64_t total_steps = 0;
+  // Semi-synchronous jobs (sync.local_steps above 1): what each worker runs
+  // on its local steps; `optimizer` is then the outer one the servers run
+  // on the mean change of the workers' weights. Compared only then.
+  OptimizerConfig inner_optimizer;
 
   // Total fp32 elements over the trainable tensors.
   int64_t NumParameters() const;

@@ -96,19 +96,21 @@ absl::Status CheckChunks(const ModelSignature& s, int64_t parameters,
 // settings.
 absl::Status CheckSettings(const ModelSignature& s,
                            const SignatureLimits& limits) {
-  const OptimizerConfig& o = s.optimizer;
-  if (o.name.size() > static_cast<size_t>(limits.max_name_bytes)) {
-    return OutOfBounds("optimizer name too long");
-  }
-  for (double v : {o.learning_rate, o.momentum, o.beta_1, o.beta_2, o.epsilon,
-                   o.weight_decay}) {
-    if (!std::isfinite(v)) {
-      return OutOfBounds("an optimizer setting is not a finite number");
+  for (const OptimizerConfig* o : {&s.optimizer, &s.inner_optimizer}) {
+    if (o->name.size() > static_cast<size_t>(limits.max_name_bytes)) {
+      return OutOfBounds("optimizer name too long");
+    }
+    for (double v : {o->learning_rate, o->momentum, o->beta_1, o->beta_2,
+                     o->epsilon, o->weight_decay}) {
+      if (!std::isfinite(v)) {
+        return OutOfBounds("an optimizer setting is not a finite number");
+      }
     }
   }
   if (s.total_steps < 0) return OutOfBounds("negative total_steps");
-  if (s.sync.backup_workers < 0 || s.sync.staleness < 0) {
-    return OutOfBounds("negative backup_workers or staleness");
+  if (s.sync.backup_workers < 0 || s.sync.staleness < 0 ||
+      s.sync.local_steps < 0) {
+    return OutOfBounds("negative backup_workers, staleness or local_steps");
   }
   return absl::OkStatus();
 }

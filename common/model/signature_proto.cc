@@ -77,6 +77,35 @@ LrSchedule ScheduleFromProto(const v1::LrScheduleSpec& proto) {
   return s;
 }
 
+void OptimizerToProto(const OptimizerConfig& o, v1::OptimizerSpec* opt) {
+  opt->set_name(o.name);
+  opt->set_learning_rate(o.learning_rate);
+  opt->set_momentum(o.momentum);
+  opt->set_nesterov(o.nesterov);
+  opt->set_beta_1(o.beta_1);
+  opt->set_beta_2(o.beta_2);
+  opt->set_epsilon(o.epsilon);
+  opt->set_weight_decay(o.weight_decay);
+  // The constant rate is the absent message: the bytes older readers know.
+  if (!(o.schedule == LrSchedule())) {
+    ScheduleToProto(o.schedule, opt->mutable_schedule());
+  }
+}
+
+OptimizerConfig OptimizerFromProto(const v1::OptimizerSpec& opt) {
+  OptimizerConfig o;
+  o.name = opt.name();
+  o.learning_rate = opt.learning_rate();
+  o.momentum = opt.momentum();
+  o.nesterov = opt.nesterov();
+  o.beta_1 = opt.beta_1();
+  o.beta_2 = opt.beta_2();
+  o.epsilon = opt.epsilon();
+  o.weight_decay = opt.weight_decay();
+  o.schedule = ScheduleFromProto(opt.schedule());
+  return o;
+}
+
 }  // namespace
 
 void SignatureToProto(const ModelSignature& signature,
@@ -94,19 +123,10 @@ void SignatureToProto(const ModelSignature& signature,
     for (int64_t d : t.shape) spec->add_shape(d);
     spec->set_dtype(v1::DTYPE_FLOAT32);
   }
-  const OptimizerConfig& o = signature.optimizer;
-  v1::OptimizerSpec* opt = proto->mutable_optimizer();
-  opt->set_name(o.name);
-  opt->set_learning_rate(o.learning_rate);
-  opt->set_momentum(o.momentum);
-  opt->set_nesterov(o.nesterov);
-  opt->set_beta_1(o.beta_1);
-  opt->set_beta_2(o.beta_2);
-  opt->set_epsilon(o.epsilon);
-  opt->set_weight_decay(o.weight_decay);
-  // The constant rate is the absent message: the bytes older readers know.
-  if (!(o.schedule == LrSchedule())) {
-    ScheduleToProto(o.schedule, opt->mutable_schedule());
+  OptimizerToProto(signature.optimizer, proto->mutable_optimizer());
+  if (signature.sync.SemiSynchronous()) {
+    OptimizerToProto(signature.inner_optimizer,
+                     proto->mutable_inner_optimizer());
   }
   proto->set_chunk_bytes(signature.chunk_bytes);
   proto->set_num_workers(signature.num_workers);
@@ -117,6 +137,9 @@ void SignatureToProto(const ModelSignature& signature,
   sync->set_kind(SyncModeToProto(signature.sync.mode));
   sync->set_backup_workers(signature.sync.backup_workers);
   sync->set_staleness(signature.sync.staleness);
+  if (signature.sync.SemiSynchronous()) {
+    sync->set_local_steps(signature.sync.local_steps);
+  }
 }
 
 absl::StatusOr<ModelSignature> SignatureFromProto(
@@ -134,17 +157,7 @@ absl::StatusOr<ModelSignature> SignatureFromProto(
     t.shape.assign(spec.shape().begin(), spec.shape().end());
     signature.state_tensors.push_back(std::move(t));
   }
-  const v1::OptimizerSpec& opt = proto.optimizer();
-  OptimizerConfig& o = signature.optimizer;
-  o.name = opt.name();
-  o.learning_rate = opt.learning_rate();
-  o.momentum = opt.momentum();
-  o.nesterov = opt.nesterov();
-  o.beta_1 = opt.beta_1();
-  o.beta_2 = opt.beta_2();
-  o.epsilon = opt.epsilon();
-  o.weight_decay = opt.weight_decay();
-  o.schedule = ScheduleFromProto(opt.schedule());
+  signature.optimizer = OptimizerFromProto(proto.optimizer());
   signature.chunk_bytes = proto.chunk_bytes();
   signature.num_workers = proto.num_workers();
   signature.num_shards = proto.num_shards() > 0 ? proto.num_shards() : 1;
@@ -154,6 +167,10 @@ absl::StatusOr<ModelSignature> SignatureFromProto(
   signature.sync.mode = *mode;
   signature.sync.backup_workers = proto.sync().backup_workers();
   signature.sync.staleness = proto.sync().staleness();
+  signature.sync.local_steps = proto.sync().local_steps();
+  if (signature.sync.SemiSynchronous()) {
+    signature.inner_optimizer = OptimizerFromProto(proto.inner_optimizer());
+  }
   return signature;
 }
 

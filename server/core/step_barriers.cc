@@ -38,6 +38,13 @@ absl::Status CheckSyncPolicy(const SyncPolicy& sync,
     return absl::InvalidArgumentError(
         absl::StrCat("staleness must not be negative, got ", sync.staleness));
   }
+  // LocalSGD and DiLoCo: a version is a round every worker's change meets
+  // in; the asynchronous modes have no rounds.
+  if (sync.SemiSynchronous() && sync.mode != SyncMode::kSync) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local_steps (", sync.local_steps, ") needs sync mode, not ",
+        SyncModeName(sync.mode)));
+  }
   return absl::OkStatus();
 }
 

@@ -381,9 +381,15 @@ int Daemon::Run() {
                              " bytes, ", sent.encode_seconds,
                              " s taking and encoding them"));
   }
-  LogToStderr(absl::StrCat("final version ", core_->GetStatus().version,
-                           " after ", absl::FormatDuration(absl::Now() - start),
-                           "; exiting"));
+  // The bytes say what a mode costs on the wire (LocalSGD and DiLoCo send
+  // one push a round): gradient payloads in, weights out, since this
+  // shard started.
+  const ServerStatus final_status = core_->GetStatus();
+  LogToStderr(absl::StrCat(
+      "final version ", final_status.version, " after ",
+      absl::FormatDuration(absl::Now() - start), " (received ",
+      final_status.counters.bytes_received, " gradient bytes, sent ",
+      final_status.counters.bytes_sent, " weight bytes); exiting"));
   set_serving(false);  // Also when Tick ended the job.
   core_->Shutdown();
   service.AnswerStatusWaits(kWatcherGrace);  // The final status, to watchers.

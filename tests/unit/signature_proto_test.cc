@@ -135,6 +135,39 @@ TEST(SignatureProtoTest, SyncModeTravelsAsKindAndName) {
               HasSubstr("unknown sync mode kind 9"));
 }
 
+// LocalSGD and DiLoCo: the rounds and the inner optimizer travel; a
+// synchronous signature writes neither, so its bytes are those older
+// readers know.
+TEST(SignatureProtoTest, LocalStepsAndTheInnerOptimizerRoundTrip) {
+  ModelSignature original = Mlp();
+  v1::ModelSignature proto;
+  SignatureToProto(original, &proto);
+  EXPECT_FALSE(proto.has_inner_optimizer());
+  EXPECT_EQ(proto.sync().local_steps(), 0);
+
+  original.sync.local_steps = 50;
+  original.inner_optimizer = OptimizerConfig::Defaults("adamw");
+  original.inner_optimizer.learning_rate = 0.0025;
+  SignatureToProto(original, &proto);
+  EXPECT_EQ(proto.sync().local_steps(), 50);
+  EXPECT_EQ(proto.inner_optimizer().name(), "adamw");
+  absl::StatusOr<ModelSignature> read = SignatureFromProto(proto);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->sync.local_steps, 50);
+  EXPECT_TRUE(read->inner_optimizer == original.inner_optimizer);
+  EXPECT_EQ(DescribeDifference(original, *read), "");
+
+  ModelSignature other = original;
+  other.inner_optimizer.learning_rate = 0.005;
+  EXPECT_THAT(DescribeDifference(original, other),
+              HasSubstr("inner optimizer: job has adamw(lr=0.0025"));
+  other = original;
+  other.sync.local_steps = 10;
+  EXPECT_THAT(DescribeDifference(original, other),
+              HasSubstr("local_steps=50), worker has sync (backup_workers=0 "
+                        "staleness=0 local_steps=10)"));
+}
+
 // Every schedule setting crosses the wire; the constant rate is the absent
 // message, which is also what a sender from before schedules writes.
 TEST(SignatureProtoTest, LearningRateScheduleRoundTrips) {

@@ -43,6 +43,9 @@ ABSL_DECLARE_FLAG(std::string, dataset);
 ABSL_DECLARE_FLAG(int64_t, synthetic_examples);
 ABSL_DECLARE_FLAG(std::string, standby_servers);
 ABSL_DECLARE_FLAG(int, min_workers);
+ABSL_DECLARE_FLAG(std::optional<int>, local_steps);
+ABSL_DECLARE_FLAG(std::optional<double>, outer_lr);
+ABSL_DECLARE_FLAG(std::optional<double>, outer_momentum);
 
 namespace lockstep {
 namespace {
@@ -187,8 +190,8 @@ TEST_F(WorkerFlagsTest, AnUnknownSyncModeIsRefused) {
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(o.status().message()),
-              ::testing::HasSubstr("--sync must be ps, allreduce, async or "
-                                   "ssp, got \"gossip\""));
+              ::testing::HasSubstr("--sync must be ps, allreduce, async, ssp, "
+                                   "localsgd or diloco, got \"gossip\""));
 }
 
 // The message of WorkerOptionsFromFlags' refusal; fails the test if it
@@ -213,6 +216,51 @@ TEST_F(WorkerFlagsTest, StandbyServersAreOnePerShardAndNotElastic) {
   EXPECT_THAT(Refusal(),
               ::testing::HasSubstr("--standby_servers needs one standby per "
                                    "shard: 2 server(s), 1 standby(s)"));
+}
+
+// --sync=localsgd and diloco: synchronous PS rounds of --local_steps, the
+// job's optimizer on the workers and the outer one (averaging, or Nesterov
+// momentum with the paper's defaults) on the servers.
+TEST_F(WorkerFlagsTest, LocalStepsModesSetTheRoundsAndTheOuterOptimizer) {
+  absl::SetFlag(&FLAGS_sync, "diloco");
+  absl::StatusOr<WorkerMainOptions> o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->trainer.sync, SyncMode::kSync);
+  EXPECT_EQ(o->session.local_steps, 10);
+  EXPECT_EQ(o->session.outer_optimizer.name, "momentum");
+  EXPECT_EQ(o->session.outer_optimizer.learning_rate, 0.7);
+  EXPECT_EQ(o->session.outer_optimizer.momentum, 0.9);
+  EXPECT_TRUE(o->session.outer_optimizer.nesterov);
+  EXPECT_EQ(o->trainer.optimizer.name, "adam");  // The inner one.
+
+  absl::SetFlag(&FLAGS_sync, "localsgd");
+  absl::SetFlag(&FLAGS_local_steps, 50);
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->session.local_steps, 50);
+  EXPECT_EQ(o->session.outer_optimizer.name, "sgd");
+  EXPECT_EQ(o->session.outer_optimizer.learning_rate, 1.0);
+
+  absl::SetFlag(&FLAGS_outer_momentum, 0.5);
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--outer_momentum needs "
+                                              "--sync=diloco"));
+  absl::SetFlag(&FLAGS_outer_momentum, std::nullopt);
+  absl::SetFlag(&FLAGS_local_steps, 1);
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--local_steps must be in [2, "
+                                              "1000000], got 1"));
+  absl::SetFlag(&FLAGS_local_steps, 10);
+  absl::SetFlag(&FLAGS_sync, "diloco");
+  absl::SetFlag(&FLAGS_outer_lr, 0.0);
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--outer_lr must be positive"));
+  absl::SetFlag(&FLAGS_outer_lr, std::nullopt);
+  absl::SetFlag(&FLAGS_min_workers, 2);
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("do not go together yet"));
+  absl::SetFlag(&FLAGS_min_workers, 0);
+  // Given to a mode without rounds, they would be silently ignored.
+  absl::SetFlag(&FLAGS_sync, "ps");
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--local_steps, --outer_lr and "
+                                              "--outer_momentum need "
+                                              "--sync=localsgd"));
 }
 
 // -1 and nan once stood for "the optimizer's default" (any value < 0 did):

@@ -1,4 +1,6 @@
 // lockstep_worker's exchange flags (worker_flag_groups.h).
+#include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -16,7 +18,21 @@ ABSL_FLAG(std::string, sync, "ps",
           "How gradients are combined: ps (synchronous parameter server), "
           "allreduce (among the workers, see --allreduce; the first server "
           "only hosts the rendezvous), async (the server applies each "
-          "gradient as it arrives) or ssp (bounded staleness, --staleness).");
+          "gradient as it arrives), ssp (bounded staleness, --staleness), "
+          "or semi-synchronous on the servers: localsgd (every "
+          "--local_steps steps of --optimizer, the servers average the "
+          "workers' weights) or diloco (the servers apply Nesterov momentum, "
+          "--outer_lr and --outer_momentum, to the workers' mean change).");
+ABSL_FLAG(std::optional<int>, local_steps, std::nullopt,
+          "sync=localsgd or diloco: steps each worker takes on its own "
+          "between two exchanges (at least 2; default 10).");
+// Unset (std::nullopt): the mode's default.
+ABSL_FLAG(std::optional<double>, outer_lr, std::nullopt,
+          "sync=localsgd or diloco: the servers' learning rate on the "
+          "workers' mean change (default 1.0 for localsgd, which makes the "
+          "next version the mean of the workers' weights; 0.7 for diloco).");
+ABSL_FLAG(std::optional<double>, outer_momentum, std::nullopt,
+          "sync=diloco: the servers' Nesterov momentum (default 0.9).");
 ABSL_FLAG(std::string, allreduce, "gloo",
           "sync=allreduce backend: gloo (TCP), grpc-ring (Lockstep's own "
           "ring over gRPC) or nccl (GPUs).");
@@ -72,6 +88,44 @@ ABSL_FLAG(int, step_timeout_s, 300,
 namespace lockstep {
 namespace {
 
+// --sync=localsgd or diloco: the rounds of local steps and the servers'
+// (outer) optimizer; the job's --optimizer is the workers' inner one.
+absl::Status ParseLocalSteps(const std::string& sync,
+                             StepSessionOptions* session) {
+  const int local_steps = absl::GetFlag(FLAGS_local_steps).value_or(10);
+  if (local_steps < 2 || local_steps > 1000000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--local_steps must be in [2, 1000000], got ", local_steps,
+        " (--sync=ps exchanges every step)"));
+  }
+  session->local_steps = local_steps;
+  const std::optional<double> lr = absl::GetFlag(FLAGS_outer_lr);
+  const std::optional<double> momentum = absl::GetFlag(FLAGS_outer_momentum);
+  OptimizerConfig& outer = session->outer_optimizer;
+  if (sync == "localsgd") {
+    if (momentum.has_value()) {
+      return absl::InvalidArgumentError(
+          "--outer_momentum needs --sync=diloco (localsgd averages)");
+    }
+    outer = OptimizerConfig::Defaults("sgd");
+    outer.learning_rate = lr.value_or(1.0);
+  } else {
+    outer = OptimizerConfig::Defaults("momentum");
+    outer.learning_rate = lr.value_or(0.7);
+    outer.momentum = momentum.value_or(0.9);
+    outer.nesterov = true;
+  }
+  if (!(outer.learning_rate > 0) || !std::isfinite(outer.learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--outer_lr must be positive and finite, got ", outer.learning_rate));
+  }
+  if (!(outer.momentum >= 0 && outer.momentum < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--outer_momentum must be in [0, 1), got ", outer.momentum));
+  }
+  return absl::OkStatus();
+}
+
 // How the worker exchanges: its deadlines, credentials and sync mode.
 absl::Status ParseExchange(WorkerMainOptions* options) {
   WorkerMainOptions& o = *options;
@@ -125,9 +179,22 @@ absl::Status ParseExchange(WorkerMainOptions* options) {
     // rank 0's evaluation, included).
     o.session.reducer.rendezvous_timeout = o.session.client.connect_timeout;
     o.session.reducer.op_timeout = o.session.client.step_timeout;
+  } else if (sync == "localsgd" || sync == "diloco") {
+    o.trainer.sync = SyncMode::kSync;
+    RETURN_IF_ERROR(ParseLocalSteps(sync, &o.session));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--sync must be ps, allreduce, async or ssp, got \"", sync, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync must be ps, allreduce, async, ssp, localsgd or "
+                     "diloco, got \"",
+                     sync, "\""));
+  }
+  if (o.session.local_steps == 0 &&
+      (absl::GetFlag(FLAGS_local_steps).has_value() ||
+       absl::GetFlag(FLAGS_outer_lr).has_value() ||
+       absl::GetFlag(FLAGS_outer_momentum).has_value())) {
+    return absl::InvalidArgumentError(
+        "--local_steps, --outer_lr and --outer_momentum need --sync=localsgd "
+        "or --sync=diloco");
   }
   return absl::OkStatus();
 }
@@ -152,6 +219,13 @@ absl::Status ParseGroupFlags(WorkerMainOptions* options) {
         "--min_workers below --workers needs --sync=allreduce, or --sync=ps "
         "without --backup_workers: the asynchronous modes have no steps "
         "every worker shares");
+  }
+  if (o.session.group.min_workers > 0 &&
+      o.session.group.min_workers < workers && o.session.local_steps > 1) {
+    return absl::InvalidArgumentError(
+        "--min_workers below --workers and --sync=localsgd or diloco do not "
+        "go together yet: a round's members would have to cover absent "
+        "ranks' local steps");
   }
   if (o.session.group.min_workers > 0 &&
       o.session.group.min_workers < workers &&

@@ -7,6 +7,7 @@
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/allreduce_step_session.h"
 #include "worker/exchange/ps_step_session.h"
+#include "worker/exchange/semi_sync_step_session.h"
 
 namespace lockstep {
 
@@ -61,8 +62,18 @@ absl::StatusOr<std::unique_ptr<StepSession>> StepSession::Create(
     ASSIGN_OR_RETURN(coordinator, CoordinatorClient::Create(
                                       o.client.servers.front(), o.client.tls));
   }
-  return std::unique_ptr<StepSession>(std::make_unique<PsStepSession>(
-      o, std::move(client), std::move(coordinator)));
+  auto session = std::make_unique<PsStepSession>(o, std::move(client),
+                                                 std::move(coordinator));
+  if (o.local_steps > 1) {
+    if (elastic) {
+      return absl::InvalidArgumentError(
+          "local steps (LocalSGD, DiLoCo) and an elastic job (min_workers "
+          "below workers) do not go together yet");
+    }
+    return std::unique_ptr<StepSession>(
+        std::make_unique<SemiSyncStepSession>(o, std::move(session)));
+  }
+  return std::unique_ptr<StepSession>(std::move(session));
 }
 
 }  // namespace lockstep

@@ -102,6 +102,13 @@ struct StepSessionOptions {
   AllReduceOptions reducer;  // All-reduce: this rank's and the backend's.
   // Elastic jobs (min_workers below num_workers), either kind.
   GroupOptions group;
+  // Semi-synchronous jobs (LocalSGD, DiLoCo; parameter servers in sync
+  // mode): above 1, each worker takes this many steps of the job's
+  // optimizer on its own, then pushes the change of its weights, and the
+  // servers run outer_optimizer on the workers' mean change
+  // (SemiSyncStepSession).
+  int local_steps = 0;
+  OptimizerConfig outer_optimizer;
   // The clock and sleeps of the rejoin backoff. Not owned.
   Env* env = Env::Default();
   // After a retryable failure, register again for at most this long since

@@ -1,0 +1,73 @@
+// Semi-synchronous jobs (--sync=diloco, docs/architecture.md "Sync modes")
+// under the synchronous mode's faults: a server killed and restarted from
+// its checkpoint, a worker killed and replaced. A round is one
+// synchronous step of the servers, so each worker's change counts exactly
+// once and the job ends with the fault-free weights to the bit. The inner
+// optimizer here is plain SGD: its state (none) cannot differ between a
+// replayed round and the fault-free one (docs/faults.md says what a
+// stateful inner optimizer changes).
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fault/fault_flags.h"
+#include "tests/fault/job.h"
+
+namespace lockstep {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 40 local steps in rounds of 4 (10 versions); rank 1 a little slow.
+std::vector<std::string> DiLoCoFlags(int rank) {
+  std::vector<std::string> extra = {"--sync=diloco", "--local_steps=4",
+                                    "--optimizer=sgd", "--lr=0.05"};
+  if (rank == 1) extra.push_back("--straggle=1:40");
+  return Flags(extra);
+}
+
+const std::vector<float>& DiLoCoReference() {
+  static const std::vector<float>* reference =
+      new std::vector<float>(FaultFreeWeights(2, {}, DiLoCoFlags));
+  return *reference;
+}
+
+TEST(SemiSyncFaultTest, KilledServerRestartsFromItsCheckpoint) {
+  ASSERT_FALSE(DiLoCoReference().empty());
+  Job job(2);
+  const std::vector<std::string> server = {"--checkpoint_every_steps=2"};
+  job.StartServer(server);
+  for (int r = 0; r < 2; ++r) job.StartWorker(r, DiLoCoFlags(r));
+  ASSERT_TRUE(job.WaitForVersion(5)) << job.ServerOutput();
+  job.Signal(job.server(), SIGKILL);
+  job.StartServer(server);  // Same port, same checkpoint folder.
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("restored version"));
+  // Versions count rounds: 40 local steps in rounds of 4.
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 10 "));
+  EXPECT_EQ(job.Weights(0), DiLoCoReference());
+  EXPECT_EQ(job.Weights(1), DiLoCoReference());
+}
+
+TEST(SemiSyncFaultTest, KilledWorkerIsReplacedAndTheResultIsUnchanged) {
+  ASSERT_FALSE(DiLoCoReference().empty());
+  Job job(2);
+  job.StartServer({"--step_timeout_s=2", "--on_worker_loss=wait"});
+  for (int r = 0; r < 2; ++r) job.StartWorker(r, DiLoCoFlags(r));
+  ASSERT_TRUE(job.WaitForVersion(4)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGKILL);
+  job.StartWorker(1, DiLoCoFlags(1));  // The replacement, same rank.
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_EQ(job.Weights(0), DiLoCoReference());
+  EXPECT_EQ(job.Weights(1), DiLoCoReference());
+}
+
+}  // namespace
+}  // namespace lockstep

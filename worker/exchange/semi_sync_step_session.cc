@@ -1,0 +1,147 @@
+#include "worker/exchange/semi_sync_step_session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace lockstep {
+
+int64_t SemiSyncRounds(int64_t total_steps, int64_t local_steps) {
+  return (total_steps + local_steps - 1) / local_steps;
+}
+
+SemiSyncStepSession::SemiSyncStepSession(const StepSessionOptions& options,
+                                         std::unique_ptr<StepSession> rounds)
+    : rank_(options.rank),
+      local_steps_(options.local_steps),
+      outer_(options.outer_optimizer),
+      rounds_(std::move(rounds)) {}
+
+int64_t SemiSyncStepSession::RoundStart(int64_t version) const {
+  const int64_t start = version * local_steps_;
+  return total_steps_ > 0 ? std::min(start, total_steps_) : start;
+}
+
+StepOutcome SemiSyncStepSession::StartRound(StepOutcome at) {
+  version_ = at.version;
+  anchor_.assign(weights_.begin(), weights_.end());
+  step_ = RoundStart(at.next_step);
+  at.next_step = step_;
+  return at;
+}
+
+absl::StatusOr<StepOutcome> SemiSyncStepSession::Join(
+    const ModelSignature& signature, InitialFn initial,
+    absl::Span<float> weights, absl::Span<float> gradient,
+    absl::Duration timeout) {
+  if (local_steps_ < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a semi-synchronous job needs at least 2 local steps, got ",
+        local_steps_));
+  }
+  if (signature.sync.mode != SyncMode::kSync ||
+      signature.sync.backup_workers < 0) {
+    return absl::InvalidArgumentError(
+        "local steps need the synchronous parameter-server mode");
+  }
+  RETURN_IF_ERROR(CheckSessionBuffers(signature, weights, gradient));
+  num_parameters_ = signature.NumParameters();
+  ASSIGN_OR_RETURN(inner_,
+                   Optimizer::Create(signature.optimizer, num_parameters_));
+  total_steps_ = signature.total_steps;
+  ModelSignature outer = signature;
+  outer.inner_optimizer = signature.optimizer;
+  outer.optimizer = outer_;
+  outer.sync.local_steps = static_cast<int>(local_steps_);
+  outer.total_steps = SemiSyncRounds(total_steps_, local_steps_);
+  weights_ = weights;
+  if (gradient.empty()) {
+    own_gradient_.assign(weights.size(), 0.0f);
+    gradient_ = absl::MakeSpan(own_gradient_);
+  } else {
+    gradient_ = gradient;
+  }
+  round_open_ = false;
+  ASSIGN_OR_RETURN(StepOutcome at, rounds_->Join(outer, std::move(initial),
+                                                 weights, {}, timeout));
+  return StartRound(at);
+}
+
+absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
+  if (!round_open_) {
+    ASSIGN_OR_RETURN(round_, rounds_->BeginStep());
+    if (round_.batch_shards.size() != 1) {
+      rounds_->AbandonStep().IgnoreError();
+      return absl::FailedPreconditionError(
+          "a semi-synchronous worker computes its own batches only (an "
+          "elastic group asked it to cover absent ranks)");
+    }
+    // With backup workers a round may start past the one the last ended
+    // at: the data follows the version.
+    step_ = RoundStart(round_.step);
+    round_open_ = true;
+    input_reported_ = false;
+  }
+  StepPlan plan;
+  plan.step = step_;
+  plan.batch_shards = {rank_};
+  plan.gradient = gradient_;
+  plan.sum_shards_locally = true;
+  plan.streams = false;
+  return plan;
+}
+
+void SemiSyncStepSession::InputReady() {
+  if (input_reported_) return;
+  input_reported_ = true;
+  rounds_->InputReady();
+}
+
+absl::StatusOr<StepOutcome> SemiSyncStepSession::FinishStep() {
+  if (!round_open_) {
+    return absl::FailedPreconditionError("FinishStep without BeginStep");
+  }
+  const absl::Span<float> parameters = weights_.subspan(0, num_parameters_);
+  inner_->Apply(step_, 0, parameters,
+                absl::Span<const float>(gradient_).subspan(0, num_parameters_));
+  // The model's state (batch-norm statistics) is the worker's own.
+  std::copy(gradient_.begin() + num_parameters_, gradient_.end(),
+            weights_.begin() + num_parameters_);
+  ++step_;
+  const bool round_ends =
+      step_ % local_steps_ == 0 || (total_steps_ > 0 && step_ >= total_steps_);
+  if (!round_ends) {
+    StepOutcome local;
+    local.applied = true;
+    local.version = version_;
+    local.next_step = step_;
+    return local;
+  }
+  // The round's change, as the PS step's gradient: the outer optimizer
+  // applies its mean with the sign of a gradient (the version minus the
+  // worker's weights), and the state goes as in any step.
+  const absl::Span<float> change = round_.gradient;
+  for (int64_t i = 0; i < num_parameters_; ++i) {
+    change[i] = anchor_[i] - parameters[i];
+  }
+  std::copy(weights_.begin() + num_parameters_, weights_.end(),
+            change.begin() + num_parameters_);
+  round_open_ = false;
+  ASSIGN_OR_RETURN(StepOutcome at, rounds_->FinishStep());
+  // The weights now hold the version the round made (or the one a rejoin
+  // found).
+  return StartRound(at);
+}
+
+absl::Status SemiSyncStepSession::AbandonStep() {
+  if (!round_open_) return absl::OkStatus();
+  round_open_ = false;
+  // The round starts again from its version.
+  std::copy(anchor_.begin(), anchor_.end(), weights_.begin());
+  step_ = RoundStart(version_);
+  return rounds_->AbandonStep();
+}
+
+}  // namespace lockstep

@@ -1,0 +1,107 @@
+// The semi-synchronous step session (LocalSGD, DiLoCo): each worker takes
+// `local_steps` (H) steps of the job's optimizer (the inner one) on its own
+// weights, then pushes the change of its weights since the version it
+// pulled, as the gradient of one synchronous step of the parameter
+// servers. The servers average the workers' changes and apply the outer
+// optimizer to them (plain SGD at rate 1 for LocalSGD: the next version is
+// the mean of the workers' weights; Nesterov momentum for DiLoCo), and
+// publish the next version, which every worker starts its next round from.
+//
+// It wraps the synchronous PS session, so a round has every guarantee a
+// synchronous step has (each change counted exactly once, checkpoints of
+// the outer weights and optimizer, rejoin after a lost server or worker,
+// backup workers: a late worker's change is dropped and it starts over
+// from the version the others made). Versions count rounds; the steps the
+// trainer sees count local steps (round r is local steps [r H, (r + 1) H),
+// the last one shorter when H does not divide the job's length).
+//
+// What stays on the worker: the inner optimizer's state (kept across rounds
+// and rejoins, as each worker of a DiLoCo job keeps its own), and the local
+// steps of a round that never reached the servers (a rejoin starts the
+// round again from the version it finds). The model's state (batch-norm
+// statistics) is this worker's own during a round and becomes the
+// workers' mean at each version.
+#ifndef LOCKSTEP_WORKER_EXCHANGE_SEMI_SYNC_STEP_SESSION_H_
+#define LOCKSTEP_WORKER_EXCHANGE_SEMI_SYNC_STEP_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/optim/optimizer.h"
+#include "worker/exchange/step_session.h"
+
+namespace lockstep {
+
+class SemiSyncStepSession final : public StepSession {
+ public:
+  // `rounds` is a synchronous PS session (not elastic); the options give
+  // rank, local_steps (above 1) and outer_optimizer.
+  SemiSyncStepSession(const StepSessionOptions& options,
+                      std::unique_ptr<StepSession> rounds);
+
+  // `signature` is the job's as a synchronous one would be: its optimizer
+  // is the inner one and its total_steps counts local steps. The servers
+  // are given the outer optimizer, local_steps, the inner optimizer and
+  // the number of rounds.
+  absl::StatusOr<StepOutcome> Join(const ModelSignature& signature,
+                                   InitialFn initial, absl::Span<float> weights,
+                                   absl::Span<float> gradient,
+                                   absl::Duration timeout) override;
+  absl::StatusOr<StepPlan> BeginStep() override;
+  // The round's first batch: the round's compute is every local step's.
+  void InputReady() override;
+  void GradientReady(int64_t, int64_t) override {}  // Plans never stream.
+  absl::StatusOr<StepOutcome> FinishStep() override;
+  absl::Status AbandonStep() override;
+  // A stop signal ends the run at the end of the round under way, so that
+  // no local step is lost.
+  bool Stopping() const override {
+    return !round_open_ && rounds_->Stopping();
+  }
+  absl::StatusOr<std::vector<double>> Average(const std::string& name,
+                                              absl::Span<const double> values,
+                                              absl::Duration timeout) override {
+    return rounds_->Average(name, values, timeout);
+  }
+  absl::Status Leave(const LeaveNote& note) override {
+    return rounds_->Leave(note);
+  }
+  absl::Status LeaveFromAnyThread() override {
+    return rounds_->LeaveFromAnyThread();
+  }
+  int64_t rejoins() const override { return rounds_->rejoins(); }
+  StepTimings step_timings() const override { return rounds_->step_timings(); }
+  int push_window() const override { return rounds_->push_window(); }
+
+ private:
+  // The round that begins at the version now in the weights.
+  StepOutcome StartRound(StepOutcome at);
+  // The local step a version starts at.
+  int64_t RoundStart(int64_t version) const;
+
+  const int rank_;
+  const int64_t local_steps_;
+  const OptimizerConfig outer_;
+  const std::unique_ptr<StepSession> rounds_;
+  std::unique_ptr<Optimizer> inner_;
+  int64_t total_steps_ = 0;  // Local steps; 0: unbounded.
+  int64_t num_parameters_ = 0;
+  absl::Span<float> weights_;     // Not owned.
+  absl::Span<float> gradient_;    // Lent by Join's caller, or own_gradient_.
+  std::vector<float> own_gradient_;
+  std::vector<float> anchor_;     // The round's version (parameters, state).
+  int64_t version_ = 0;           // Of anchor_.
+  int64_t step_ = 0;              // The next local step.
+  bool round_open_ = false;       // Its PS step has begun.
+  bool input_reported_ = false;
+  StepPlan round_;                // The PS step's plan, while open.
+};
+
+// The job's length in rounds of `local_steps`: what the servers count.
+int64_t SemiSyncRounds(int64_t total_steps, int64_t local_steps);
+
+}  // namespace lockstep
+
+#endif  // LOCKSTEP_WORKER_EXCHANGE_SEMI_SYNC_STEP_SESSION_H_
