@@ -85,7 +85,7 @@ ABSL_FLAG(std::string, cluster_script,
           LOCKSTEP_SOURCE_DIR "/deploy/sim/cluster.sh",
           "study: the simulated cluster's script.");
 ABSL_FLAG(std::string, kinds, "",
-          "study: only these kinds of run (comm, mlp, straggler), "
+          "study: only these kinds of run (comm, mlp, straggler, rounds), "
           "comma-separated; default all.");
 ABSL_FLAG(bool, plots, true, "study: draw PNGs with matplotlib.");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
@@ -339,9 +339,12 @@ absl::Status RunStudyMode(const ModeContext& ctx) {
   options.kinds =
       absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',', absl::SkipEmpty());
   for (const std::string& kind : options.kinds) {
-    if (kind != "comm" && kind != "mlp" && kind != "straggler") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--kinds takes comm, mlp and/or straggler, got \"", kind, "\""));
+    if (kind != "comm" && kind != "mlp" && kind != "straggler" &&
+        kind != "rounds") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kinds takes comm, mlp, straggler and/or rounds, got "
+                       "\"",
+                       kind, "\""));
     }
   }
   ASSIGN_OR_RETURN(options.chunk_bytes, ChunkBytesFlag());

@@ -172,6 +172,13 @@ absl::Status RunMlp(const StudyOptions& o, const RunSpec& spec,
   row->final_loss = sum / static_cast<double>(tail);
   row->test_accuracy = r.test_accuracy;
   row->wall_s = r.wall_seconds;
+  row->tx_bytes_per_worker = r.tx_bytes_per_worker;
+  for (size_t k = 0; k < r.epoch_seconds.size(); ++k) {
+    if (r.epoch_accuracy[k] >= row->target_accuracy) {
+      row->time_to_target_s = r.epoch_seconds[k];
+      break;
+    }
+  }
   for (size_t i = 0; i < r.steps.size(); ++i) {
     steps->push_back({row->run_id, r.steps[i], r.seconds[i], r.losses[i]});
   }

@@ -194,6 +194,36 @@ void AppendStragglers(const std::string& link, bool quick,
   for (RunSpec& spec : stragglers) specs->push_back(spec);
 }
 
+// Rounds: LocalSGD and DiLoCo (a push every H steps) against a push every
+// step (sync PS, ring all-reduce), each for the tutorial's 5 epochs with
+// the test accuracy after every epoch: time to a target accuracy, and the
+// bytes each worker sends.
+void AppendRounds(const std::string& link, bool quick,
+                  const std::vector<std::string>& data_flags,
+                  std::vector<RunSpec>* specs) {
+  const int n = MlpWorkers(quick);
+  const auto run = [&](const std::string& label, const std::string& sync,
+                       int local_steps) {
+    RunSpec spec = Mlp(link, "rounds", label, sync, n, 1, data_flags);
+    spec.row.local_steps = local_steps;
+    spec.row.target_accuracy = kRoundsTargetAccuracy;
+    spec.job.local_steps = local_steps;
+    spec.job.eval_every_epoch = true;
+    spec.job.epochs = quick ? 2 : 5;
+    spec.job.max_steps = quick ? 8 : 0;
+    return spec;
+  };
+  if (quick) {
+    specs->push_back(run("diloco H=2", "diloco", 2));
+    return;
+  }
+  specs->push_back(run("ps k=1", "ps", 0));
+  specs->push_back(run("allreduce gloo", "gloo", 0));
+  specs->push_back(run("localsgd H=10", "localsgd", 10));
+  specs->push_back(run("diloco H=10", "diloco", 10));
+  specs->push_back(run("diloco H=50", "diloco", 50));
+}
+
 }  // namespace
 
 std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
@@ -202,6 +232,7 @@ std::vector<RunSpec> StudyMatrix(const std::string& link, bool quick,
   AppendCommRuns(link, quick, &specs);
   AppendLossCurves(link, quick, data_flags, &specs);
   AppendStragglers(link, quick, data_flags, &specs);
+  AppendRounds(link, quick, data_flags, &specs);
   for (size_t i = 0; i < specs.size(); ++i) {
     specs[i].row.run_id =
         absl::StrFormat("%s-%s-%03d", link, specs[i].row.kind, i);

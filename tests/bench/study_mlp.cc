@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
 #include "common/base/status_macros.h"
 #include "tests/bench/bench_util.h"
 #include "tests/bench/child_runner.h"
@@ -75,6 +77,10 @@ std::vector<std::string> WorkerArgs(const MlpJob& job, int rank,
   if (job.sync == "ssp") {
     argv.push_back(absl::StrCat("--staleness=", job.staleness));
   }
+  if (job.local_steps > 0) {
+    argv.push_back(absl::StrCat("--local_steps=", job.local_steps));
+  }
+  if (job.eval_every_epoch) argv.push_back("--eval_every_epoch");
   if (!job.straggle.empty()) {
     argv.push_back(absl::StrCat("--straggle=", job.straggle));
   }
@@ -88,6 +94,43 @@ std::vector<std::string> WorkerArgs(const MlpJob& job, int rank,
   }
   for (const std::string& flag : job.data_flags) argv.push_back(flag);
   return argv;
+}
+
+// Rank 0's "Epoch K/N - test loss L - test accuracy A" lines, in order.
+std::vector<double> EpochAccuracies(const std::string& output) {
+  std::vector<double> accuracies;
+  constexpr absl::string_view kTag = " - test accuracy ";
+  for (absl::string_view line :
+       absl::StrSplit(output, '\n', absl::SkipEmpty())) {
+    const size_t at = line.find(kTag);
+    double accuracy = 0;
+    if (absl::StartsWith(line, "Epoch ") && at != absl::string_view::npos &&
+        absl::SimpleAtod(line.substr(at + kTag.size()), &accuracy)) {
+      accuracies.push_back(accuracy);
+    }
+  }
+  return accuracies;
+}
+
+// The bytes `host` has sent on its interface so far (the simulated
+// cluster's eth0), read inside its namespace.
+absl::StatusOr<double> HostTxBytes(ChildRunner* runner, const BenchHost& host,
+                                   const std::string& name,
+                                   absl::Duration timeout) {
+  ASSIGN_OR_RETURN(
+      pid_t pid,
+      runner->Start(name, OnHost(host, {"cat",
+                                        "/sys/class/net/eth0/statistics/"
+                                        "tx_bytes"})));
+  RETURN_IF_ERROR(runner->WaitForExit(name, pid, timeout));
+  const std::string text = runner->OutputOf(name);
+  double bytes = 0;
+  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(text), &bytes)) {
+    return absl::InternalError(
+        absl::StrCat("cannot read ", host.address, "'s sent bytes: \"", text,
+                     "\""));
+  }
+  return bytes;
 }
 
 // Rank 0's step log, from `dir`, and its summary at `summary_path`.
@@ -127,6 +170,16 @@ absl::StatusOr<MlpJobResult> RunMlpJob(const MlpJob& job,
                                 absl::MakeConstSpan(hosts).subspan(0, shards),
                                 job.workers, dir, {"--step_timeout_s=120"},
                                 std::min(Left(deadline), absl::Seconds(60))));
+  // Each worker host's link counter before and after (simulated hosts
+  // only: loopback hosts share one interface).
+  const bool counted = !hosts[shards].prefix.empty();
+  std::vector<double> tx_before(job.workers, 0);
+  for (int rank = 0; counted && rank < job.workers; ++rank) {
+    ASSIGN_OR_RETURN(tx_before[rank],
+                     HostTxBytes(runner.get(), hosts[shards + rank],
+                                 absl::StrCat("tx_before", rank),
+                                 std::min(Left(deadline), absl::Seconds(30))));
+  }
   std::vector<pid_t> workers;
   for (int rank = 0; rank < job.workers; ++rank) {
     const BenchHost& host = hosts[shards + rank];
@@ -164,7 +217,31 @@ absl::StatusOr<MlpJobResult> RunMlpJob(const MlpJob& job,
   }
   // A worker stuck there ignores its first SIGTERM (it only asks to leave).
   runner->StopAll(absl::Milliseconds(500));
-  return ReadJobResult(dir, summary_path);
+  ASSIGN_OR_RETURN(MlpJobResult result, ReadJobResult(dir, summary_path));
+  if (counted) {
+    double sent = 0;
+    for (int rank = 0; rank < job.workers; ++rank) {
+      ASSIGN_OR_RETURN(const double after,
+                       HostTxBytes(runner.get(), hosts[shards + rank],
+                                   absl::StrCat("tx_after", rank),
+                                   std::min(Left(deadline), absl::Seconds(30))));
+      sent += after - tx_before[rank];
+    }
+    result.tx_bytes_per_worker = sent / job.workers;
+  }
+  if (job.eval_every_epoch) {
+    result.epoch_accuracy = EpochAccuracies(runner->OutputOf("worker0"));
+    result.epoch_accuracy.push_back(result.test_accuracy);
+    // Epoch k ends after steps_per_epoch * k steps; the log counts from 1
+    // or 0 alike, so its entries are taken by position.
+    const size_t epochs = result.epoch_accuracy.size();
+    const size_t per_epoch = result.steps.size() / epochs;
+    for (size_t k = 1; k <= epochs && per_epoch > 0; ++k) {
+      result.epoch_seconds.push_back(
+          result.seconds[std::min(k * per_epoch, result.steps.size()) - 1]);
+    }
+  }
+  return result;
 }
 
 }  // namespace lockstep

@@ -63,6 +63,10 @@ std::vector<Cell> Cells(const StudyRow& r) {
       {"final_loss", Number(r.final_loss), true},
       {"test_accuracy", Number(r.test_accuracy), true},
       {"wall_s", Number(r.wall_s), true},
+      {"local_steps", absl::StrCat(r.local_steps), true},
+      {"target_accuracy", Number(r.target_accuracy), true},
+      {"time_to_target_s", Number(r.time_to_target_s), true},
+      {"tx_bytes_per_worker", Number(r.tx_bytes_per_worker), true},
       {"load_average", Number(r.load_average), true},
       {"cpu_busy", Number(r.cpu_busy), true},
       {"status", r.status, false},
@@ -319,6 +323,29 @@ void AppendCrossovers(const std::vector<StudyRow>& rows, std::string* text) {
   }
 }
 
+// LocalSGD and DiLoCo against every-step synchronization, when run.
+void AppendRounds(const std::vector<StudyRow>& rows, std::string* text) {
+  bool header = false;
+  for (const StudyRow& r : rows) {
+    if (r.kind != "rounds" || r.status != "ok") continue;
+    if (!header) {
+      header = true;
+      absl::StrAppendFormat(
+          text,
+          "\nrounds: test accuracy, training time, time to %.2f test "
+          "accuracy and bytes each worker sent\n",
+          r.target_accuracy);
+    }
+    absl::StrAppendFormat(
+        text, "  %-5s %-20s n=%d accuracy %.4f  %7.1f s  to target %s  sent %s\n",
+        r.link, r.label, r.workers, r.test_accuracy, r.wall_s,
+        r.time_to_target_s >= 0 ? absl::StrFormat("%7.1f s", r.time_to_target_s)
+                                : std::string("      -  "),
+        r.tx_bytes_per_worker >= 0 ? Bytes(r.tx_bytes_per_worker)
+                                   : std::string("-"));
+  }
+}
+
 }  // namespace
 
 void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
@@ -333,6 +360,7 @@ void PrintStudyTable(const StudyMeta& meta, const std::vector<StudyRow>& rows,
   AppendRunsTable(rows, &text);
   AppendModelChecks(meta, rows, &text);
   AppendCrossovers(rows, &text);
+  AppendRounds(rows, &text);
   std::fputs(text.c_str(), out);
   std::fflush(out);
 }

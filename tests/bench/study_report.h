@@ -51,8 +51,10 @@ double RingModelWithHeadersSeconds(int workers, double bytes,
 struct StudyRow {
   std::string run_id;  // Unique within a study, e.g. "sim-comm-017".
   std::string link;    // "loopback" or "sim".
-  std::string kind;    // "comm" (synthetic gradients), "mlp", "straggler".
-  std::string mode;    // "ps", "gloo", "grpc-ring", "async", "ssp".
+  // "comm" (synthetic gradients), "mlp", "straggler", "rounds".
+  std::string kind;
+  // "ps", "gloo", "grpc-ring", "async", "ssp", "localsgd", "diloco".
+  std::string mode;
   std::string label;   // For people and plot legends, e.g. "ps k=2".
   int workers = 0;
   int shards = 0;  // Parameter-server shards (1 rendezvous server for
@@ -85,6 +87,14 @@ struct StudyRow {
   double final_loss = -1;  // Mean batch loss of the last 20 steps.
   double test_accuracy = -1;
   double wall_s = -1;         // Training loop.
+  // rounds (LocalSGD, DiLoCo against every-step synchronization): the
+  // rounds' length, the seconds (rank 0's step log, at an epoch's end) of
+  // the first epoch whose test accuracy reached target_accuracy, and the
+  // bytes each worker's host sent on its link (simulated links only).
+  int local_steps = 0;
+  double target_accuracy = -1;
+  double time_to_target_s = -1;
+  double tx_bytes_per_worker = -1;
   double load_average = -1;   // 1-minute load as the run started.
   double cpu_busy = -1;       // comm: the CPUs' busy share, 0..1.
   std::string status = "ok";  // Or what went wrong.

@@ -201,6 +201,15 @@ TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
   EXPECT_EQ(counts.placements.count("colocated"), 1u);
   EXPECT_EQ(counts.kinds.count("mlp"), 2u);
   EXPECT_EQ(counts.kinds.count("straggler"), 2u);
+  // DiLoCo in rounds of 2: its accuracy, and no link counters on loopback.
+  EXPECT_EQ(counts.modes.count("rounds/diloco"), 1u);
+  for (size_t i = 1; i < csv.size(); ++i) {
+    if (csv[i][Column(csv[0], "kind")] != "rounds") continue;
+    EXPECT_EQ(csv[i][Column(csv[0], "local_steps")], "2");
+    EXPECT_EQ(csv[i][Column(csv[0], "target_accuracy")], "0.85");
+    EXPECT_GT(std::stod(csv[i][Column(csv[0], "test_accuracy")]), 0);
+    EXPECT_EQ(csv[i][Column(csv[0], "tx_bytes_per_worker")], "");
+  }
   EXPECT_EQ(counts.modes.count("comm/ps"), 3u);
   EXPECT_EQ(counts.modes.count("comm/gloo"), 1u);
   EXPECT_EQ(counts.modes.count("comm/grpc-ring"), 1u);
