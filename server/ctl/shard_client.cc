@@ -43,6 +43,8 @@ std::string TlsHint(const TlsOptions& tls) {
   return "";
 }
 
+}  // namespace
+
 std::string DescribeModel(const v1::ModelSignature& signature) {
   int64_t parameters = 0;
   for (const v1::TensorSpec& t : signature.tensors()) {
@@ -53,12 +55,18 @@ std::string DescribeModel(const v1::ModelSignature& signature) {
   const absl::StatusOr<ModelSignature> read = SignatureFromProto(signature);
   const std::string mode =
       read.ok() ? SyncModeName(read->sync.mode) : signature.sync().mode();
+  if (read.ok() && read->sync.SemiSynchronous()) {
+    // LocalSGD or DiLoCo: the optimizer is the outer one, a version a round.
+    return absl::StrCat(parameters, " parameters in ", signature.tensors_size(),
+                        " tensors, ", read->optimizer.name, " on rounds of ",
+                        read->sync.local_steps, " local steps of ",
+                        read->inner_optimizer.name, ", total ",
+                        signature.total_steps(), " rounds");
+  }
   return absl::StrCat(parameters, " parameters in ", signature.tensors_size(),
                       " tensors, ", signature.optimizer().name(), ", ", mode,
                       ", total ", signature.total_steps(), " steps");
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardClient>> ShardClient::Create(
     const std::string& address, const TlsOptions& tls) {

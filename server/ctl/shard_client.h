@@ -16,6 +16,7 @@
 #include "common/ops/health_client.h"
 #include "common/ops/straggler_verdict.h"
 #include "common/security/tls.h"
+#include "lockstep/v1/lockstep.pb.h"
 
 namespace grpc {
 class Channel;
@@ -53,6 +54,12 @@ struct ShardStatus {
   int64_t bytes_sent = 0;
   std::map<std::string, int64_t> pushes_refused_by_code;
 };
+
+// The status line's "Model:": parameters, tensors, optimizer, sync mode
+// and length ("101770 parameters in 4 tensors, adam, sync, total 2340
+// steps"; a LocalSGD or DiLoCo job's names the outer optimizer, its rounds
+// and the inner one).
+std::string DescribeModel(const v1::ModelSignature& signature);
 
 class ShardClient final {
  public:

@@ -1,5 +1,8 @@
 #include "server/ctl/status_view.h"
 
+#include "common/model/signature_proto.h"
+#include "server/ctl/shard_client.h"
+
 #include <string>
 #include <vector>
 
@@ -126,6 +129,28 @@ TEST(StatusViewTest, FormatsAgesAndBytes) {
   EXPECT_EQ(FormatBytes(812), "812 B");
   EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
   EXPECT_EQ(FormatBytes(int64_t{3} << 30), "3.0 GiB");
+}
+
+// The Model line names a LocalSGD or DiLoCo job's rounds and both
+// optimizers; a synchronous job's line is as it was.
+TEST(DescribeModelTest, RoundsNameTheOuterAndInnerOptimizers) {
+  ModelSignature signature;
+  signature.tensors = {{"w", {784, 128}}, {"b", {128}}};
+  signature.optimizer = OptimizerConfig::Defaults("adam");
+  signature.total_steps = 2340;
+  v1::ModelSignature proto;
+  SignatureToProto(signature, &proto);
+  EXPECT_EQ(DescribeModel(proto),
+            "100480 parameters in 2 tensors, adam, sync, total 2340 steps");
+  signature.inner_optimizer = signature.optimizer;
+  signature.optimizer = OptimizerConfig::Defaults("momentum");
+  signature.optimizer.nesterov = true;
+  signature.sync.local_steps = 10;
+  signature.total_steps = 234;
+  SignatureToProto(signature, &proto);
+  EXPECT_EQ(DescribeModel(proto),
+            "100480 parameters in 2 tensors, momentum on rounds of 10 local "
+            "steps of adam, total 234 rounds");
 }
 
 }  // namespace
