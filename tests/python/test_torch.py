@@ -78,7 +78,12 @@ class CrossImplementationTest(unittest.TestCase):
     def test_adam(self):
         self.check("adam", 0.001)
 
-    def check(self, optimizer, lr):
+    def test_diloco_rounds(self):
+        # The Python worker's rounds are lockstep_worker's: SGD on the
+        # worker for 5 steps, then the servers' Nesterov step on the change.
+        self.check("sgd", 0.1, ["--sync=diloco", "--local_steps=5"])
+
+    def check(self, optimizer, lr, rounds=()):
         from lockstep import _native
         tmp = tempfile.mkdtemp()
         # One set of initial weights for both: PyTorch's own initializer,
@@ -104,7 +109,8 @@ class CrossImplementationTest(unittest.TestCase):
                  "--layers=784,128,10", "--data_dir=" + harness.FASHION,
                  f"--optimizer={optimizer}", f"--lr={lr}", "--batch_size=32",
                  "--seed=42", "--max_steps=20", "--progress=none",
-                 f"--init_weights={initial}", f"--dump_weights={cpp}"],
+                 f"--init_weights={initial}", f"--dump_weights={cpp}",
+                 *rounds],
                 capture_output=True, text=True, timeout=120)
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         finally:
@@ -114,8 +120,10 @@ class CrossImplementationTest(unittest.TestCase):
             PYTHON, "torch_train.py",
             lambda r: harness.train_args(py, data="fashion", batch=32, steps=20,
                                  optimizer=optimizer, lr=lr,
-                                 init_from_lockstep=initial), 1)
+                                 init_from_lockstep=initial) + list(rounds), 1)
         self.assertEqual(results[0][0], 0, results[0][1])
+        if rounds:  # 20 steps in rounds of 5: version 4.
+            self.assertIn("done version 4 ", results[0][1])
         c, p = harness.read_weights(cpp), harness.read_weights(py)
         start = harness.read_weights(initial)
         pairs = [("dense_0/kernel", "0.weight"), ("dense_0/bias", "0.bias"),

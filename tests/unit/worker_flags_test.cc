@@ -243,7 +243,7 @@ TEST_F(WorkerFlagsTest, LocalStepsModesSetTheRoundsAndTheOuterOptimizer) {
 
   absl::SetFlag(&FLAGS_outer_momentum, 0.5);
   EXPECT_THAT(Refusal(), ::testing::HasSubstr("--outer_momentum needs "
-                                              "--sync=diloco"));
+                                              "diloco"));
   absl::SetFlag(&FLAGS_outer_momentum, std::nullopt);
   absl::SetFlag(&FLAGS_local_steps, 1);
   EXPECT_THAT(Refusal(), ::testing::HasSubstr("--local_steps must be in [2, "

@@ -1,5 +1,4 @@
 // lockstep_worker's exchange flags (worker_flag_groups.h).
-#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "common/wire/wire_codec.h"
 #include "worker/app/setup.h"
 #include "worker/app/worker_flag_groups.h"
+#include "worker/exchange/semi_sync_step_session.h"
 
 ABSL_FLAG(std::string, sync, "ps",
           "How gradients are combined: ps (synchronous parameter server), "
@@ -99,30 +99,9 @@ absl::Status ParseLocalSteps(const std::string& sync,
         " (--sync=ps exchanges every step)"));
   }
   session->local_steps = local_steps;
-  const std::optional<double> lr = absl::GetFlag(FLAGS_outer_lr);
-  const std::optional<double> momentum = absl::GetFlag(FLAGS_outer_momentum);
-  OptimizerConfig& outer = session->outer_optimizer;
-  if (sync == "localsgd") {
-    if (momentum.has_value()) {
-      return absl::InvalidArgumentError(
-          "--outer_momentum needs --sync=diloco (localsgd averages)");
-    }
-    outer = OptimizerConfig::Defaults("sgd");
-    outer.learning_rate = lr.value_or(1.0);
-  } else {
-    outer = OptimizerConfig::Defaults("momentum");
-    outer.learning_rate = lr.value_or(0.7);
-    outer.momentum = momentum.value_or(0.9);
-    outer.nesterov = true;
-  }
-  if (!(outer.learning_rate > 0) || !std::isfinite(outer.learning_rate)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--outer_lr must be positive and finite, got ", outer.learning_rate));
-  }
-  if (!(outer.momentum >= 0 && outer.momentum < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--outer_momentum must be in [0, 1), got ", outer.momentum));
-  }
+  ASSIGN_OR_RETURN(session->outer_optimizer,
+                   OuterOptimizer(sync, absl::GetFlag(FLAGS_outer_lr),
+                                  absl::GetFlag(FLAGS_outer_momentum)));
   return absl::OkStatus();
 }
 

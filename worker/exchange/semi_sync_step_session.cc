@@ -1,6 +1,7 @@
 #include "worker/exchange/semi_sync_step_session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,43 @@ namespace lockstep {
 
 int64_t SemiSyncRounds(int64_t total_steps, int64_t local_steps) {
   return (total_steps + local_steps - 1) / local_steps;
+}
+
+const std::vector<std::string>& RoundsModeNames() {
+  static const auto* names = new std::vector<std::string>{"localsgd", "diloco"};
+  return *names;
+}
+
+absl::StatusOr<OptimizerConfig> OuterOptimizer(
+    absl::string_view mode, std::optional<double> lr,
+    std::optional<double> momentum, const OuterOptimizerNames& names) {
+  OptimizerConfig outer;
+  if (mode == "localsgd") {
+    if (momentum.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          names.momentum, " needs diloco (localsgd averages the weights)"));
+    }
+    outer = OptimizerConfig::Defaults("sgd");
+    outer.learning_rate = lr.value_or(1.0);
+  } else if (mode == "diloco") {
+    outer = OptimizerConfig::Defaults("momentum");
+    outer.learning_rate = lr.value_or(0.7);
+    outer.momentum = momentum.value_or(0.9);
+    outer.nesterov = true;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rounds of local steps are localsgd or diloco, not \"", mode, "\""));
+  }
+  if (!(outer.learning_rate > 0) || !std::isfinite(outer.learning_rate)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(names.lr, " must be positive and finite, got ",
+                     outer.learning_rate));
+  }
+  if (!(outer.momentum >= 0 && outer.momentum < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        names.momentum, " must be in [0, 1), got ", outer.momentum));
+  }
+  return outer;
 }
 
 SemiSyncStepSession::SemiSyncStepSession(const StepSessionOptions& options,

@@ -26,9 +26,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "common/optim/optimizer.h"
 #include "worker/exchange/step_session.h"
 
@@ -101,6 +103,23 @@ class SemiSyncStepSession final : public StepSession {
 
 // The job's length in rounds of `local_steps`: what the servers count.
 int64_t SemiSyncRounds(int64_t total_steps, int64_t local_steps);
+
+// The modes with rounds of local steps, by name: "localsgd", "diloco".
+const std::vector<std::string>& RoundsModeNames();
+// The servers' (outer) optimizer of `mode`: for localsgd SGD at `lr`
+// (default 1: the next version is the mean of the workers' weights; a
+// momentum is refused), for diloco Nesterov momentum at `lr` (default 0.7)
+// and `momentum` (default 0.9), the DiLoCo paper's. INVALID_ARGUMENT for
+// another mode or values out of range; `names` are the settings' names in
+// messages (flags or keyword arguments).
+struct OuterOptimizerNames {
+  std::string lr = "--outer_lr";
+  std::string momentum = "--outer_momentum";
+};
+absl::StatusOr<OptimizerConfig> OuterOptimizer(
+    absl::string_view mode, std::optional<double> lr,
+    std::optional<double> momentum,
+    const OuterOptimizerNames& names = OuterOptimizerNames());
 
 }  // namespace lockstep
 

@@ -32,6 +32,8 @@ p.add_argument("--out", default="",
 p.add_argument("--nan_at", type=int, default=-1)
 p.add_argument("--step_sleep_ms", type=int, default=0)
 p.add_argument("--sync", default="sync")
+p.add_argument("--local_steps", type=int, default=0,
+               help="localsgd, diloco: steps between exchanges")
 p.add_argument("--freeze", action="store_true",
                help="freeze the first layer (requires_grad=False)")
 args = p.parse_args()
@@ -74,12 +76,14 @@ if args.init_from_lockstep:
 if args.freeze:
     model[0].requires_grad_(False)
 
+rounds = {"local_steps": args.local_steps} if args.local_steps else {}
 opt = ls.SyncOptimizer(model, optimizer=args.optimizer, lr=args.lr,
-                       sync=args.sync)
+                       sync=args.sync, **rounds)
 print(f"joined at version {opt.version}", flush=True)
 loss = None
 for xb, yb in ls.shard((x, y), batch_size=args.batch, epochs=100):
-    step = opt.version
+    # Rounds of local steps: the version counts rounds, next_step steps.
+    step = opt.job.next_step if args.local_steps else opt.version
     if step >= args.steps:
         break
     opt.zero_grad()

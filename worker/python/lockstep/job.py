@@ -31,6 +31,8 @@ from lockstep.errors import error, install_exit_codes
 
 # The C++ definitions' (common/model/model_signature.h), never a copy.
 SYNC_MODES = _native.SYNC_MODES
+# LocalSGD and DiLoCo: synchronous rounds of local steps (Job's sync).
+ROUNDS_MODES = _native.ROUNDS_MODES
 OPTIMIZERS = _native.OPTIMIZERS
 # The summation mode's: the servers publish the mean gradient, not weights.
 AVERAGE = _native.AVERAGE
@@ -99,7 +101,13 @@ class Job:
         (lockstep.torch.DistributedOptimizer). Sync mode only, without
         backup workers, and a worker can join it only at its start.
       sync: sync (the default), async or ssp; backup_workers (sync) and
-        staleness (ssp; default 1) as lockstep_worker's flags.
+        staleness (ssp; default 1) as lockstep_worker's flags. Or localsgd
+        or diloco: `optimizer` then runs on this worker for local_steps
+        steps (default 10) between exchanges, `weights` holding this
+        worker's own weights within a round, and the servers apply the
+        outer optimizer (outer_lr, outer_momentum: lockstep_worker's
+        --outer_* flags) to the workers' mean change; next_step counts
+        local steps, version rounds.
       total_steps: the job's length in global steps, checked against every
         other worker's at registration (0: not checked).
       cluster: a Cluster; default Cluster.from_env().
@@ -113,7 +121,8 @@ class Job:
     def __init__(self, tensors, state_tensors=(), *, optimizer="adam",
                  learning_rate=None, momentum=None, nesterov=None, beta_1=None,
                  beta_2=None, epsilon=None, weight_decay=None, sync="sync",
-                 backup_workers=0, staleness=None,
+                 backup_workers=0, staleness=None, local_steps=None,
+                 outer_lr=None, outer_momentum=None,
                  chunk_bytes=DEFAULT_CHUNK_BYTES, total_steps=0, cluster=None,
                  lr_schedule=None,
                  push_window=-1, push_thread=False, connect_timeout_s=60.0,
@@ -124,13 +133,23 @@ class Job:
         if optimizer not in OPTIMIZERS and optimizer != AVERAGE:
             raise _bad(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
                        f"got {optimizer!r}")
+        rounds = sync if sync in ROUNDS_MODES else ""
+        if rounds and optimizer == AVERAGE:
+            raise _bad(f"{sync} runs the optimizer on every worker between "
+                       "rounds: it has no summation mode (give a named "
+                       "optimizer)")
         if optimizer == AVERAGE and (sync != "sync" or backup_workers):
             raise _bad("the summation mode runs in sync mode without backup "
                        "workers: every worker applies every step's mean "
                        "gradient itself")
-        if sync not in SYNC_MODES:
-            raise _bad(f"sync must be one of {', '.join(SYNC_MODES)}, "
-                       f"got {sync!r}")
+        if sync not in SYNC_MODES + ROUNDS_MODES:
+            raise _bad(f"sync must be one of "
+                       f"{', '.join(SYNC_MODES + ROUNDS_MODES)}, got {sync!r}")
+        if not rounds and (local_steps is not None or outer_lr is not None
+                           or outer_momentum is not None):
+            raise _bad("local_steps, outer_lr and outer_momentum need sync="
+                       "localsgd or diloco")
+        local_steps = 10 if local_steps is None else int(local_steps)
         self.cluster = cluster if cluster is not None else Cluster.from_env()
         self.tensors, offset = [], 0
         for name, shape in tensors:
@@ -157,7 +176,10 @@ class Job:
         self.settings = settings
         self.lr_schedule = dict(lr_schedule or {})
         self.learning_rate(0)  # Refuses a bad schedule now, not at join.
-        self.sync = sync
+        # The signature's mode: rounds are synchronous steps.
+        self.sync = "sync" if rounds else sync
+        self.rounds = rounds
+        self.local_steps = local_steps if rounds else 0
         self.backup_workers = backup_workers
         # As lockstep_worker's --staleness: 1 unless given (SSP only).
         self.staleness = (staleness if staleness is not None else 1) \
@@ -173,7 +195,9 @@ class Job:
             step_timeout_s=step_timeout_s, rejoin_timeout_s=rejoin_timeout_s,
             seed=c.seed, tls_ca=c.tls_ca, tls_cert=c.tls_cert,
             tls_key=c.tls_key, tls_server_name=c.tls_server_name,
-            token_file=c.token_file, standby_servers=c.standby_servers)
+            token_file=c.token_file, standby_servers=c.standby_servers,
+            rounds=rounds, local_steps=self.local_steps, outer_lr=outer_lr,
+            outer_momentum=outer_momentum)
         self.version = -1   # The weights' version once joined.
         self.steps = 0      # Steps this worker took part in.
         self._next_step = 0  # The session's: the step to compute next.
@@ -209,6 +233,8 @@ class Job:
 
         Synchronous: the weights' version, so that after a rejoin the data
         order follows the servers. Async and SSP: this worker's own count.
+        LocalSGD and DiLoCo: the local step, version * local_steps at the
+        start of each round.
         """
         return self._next_step
 

@@ -80,6 +80,11 @@ class SyncOptimizer:
         not PyTorch's 1e-8).
       lr, momentum, nesterov, betas, eps, weight_decay: its settings.
       sync, backup_workers, staleness: the synchronization (sync default).
+        sync="localsgd" or "diloco" (with local_steps, outer_lr,
+        outer_momentum) runs `optimizer` on this worker for local_steps
+        steps, then the servers' outer optimizer on the workers' mean
+        change (lockstep.job.Job); step() then waits only every
+        local_steps steps.
       total_steps: the job's length, checked against every worker's (0:
         unchecked); `ls.shard(..., epochs=E).total_steps` gives it.
       cluster: a lockstep.Cluster (default: from the environment that

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/exchange/semi_sync_step_session.h"
 
 namespace lockstep {
 namespace {
@@ -32,6 +33,17 @@ Client::Client(ClientOptions o) {
   options.rejoin_timeout_name = "rejoin_timeout_s";
   options.who = absl::StrCat("lockstep worker ", o.rank);
   options.seed = o.seed;
+  if (!o.rounds.empty()) {
+    if (o.local_steps < 2) {
+      throw StatusError{absl::InvalidArgumentError(absl::StrCat(
+          "local_steps must be at least 2 with ", o.rounds, ", got ",
+          o.local_steps))};
+    }
+    options.local_steps = o.local_steps;
+    options.outer_optimizer = ValueOrThrow(
+        OuterOptimizer(o.rounds, o.outer_lr, o.outer_momentum,
+                       OuterOptimizerNames{"outer_lr", "outer_momentum"}));
+  }
   session_ = ValueOrThrow(StepSession::Create(std::move(options)));
 }
 

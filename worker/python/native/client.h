@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ struct ClientOptions {
   double rejoin_timeout_s = 300;
   uint64_t seed = 42;  // The rejoin jitter's.
   TlsOptions tls;
+  // "localsgd" or "diloco" (rounds of local_steps steps of the job's
+  // optimizer, then the servers' outer one); empty: every step.
+  std::string rounds;
+  int local_steps = 0;
+  std::optional<double> outer_lr;        // Unset: the mode's default.
+  std::optional<double> outer_momentum;
 };
 
 // What a worker registers with (the model signature's parts, as Python

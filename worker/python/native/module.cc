@@ -23,6 +23,7 @@
 #include "common/optim/lr_schedule.h"
 #include "worker/app/trainer_status.h"
 #include "worker/data/sharded_sampler.h"
+#include "worker/exchange/semi_sync_step_session.h"
 #include "worker/python/native/client.h"
 #include "worker/python/native/conversions.h"
 #include "worker/python/native/files.h"
@@ -46,7 +47,10 @@ std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
                                   std::string tls_key,
                                   std::string tls_server_name,
                                   std::string token_file, bool insecure,
-                                  std::vector<std::string> standby_servers) {
+                                  std::vector<std::string> standby_servers,
+                                  std::string rounds, int local_steps,
+                                  std::optional<double> outer_lr,
+                                  std::optional<double> outer_momentum) {
   ClientOptions o;
   o.servers = std::move(servers);
   o.standby_servers = std::move(standby_servers);
@@ -70,6 +74,10 @@ std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
   o.tls.server_name = std::move(tls_server_name);
   o.tls.token_file = std::move(token_file);
   o.tls.insecure = insecure;
+  o.rounds = std::move(rounds);
+  o.local_steps = local_steps;
+  o.outer_lr = outer_lr;
+  o.outer_momentum = outer_momentum;
   return std::make_unique<Client>(std::move(o));
 }
 
@@ -186,7 +194,10 @@ void BindClient(py::module_& m) {
            py::arg("tls_ca") = "", py::arg("tls_cert") = "",
            py::arg("tls_key") = "", py::arg("tls_server_name") = "",
            py::arg("token_file") = "", py::arg("insecure") = false,
-           py::arg("standby_servers") = std::vector<std::string>())
+           py::arg("standby_servers") = std::vector<std::string>(),
+           py::arg("rounds") = "", py::arg("local_steps") = 0,
+           py::arg("outer_lr") = py::none(),
+           py::arg("outer_momentum") = py::none())
       .def("join", &JoinJob, py::arg("tensors"), py::arg("state_tensors"),
            py::arg("optimizer"), py::arg("learning_rate"), py::arg("momentum"),
            py::arg("nesterov"), py::arg("beta_1"), py::arg("beta_2"),
@@ -373,6 +384,8 @@ void BindExitCodes(py::module_& m) {
       "\"INVALID_ARGUMENT\"): (code, code_name, message, retryable, "
       "exit_code), as the C++ worker decides them.");
   m.attr("SYNC_MODES") = py::tuple(py::cast(SignatureSyncModeNames()));
+  // LocalSGD and DiLoCo: synchronous rounds of local steps.
+  m.attr("ROUNDS_MODES") = py::tuple(py::cast(RoundsModeNames()));
   m.attr("OPTIMIZERS") = py::tuple(py::cast(OptimizerConfig::Names()));
   m.attr("AVERAGE") = OptimizerConfig::kAverage;  // The summation mode's.
   m.attr("EXIT_FAILURE") = kExitFailure;
