@@ -178,8 +178,7 @@ bool Daemon::LearnWorkers(const ServerSecurity& security, int* exit_code) {
     return false;
   }
   options_.workers = learned->workers;
-  // The same port, also when --listen asked for any (port 0): the port
-  // file and the workers already have it.
+  // The same port, also for --listen's port 0: workers already have it.
   if (!absl::StartsWith(options_.listen, "unix")) {
     options_.listen =
         absl::StrCat(options_.listen.substr(0, options_.listen.rfind(':')), ":",
@@ -322,9 +321,8 @@ int Daemon::Run() {
       GrpcEndpoint::Start(EndpointOptionsOf(options_), security->credentials,
                           {&service, &coordinator, &replication}, LogToStderr);
   if (endpoint == nullptr) return kExitPermanent;
-  // However Run() ends, requested checkpoints are finished before the
-  // server (and then the service) goes: runs before `endpoint` is
-  // destroyed.
+  // However Run() ends, requested checkpoints finish before the server
+  // (and then the service) goes: runs before `endpoint` is destroyed.
   absl::Cleanup stop_saving = [&]() { service.StopSaving(); };
   // NOT_SERVING while the checkpoint loads and while draining.
   auto set_serving = [&](bool serving) {
@@ -332,16 +330,15 @@ int Daemon::Run() {
     telemetry_->SetServing(serving);
   };
   set_serving(false);
-  // However Run() ends, held registrations are answered (the server's
-  // shutdown waits for them).
+  // However Run() ends, held registrations are answered (shutdown waits).
   absl::Cleanup release_registrations = [&]() {
     core_->Shutdown();
     service.OpenRegistration();
   };
   if (!AnnounceListening(endpoint->port())) return kExitPermanent;
 
-  // Listening already: probes see NOT_SERVING rather than a closed port,
-  // and GetStatus answers, while the newest checkpoint loads.
+  // Listening already: probes see NOT_SERVING (not a closed port) and
+  // GetStatus answers while the newest checkpoint loads.
   if (!options_.standby_of.empty()) {
     if (std::optional<int> code = FollowAsStandby(endpoint->port(), &service)) {
       return *code;
@@ -376,20 +373,17 @@ int Daemon::Run() {
       replication_->TellJobDone(kWatcherGrace);
     }
     const ReplicationSource::Stats sent = replication_->stats();
-    LogToStderr(absl::StrCat("replication: ", sent.versions_sent,
-                             " version(s) sent to standbys, ", sent.bytes_sent,
-                             " bytes, ", sent.encode_seconds,
-                             " s taking and encoding them"));
+    LogToStderr(absl::StrCat(
+        "replication: ", sent.versions_sent, " version(s) sent to standbys, ",
+        sent.bytes_sent, " bytes, ", sent.encode_seconds, " s taking and "
+        "encoding them"));
   }
-  // The bytes say what a mode costs on the wire (LocalSGD and DiLoCo send
-  // one push a round): gradient payloads in, weights out, since this
-  // shard started.
-  const ServerStatus final_status = core_->GetStatus();
-  LogToStderr(absl::StrCat(
-      "final version ", final_status.version, " after ",
-      absl::FormatDuration(absl::Now() - start), " (received ",
-      final_status.counters.bytes_received, " gradient bytes, sent ",
-      final_status.counters.bytes_sent, " weight bytes); exiting"));
+  const ServerStatus last = core_->GetStatus();  // Bytes: payloads moved.
+  LogToStderr(absl::StrCat("final version ", last.version, " after ",
+                           absl::FormatDuration(absl::Now() - start),
+                           " (received ", last.counters.bytes_received,
+                           " gradient bytes, sent ", last.counters.bytes_sent,
+                           " weight bytes); exiting"));
   set_serving(false);  // Also when Tick ended the job.
   core_->Shutdown();
   service.AnswerStatusWaits(kWatcherGrace);  // The final status, to watchers.

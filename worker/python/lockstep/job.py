@@ -28,14 +28,11 @@ from lockstep import errors as _errors
 # Re-exported: the adapters import it from here.
 from lockstep._signals import interruptible as _interruptible  # noqa: F401
 from lockstep.errors import error, install_exit_codes
+# The modes and optimizers are the C++ definitions' (re-exported here);
+# Tensor and check_modes are what Job uses of the module.
+from lockstep._job_settings import (  # noqa: F401
+    AVERAGE, OPTIMIZERS, ROUNDS_MODES, SYNC_MODES, Tensor, check_modes)
 
-# The C++ definitions' (common/model/model_signature.h), never a copy.
-SYNC_MODES = _native.SYNC_MODES
-# LocalSGD and DiLoCo: synchronous rounds of local steps (Job's sync).
-ROUNDS_MODES = _native.ROUNDS_MODES
-OPTIMIZERS = _native.OPTIMIZERS
-# The summation mode's: the servers publish the mean gradient, not weights.
-AVERAGE = _native.AVERAGE
 # 0: auto, as lockstep_worker --chunk_bytes=auto (common/model/chunk_plan.h).
 DEFAULT_CHUNK_BYTES = 0
 
@@ -68,21 +65,6 @@ def average(values, name="", timeout_s=600.0):
 
 def _bad(message):
     return error("INVALID_ARGUMENT", message)
-
-
-class Tensor:
-    """Where one named tensor lies in the flat vectors."""
-    __slots__ = ("name", "shape", "offset", "size")
-
-    def __init__(self, name, shape, offset):
-        self.name = name
-        self.shape = tuple(int(d) for d in shape)
-        self.offset = offset
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def end(self):
-        return self.offset + self.size
 
 
 class Job:
@@ -130,26 +112,9 @@ class Job:
         # A refusal from here on (bad settings, a malformed address) exits
         # with its code (2), as one after the join does.
         install_exit_codes()
-        if optimizer not in OPTIMIZERS and optimizer != AVERAGE:
-            raise _bad(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
-                       f"got {optimizer!r}")
-        rounds = sync if sync in ROUNDS_MODES else ""
-        if rounds and optimizer == AVERAGE:
-            raise _bad(f"{sync} runs the optimizer on every worker between "
-                       "rounds: it has no summation mode (give a named "
-                       "optimizer)")
-        if optimizer == AVERAGE and (sync != "sync" or backup_workers):
-            raise _bad("the summation mode runs in sync mode without backup "
-                       "workers: every worker applies every step's mean "
-                       "gradient itself")
-        if sync not in SYNC_MODES + ROUNDS_MODES:
-            raise _bad(f"sync must be one of "
-                       f"{', '.join(SYNC_MODES + ROUNDS_MODES)}, got {sync!r}")
-        if not rounds and (local_steps is not None or outer_lr is not None
-                           or outer_momentum is not None):
-            raise _bad("local_steps, outer_lr and outer_momentum need sync="
-                       "localsgd or diloco")
-        local_steps = 10 if local_steps is None else int(local_steps)
+        rounds, local_steps = check_modes(optimizer, sync, backup_workers,
+                                          local_steps, outer_lr,
+                                          outer_momentum)
         self.cluster = cluster if cluster is not None else Cluster.from_env()
         self.tensors, offset = [], 0
         for name, shape in tensors:

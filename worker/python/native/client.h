@@ -103,6 +103,9 @@ class Client final {
   FloatBuffer gradient_;
 };
 
+// Adds StepOutcome and Client to the module (client_bindings.cc).
+void BindClient(pybind11::module_& m);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_WORKER_PYTHON_NATIVE_CLIENT_H_

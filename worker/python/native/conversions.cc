@@ -1,8 +1,11 @@
 #include "worker/python/native/conversions.h"
 
+#include <pybind11/stl.h>
+
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "common/optim/lr_schedule.h"
 
 namespace lockstep {
 
@@ -57,6 +60,41 @@ std::vector<TensorInfo> Tensors(const NamedShapes& list) {
   std::vector<TensorInfo> out;
   for (const auto& [name, shape] : list) out.push_back({name, shape});
   return out;
+}
+
+// A learning-rate schedule from its dict, checked: the keys are
+// lockstep_worker's --lr_* flags without "lr_" ("schedule" is the kind, the
+// others LrSchedule's fields); absent ones keep their defaults.
+LrSchedule ScheduleFromDict(const py::dict& d) {
+  LrSchedule s;
+  for (auto item : d) {
+    const std::string key = py::cast<std::string>(item.first);
+    const py::handle v = item.second;
+    if (key == "schedule") {
+      s.kind = py::cast<std::string>(v);
+    } else if (key == "decay_steps") {
+      s.decay_steps = py::cast<int64_t>(v);
+    } else if (key == "decay_rate") {
+      s.decay_rate = py::cast<double>(v);
+    } else if (key == "staircase") {
+      s.staircase = py::cast<bool>(v);
+    } else if (key == "boundaries") {
+      s.boundaries = py::cast<std::vector<int64_t>>(v);
+    } else if (key == "values") {
+      s.values = py::cast<std::vector<double>>(v);
+    } else if (key == "alpha") {
+      s.alpha = py::cast<double>(v);
+    } else if (key == "warmup_steps") {
+      s.warmup_steps = py::cast<int64_t>(v);
+    } else if (key == "warmup_from") {
+      s.warmup_from = py::cast<double>(v);
+    } else {
+      ThrowIfError(absl::InvalidArgumentError("lr_schedule has no setting \"" +
+                                              key + "\""));
+    }
+  }
+  ThrowIfError(ValidateLrSchedule(s));
+  return s;
 }
 
 }  // namespace lockstep

@@ -67,6 +67,10 @@ using NamedShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 // [(name, shape)] as the signature's tensors.
 std::vector<TensorInfo> Tensors(const NamedShapes& list);
 
+// A learning-rate schedule from its dict, checked (throws StatusError):
+// the keys are lockstep_worker's --lr_* flags without "lr_".
+LrSchedule ScheduleFromDict(const pybind11::dict& d);
+
 }  // namespace lockstep
 
 #endif  // LOCKSTEP_WORKER_PYTHON_NATIVE_CONVERSIONS_H_
