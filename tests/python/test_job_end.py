@@ -3,8 +3,10 @@ uneven data end it within seconds with an error naming the rank that ran
 out (never a wait for the step timeout), a job whose workers failed ends
 as failed (never as done), and an even job ends cleanly."""
 
+import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import harness
@@ -24,6 +26,20 @@ for s in range(steps):
     if s == fail_at:
         raise ValueError(f"bad batch at step {s}")
 print("trained", steps, "steps", flush=True)
+"""
+
+
+# argv: a file whose existence lets the script end (after one step).
+LEAVE_AFTER_SERVER_GONE = """
+import os, sys, time, torch, lockstep.torch as ls
+m = torch.nn.Linear(3, 2)
+opt = ls.SyncOptimizer(m, optimizer="sgd", lr=0.1)
+opt.zero_grad(); m(torch.ones(4, 3)).sum().backward(); opt.step()
+print("stepped", flush=True)
+for _ in range(1200):
+    if os.path.exists(sys.argv[1]):
+        break
+    time.sleep(0.05)
 """
 
 
@@ -79,6 +95,25 @@ class JobEndTest(unittest.TestCase):
         self.assertEqual(server, 0, log)
         self.assertIn("every worker has left\n", log)
         self.assertNotIn("the job failed", log)
+
+    def test_a_leave_that_fails_at_exit_is_said_not_raised(self):
+        # The servers are gone when the script ends: its leave at exit
+        # fails, which is said on stderr; the script's own end stands.
+        server = harness.Server(1)
+        go = os.path.join(tempfile.mkdtemp(), "go")
+        try:
+            proc = subprocess.Popen(
+                [PYTHON, "-c", LEAVE_AFTER_SERVER_GONE, go],
+                env=harness.worker_env([server.address], 0, 1),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.assertEqual(proc.stdout.readline(), "stepped\n")
+        finally:
+            server.stop()
+        open(go, "w").close()
+        out = proc.communicate(timeout=60)[0]
+        self.assertEqual(proc.returncode, 0, out)
+        self.assertIn("lockstep worker 0: could not leave the job", out)
+        self.assertNotIn("NameError", out)
 
     @staticmethod
     def flatten(results, server_code, log):

@@ -27,7 +27,7 @@ from lockstep.cluster import Cluster
 from lockstep import errors as _errors
 # Re-exported: the adapters import it from here.
 from lockstep._signals import interruptible as _interruptible  # noqa: F401
-from lockstep.errors import error, install_exit_codes
+from lockstep.errors import LockstepError, error, install_exit_codes
 # The modes and optimizers are the C++ definitions' (re-exported here);
 # Tensor and check_modes are what Job uses of the module.
 from lockstep._job_settings import (  # noqa: F401
