@@ -32,6 +32,7 @@ import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,7 +46,19 @@ from step_sim_model import (  # noqa: E402
 # calibrate
 
 
+REPEATS = 5  # Each figure is the median of this many runs.
+
+
 def bench(bin_dir, args, scratch):
+    """The median of each figure of REPEATS runs of `lockstep_bench ARGS`:
+    the machine is shared and single runs move by 2x."""
+    runs = [bench_once(bin_dir, args, scratch) for _ in range(REPEATS)]
+    return {k: statistics.median(r[k] for r in runs) for k, v in
+            runs[0].items() if isinstance(v, (int, float))
+            and not isinstance(v, bool)}
+
+
+def bench_once(bin_dir, args, scratch):
     out = os.path.join(scratch, "bench.json")
     run = subprocess.run([os.path.join(bin_dir, "lockstep_bench"), *args,
                           f"--json={out}"], capture_output=True, text=True,
@@ -57,12 +70,91 @@ def bench(bin_dir, args, scratch):
         return json.load(f)
 
 
+def busy_seconds():
+    """CPU seconds this machine has been busy (all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def step_cpu(bin_dir, args, scratch):
+    """CPU seconds per step of `lockstep_bench ARGS`: two runs, 20 and 120
+    steps, differenced; the median of REPEATS such pairs."""
+    per_step = []
+    for _ in range(REPEATS):
+        used = []
+        for iters in (20, 120):
+            before = busy_seconds()
+            bench_once(bin_dir, [*args, f"--iters={iters}", "--warmup=3"],
+                       scratch)
+            used.append(busy_seconds() - before)
+        per_step.append((used[1] - used[0]) / 100)
+    return statistics.median(per_step)
+
+
+SINK = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); c, _ = s.accept()
+view = memoryview(bytearray(1 << 20))
+while c.recv_into(view): pass
+"""
+SOURCE = """
+import socket, sys, time
+for _ in range(100):
+    try:
+        c = socket.create_connection((sys.argv[1], int(sys.argv[2]))); break
+    except OSError:
+        time.sleep(0.05)
+data = bytes(1 << 20)
+for _ in range(int(sys.argv[3])): c.sendall(data)
+"""
+
+
+def tcp_cpu_per_byte(where, mib):
+    """CPU seconds per byte of `mib` MiB sent over TCP between two
+    processes: `where` is (sink argv prefix, source argv prefix, address)."""
+    sink_prefix, source_prefix, address = where
+    before = busy_seconds()
+    sink = subprocess.Popen([*sink_prefix, sys.executable, "-c", SINK,
+                             address, "45119"])
+    try:
+        subprocess.run([*source_prefix, sys.executable, "-c", SOURCE, address,
+                        "45119", str(mib)], check=True, timeout=120)
+        sink.wait(timeout=60)
+    finally:
+        sink.kill()
+    return (busy_seconds() - before) / (mib << 20)
+
+
+def forward_cost(script):
+    """What the simulated links add per byte (veth, bridge, HTB): TCP's CPU
+    per byte between two simulated hosts minus the same on loopback. 0,
+    with a note, where no cluster can be made (not root)."""
+    if os.geteuid() != 0:
+        print("  not root: no simulated cluster, forward_s_per_byte = 0")
+        return 0.0
+    loop = tcp_cpu_per_byte(([], [], "127.0.0.1"), 2000)
+    subprocess.run(["bash", script, "up", "--hosts=2", "--rate=1000mbit",
+                    "--name=lssc"], check=True, capture_output=True,
+                   timeout=120)
+    try:
+        run = ["bash", script, "run", "--name=lssc"]
+        sim = tcp_cpu_per_byte(([*run, "h0"], [*run, "h1"], "10.214.0.1"),
+                               250)
+    finally:
+        subprocess.run(["bash", script, "down", "--name=lssc"],
+                       capture_output=True, timeout=120)
+    return max(0.0, sim - loop)
+
+
 def calibrate(a):
     scratch = tempfile.mkdtemp(prefix="step_sim")
-    params = 2_500_000
+    params = 1 << 20
     m = params * 4
-    # One worker, one shard, one chunk: nothing overlaps, so the step is the
-    # sum of its parts.
+    # One worker, one shard, one chunk (4 MiB, the servers' largest): nothing
+    # overlaps, so the step is the sum of its parts.
     big = bench(a.bin_dir, ["comm", f"--params={params}", "--workers=1",
                             "--ps=1", f"--chunk_bytes={m}", "--iters=20",
                             "--warmup=3"], scratch)
@@ -76,11 +168,17 @@ def calibrate(a):
         "apply_s_per_byte": big["server_apply_seconds"] / m,
         "message_s": message,
     }
+    # The CPU the step takes (this machine's, the difference of two runs of
+    # 20 and 120 steps, so that start-up cancels out) beyond the phases is
+    # the kernel's and gRPC's work on the two messages' bytes, at both ends:
+    # 4M bytes' worth. The machine must be otherwise idle.
+    cpu = step_cpu(a.bin_dir, ["comm", f"--params={params}", "--workers=1",
+                               "--ps=1", f"--chunk_bytes={m}"], scratch)
     own = (cal["encode_s_per_byte"] + cal["decode_s_per_byte"] +
            cal["accumulate_s_per_byte"] + cal["apply_s_per_byte"]) * m
-    # What is left of the step moved 2M bytes (push and reply).
-    cal["wire_s_per_byte"] = max(
-        0.0, (big["median_step_seconds"] - own - message) / (2 * m))
+    cal["step_cpu_s"] = cpu
+    cal["wire_s_per_byte"] = max(0.0, (cpu - own - message) / (4 * m))
+    cal["forward_s_per_byte"] = forward_cost(a.cluster_script)
     # Two ranks: two hops of M/2 each way; what a hop costs beyond its
     # message is per byte (copy, kernel, sum).
     cal["ring"] = {}
@@ -257,6 +355,9 @@ def main():
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("calibrate", help="measure the costs on loopback")
     c.add_argument("--bin-dir", default="build/bin")
+    c.add_argument("--cluster-script", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+        "sim", "cluster.sh"))
     c.add_argument("--out", required=True)
     k = sub.add_parser("check", help="simulate the study's comm rows")
     k.add_argument("--calibration", required=True)

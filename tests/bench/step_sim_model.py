@@ -8,6 +8,7 @@ order; every figure is in seconds, bytes or bytes per second."""
 import collections
 import heapq
 import itertools
+import math
 
 PAYLOAD_SHARE = 0.956     # iperf3 --bidir: 953 of 1000 Mbit/s.
 MIN_CHUNK = 256 << 10     # common/model/chunk_plan.h's auto chunks.
@@ -97,19 +98,32 @@ class Sim:
 
 
 def transfer(sim, cal, src, dst, ready, nbytes, rate, done):
-    """One message: the sender's share of a message's cost, the link, then
-    the receiving host's kernel and gRPC work per byte; done(t) when the
-    receiving process may take it."""
+    """One message: the sender's share of a message's fixed cost, then the
+    bytes, which cost the link's time and, streamed alongside it, the
+    kernel and gRPC work per byte at both ends (each end's own, on its
+    host: wire_s_per_byte) and, on the simulated links, their forwarding
+    (forward_s_per_byte, on any core of this machine); done(t) when all of
+    it is over and the receiving process may take the message."""
     o = cal["message_s"] / 4  # A round trip is two messages, two ends each.
-
-    def arrived(t):
-        sim.cpu(("kernel", dst), t, nbytes * cal["wire_s_per_byte"], done)
+    wire = nbytes * cal["wire_s_per_byte"]
+    forward = nbytes * cal.get("forward_s_per_byte", 0.0)
 
     def leave(t):
-        if src == dst:  # The same host: no link.
-            arrived(t)
-        else:
-            sim.link(src, dst, t, nbytes / rate, arrived)
+        parts = [("kernel", src, wire), ("kernel", dst, wire)]
+        if sim.pool is not None and forward > 0 and src != dst:
+            parts.append(("forward", next(sim.seq), forward))
+        left = [len(parts) + (src != dst)]
+        end = [t]
+
+        def part_done(t2):
+            end[0] = max(end[0], t2)
+            left[0] -= 1
+            if left[0] == 0:
+                done(end[0])
+        for kind, where, cost in parts:
+            sim.cpu((kind, where), t, cost, part_done)
+        if src != dst:
+            sim.link(src, dst, t, nbytes / rate, part_done)
     sim.cpu(("send", src), ready, o, leave)
 
 
@@ -182,17 +196,25 @@ def ps_step(cal, workers, shards, model_bytes, rate, cores, colocated=False,
     return finished[0]
 
 
+RING_PIECE = 256 << 10  # The pieces a ring hop is pipelined in.
+
+
 def ring_step(cal, workers, model_bytes, rate, cores, backend="gloo"):
     """Seconds of one ring all-reduce (gloo's or grpc-ring's costs): 2(n - 1)
-    hops of M/n, each rank sending to the next; a hop starts once the rank
-    has the previous one's segment."""
+    hops of M/n, each rank sending to the next, in pieces of at most 256 KiB
+    so that a hop's sending, link and summing overlap; piece p of a hop
+    leaves once the rank has piece p of its left neighbour's previous hop.
+    The calibrated per-hop message cost is spread over the pieces."""
     sim = Sim(cores)
     costs = cal["ring"][backend]
     segment = model_bytes / workers
+    pieces = max(1, math.ceil(segment / RING_PIECE))
+    piece = segment / pieces
+    message = costs["message_s"] / pieces
     hops = 2 * (workers - 1)
     done = [0.0]
 
-    def hop(r, h):
+    def hop(r, h, p):
         def run(t):
             if h == hops:
                 done[0] = max(done[0], t)
@@ -200,17 +222,17 @@ def ring_step(cal, workers, model_bytes, rate, cores, backend="gloo"):
             dst = (r + 1) % workers
 
             def received(t2):
-                sim.cpu(("rank", dst), t2, segment * costs["s_per_byte"],
-                        hop(dst, h + 1))
+                sim.cpu(("rank", dst), t2, piece * costs["s_per_byte"],
+                        hop(dst, h + 1, p))
 
             def sent(t2):
-                sim.link(f"w{r}", f"w{dst}", t2, segment / rate, received)
-            sim.cpu(("rank", r), t, costs["message_s"], sent)
+                sim.link(f"w{r}", f"w{dst}", t2, piece / rate, received)
+            sim.cpu(("rank", r), t, message, sent)
         return run
 
-    # Every rank starts hop 0 at once; a rank's hop h + 1 waits for the
-    # segment of its left neighbour's hop h.
+    # Every rank starts hop 0's pieces at once.
     for r in range(workers):
-        sim.at(0.0, hop(r, 0))
+        for p in range(pieces):
+            sim.at(0.0, hop(r, 0, p))
     sim.run()
     return done[0]
