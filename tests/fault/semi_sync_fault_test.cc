@@ -20,6 +20,7 @@ namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // 40 local steps in rounds of 4 (10 versions); rank 1 a little slow.
 std::vector<std::string> DiLoCoFlags(int rank) {
@@ -67,6 +68,25 @@ TEST(SemiSyncFaultTest, KilledWorkerIsReplacedAndTheResultIsUnchanged) {
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
   EXPECT_EQ(job.Weights(0), DiLoCoReference());
   EXPECT_EQ(job.Weights(1), DiLoCoReference());
+}
+
+// --step_timeout_s bounds a push's wait for the others, not a round: a
+// round of 4 steps of 300 ms each is longer than the 1 s timeout, and its
+// pushes must still go through (no deadline already past, no rejoin).
+TEST(SemiSyncFaultTest, ARoundLongerThanTheStepTimeoutIsNotCutShort) {
+  Job job(2);
+  job.StartServer({});
+  for (int r = 0; r < 2; ++r) {
+    job.StartWorker(r, Flags({"--sync=diloco", "--local_steps=4",
+                              "--max_steps=8", "--step_timeout_s=1",
+                              "--straggle=0:300,1:300"}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(job.WaitWorker(r), 0) << job.WorkerOutput(r);
+    EXPECT_THAT(job.WorkerOutput(r), Not(HasSubstr("registering again")));
+  }
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 2 "));
 }
 
 }  // namespace

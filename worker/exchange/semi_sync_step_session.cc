@@ -102,13 +102,23 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::Join(
     gradient_ = gradient;
   }
   round_open_ = false;
+  ps_open_ = false;
   ASSIGN_OR_RETURN(StepOutcome at, rounds_->Join(outer, std::move(initial),
                                                  weights, {}, timeout));
   return StartRound(at);
 }
 
+int64_t SemiSyncStepSession::RoundEnd() const {
+  const int64_t end = (step_ / local_steps_ + 1) * local_steps_;
+  return total_steps_ > 0 ? std::min(end, total_steps_) : end;
+}
+
 absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
-  if (!round_open_) {
+  round_open_ = true;
+  // The PS step opens with the round's last local step, not its first:
+  // its deadline (--step_timeout_s) bounds the push and the wait for the
+  // others, not the whole round.
+  if (!ps_open_ && step_ + 1 == RoundEnd()) {
     ASSIGN_OR_RETURN(round_, rounds_->BeginStep());
     if (round_.batch_shards.size() != 1) {
       rounds_->AbandonStep().IgnoreError();
@@ -116,10 +126,7 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
           "a semi-synchronous worker computes its own batches only (an "
           "elastic group asked it to cover absent ranks)");
     }
-    // With backup workers a round may start past the one the last ended
-    // at: the data follows the version.
-    step_ = RoundStart(round_.step);
-    round_open_ = true;
+    ps_open_ = true;
     input_reported_ = false;
   }
   StepPlan plan;
@@ -132,7 +139,7 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
 }
 
 void SemiSyncStepSession::InputReady() {
-  if (input_reported_) return;
+  if (!ps_open_ || input_reported_) return;
   input_reported_ = true;
   rounds_->InputReady();
 }
@@ -148,9 +155,7 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::FinishStep() {
   std::copy(gradient_.begin() + num_parameters_, gradient_.end(),
             weights_.begin() + num_parameters_);
   ++step_;
-  const bool round_ends =
-      step_ % local_steps_ == 0 || (total_steps_ > 0 && step_ >= total_steps_);
-  if (!round_ends) {
+  if (!ps_open_) {  // The round goes on.
     StepOutcome local;
     local.applied = true;
     local.version = version_;
@@ -167,9 +172,10 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::FinishStep() {
   std::copy(weights_.begin() + num_parameters_, weights_.end(),
             change.begin() + num_parameters_);
   round_open_ = false;
+  ps_open_ = false;
   ASSIGN_OR_RETURN(StepOutcome at, rounds_->FinishStep());
   // The weights now hold the version the round made (or the one a rejoin
-  // found).
+  // found); with backup workers it may be past the one this round began at.
   return StartRound(at);
 }
 
@@ -179,6 +185,8 @@ absl::Status SemiSyncStepSession::AbandonStep() {
   // The round starts again from its version.
   std::copy(anchor_.begin(), anchor_.end(), weights_.begin());
   step_ = RoundStart(version_);
+  if (!ps_open_) return absl::OkStatus();
+  ps_open_ = false;
   return rounds_->AbandonStep();
 }
 

@@ -52,7 +52,8 @@ class SemiSyncStepSession final : public StepSession {
                                    absl::Span<float> gradient,
                                    absl::Duration timeout) override;
   absl::StatusOr<StepPlan> BeginStep() override;
-  // The round's first batch: the round's compute is every local step's.
+  // The round's last batch: the PS step, and the phases its push reports
+  // (the straggler verdict), cover the round's last local step.
   void InputReady() override;
   void GradientReady(int64_t, int64_t) override {}  // Plans never stream.
   absl::StatusOr<StepOutcome> FinishStep() override;
@@ -80,8 +81,10 @@ class SemiSyncStepSession final : public StepSession {
  private:
   // The round that begins at the version now in the weights.
   StepOutcome StartRound(StepOutcome at);
-  // The local step a version starts at.
+  // The local step a version starts at, and the one after the round that
+  // step_ is in.
   int64_t RoundStart(int64_t version) const;
+  int64_t RoundEnd() const;
 
   const int rank_;
   const int64_t local_steps_;
@@ -96,9 +99,10 @@ class SemiSyncStepSession final : public StepSession {
   std::vector<float> anchor_;     // The round's version (parameters, state).
   int64_t version_ = 0;           // Of anchor_.
   int64_t step_ = 0;              // The next local step.
-  bool round_open_ = false;       // Its PS step has begun.
+  bool round_open_ = false;       // A local step has begun since the last push.
+  bool ps_open_ = false;          // The round's PS step has begun (last step).
   bool input_reported_ = false;
-  StepPlan round_;                // The PS step's plan, while open.
+  StepPlan round_;                // The PS step's plan, while ps_open_.
 };
 
 // The job's length in rounds of `local_steps`: what the servers count.
