@@ -92,12 +92,9 @@ namespace {
 // (outer) optimizer; the job's --optimizer is the workers' inner one.
 absl::Status ParseLocalSteps(const std::string& sync,
                              StepSessionOptions* session) {
-  const int local_steps = absl::GetFlag(FLAGS_local_steps).value_or(10);
-  if (local_steps < 2 || local_steps > 1000000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--local_steps must be in [2, 1000000], got ", local_steps,
-        " (--sync=ps exchanges every step)"));
-  }
+  const int local_steps =
+      absl::GetFlag(FLAGS_local_steps).value_or(kDefaultLocalSteps);
+  RETURN_IF_ERROR(CheckLocalSteps(local_steps, "--local_steps"));
   session->local_steps = local_steps;
   ASSIGN_OR_RETURN(session->outer_optimizer,
                    OuterOptimizer(sync, absl::GetFlag(FLAGS_outer_lr),

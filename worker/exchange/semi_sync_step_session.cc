@@ -13,6 +13,15 @@ int64_t SemiSyncRounds(int64_t total_steps, int64_t local_steps) {
   return (total_steps + local_steps - 1) / local_steps;
 }
 
+absl::Status CheckLocalSteps(int64_t local_steps, absl::string_view name) {
+  if (local_steps < 2 || local_steps > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " must be in [2, 1000000], got ", local_steps,
+                     " (a round of one step is the synchronous mode)"));
+  }
+  return absl::OkStatus();
+}
+
 const std::vector<std::string>& RoundsModeNames() {
   static const auto* names = new std::vector<std::string>{"localsgd", "diloco"};
   return *names;
@@ -74,13 +83,8 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::Join(
     const ModelSignature& signature, InitialFn initial,
     absl::Span<float> weights, absl::Span<float> gradient,
     absl::Duration timeout) {
-  if (local_steps_ < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a semi-synchronous job needs at least 2 local steps, got ",
-        local_steps_));
-  }
-  if (signature.sync.mode != SyncMode::kSync ||
-      signature.sync.backup_workers < 0) {
+  RETURN_IF_ERROR(CheckLocalSteps(local_steps_, "local_steps"));
+  if (signature.sync.mode != SyncMode::kSync) {
     return absl::InvalidArgumentError(
         "local steps need the synchronous parameter-server mode");
   }

@@ -108,6 +108,11 @@ class SemiSyncStepSession final : public StepSession {
 // The job's length in rounds of `local_steps`: what the servers count.
 int64_t SemiSyncRounds(int64_t total_steps, int64_t local_steps);
 
+// The rounds' length unless one is given, and the range one must be in
+// (INVALID_ARGUMENT naming it as `name` otherwise).
+inline constexpr int kDefaultLocalSteps = 10;
+absl::Status CheckLocalSteps(int64_t local_steps, absl::string_view name);
+
 // The modes with rounds of local steps, by name: "localsgd", "diloco".
 const std::vector<std::string>& RoundsModeNames();
 // The servers' (outer) optimizer of `mode`: for localsgd SGD at `lr`

@@ -23,7 +23,7 @@ def check_modes(optimizer, sync, backup_workers, local_steps, outer_lr,
                 outer_momentum):
     """Refuses settings that cannot hold together (INVALID_ARGUMENT);
     returns the rounds mode ("" when steps are not in rounds) and the
-    local steps (default 10)."""
+    local steps (default lockstep_worker's --local_steps')."""
     if optimizer not in OPTIMIZERS and optimizer != AVERAGE:
         raise _bad(f"optimizer must be one of {', '.join(OPTIMIZERS)}, "
                    f"got {optimizer!r}")
@@ -43,7 +43,9 @@ def check_modes(optimizer, sync, backup_workers, local_steps, outer_lr,
                        or outer_momentum is not None):
         raise _bad("local_steps, outer_lr and outer_momentum need sync="
                    "localsgd or diloco")
-    local_steps = 10 if local_steps is None else int(local_steps)
+    if local_steps is None:
+        local_steps = _native.DEFAULT_LOCAL_STEPS
+    local_steps = int(local_steps)
     return rounds, local_steps
 
 

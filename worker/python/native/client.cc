@@ -34,11 +34,7 @@ Client::Client(ClientOptions o) {
   options.who = absl::StrCat("lockstep worker ", o.rank);
   options.seed = o.seed;
   if (!o.rounds.empty()) {
-    if (o.local_steps < 2) {
-      throw StatusError{absl::InvalidArgumentError(absl::StrCat(
-          "local_steps must be at least 2 with ", o.rounds, ", got ",
-          o.local_steps))};
-    }
+    ThrowIfError(CheckLocalSteps(o.local_steps, "local_steps"));
     options.local_steps = o.local_steps;
     options.outer_optimizer = ValueOrThrow(
         OuterOptimizer(o.rounds, o.outer_lr, o.outer_momentum,

@@ -206,6 +206,7 @@ void BindExitCodes(py::module_& m) {
   m.attr("SYNC_MODES") = py::tuple(py::cast(SignatureSyncModeNames()));
   // LocalSGD and DiLoCo: synchronous rounds of local steps.
   m.attr("ROUNDS_MODES") = py::tuple(py::cast(RoundsModeNames()));
+  m.attr("DEFAULT_LOCAL_STEPS") = kDefaultLocalSteps;
   m.attr("OPTIMIZERS") = py::tuple(py::cast(OptimizerConfig::Names()));
   m.attr("AVERAGE") = OptimizerConfig::kAverage;  // The summation mode's.
   m.attr("EXIT_FAILURE") = kExitFailure;
