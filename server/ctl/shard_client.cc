@@ -143,6 +143,7 @@ absl::StatusOr<ShardStatus> ShardClient::GetStatus(absl::Duration timeout,
   s.pushes_accepted = c.pushes_accepted();
   s.pushes_refused = c.pushes_refused();
   s.pushes_dropped_late = c.pushes_dropped_late();
+  s.waits_cancelled = c.waits_cancelled();
   s.bytes_received = c.bytes_received();
   s.bytes_sent = c.bytes_sent();
   s.pushes_refused_by_code.insert(c.pushes_refused_by_code().begin(),

@@ -50,6 +50,7 @@ struct ShardStatus {
   int64_t pushes_accepted = 0;
   int64_t pushes_refused = 0;
   int64_t pushes_dropped_late = 0;
+  int64_t waits_cancelled = 0;  // ServerCounters.waits_cancelled.
   int64_t bytes_received = 0;
   int64_t bytes_sent = 0;
   std::map<std::string, int64_t> pushes_refused_by_code;

@@ -199,6 +199,7 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
                   "DROPPED", "IN", "OUT"});
   std::vector<std::string> errors;
   std::map<std::string, int64_t> refused;
+  int64_t given_up = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardReading& r = shards[i];
     const std::string health =
@@ -216,12 +217,17 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
                     absl::StrCat(s.pushes_dropped_late),
                     FormatBytes(s.bytes_received), FormatBytes(s.bytes_sent)});
     for (const auto& [code, n] : s.pushes_refused_by_code) refused[code] += n;
+    given_up += s.waits_cancelled;
   }
   std::string out = RenderTable(rows);
   if (!refused.empty()) {
     std::vector<std::string> parts;
     for (const auto& [code, n] : refused) parts.push_back(absl::StrCat(code, " ", n));
     absl::StrAppend(&out, "Refused pushes: ", absl::StrJoin(parts, ", "), "\n");
+  }
+  if (given_up > 0) {
+    absl::StrAppend(&out, "Waiting pushes and pulls their callers gave up: ",
+                    given_up, "\n");
   }
   for (const std::string& e : errors) absl::StrAppend(&out, "error: ", e, "\n");
   return out;

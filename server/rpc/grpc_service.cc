@@ -18,41 +18,9 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// The callback that finishes a waiting Push or Pull with the chunk's
-// weights. fp32 replies send the published snapshot itself; bf16/fp16 ones
-// send its encoding, made once per version and shared by every reply.
-ChunkCallback WeightsReply(ParameterServer* core, WireDType dtype,
-                           grpc::ServerUnaryReactor* reactor,
-                           grpc::ByteBuffer* response) {
-  return [core, dtype, reactor,
-          response](absl::StatusOr<ChunkSnapshot> snapshot) {
-    if (!snapshot.ok()) {
-      reactor->Finish(ToGrpcStatus(snapshot.status()));
-      return;
-    }
-    std::shared_ptr<const void> owner;
-    absl::string_view payload;
-    if (dtype == WireDType::kFloat32) {
-      const std::vector<float>& values = *snapshot->values;
-      payload = absl::string_view(reinterpret_cast<const char*>(values.data()),
-                                  values.size() * sizeof(float));
-      owner = snapshot->values;
-    } else {
-      std::shared_ptr<const std::string> encoded =
-          snapshot->encoded->Get(dtype, *snapshot->values);
-      payload = *encoded;
-      owner = std::move(encoded);
-    }
-    *response =
-        MakeWeightsReply(snapshot->version, snapshot->chunk,
-                         ToProtoDType(dtype), payload, std::move(owner));
-    core->CountSent(static_cast<int64_t>(payload.size()));
-    reactor->Finish(grpc::Status::OK);
-  };
-}
-
-// `status` as a StatusResponse.
-void FillStatus(const ServerStatus& status, v1::StatusResponse* response) {
+// `status` (and the service's `calls`) as a StatusResponse.
+void FillStatus(const ServerStatus& status, const WaitingCalls& calls,
+                v1::StatusResponse* response) {
   response->set_version(status.version);
   response->set_step(status.version);
   response->set_num_workers(status.num_workers);
@@ -77,6 +45,9 @@ void FillStatus(const ServerStatus& status, v1::StatusResponse* response) {
   counters->set_bytes_received(c.bytes_received);
   counters->set_bytes_sent(c.bytes_sent);
   counters->set_pushes_dropped_late(c.pushes_dropped_late);
+  counters->set_calls_waiting(calls.waiting.load(std::memory_order_relaxed));
+  counters->set_waits_cancelled(
+      calls.cancelled.load(std::memory_order_relaxed));
   for (const auto& [code, n] : c.pushes_refused_by_code) {
     (*counters
           ->mutable_pushes_refused_by_code())[absl::StatusCodeToString(code)] =
@@ -218,10 +189,10 @@ grpc::ServerUnaryReactor* ParameterServerService::Push(
   absl::StatusOr<WireDType> dtype =
       FromProtoDType(static_cast<v1::DType>(push->dtype));
   if (!dtype.ok()) return FinishWith(context, dtype.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new WaitingReply(core_, *dtype, response, &waiting_calls_);
   // The core sums the payload from the received slices before it returns.
   core_->Push(push->rank, push->incarnation, push->step, push->chunk, *dtype,
-              push->data, Gated(WeightsReply(core_, *dtype, reactor, response)),
+              push->data, Gated(reactor->Answer()),
               PushSlot{push->group_generation, push->batch_shard,
                        push->report});
   // The push may now wait for the barrier, but its gradient is summed:
@@ -250,10 +221,9 @@ grpc::ServerUnaryReactor* ParameterServerService::Pull(
   }
   absl::StatusOr<WireDType> dtype = FromProtoDType(pull.dtype());
   if (!dtype.ok()) return FinishWith(context, dtype.status());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new WaitingReply(core_, *dtype, response, &waiting_calls_);
   core_->Pull(pull.rank(), pull.incarnation(), pull.chunk(), pull.min_version(),
-              pull.exact(),
-              Gated(WeightsReply(core_, *dtype, reactor, response)));
+              pull.exact(), Gated(reactor->Answer()));
   return reactor;
 }
 
@@ -313,14 +283,15 @@ grpc::ServerUnaryReactor* ParameterServerService::GetStatus(
     return FinishWith(context, s);
   }
   if (request->wait_ms() <= 0) {
-    FillStatus(core_->GetStatus(), response);
+    FillStatus(core_->GetStatus(), waiting_calls_, response);
     return FinishWith(context, absl::OkStatus());
   }
   // A long poll: answered with the status of the moment it ends.
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   status_waits_.Hold(absl::Milliseconds(request->wait_ms()),
-                     [core = core_, response, reactor] {
-                       FillStatus(core->GetStatus(), response);
+                     [core = core_, calls = &waiting_calls_, response,
+                      reactor] {
+                       FillStatus(core->GetStatus(), *calls, response);
                        reactor->Finish(grpc::Status::OK);
                      });
   return reactor;

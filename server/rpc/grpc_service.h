@@ -27,6 +27,7 @@
 #include "server/core/parameter_server.h"
 #include "server/rpc/replication_service.h"
 #include "server/rpc/status_waits.h"
+#include "server/rpc/waiting_reply.h"
 
 namespace lockstep {
 
@@ -183,6 +184,7 @@ class ParameterServerService final : public ParameterServerServiceBase {
     return gate == nullptr ? reply : gate->Wrap(std::move(reply));
   }
 
+  WaitingCalls waiting_calls_;  // Pushes and pulls (waiting_reply.h).
   std::atomic<bool> saving_stopped_{false};
   std::atomic<ReplyGate*> gate_{nullptr};  // Not owned.
   StatusWaits status_waits_;
