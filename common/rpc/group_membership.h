@@ -27,6 +27,9 @@ struct GroupRequest {
   absl::Duration settle;
   // A serialized lockstep.v1.ModelSignature; empty: not checked.
   std::string signature;
+  // A group of fewer than every rank forms only with more than half of the
+  // ranks alive (JoinGroupRequest.quorum).
+  bool quorum = false;
 };
 
 // The name a formed generation's all-reduce backends meet under ("GROUP/gN"):
@@ -64,9 +67,12 @@ struct GroupOptions {
   int min_workers = 0;
   // An elastic group forms this long after its last member joined.
   absl::Duration settle = absl::Seconds(1);
-  // A group missing a rank asks the coordinator for joiners with calls
-  // this long.
-  absl::Duration watch_poll = absl::Seconds(30);
+  // The members of an elastic all-reduce group ask the coordinator for
+  // joiners with calls this long; an open call is also what tells the
+  // coordinator the rank is alive (JoinGroupRequest.quorum), so a stopped
+  // rank stops counting as alive at most this long (and the coordinator's
+  // grace) after it stopped.
+  absl::Duration watch_poll = absl::Seconds(10);
   // Every rank calls the coordinator this often while it is in the job:
   // the server's worker contact for --no_worker_timeout_s.
   absl::Duration contact_every = absl::Seconds(1);

@@ -62,6 +62,7 @@ GroupRendezvous::Request FromProto(const v1::JoinGroupRequest& r) {
   request.version = r.version();
   request.min_size = r.min_size();
   request.signature = r.signature();
+  request.quorum = r.quorum();
   // Clamped before the conversion; the rendezvous refuses what is out of
   // range.
   request.settle = absl::Milliseconds(std::clamp<int64_t>(
@@ -118,16 +119,25 @@ grpc::ServerUnaryReactor* CoordinatorService::WatchGroup(
   if (absl::Status s = Admit(*context, "Coordinator.WatchGroup"); !s.ok()) {
     return Answered(context, s);
   }
+  if (request->leaving()) {
+    if (!request->has_rank()) {
+      return Answered(context, absl::InvalidArgumentError(
+                                   "a WatchGroup that leaves names its rank"));
+    }
+    groups_->Forget(request->group(), request->rank());
+    response->set_waiting(0);
+    return Answered(context, absl::OkStatus());
+  }
   auto* call = new WaitingCall(
       [groups = groups_](int64_t id) { return groups->Cancel(id); },
       "WatchGroup cancelled before anyone joined");
-  call->Waiting(groups_->Watch(request->group(), request->generation(),
-                               [call, response](absl::StatusOr<int> waiting) {
-                                 if (waiting.ok()) {
-                                   response->set_waiting(*waiting);
-                                 }
-                                 call->Finish(ToGrpcStatus(waiting.status()));
-                               }));
+  call->Waiting(groups_->Watch(
+      request->group(), request->generation(),
+      [call, response](absl::StatusOr<int> waiting) {
+        if (waiting.ok()) response->set_waiting(*waiting);
+        call->Finish(ToGrpcStatus(waiting.status()));
+      },
+      request->has_rank() ? request->rank() : -1));
   return call;
 }
 

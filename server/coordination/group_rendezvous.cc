@@ -93,8 +93,10 @@ void GroupRendezvous::Answers::Run(const GenerationObserver& observer) {
   for (auto& [done, result] : watchers) done(std::move(result));
 }
 
-GroupRendezvous::GroupRendezvous(GenerationObserver observer)
+GroupRendezvous::GroupRendezvous(GenerationObserver observer,
+                                 absl::Duration quorum_grace)
     : observer_(std::move(observer)),
+      quorum_grace_(quorum_grace),
       settle_thread_([this] { SettleLoop(); }) {}
 
 GroupRendezvous::~GroupRendezvous() {
@@ -136,11 +138,14 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
     if (absl::Status s = Check(request); !s.ok()) {
       answers.members.emplace_back(std::move(done), s);
     } else {
-      const Known& known =
-          groups_
-              .try_emplace(request.group, Known{request.size, MinSize(request),
-                                                request.signature, 0})
-              .first->second;
+      auto [it, added] = groups_.try_emplace(request.group);
+      Known& known = it->second;
+      if (added) {
+        known.size = request.size;
+        known.min_size = MinSize(request);
+        known.signature = request.signature;
+      }
+      known.quorum |= request.quorum;
       // A member of a formed group wants the next one: every member must
       // re-form (a joiner, or a member whose step failed).
       if (known.generation > 0) {
@@ -181,6 +186,8 @@ void GroupRendezvous::FormLocked(const std::string& group, Answers* answers) {
   rounds_.erase(group);
   Group formed;
   formed.generation = ++groups_.at(group).generation;
+  const absl::Time now = absl::Now();
+  for (const auto& [rank, id] : round.by_rank) SeenLocked(group, rank, now);
   answers->generations.emplace_back(group, formed.generation);
   formed.version = -1;
   for (const auto& [rank, id] : round.by_rank) {
@@ -211,9 +218,11 @@ void GroupRendezvous::WakeWatchersLocked(const std::string& group,
   const int waiting = round == rounds_.end()
                           ? 0
                           : static_cast<int>(round->second.by_rank.size());
+  const absl::Time now = absl::Now();
   for (auto it = watchers_.begin(); it != watchers_.end();) {
     Watcher& w = it->second;
     if (w.group == group && (generation > w.generation || waiting > 0)) {
+      SeenLocked(group, w.rank, now);
       answers->watchers.emplace_back(std::move(w.done),
                                      generation > w.generation ? 0 : waiting);
       watchers_.erase(it++);
@@ -225,7 +234,7 @@ void GroupRendezvous::WakeWatchersLocked(const std::string& group,
 
 GroupRendezvous::WaiterId GroupRendezvous::Watch(const std::string& group,
                                                  int64_t generation,
-                                                 WatchDone done) {
+                                                 WatchDone done, int rank) {
   Answers answers;
   WaiterId id = 0;
   {
@@ -238,7 +247,9 @@ GroupRendezvous::WaiterId GroupRendezvous::Watch(const std::string& group,
                                "no group \"", group, "\" has formed here")));
     } else {
       id = next_id_++;
-      watchers_.emplace(id, Watcher{group, generation, std::move(done)});
+      const int size = groups_.at(group).size;
+      watchers_.emplace(id, Watcher{group, generation, std::move(done),
+                                    rank >= 0 && rank < size ? rank : -1});
       WakeWatchersLocked(group, &answers);
       if (!answers.watchers.empty()) id = 0;
     }
@@ -249,7 +260,14 @@ GroupRendezvous::WaiterId GroupRendezvous::Watch(const std::string& group,
 
 bool GroupRendezvous::Cancel(WaiterId id) {
   absl::MutexLock lock(&mu_);
-  if (watchers_.erase(id) > 0) return true;
+  if (auto w = watchers_.find(id); w != watchers_.end()) {
+    // The watcher gave up (its deadline, or its process went): alive for
+    // the grace from now, which the settle timer must then look at.
+    SeenLocked(w->second.group, w->second.rank, absl::Now());
+    watchers_.erase(w);
+    ++changes_;
+    return true;
+  }
   auto it = members_.find(id);
   if (it == members_.end()) return false;
   const Request& r = it->second.request;
@@ -271,12 +289,18 @@ void GroupRendezvous::SettleLoop() {
   };
   absl::MutexLock lock(&mu_);
   while (!shut_down_) {
-    // The earliest time a round may form with fewer than every rank.
+    // The earliest time a round may form with fewer than every rank: its
+    // settle time, then (a quorum group) when its majority may come.
     absl::Time next = absl::InfiniteFuture();
+    const absl::Time before = absl::Now();
     for (const auto& [name, round] : rounds_) {
-      if (static_cast<int>(round.by_rank.size()) >= groups_.at(name).min_size) {
-        next = std::min(next, round.last_join + round.settle);
+      if (static_cast<int>(round.by_rank.size()) < groups_.at(name).min_size) {
+        continue;
       }
+      absl::Time due = round.last_join + round.settle;
+      absl::Time retry;
+      if (before >= due && !QuorumLocked(name, before, &retry)) due = retry;
+      next = std::min(next, due);
     }
     const Changed changed{this, changes_};
     mu_.AwaitWithDeadline(absl::Condition(&changed), next);
@@ -284,8 +308,10 @@ void GroupRendezvous::SettleLoop() {
     const absl::Time now = absl::Now();
     std::vector<std::string> due;
     for (const auto& [name, round] : rounds_) {
+      absl::Time retry;
       if (static_cast<int>(round.by_rank.size()) >= groups_.at(name).min_size &&
-          now >= round.last_join + round.settle) {
+          now >= round.last_join + round.settle &&
+          QuorumLocked(name, now, &retry)) {
         due.push_back(name);
       }
     }

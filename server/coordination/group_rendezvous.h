@@ -16,6 +16,16 @@
 // member that joins for a rank another waiting member holds replaces it, and
 // the older one is told ALREADY_EXISTS.
 //
+// A quorum group (Request::quorum, elastic all-reduce) forms a generation of
+// fewer than every rank only when the round holds more than half of the
+// ranks alive: its own members and those outside it that watch the group
+// under their rank, or were seen within `quorum_grace` (formed into a
+// generation, or their watch ended). Two disjoint groups can then never
+// both form while the other's members are alive: the minority waits, its
+// Join wakes the watchers, and they join it at their next step. Ranks that
+// are gone stop counting `quorum_grace` after their watch ended (their
+// connection closed, or its deadline passed for a stopped process).
+//
 //   GroupRendezvous rendezvous;
 //   rendezvous.Join({"job", member, rank, 2, version},
 //                   [](absl::StatusOr<GroupRendezvous::Group> g) {...});
@@ -52,6 +62,8 @@ class GroupRendezvous final {
   static constexpr size_t kMaxGroups = 4096;
   static constexpr absl::Duration kMaxSettle = absl::Minutes(10);
   static constexpr size_t kMaxSignatureBytes = size_t{1} << 20;
+  // How long a quorum group's rank counts as alive once last seen.
+  static constexpr absl::Duration kQuorumGrace = absl::Seconds(5);
 
   using Request = GroupRequest;
   using Group = GroupView;
@@ -68,7 +80,8 @@ class GroupRendezvous final {
   using GenerationObserver =
       std::function<void(const std::string& group, int64_t generation)>;
 
-  explicit GroupRendezvous(GenerationObserver observer = nullptr);
+  explicit GroupRendezvous(GenerationObserver observer = nullptr,
+                           absl::Duration quorum_grace = kQuorumGrace);
   ~GroupRendezvous();  // Shuts down.
   GroupRendezvous(const GroupRendezvous&) = delete;
   GroupRendezvous& operator=(const GroupRendezvous&) = delete;
@@ -81,8 +94,14 @@ class GroupRendezvous final {
   // `done` gets the count of members waiting to form a generation of
   // `group` after `generation` as soon as there are some, or 0 once the
   // group has formed past `generation` (at once where either holds; 0 is
-  // returned then). Watching an unknown group is INVALID_ARGUMENT.
-  WaiterId Watch(const std::string& group, int64_t generation, WatchDone done);
+  // returned then). Watching an unknown group is INVALID_ARGUMENT. A
+  // `rank` in the group's range counts as alive while the watch is open
+  // (see the top); -1: the caller does not say.
+  WaiterId Watch(const std::string& group, int64_t generation, WatchDone done,
+                 int rank = -1);
+
+  // A quorum group's `rank` left the job: it no longer counts as alive.
+  void Forget(const std::string& group, int rank);
 
   // Withdraws a member or a watch whose caller gave up: true when it was
   // still waiting (its callback is dropped unrun).
@@ -103,6 +122,7 @@ class GroupRendezvous final {
     std::string group;
     int64_t generation = 0;
     WatchDone done;
+    int rank = -1;
   };
   // A forming group (its size and minimum are its Known's): its waiting
   // members by rank.
@@ -127,6 +147,14 @@ class GroupRendezvous final {
   // Answers the group's watchers: someone waits, or the group moved on.
   void WakeWatchersLocked(const std::string& group, Answers* answers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the group's round may form now by the quorum rule (always, for
+  // a group without one); if not, sets `*retry` to when the clock alone may
+  // change that (InfiniteFuture: only a join or a watch may).
+  bool QuorumLocked(const std::string& group, absl::Time now,
+                    absl::Time* retry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A quorum group's rank was alive at `now`.
+  void SeenLocked(const std::string& group, int rank, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The settle timer: forms rounds whose settle time has passed.
   void SettleLoop();
 
@@ -143,12 +171,17 @@ class GroupRendezvous final {
     int min_size = 0;
     std::string signature;
     int64_t generation = 0;
+    bool quorum = false;
+    // Quorum groups: when each rank was last seen alive (formed into a
+    // generation, or its watch ended).
+    absl::flat_hash_map<int, absl::Time> seen;
   };
   absl::flat_hash_map<std::string, Known> groups_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, Member> members_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   WaiterId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   const GenerationObserver observer_;
+  const absl::Duration quorum_grace_;
   std::thread settle_thread_;
 };
 

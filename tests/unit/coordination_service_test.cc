@@ -190,7 +190,7 @@ TEST_F(CoordinationServiceTest, WatchGroupSeesAJoinerAndCanBeCancelled) {
   ASSERT_TRUE(client_->JoinGroup(alone, In(absl::Seconds(30))).ok());
   std::optional<absl::StatusOr<int>> seen;
   std::thread watcher(
-      [&] { seen = client_->WatchGroup("job", 1, In(absl::Seconds(30))); });
+      [&] { seen = client_->WatchGroup("job", 1, -1, In(absl::Seconds(30))); });
   CoordinatorClient::GroupRequest joiner = alone;
   joiner.member = 2;
   joiner.rank = 2;
@@ -209,12 +209,12 @@ TEST_F(CoordinationServiceTest, WatchGroupSeesAJoinerAndCanBeCancelled) {
   }
   ASSERT_EQ(groups_.NumWaiting(), 0u);
   std::thread cancelled(
-      [&] { seen = client_->WatchGroup("job", 1, In(absl::Seconds(30))); });
+      [&] { seen = client_->WatchGroup("job", 1, -1, In(absl::Seconds(30))); });
   absl::SleepFor(absl::Milliseconds(200));
   client_->CancelWatch();
   cancelled.join();
   EXPECT_EQ(seen->status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(client_->WatchGroup("job", 1, In(absl::Seconds(1))).status().code(),
+  EXPECT_EQ(client_->WatchGroup("job", 1, -1, In(absl::Seconds(1))).status().code(),
             absl::StatusCode::kCancelled)
       << "until ResetWatch";
 }

@@ -82,6 +82,9 @@ absl::StatusOr<GroupView> AllReduceStepSession::JoinGroup(
   request.min_size = Elastic() ? group_.min_workers : 0;
   request.settle = group_.settle;
   request.signature = signature_proto_;
+  // An elastic group of fewer than every rank forms only with a majority
+  // of those alive, so that it never runs as two (docs/faults.md).
+  request.quorum = Elastic();
   // The first Join has no deadline of its own: the rendezvous timeout
   // (--connect_timeout_s) bounds each wait for the group.
   const absl::Duration wait =
@@ -156,7 +159,8 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::JoinOnce(
   }
   version_ = group.version;
   generation_ = group.generation;
-  if (Elastic() && index_ == 0 && size < reducer_options_.size) StartWatch();
+  // Every elastic member watches: for joiners, and to count as alive.
+  if (Elastic()) StartWatch();
   joined.version = joined.next_step = version_;
   return joined;
 }
@@ -302,7 +306,8 @@ void AllReduceStepSession::StopWatch() {
 void AllReduceStepSession::Watch(int64_t generation) {
   while (true) {
     absl::StatusOr<int> waiting = coordinator_->WatchGroup(
-        reducer_options_.group, generation, absl::Now() + group_.watch_poll);
+        reducer_options_.group, generation, reducer_options_.rank,
+        absl::Now() + group_.watch_poll);
     // Someone waits to join, or the coordinator forgot the group (it
     // restarted): re-forming lets the one in, or tells the new coordinator
     // of us.
@@ -367,6 +372,13 @@ absl::StatusOr<std::vector<double>> AllReduceStepSession::Average(
 absl::Status AllReduceStepSession::Leave(const LeaveNote& note) {
   StopWatch();
   contact_.reset();
+  if (Elastic() && coordinator_ != nullptr) {
+    // The others need not wait out the coordinator's grace for this rank
+    // before they re-form (quorum): a courtesy, like the Leave below.
+    coordinator_->LeaveGroup(reducer_options_.group, reducer_options_.rank,
+                             absl::Now() + absl::Milliseconds(500))
+        .IgnoreError();
+  }
   if (server_ == nullptr) return absl::OkStatus();
   if (!agreed_stop_ && index_ == 0) {
     // The job is done: the ranks missing from the group that finished it

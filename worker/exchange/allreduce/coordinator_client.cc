@@ -127,6 +127,7 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
   request.set_min_size(r.min_size);
   request.set_settle_ms(absl::ToInt64Milliseconds(r.settle));
   request.set_signature(r.signature);
+  request.set_quorum(r.quorum);
   v1::JoinGroupResponse response;
   grpc::Status status = impl_->stub_->JoinGroup(&context, request, &response);
   // UNAVAILABLE from the server itself: it is starting (--workers=auto
@@ -180,7 +181,7 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
 }
 
 absl::StatusOr<int> CoordinatorClient::WatchGroup(const std::string& group,
-                                                  int64_t generation,
+                                                  int64_t generation, int rank,
                                                   absl::Time deadline) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
@@ -194,6 +195,7 @@ absl::StatusOr<int> CoordinatorClient::WatchGroup(const std::string& group,
   v1::WatchGroupRequest request;
   request.set_group(group);
   request.set_generation(generation);
+  if (rank >= 0) request.set_rank(rank);
   v1::WatchGroupResponse response;
   grpc::Status status = impl_->stub_->WatchGroup(&context, request, &response);
   {
@@ -202,6 +204,20 @@ absl::StatusOr<int> CoordinatorClient::WatchGroup(const std::string& group,
   }
   if (!status.ok()) return Annotate(status, "WatchGroup", group, address_);
   return response.waiting();
+}
+
+absl::Status CoordinatorClient::LeaveGroup(const std::string& group, int rank,
+                                          absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::WatchGroupRequest request;
+  request.set_group(group);
+  request.set_rank(rank);
+  request.set_leaving(true);
+  v1::WatchGroupResponse response;
+  grpc::Status status = impl_->stub_->WatchGroup(&context, request, &response);
+  if (!status.ok()) return Annotate(status, "WatchGroup", group, address_);
+  return absl::OkStatus();
 }
 
 void CoordinatorClient::CancelWatch() {

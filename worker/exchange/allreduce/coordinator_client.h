@@ -62,9 +62,14 @@ class CoordinatorClient final {
   // The number of members waiting to form a generation of `group` after
   // `generation` (Coordinator.WatchGroup), once there are some; 0 when the
   // group has formed past it. DEADLINE_EXCEEDED when `deadline` passes
-  // first, CANCELLED after CancelWatch. One watch at a time.
+  // first, CANCELLED after CancelWatch. One watch at a time. `rank` (-1:
+  // not said) counts as alive for a quorum group while the call is open.
   absl::StatusOr<int> WatchGroup(const std::string& group, int64_t generation,
-                                 absl::Time deadline);
+                                 int rank, absl::Time deadline);
+  // Tells the coordinator that `rank` leaves `group`'s job (a quorum group
+  // stops counting it as alive at once).
+  absl::Status LeaveGroup(const std::string& group, int rank,
+                          absl::Time deadline);
   // Ends a WatchGroup in flight (from another thread), and the next one to
   // start before ResetWatch.
   void CancelWatch();
