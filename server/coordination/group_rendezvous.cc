@@ -85,8 +85,8 @@ absl::Status CheckFields(const GroupRendezvous::Request& r) {
 
 void GroupRendezvous::Answers::Run(const GenerationObserver& observer) {
   if (observer) {
-    for (const auto& [group, generation] : generations) {
-      observer(group, generation);
+    for (const Generation& g : generations) {
+      observer(g.group, g.generation, g.members);
     }
   }
   for (auto& [done, result] : members) done(std::move(result));
@@ -149,7 +149,8 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
       // A member of a formed group wants the next one: every member must
       // re-form (a joiner, or a member whose step failed).
       if (known.generation > 0) {
-        answers.generations.emplace_back(request.group, known.generation + 1);
+        answers.generations.push_back(
+            {request.group, known.generation + 1, {}});
       }
       Round& round = rounds_[request.group];
       round.settle = request.settle;
@@ -188,7 +189,6 @@ void GroupRendezvous::FormLocked(const std::string& group, Answers* answers) {
   formed.generation = ++groups_.at(group).generation;
   const absl::Time now = absl::Now();
   for (const auto& [rank, id] : round.by_rank) SeenLocked(group, rank, now);
-  answers->generations.emplace_back(group, formed.generation);
   formed.version = -1;
   for (const auto& [rank, id] : round.by_rank) {
     const int64_t version = members_.at(id).request.version;
@@ -200,6 +200,7 @@ void GroupRendezvous::FormLocked(const std::string& group, Answers* answers) {
     }
     formed.members.push_back(rank);
   }
+  answers->generations.push_back({group, formed.generation, formed.members});
   int index = 0;
   for (const auto& [rank, id] : round.by_rank) {
     auto it = members_.find(id);

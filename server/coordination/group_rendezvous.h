@@ -72,13 +72,16 @@ class GroupRendezvous final {
   using WatchDone = std::function<void(absl::StatusOr<int>)>;
   using WaiterId = int64_t;
 
-  // Told (group, generation) when a group forms that generation, and when
-  // a member joins a formed group, which must then form the next one: an
-  // elastic PS job's servers refuse older generations' pushes
-  // (ParameterServer::RequireGeneration). Runs outside the lock, before
-  // the members it concerns are answered. May be null.
+  // Told (group, generation, members' ranks) when a group forms that
+  // generation, and (group, generation, none) when a member joins a formed
+  // group, which must then form the next one: an elastic PS job's servers
+  // refuse older generations' pushes (ParameterServer::RequireGeneration),
+  // and a member that left the job before and is in a group again trains
+  // (ParameterServer::Returned). Runs outside the lock, before the members
+  // it concerns are answered. May be null.
   using GenerationObserver =
-      std::function<void(const std::string& group, int64_t generation)>;
+      std::function<void(const std::string& group, int64_t generation,
+                          const std::vector<int>& members)>;
 
   explicit GroupRendezvous(GenerationObserver observer = nullptr,
                            absl::Duration quorum_grace = kQuorumGrace);
@@ -135,7 +138,12 @@ class GroupRendezvous final {
   struct Answers {
     std::vector<std::pair<Done, absl::StatusOr<Group>>> members;
     std::vector<std::pair<WatchDone, absl::StatusOr<int>>> watchers;
-    std::vector<std::pair<std::string, int64_t>> generations;  // Observed.
+    struct Generation {
+      std::string group;
+      int64_t generation;
+      std::vector<int> members;  // Empty: not formed yet.
+    };
+    std::vector<Generation> generations;  // Observed.
     void Run(const GenerationObserver& observer);
   };
 

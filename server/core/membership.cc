@@ -144,6 +144,17 @@ absl::StatusOr<bool> Membership::Leave(int rank, int64_t incarnation,
   return member;
 }
 
+bool Membership::Returned(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= num_workers_ || incarnations_[rank] != 0 ||
+      !left_[rank]) {
+    return false;
+  }
+  left_[rank] = false;
+  notes_[rank] = LeaveNote();
+  return true;
+}
+
 std::vector<std::pair<int, LeaveNote>> Membership::Ends(
     LeaveReason reason) const {
   absl::MutexLock lock(&mu_);

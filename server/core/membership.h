@@ -74,6 +74,10 @@ class Membership final {
   absl::StatusOr<bool> Leave(int rank, int64_t incarnation,
                              const LeaveNote& note = {});
 
+  // A rank that never registered (an all-reduce one) and left is in the
+  // job again (a group formed with it): it has not left. True when it had.
+  bool Returned(int rank);
+
   // The ranks whose last word was `reason` and that have not registered
   // since, in rank order, with their notes.
   std::vector<std::pair<int, LeaveNote>> Ends(LeaveReason reason) const;

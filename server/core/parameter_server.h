@@ -171,6 +171,17 @@ class ParameterServer final {
   // step and every later push with FAILED_PRECONDITION naming it.
   absl::Status Leave(int rank, int64_t incarnation, const LeaveNote& note = {});
 
+  // The coordinator formed `generation` of `group` with `members` (none:
+  // a member wants the next one). The elastic PS group's makes this shard
+  // require it (RequireGeneration). A member that left (an all-reduce
+  // rank's Leave with incarnation 0) is in the job again, so the server
+  // does not end when the others leave (Membership::Returned).
+  void GroupFormed(const std::string& group, int64_t generation,
+                   const std::vector<int>& members) {
+    if (group == kPsGroupName) RequireGeneration(generation);
+    for (int rank : members) members_.Returned(rank);
+  }
+
   // Rank `rank`'s values for its average round `round` (MetricRounds);
   // shard 0 keeps them. `done` gets the mean over the workers.
   void Average(int rank, int64_t incarnation, int64_t round,

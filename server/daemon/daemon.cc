@@ -302,11 +302,11 @@ int Daemon::Run() {
     service.SetCheckpoints(std::move(checkpoints));
   }
   service.HoldRegistration();  // Until the checkpoint is restored (below).
-  // Rendezvous for --sync=allreduce workers (worker/exchange/allreduce).
+  // Rendezvous for all-reduce workers and an elastic PS job's worker group.
   CoordinationStore coordination_store;
-  // An elastic PS job's worker group: its pushes carry their generation.
-  GroupRendezvous groups([this](const std::string& group, int64_t generation) {
-    if (group == kPsGroupName) core_->RequireGeneration(generation);
+  GroupRendezvous groups([this](const std::string& group, int64_t generation,
+                                const std::vector<int>& members) {
+    core_->GroupFormed(group, generation, members);
   });
   CoordinatorService coordinator(&coordination_store, &groups,
                                  security->authorizer.get(),

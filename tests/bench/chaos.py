@@ -27,9 +27,12 @@ worker held minus the one it took over at; all-reduce: the version polled just
 before the fault minus the one the re-formed group went on from), the time
 lost against the fault-free run, the recovery times, and whether rank 0's
 final weights equal the fault-free run's byte for byte, as synchronous PS
-with --sum_order=rank and all-reduce promise. Exit 0 only when all --faults
-were injected and survived, every last process exited 0 and the weights
-are equal.
+with --sum_order=rank and all-reduce promise (elastic all-reduce promises
+them up to the order of the sums: a member adds its own shards first, so
+such a run takes --tolerance, the largest difference it accepts; the
+report gives the largest one found). Exit 0 only when all --faults were
+injected and survived, every last process exited 0 and the weights are
+equal (or within --tolerance).
 
   tests/bench/chaos.py [--sync=allreduce --allreduce=gloo] [--faults=100]
                        [--seed=1] [--steps=12000] ...
@@ -45,6 +48,7 @@ import tempfile
 import time
 
 from chaos_job import run_job
+from chaos_report import report
 
 KINDS = ("worker-kill", "worker-stop", "server-kill", "server-stop",
          "worker-leave")
@@ -104,8 +108,16 @@ def parse_args(argv):
                    "(all-reduce: the workers' step timeout)")
     p.add_argument("--max_s", type=float, default=900,
                    help="bound on the whole run, both jobs")
+    p.add_argument("--tolerance", type=float, default=0.0,
+                   help="elastic all-reduce: the largest difference from the "
+                   "fault-free weights that counts as equal (0: bit for "
+                   "bit)")
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
+    if args.tolerance < 0 or (args.tolerance > 0 and not (
+            args.sync == "allreduce" and args.min_workers)):
+        p.error("--tolerance is for elastic all-reduce runs (--sync="
+                "allreduce --min_workers); the others are bit for bit")
     if args.shards < 1 or (args.shards > 1 and args.sync != "ps"):
         p.error("--shards takes a count >= 1, and more than 1 only with "
                 "--sync=ps")
@@ -288,52 +300,6 @@ def chaos_schedule(args):
     return chaos
 
 
-def median(values):
-    values = sorted(values)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] +
-                                                 values[mid]) / 2
-
-
-def report(args, clean, dirty):
-    _, _, clean_codes, clean_wall, clean_weights = clean
-    _, faults, codes, wall, weights = dirty
-    recovered = [f["recovered_s"] for f in faults
-                 if f["recovered_s"] is not None]
-    ok_exit = all(c == 0 for c in codes.values())
-    survived = len(recovered) if ok_exit else 0
-    by_kind = {k: sum(1 for f in faults if f["kind"] == k) for k in KINDS}
-    r = {
-        "sync": args.sync if args.sync == "ps" else
-                f"allreduce/{args.allreduce}",
-        "seed": args.seed, "workers": args.workers, "shards": args.shards,
-        "replicas": args.replicas, "min_workers": args.min_workers,
-        "python_workers": bool(args.python),
-        "steps": args.steps,
-        "faults_injected": len(faults), "faults_survived": survived,
-        "faults_by_kind": by_kind,
-        "steps_redone": sum(f.get("redone", 0) for f in faults),
-        "fault_free_s": round(clean_wall, 3), "chaos_s": round(wall, 3),
-        "time_lost_s": round(wall - clean_wall, 3),
-        "recovery_median_s": (None if not recovered else
-                              round(median(recovered), 3)),
-        "recovery_max_s": max(recovered) if recovered else None,
-        "exit_codes": codes, "fault_free_exit_codes": clean_codes,
-        "weights_bytes": len(weights),
-        "weights_equal": bool(clean_weights) and weights == clean_weights,
-        "faults": faults,
-    }
-    r["ok"] = (ok_exit and all(c == 0 for c in clean_codes.values()) and
-               survived == len(faults) and r["weights_equal"] and
-               len(faults) == args.faults)
-    if len(faults) < args.faults:
-        print(f"chaos: the job ended after {len(faults)} of {args.faults} "
-              "faults; give it more --steps", flush=True)
-    return r
-
-
 def main(argv):
     args = parse_args(argv)
     # SIGTERM (a timeout) unwinds as Ctrl-C does, through every cleanup.
@@ -358,7 +324,7 @@ def main(argv):
             return schedule(job)
 
         dirty = run_job(args, f"{tmp}/chaos", deadline, chaos)
-        r = report(args, clean, dirty)
+        r = report(args, clean, dirty, KINDS)
         if not r["ok"]:
             for name in sorted(os.listdir(f"{tmp}/chaos"))[-4:]:
                 path = f"{tmp}/chaos/{name}"

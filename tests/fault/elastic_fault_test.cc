@@ -133,5 +133,47 @@ TEST(ElasticTest, JoinersWithAnotherLayoutOrModelAreRefused) {
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
 }
 
+
+// Every rank leaves (SIGTERM) and comes back once, rank 0 last and for
+// good: the server still counts ranks 1 and 2, back in the group, as in
+// the job, so it does not end it as if every worker had left (it did,
+// taking the coordinator with it, and the other two exited 75), and they
+// finish it.
+TEST(ElasticTest, RanksThatLeftAndCameBackStillCountAsInTheJob) {
+  Job job(3);
+  job.StartServer({});
+  auto flags = [](int rank) {
+    std::vector<std::string> f = ElasticFlags(true, rank);
+    f.insert(f.end(), {"--max_steps=150", "--rejoin_timeout_s=15"});
+    if (rank == 0) f.push_back("--progress=lines");
+    return f;
+  };
+  for (int rank = 0; rank < 3; ++rank) job.StartWorker(rank, flags(rank));
+  ASSERT_TRUE(job.WaitForWorkerLog(0, "3/26 [")) << job.WorkerOutput(0);
+  // Ranks 1 and 2 leave in turn, each started again (slots 3 and 4).
+  int64_t generation = 1;
+  for (int rank : {1, 2}) {
+    ASSERT_TRUE(job.WaitForStopHandler(rank));
+    job.Signal(job.worker(rank), SIGTERM);
+    ASSERT_EQ(job.WaitWorker(rank), 143) << job.WorkerOutput(rank);
+    ASSERT_TRUE(job.WaitForWorkerLog(
+        0, absl::StrCat("(generation ", ++generation, ", 2 of 3 ranks)")))
+        << job.WorkerOutput(0);
+    job.StartWorker(rank, flags(rank), rank + 2);
+    ASSERT_TRUE(job.WaitForWorkerLog(
+        0, absl::StrCat("(generation ", ++generation, ", 3 of 3 ranks)")))
+        << job.WorkerOutput(0);
+  }
+  ASSERT_TRUE(job.WaitForStopHandler(0));
+  job.Signal(job.worker(0), SIGTERM);
+  EXPECT_EQ(job.WaitWorker(0), 143) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(3), 0) << job.WorkerOutput(3);
+  EXPECT_EQ(job.WaitWorker(4), 0) << job.WorkerOutput(4);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.WorkerOutput(3), HasSubstr("2 of 3 ranks)"));
+  EXPECT_EQ(job.Weights(3), job.Weights(4));
+  EXPECT_FALSE(job.Weights(3).empty());
+}
+
 }  // namespace
 }  // namespace lockstep

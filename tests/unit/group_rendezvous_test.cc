@@ -288,8 +288,11 @@ TEST(GroupRendezvousTest, WatchSeesAJoinerAndANewerGeneration) {
 // that a member joining a formed group makes it form the next one.
 TEST(GroupRendezvousTest, TheObserverHearsOfEachGeneration) {
   std::vector<std::pair<std::string, int64_t>> heard;
-  GroupRendezvous groups([&heard](const std::string& group, int64_t g) {
+  std::vector<int> members;
+  GroupRendezvous groups([&](const std::string& group, int64_t g,
+                             const std::vector<int>& formed) {
     heard.emplace_back(group, g);
+    members = formed;
   });
   Result a, b, c;
   groups.Join(Req(0, 0, 1, 2, "ps"), Into(&a));
@@ -298,8 +301,10 @@ TEST(GroupRendezvousTest, TheObserverHearsOfEachGeneration) {
   ASSERT_TRUE(a.has_value() && a->ok());
   using Heard = std::vector<std::pair<std::string, int64_t>>;
   EXPECT_EQ(heard, (Heard{{"ps", 1}}));
+  EXPECT_EQ(members, (std::vector<int>{0, 1})) << "who formed generation 1";
   groups.Join(Req(0, 3, 3, 2, "ps"), Into(&c));  // Rank 0 again: re-form.
   EXPECT_EQ(heard, (Heard{{"ps", 1}, {"ps", 2}}));
+  EXPECT_TRUE(members.empty()) << "generation 2 has not formed";
   EXPECT_FALSE(c.has_value());
 }
 
