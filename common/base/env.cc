@@ -227,7 +227,15 @@ absl::Status CheckCanWriteFile(absl::string_view label, const std::string& path,
   // Missing is what a first run finds; an existing file is replaced.
   const absl::StatusOr<FileInfo> file = env->Stat(path);
   if (file.ok() && file->is_directory) return refuse("it is a directory");
-  return absl::OkStatus();
+  const std::string probe = absl::StrCat(path, ".probe-", getpid());
+  absl::StatusOr<std::unique_ptr<WritableFile>> created =
+      env->NewWritableFile(probe);
+  if (!created.ok()) {
+    return refuse(absl::StrCat("no file can be created in ", dir, " (",
+                               created.status().message(), ")"));
+  }
+  (*created)->Close().IgnoreError();
+  return env->RemoveFile(probe);
 }
 
 absl::Time FakeEnv::Now() {

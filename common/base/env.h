@@ -110,10 +110,13 @@ absl::Status WriteFileAtomically(const std::string& path,
                                  Env* env = Env::Default());
 
 // Whether WriteFileAtomically could write `path` now, found without
-// creating, opening or truncating anything (a check at start, so that an
-// output that cannot be written fails before the work, not after it): its
-// folder exists, is a directory, and this process may create files in it
-// (Stat's `writable`); `path` itself is not a directory. Otherwise
+// opening or truncating `path` (a check at start, so that an output that
+// cannot be written fails before the work, not after it): its folder
+// exists, is a directory, and this process may create files in it (Stat's
+// `writable`, then an empty probe file "PATH.probe-PID" created and
+// removed at once, as the write's temporary file will be: root may pass
+// the first and still be refused, in /proc or /sys); `path` itself is not
+// a directory. Otherwise
 // FAILED_PRECONDITION "LABEL: cannot write PATH: WHY", where `label` names
 // what asked for the file (a flag: "--dump_weights"). A check, not a
 // promise: the folder may change before the write.

@@ -170,6 +170,11 @@ TEST(EnvTest, CheckCanWriteFileSaysWhyAndWritesNothing) {
   EXPECT_EQ(why(dir + "/"),
             absl::StrCat("--out: cannot write ", dir, "/: it is a directory"));
   EXPECT_EQ(why(""), "--out: cannot write : the path is empty");
+  // Root may write anywhere by the folder's bits, but not create files in
+  // /proc: the probe finds it (before, the write failed after the job).
+  EXPECT_THAT(why("/proc/lockstep-out"),
+              ::testing::HasSubstr("--out: cannot write /proc/lockstep-out: no file can "
+                        "be created in /proc ("));
   ReadOnlyFoldersEnv read_only;
   EXPECT_EQ(why(dir + "/new", &read_only),
             absl::StrCat("--out: cannot write ", dir, "/new: the folder ", dir,
