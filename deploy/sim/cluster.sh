@@ -7,13 +7,16 @@
 #
 #   deploy/sim/cluster.sh up [--hosts=8] [--rate=1gbit] [--delay=0.2ms] [--name=lss]
 #   deploy/sim/cluster.sh run [--name=lss] [--timeout=600] HOST CMD [ARGS...]
+#   deploy/sim/cluster.sh rate [--name=lss] HOST RATE
 #   deploy/sim/cluster.sh status [--name=lss]
 #   deploy/sim/cluster.sh down [--name=lss]
 #
 # HOST is h0..h(N-1) (or just the index); host i has address 10.214.0.(i+1).
 # `run` replaces itself with CMD inside the host's namespace (same pid, so a
 # caller's signals reach CMD); --timeout=0 leaves the bound to the caller,
-# as lockstep_bench does (its deadlines kill what it starts). `status`
+# as lockstep_bench does (its deadlines kill what it starts). `rate` sets
+# one host's bandwidth, both directions, to RATE (tc's form, e.g. 20mbit)
+# while the cluster runs: a slow link for one host. `status`
 # prints the cluster's settings as KEY=VALUE lines, among them
 # delay_applied=0 when the kernel has no netem and latency was not added.
 #
@@ -30,7 +33,7 @@ readonly kStepTimeout=10   # Seconds for any one ip/tc command.
 readonly kMaxHosts=32
 
 usage() {
-  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 die() {
@@ -198,8 +201,26 @@ run() {
   exec ip netns exec "$ns" "${env_args[@]}" "$@"
 }
 
+# One host's two directions, as `shape` made them, at another rate.
+set_rate() {
+  [[ $# -eq 2 ]] || die "rate needs HOST and RATE"
+  local host=${1#h} new=$2
+  [[ "$host" =~ ^[0-9]+$ ]] || die "HOST is h0..h(N-1)"
+  [[ "$new" =~ ^[0-9.]+[kmg]?bit$ ]] || die "RATE takes tc's form, e.g. 20mbit"
+  [[ -f "$state" ]] || die "no cluster \"$name\"; run: $0 up --name=$name"
+  local ns="$name-h$host" dev ns_of
+  t ip netns list | awk '{print $1}' | grep -qx "$ns" ||
+    die "cluster \"$name\" has no host h$host"
+  for ns_of in "$ns eth0" "$name-br v$host"; do
+    read -r ns dev <<<"$ns_of"
+    t tc -n "$ns" class change dev "$dev" parent 1: classid 1:1 htb \
+      rate "$new" ceil "$new" burst 16k cburst 16k
+  done
+}
+
 case "$command" in
   up) need_root; up ;;
+  rate) need_root; set_rate "$@" ;;
   down) need_root; down ;;
   run) need_root; run "$@" ;;
   status)
