@@ -202,5 +202,41 @@ class SafetensorsTest(unittest.TestCase):
         self.assertIn("dense/kernel", str(e.exception))
 
 
+class RoundsTest(unittest.TestCase):
+    """SyncOptimizer(sync="localsgd" | "diloco"): rounds of local steps of
+    the named optimizer on each worker, then the servers' outer step."""
+
+    def run_weights(self, workers, batch, *extra):
+        out = os.path.join(tempfile.mkdtemp(), "w{rank}.safetensors")
+        results, _ = harness.run_job(
+            PYTHON, "keras_train.py",
+            lambda r: [f"--batch={batch}", "--steps=20", f"--out={out}",
+                       *extra], workers, timeout_s=300)
+        version = "done version 4" if extra else "done version 20"
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+            self.assertIn(version, output)
+        return [harness.read_weights(out.format(rank=r))
+                for r in range(workers)]
+
+    def test_rounds_of_one_worker_and_of_two(self):
+        # One worker's LocalSGD (outer SGD at lr 1: the servers take its
+        # weights) is plain training, in 4 rounds of 5 steps instead of 20.
+        plain, = self.run_weights(1, 32)
+        local, = self.run_weights(1, 32, "--sync=localsgd", "--local_steps=5")
+        self.assertEqual(sorted(plain), sorted(local))
+        for name in plain:
+            self.assertLessEqual(harness.max_relative_difference(
+                local[name][1], plain[name][1]), 1e-5, name)
+        # Two workers' DiLoCo: both end with the servers' outer weights,
+        # which Nesterov's outer step takes away from plain training.
+        w0, w1 = self.run_weights(2, 16, "--sync=diloco", "--local_steps=5")
+        for name in plain:
+            self.assertEqual(w0[name][1].tobytes(), w1[name][1].tobytes(),
+                             name)
+        self.assertGreater(harness.max_relative_difference(
+            w0["dense/kernel"][1], plain["dense/kernel"][1]), 1e-3)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

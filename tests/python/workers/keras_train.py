@@ -19,7 +19,10 @@ p.add_argument("--model", default="mlp", choices=["mlp", "bn"])
 p.add_argument("--nan", action="store_true", help="features all NaN")
 p.add_argument("--data", default="arrays", choices=["arrays", "dataset"],
                help="shard numpy arrays, or a tf.data.Dataset of them")
+p.add_argument("--sync", default="sync")
+p.add_argument("--local_steps", type=int, default=None)
 args = p.parse_args()
+rounds = {"local_steps": args.local_steps} if args.local_steps else {}
 
 rank = int(os.environ["LOCKSTEP_RANK"])
 keras.utils.set_random_seed(1000 + rank)  # Only rank 0's weights may count.
@@ -33,7 +36,8 @@ if args.model == "bn":
     layers.append(keras.layers.BatchNormalization())
 model = keras.Sequential([keras.Input((20,)), *layers, keras.layers.Dense(4)])
 model.compile(optimizer=lockstep.keras.SyncOptimizer(
-                  args.optimizer, learning_rate=args.lr, model=model),
+                  args.optimizer, learning_rate=args.lr, model=model,
+                  sync=args.sync, **rounds),
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
               jit_compile=False)
 if args.data == "dataset":
