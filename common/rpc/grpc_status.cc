@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace lockstep {
 
@@ -25,6 +26,21 @@ bool IsTlsRefusal(const absl::Status& status, bool client_tls) {
   const std::string message = absl::AsciiStrToLower(status.message());
   return absl::StrContains(message, "handshake failed") ||
          (client_tls && absl::StrContains(message, "socket closed"));
+}
+
+absl::Status CheckPlaintextRefusal(const absl::Status& probe, bool client_tls,
+                                   absl::string_view peer) {
+  if (client_tls || probe.code() != absl::StatusCode::kUnavailable ||
+      !absl::StrContains(absl::AsciiStrToLower(probe.message()),
+                         "socket closed")) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      peer, " closed every plaintext connection before answering (",
+      probe.message(),
+      "): it expects TLS; give --tls_ca (and --tls_cert and --tls_key if it "
+      "asks for a client certificate) as the server's; retrying will not "
+      "help"));
 }
 
 bool IsCutOffInTransit(const absl::Status& status) {

@@ -5,6 +5,7 @@
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace lockstep {
 
@@ -19,6 +20,14 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // the same certificates fails the same way; a server that is down or out
 // of reach ("Connection refused", a timeout) is not a refusal.
 bool IsTlsRefusal(const absl::Status& status, bool client_tls);
+
+// FAILED_PRECONDITION, saying so, when `probe` (a fail-fast call's status)
+// finds that `peer` closed a client's plaintext connection before any
+// HTTP/2 frame ("Socket closed"): what a server that expects TLS does (a
+// server that is not there refuses the connection instead). OK otherwise,
+// and always for a client with TLS (`client_tls`; IsTlsRefusal's case).
+absl::Status CheckPlaintextRefusal(const absl::Status& probe, bool client_tls,
+                                   absl::string_view peer);
 
 // Whether `status` is a call cut off on its way (CANCELLED with gRPC's own
 // bare message: the server stopped listening with the call unanswered), as

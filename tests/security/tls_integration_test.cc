@@ -223,6 +223,19 @@ TEST_F(TlsIntegrationTest, AWorkerWhoseCertificateIsRefusedExitsPermanent) {
        "--tls_key=" + a_->File("worker.key")});
   EXPECT_EQ(nobody.exit_code, 75) << nobody.output;
   EXPECT_THAT(nobody.output, Not(HasSubstr("TLS handshake")));
+  EXPECT_THAT(nobody.output, Not(HasSubstr("expects TLS")));
+  // A worker without TLS against the TLS server: permanent too, whether it
+  // meets the server or the coordinator first.
+  for (const std::string workers : {"--workers=1", "--workers=2"}) {
+    std::vector<std::string> mode = {workers};
+    if (workers == "--workers=2") mode.push_back("--sync=allreduce");
+    const RunResult plain = RunTlsWorker(server.address, {}, mode);
+    EXPECT_EQ(plain.exit_code, 2) << plain.output;
+    EXPECT_THAT(plain.output,
+                HasSubstr(" closed every plaintext connection before "
+                          "answering (")) << plain.output;
+    EXPECT_THAT(plain.output, HasSubstr("): it expects TLS; give --tls_ca"));
+  }
 }
 
 TEST_F(TlsIntegrationTest, RolesComeFromClientCertificates) {

@@ -160,6 +160,10 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
           "); check --tls_cert, --tls_key and --tls_ca against the "
           "server's; retrying will not help"));
     }
+    RETURN_IF_ERROR(CheckPlaintextRefusal(
+        probe, impl_->client_tls_,
+        absl::StrCat("JoinGroup of \"", r.group, "\": the coordinator ",
+                     address_)));
   }
   if (!status.ok()) return Annotate(status, "JoinGroup", r.group, address_);
   Group group;

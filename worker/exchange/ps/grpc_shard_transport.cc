@@ -110,7 +110,10 @@ class GrpcShardTransport final : public ShardTransport {
     v1::StatusResponse response;
     const absl::Status probe =
         FromGrpcStatus(stub_->GetStatus(&context, request, &response));
-    if (!IsTlsRefusal(probe, client_tls_)) return absl::OkStatus();
+    if (!IsTlsRefusal(probe, client_tls_)) {
+      return CheckPlaintextRefusal(probe, client_tls_,
+                                   absl::StrCat("the server ", address_));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "the TLS handshake with ", address_,
         " was refused: the server did not accept this worker's certificate "
