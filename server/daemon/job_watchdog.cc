@@ -28,7 +28,27 @@ JobWatchdog::JobWatchdog(const Options& options, ParameterServer* core,
       log_(std::move(log)),
       coordinator_(coordinator) {}
 
+void JobWatchdog::ReportFailures() {
+  const std::vector<std::pair<int, LeaveNote>> failed = core_->FailedRanks();
+  // A rank replaced since is no longer failed: a later failure is news.
+  for (auto it = reported_.begin(); it != reported_.end();) {
+    const bool still = std::any_of(failed.begin(), failed.end(),
+                                   [&](const auto& f) { return f.first == it->first; });
+    it = still ? std::next(it) : reported_.erase(it);
+  }
+  for (const auto& [rank, note] : failed) {
+    auto [it, added] = reported_.try_emplace(rank, note.detail);
+    if (!added && it->second == note.detail) continue;
+    it->second = note.detail;
+    log_(absl::StrCat("rank ", rank, " left the job saying it failed: ",
+                      note.detail.empty() ? "(no detail)" : note.detail,
+                      "; the job goes on waiting for a replacement of it, "
+                      "and fails at its end if none registers"));
+  }
+}
+
 std::optional<int> JobWatchdog::CheckStepTimeouts(absl::Time now) {
+  ReportFailures();
   if (options_.step_timeout <= absl::ZeroDuration()) return std::nullopt;
   const bool fail = options_.fail_on_worker_loss;
   for (const ParameterServer::StepAlarm& alarm :

@@ -14,7 +14,9 @@
 #ifndef LOCKSTEP_SERVER_DAEMON_JOB_WATCHDOG_H_
 #define LOCKSTEP_SERVER_DAEMON_JOB_WATCHDOG_H_
 
+#include <map>
 #include <optional>
+#include <string>
 
 #include "absl/time/time.h"
 #include "server/coordination/contact_clock.h"
@@ -42,7 +44,9 @@ class JobWatchdog final {
               DaemonLog log, const ContactClock* coordinator = nullptr);
 
   // The step-timeout watchdog: kExitRetryable when a lost worker fails the
-  // job (the core shut down with the reason).
+  // job (the core shut down with the reason). First, each rank that left
+  // saying it failed is named once, with what it said, while the job goes
+  // on (waiting for a replacement; FinishIfDone fails the job without one).
   std::optional<int> CheckStepTimeouts(absl::Time now);
   // kExitRetryable when no worker has called (the core or the
   // coordinator) since `now` - no_worker_timeout and the job is
@@ -58,6 +62,8 @@ class JobWatchdog final {
   // Of any worker's latest call (a registered rank's, or any call to the
   // coordinator); InfinitePast before the first.
   absl::Time LatestContact() const;
+  // Logs the failures (FailedRanks) not logged yet.
+  void ReportFailures();
 
   const Options options_;
   ParameterServer* const core_;       // Not owned.
@@ -65,6 +71,7 @@ class JobWatchdog final {
   WeightsFileWriter* const weights_;  // Not owned; may be null.
   const DaemonLog log_;
   const ContactClock* const coordinator_;  // Not owned; may be null.
+  std::map<int, std::string> reported_;  // Failures logged, by rank.
 };
 
 }  // namespace lockstep

@@ -222,6 +222,24 @@ TEST_F(JobWatchdogTest, ARankThatFailedFailsTheJobWithTheModelSaved) {
                                        "/model.safetensors")));
 }
 
+// A rank that fails while the other trains is named at once, with what it
+// said, not only when the job ends (the red team found the job waiting in
+// silence for the replacement), and only once.
+TEST_F(JobWatchdogTest, ARankThatFailedIsNamedAtOnceWhileTheJobWaits) {
+  JobWatchdog watchdog = Make({});
+  ASSERT_TRUE(
+      core_->Leave(1, inc1_, {LeaveReason::kFailed, "RuntimeError: boom"})
+          .ok());
+  EXPECT_EQ(watchdog.CheckStepTimeouts(clock_.Now()), std::nullopt);
+  EXPECT_EQ(watchdog.CheckStepTimeouts(clock_.Now()), std::nullopt);
+  EXPECT_THAT(log_.lines,
+              ElementsAre("rank 1 left the job saying it failed: "
+                          "RuntimeError: boom; the job goes on waiting for a "
+                          "replacement of it, and fails at its end if none "
+                          "registers"));
+  EXPECT_EQ(watchdog.FinishIfDone(), std::nullopt) << "rank 0 trains";
+}
+
 TEST_F(JobWatchdogTest, LeavesOfRanksThatNeverCalledDoNotEndAJob) {
   // A fresh server: no rank registered, no coordinator call.
   std::unique_ptr<ParameterServer> fresh = TwoWorkerCore(&clock_);
