@@ -96,6 +96,12 @@ std::vector<Straggler> FindStragglers(absl::Span<const RankTiming> ranks,
   auto slowness = [by_lateness](const RankTiming& r) {
     return by_lateness ? r.lateness : r.step_time;
   };
+  // A step's own work: all but the wait for the servers' answer.
+  auto work = [](const RankTiming& r) { return r.step_time - r.wait; };
+  std::vector<const RankTiming*> reporting;
+  for (const RankTiming* o : judged) {
+    if (o->reports >= options.min_steps) reporting.push_back(o);
+  }
   for (const RankTiming* r : judged) {
     Straggler s;
     s.rank = r->rank;
@@ -104,13 +110,25 @@ std::vector<Straggler> FindStragglers(absl::Span<const RankTiming> ranks,
     s.others = OthersMedian(judged, r, slowness);
     s.step_time = step_time;
     s.excess = absl::FDivDuration(s.slowness - s.others, step_time);
+    // Not synchronous: SSP's bound holds the others to the slowest rank's
+    // pace, so their step times equal its own and only the work a step
+    // tells it apart (the others wait longer). Where the work says more,
+    // the rank is slower a step of its own work.
+    if (!by_lateness && r->reports >= options.min_steps &&
+        reporting.size() >= 2) {
+      const absl::Duration others_work = OthersMedian(reporting, r, work);
+      const double by_work =
+          absl::FDivDuration(work(*r) - others_work, step_time);
+      if (by_work > s.excess) {
+        s.by_work = true;
+        s.slowness = work(*r);
+        s.others = others_work;
+        s.excess = by_work;
+      }
+    }
     if (s.excess <= options.fraction) continue;
     // Where the excess goes: the worker's own phases against the others'
     // (those that report), and what they leave unexplained.
-    std::vector<const RankTiming*> reporting;
-    for (const RankTiming* o : judged) {
-      if (o->reports >= options.min_steps) reporting.push_back(o);
-    }
     if (r->reports >= options.min_steps && reporting.size() >= 2) {
       const absl::Duration input =
           r->input - OthersMedian(reporting, r,
@@ -166,7 +184,9 @@ std::string DescribeStraggler(const Straggler& s) {
   std::string line = absl::StrFormat(
       "rank %d is %s %s than the others' median (+%.0f%% of a %s step): ",
       s.rank, FormatShortDuration(s.slowness - s.others),
-      s.by_lateness ? "later to the barrier" : "slower a step",
+      s.by_lateness ? "later to the barrier"
+      : s.by_work   ? "slower a step of its own work (the others wait for it)"
+                    : "slower a step",
       100 * s.excess, FormatShortDuration(s.step_time));
   if (s.phase == SlowPhase::kUnknown) {
     return line + "its worker reports no phases that explain it";

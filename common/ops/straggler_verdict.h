@@ -56,8 +56,12 @@ const char* SlowPhaseName(SlowPhase phase);
 
 struct Straggler {
   int rank = 0;
-  // What was compared: lateness (synchronous) or step time (the others).
+  // What was compared: lateness (synchronous) or step time (the others);
+  // or, not synchronous, the work a step (step time less the wait for the
+  // servers' answer) where that sets the rank further apart: in SSP the
+  // others are held back to its pace and their step times equal its own.
   bool by_lateness = false;
+  bool by_work = false;
   absl::Duration slowness;
   absl::Duration others;     // The other ranks' median of it.
   absl::Duration step_time;  // Median over the ranks.

@@ -113,6 +113,29 @@ TEST(StragglerVerdictTest, AsyncModesCompareStepTimeAndWorkersWithoutReports) {
             std::string::npos);
 }
 
+// SSP: the staleness bound holds ranks 0 and 2 to rank 1's pace, so every
+// step takes 160 ms; rank 1 computes 60 ms longer and the others wait that
+// much longer for their answers. Before, step times alone named no one.
+TEST(StragglerVerdictTest, SspNamesTheRankTheOthersAreHeldBackFor) {
+  StragglerOptions options;
+  options.synchronous = false;
+  std::vector<RankTiming> ranks = {Rank(0, 0, 1, 90, 1, 68),
+                                   Rank(1, 0, 1, 150, 1, 8),
+                                   Rank(2, 0, 1, 90, 1, 68)};
+  for (RankTiming& r : ranks) r.step_time = Ms(160);
+  std::vector<Straggler> found = FindStragglers(ranks, options);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].rank, 1);
+  EXPECT_TRUE(found[0].by_work);
+  EXPECT_EQ(found[0].slowness - found[0].others, Ms(60));
+  EXPECT_EQ(found[0].phase, SlowPhase::kCompute);
+  EXPECT_EQ(found[0].phase_excess, Ms(60));
+  EXPECT_EQ(DescribeStraggler(found[0]),
+            "rank 1 is 60.0 ms slower a step of its own work (the others "
+            "wait for it) than the others' median (+38% of a 160.0 ms "
+            "step): compute, 60.0 ms more than theirs");
+}
+
 TEST(StragglerVerdictTest, ShardsMergeToTheLatestPushAndLongestStep) {
   RankTiming a = Rank(1, 10, 1, 20, 1, 70);
   RankTiming b = Rank(1, 30, 2, 22, 2, 72);
