@@ -83,7 +83,13 @@ class CrossImplementationTest(unittest.TestCase):
         # worker for 5 steps, then the servers' Nesterov step on the change.
         self.check("sgd", 0.1, ["--sync=diloco", "--local_steps=5"])
 
-    def check(self, optimizer, lr, rounds=()):
+    def test_diloco_rounds_of_the_users_own_optimizer(self):
+        # DistributedOptimizer over torch.optim.SGD: the user's optimizer
+        # takes the local steps, and the rounds are lockstep_worker's.
+        self.check("sgd", 0.1, ["--sync=diloco", "--local_steps=5"],
+                   python_only=["--distributed"])
+
+    def check(self, optimizer, lr, rounds=(), python_only=()):
         from lockstep import _native
         tmp = tempfile.mkdtemp()
         # One set of initial weights for both: PyTorch's own initializer,
@@ -120,7 +126,8 @@ class CrossImplementationTest(unittest.TestCase):
             PYTHON, "torch_train.py",
             lambda r: harness.train_args(py, data="fashion", batch=32, steps=20,
                                  optimizer=optimizer, lr=lr,
-                                 init_from_lockstep=initial) + list(rounds), 1)
+                                 init_from_lockstep=initial) + list(rounds) +
+            list(python_only), 1)
         self.assertEqual(results[0][0], 0, results[0][1])
         if rounds:  # 20 steps in rounds of 5: version 4.
             self.assertIn("done version 4 ", results[0][1])

@@ -75,6 +75,54 @@ class DistributedOptimizerTest(unittest.TestCase):
                       "synchronize() without a backward pass", output)
 
 
+class RoundsTest(unittest.TestCase):
+    """DistributedOptimizer(..., sync="diloco"): the user's own optimizer
+    takes the local steps (its rounds against lockstep_worker's: test_torch's
+    CrossImplementationTest.test_diloco_rounds_of_the_users_own_optimizer)."""
+
+    def test_two_workers_take_rounds_of_their_own_adam(self):
+        out = os.path.join(tempfile.mkdtemp(), "w{rank}.safetensors")
+        results, log = harness.run_job(
+            PYTHON, "torch_train.py",
+            lambda r: ["--distributed", "--optimizer=adam", "--lr=0.01",
+                       "--sync=diloco", "--local_steps=5", "--steps=20",
+                       f"--out={out}"], 2)
+        for code, output in results:
+            self.assertEqual(code, 0, output)
+            self.assertIn("done version 4 ", output)
+        self.assertIn("final version 4", log)
+        w0, w1 = (harness.read_weights(out.format(rank=r)) for r in (0, 1))
+        self.assertEqual(sorted(w0), sorted(w1))
+        for name in w0:  # The servers' outer weights, on both.
+            self.assertEqual(w0[name][1].tobytes(), w1[name][1].tobytes(),
+                             name)
+
+    def test_what_rounds_cannot_take_is_refused(self):
+        import lockstep.torch as ls
+        from lockstep import Cluster
+        model = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with self.assertRaises(ls.LockstepError) as e:
+            ls.DistributedOptimizer(opt, model, sync="diloco",
+                                    learning_rate=0.5)
+        self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+        self.assertIn("runs the optimizer it wraps; it takes no "
+                      "learning_rate", e.exception.message)
+        server = harness.Server(1)
+        try:
+            opt = ls.DistributedOptimizer(
+                opt, model, sync="localsgd", local_steps=2,
+                cluster=Cluster(servers=[server.address], rank=0,
+                                num_workers=1))
+            with self.assertRaises(ls.LockstepError) as e:
+                opt.synchronize()
+            self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
+            self.assertIn("averages no gradients", e.exception.message)
+            opt.leave()
+        finally:
+            server.stop()
+
+
 UNUSED = "torch_unused_train.py"
 
 

@@ -34,6 +34,8 @@ p.add_argument("--step_sleep_ms", type=int, default=0)
 p.add_argument("--sync", default="sync")
 p.add_argument("--local_steps", type=int, default=0,
                help="localsgd, diloco: steps between exchanges")
+p.add_argument("--distributed", action="store_true",
+               help="DistributedOptimizer over torch.optim's --optimizer")
 p.add_argument("--freeze", action="store_true",
                help="freeze the first layer (requires_grad=False)")
 args = p.parse_args()
@@ -77,8 +79,13 @@ if args.freeze:
     model[0].requires_grad_(False)
 
 rounds = {"local_steps": args.local_steps} if args.local_steps else {}
-opt = ls.SyncOptimizer(model, optimizer=args.optimizer, lr=args.lr,
-                       sync=args.sync, **rounds)
+if args.distributed:  # Rounds of the user's own torch optimizer.
+    inner = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[args.optimizer]
+    opt = ls.DistributedOptimizer(inner(model.parameters(), lr=args.lr), model,
+                                  sync=args.sync, **rounds)
+else:
+    opt = ls.SyncOptimizer(model, optimizer=args.optimizer, lr=args.lr,
+                           sync=args.sync, **rounds)
 print(f"joined at version {opt.version}", flush=True)
 loss = None
 for xb, yb in ls.shard((x, y), batch_size=args.batch, epochs=100):

@@ -34,10 +34,11 @@ import contextlib
 
 import torch
 
-from lockstep._torch_model import (check_dtypes, float_buffers, frozen,
-                                   grad_hook, trainable)
+from lockstep._torch_model import (grad_hook, join_as_rank0,
+                                   optimizer_tensors)
+from lockstep._torch_rounds import RoundsExchange
 from lockstep.errors import error, install_exit_codes
-from lockstep.job import AVERAGE, Job
+from lockstep.job import AVERAGE, ROUNDS_MODES, Job
 
 
 # The state tensor of one flag per trainable parameter tensor: 1.0 where
@@ -70,7 +71,9 @@ def DistributedOptimizer(optimizer, model, backward_passes_per_step=1,
         one exchange (their gradients add up, as in plain PyTorch).
       cluster: a lockstep.Cluster (default: from the environment).
       Other keyword arguments go to lockstep.job.Job (chunk_bytes,
-      timeouts, total_steps).
+      timeouts, total_steps). With sync="localsgd" or "diloco" (and
+      local_steps, outer_lr, outer_momentum) the wrapped optimizer takes
+      the local steps of each round instead (lockstep/_torch_rounds.py).
 
     step() synchronizes (unless synchronize() already did this step), then
     runs the wrapped optimizer's step. To clip the mean gradient, call
@@ -92,32 +95,26 @@ def DistributedOptimizer(optimizer, model, backward_passes_per_step=1,
     cls = type(type(optimizer).__name__, (_Distributed, type(optimizer)), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._lockstep = _Exchange(wrapped, model,
-                                  int(backward_passes_per_step), cluster,
-                                  job_options)
+    if job_options.get("sync") in ROUNDS_MODES:
+        wrapped._lockstep = RoundsExchange(wrapped, model, cluster,
+                                           job_options)
+    else:
+        wrapped._lockstep = _Exchange(wrapped, model,
+                                      int(backward_passes_per_step), cluster,
+                                      job_options)
     return wrapped
 
 
 class _Exchange:
     """The job, the hooks and the step's bookkeeping of one wrapper."""
 
+    rounds = False
+
     def __init__(self, optimizer, model, passes, cluster, job_options):
-        params = trainable(model)
-        if not params:
-            raise _bad("the model has no trainable parameters")
-        held = {id(p) for group in optimizer.param_groups
-                for p in group["params"]}
-        known = {id(p) for _, p in params}
-        if not held <= known:
-            raise _bad("the optimizer holds a tensor that is not a trainable "
-                       "parameter of the model")
         # Frozen parameters travel as state: each worker sends its own
         # (rank 0's since the join) and never loads the mean back.
-        self.frozen = frozen(model)
-        self.buffers = float_buffers(model)
-        check_dtypes(params, "parameter", "trains")
-        check_dtypes(self.frozen, "frozen parameter", "keeps")
-        check_dtypes(self.buffers, "buffer", "averages")
+        params, self.frozen, self.buffers = optimizer_tensors(optimizer,
+                                                              model)
         state = self.frozen + self.buffers
         if USED in (n for n, _ in params + state):
             raise _bad(f"the model has a tensor named {USED!r}, the name "
@@ -139,17 +136,9 @@ class _Exchange:
         job = self.job
         self.weights = torch.from_numpy(job.weights)
         self.gradient = torch.from_numpy(job.gradient)
-        with torch.no_grad():
-            for t, p in zip(job.tensors + job.state_tensors,
-                            self.params + self.state):
-                self.weights[t.offset:t.end].view(t.shape).copy_(p)
         self.hooks = [grad_hook(p, lambda i=i: self.on_gradient(i))
                       for i, p in enumerate(self.params)]
-        job.join()  # Refused unless the job is at its start.
-        with torch.no_grad():  # Rank 0's values, everywhere.
-            for t, p in zip(job.tensors + job.state_tensors,
-                            self.params + self.state):
-                p.copy_(self.weights[t.offset:t.end].view(t.shape))
+        join_as_rank0(job, self.weights, self.params + self.state)
 
     def view(self, flat, t):
         return flat[t.offset:t.end].view(t.shape)
@@ -263,6 +252,9 @@ class _Distributed:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if exchange.rounds:  # The wrapped step is a local one.
+            exchange.step(super().step)
+            return loss
         if not exchange.skip:
             exchange.synchronize()
         try:

@@ -3,6 +3,8 @@ parameters, its float state, and a hook that fires when a parameter's
 gradient is final for one backward pass. Shared by SyncOptimizer and
 DistributedOptimizer."""
 
+import torch
+
 from lockstep.errors import error
 
 
@@ -59,3 +61,37 @@ def grad_hook(p, fn):
     node = p.expand_as(p).grad_fn.next_functions[0][0]
     node.register_hook(lambda *_: fn())
     return node
+
+
+def optimizer_tensors(optimizer, model):
+    """DistributedOptimizer's checks of `optimizer` over `model`: returns
+    ([(name, trainable parameter)], frozen, float buffers), or raises
+    INVALID_ARGUMENT (no trainable parameter, one the optimizer holds that
+    the model does not train, a dtype Lockstep does not take)."""
+    params = trainable(model)
+    if not params:
+        raise error("INVALID_ARGUMENT", "the model has no trainable parameters")
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    known = {id(p) for _, p in params}
+    if not held <= known:
+        raise error("INVALID_ARGUMENT", "the optimizer holds a tensor that is "
+                    "not a trainable parameter of the model")
+    fixed, buffers = frozen(model), float_buffers(model)
+    check_dtypes(params, "parameter", "trains")
+    check_dtypes(fixed, "frozen parameter", "keeps")
+    check_dtypes(buffers, "buffer", "averages")
+    return params, fixed, buffers
+
+
+def join_as_rank0(job, weights, tensors):
+    """Joins `job` with `tensors` (torch tensors, in the order of
+    job.tensors + job.state_tensors) as the flat `weights` (job.weights as
+    a torch tensor), then loads the job's values (rank 0's) into them."""
+    specs = job.tensors + job.state_tensors
+    with torch.no_grad():
+        for t, p in zip(specs, tensors):
+            weights[t.offset:t.end].view(t.shape).copy_(p)
+    job.join()  # Refused unless the job is at its start.
+    with torch.no_grad():
+        for t, p in zip(specs, tensors):
+            p.copy_(weights[t.offset:t.end].view(t.shape))
