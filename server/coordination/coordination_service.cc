@@ -137,7 +137,7 @@ grpc::ServerUnaryReactor* CoordinatorService::WatchGroup(
         if (waiting.ok()) response->set_waiting(*waiting);
         call->Finish(ToGrpcStatus(waiting.status()));
       },
-      request->has_rank() ? request->rank() : -1));
+      request->has_rank() ? request->rank() : -1, request->alive_only()));
   return call;
 }
 

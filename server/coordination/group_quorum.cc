@@ -14,13 +14,17 @@ void GroupRendezvous::Forget(const std::string& group, int rank) {
   auto known = groups_.find(group);
   if (known == groups_.end()) return;
   known->second.seen.erase(rank);
+  known->second.left.insert(rank);  // Its watch's late end does not count.
   ++changes_;  // A round may have its majority now.
 }
 
 void GroupRendezvous::SeenLocked(const std::string& group, int rank,
                                  absl::Time now) {
   auto known = groups_.find(group);
-  if (rank < 0 || known == groups_.end() || !known->second.quorum) return;
+  if (rank < 0 || known == groups_.end() || !known->second.quorum ||
+      known->second.left.contains(rank)) {
+    return;
+  }
   absl::Time& seen = known->second.seen[rank];
   seen = std::max(seen, now);
 }
@@ -35,7 +39,8 @@ bool GroupRendezvous::QuorumLocked(const std::string& group, absl::Time now,
   // within the grace (and when that ends).
   absl::flat_hash_map<int, absl::Time> alive;
   for (const auto& [id, w] : watchers_) {
-    if (w.group == group && w.rank >= 0 && round.by_rank.count(w.rank) == 0) {
+    if (w.group == group && w.rank >= 0 && round.by_rank.count(w.rank) == 0 &&
+        !known.left.contains(w.rank)) {
       alive[w.rank] = absl::InfiniteFuture();
     }
   }

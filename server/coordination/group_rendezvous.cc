@@ -146,6 +146,7 @@ GroupRendezvous::WaiterId GroupRendezvous::Join(const Request& request,
         known.signature = request.signature;
       }
       known.quorum |= request.quorum;
+      known.left.erase(request.rank);  // A rank that left is back.
       // A member of a formed group wants the next one: every member must
       // re-form (a joiner, or a member whose step failed).
       if (known.generation > 0) {
@@ -222,7 +223,8 @@ void GroupRendezvous::WakeWatchersLocked(const std::string& group,
   const absl::Time now = absl::Now();
   for (auto it = watchers_.begin(); it != watchers_.end();) {
     Watcher& w = it->second;
-    if (w.group == group && (generation > w.generation || waiting > 0)) {
+    if (w.group == group &&
+        (generation > w.generation || (waiting > 0 && !w.alive_only))) {
       SeenLocked(group, w.rank, now);
       answers->watchers.emplace_back(std::move(w.done),
                                      generation > w.generation ? 0 : waiting);
@@ -235,7 +237,8 @@ void GroupRendezvous::WakeWatchersLocked(const std::string& group,
 
 GroupRendezvous::WaiterId GroupRendezvous::Watch(const std::string& group,
                                                  int64_t generation,
-                                                 WatchDone done, int rank) {
+                                                 WatchDone done, int rank,
+                                                 bool alive_only) {
   Answers answers;
   WaiterId id = 0;
   {
@@ -250,7 +253,8 @@ GroupRendezvous::WaiterId GroupRendezvous::Watch(const std::string& group,
       id = next_id_++;
       const int size = groups_.at(group).size;
       watchers_.emplace(id, Watcher{group, generation, std::move(done),
-                                    rank >= 0 && rank < size ? rank : -1});
+                                    rank >= 0 && rank < size ? rank : -1,
+                                    alive_only});
       WakeWatchersLocked(group, &answers);
       if (!answers.watchers.empty()) id = 0;
     }

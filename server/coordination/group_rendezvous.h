@@ -47,6 +47,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -99,9 +100,11 @@ class GroupRendezvous final {
   // group has formed past `generation` (at once where either holds; 0 is
   // returned then). Watching an unknown group is INVALID_ARGUMENT. A
   // `rank` in the group's range counts as alive while the watch is open
-  // (see the top); -1: the caller does not say.
+  // (see the top); -1: the caller does not say. With `alive_only` the
+  // watch is not answered when members wait, only once the group has
+  // formed past `generation`: it only keeps the rank counted as alive.
   WaiterId Watch(const std::string& group, int64_t generation, WatchDone done,
-                 int rank = -1);
+                 int rank = -1, bool alive_only = false);
 
   // A quorum group's `rank` left the job: it no longer counts as alive.
   void Forget(const std::string& group, int rank);
@@ -126,6 +129,7 @@ class GroupRendezvous final {
     int64_t generation = 0;
     WatchDone done;
     int rank = -1;
+    bool alive_only = false;
   };
   // A forming group (its size and minimum are its Known's): its waiting
   // members by rank.
@@ -181,8 +185,10 @@ class GroupRendezvous final {
     int64_t generation = 0;
     bool quorum = false;
     // Quorum groups: when each rank was last seen alive (formed into a
-    // generation, or its watch ended).
+    // generation, or its watch ended), and the ranks that left the job
+    // (not seen again until they join).
     absl::flat_hash_map<int, absl::Time> seen;
+    absl::flat_hash_set<int> left;
   };
   absl::flat_hash_map<std::string, Known> groups_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WaiterId, Member> members_ ABSL_GUARDED_BY(mu_);

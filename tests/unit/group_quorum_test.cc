@@ -78,9 +78,9 @@ Group Form(GroupRendezvous& groups, Answers& answers,
 }
 
 GroupRendezvous::WaiterId WatchAs(GroupRendezvous& groups, int rank,
-                                  int64_t generation) {
+                                  int64_t generation, bool alive_only = false) {
   return groups.Watch(
-      "job", generation, [](absl::StatusOr<int>) {}, rank);
+      "job", generation, [](absl::StatusOr<int>) {}, rank, alive_only);
 }
 
 TEST(GroupQuorumTest, AMinorityOfTheAliveRanksWaitsInsteadOfFormingASecond) {
@@ -161,6 +161,47 @@ TEST(GroupQuorumTest, RanksGoneStopCountingAfterTheGraceALeaverAtOnce) {
   quick.Forget("job", 0);
   quick.Join(Req(1, 2), answers.For(1));
   got = answers.Wait(1, kFormed);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].second.ok());
+  EXPECT_EQ(got[0].second->members, (std::vector<int>{1}));
+}
+
+// Ranks told that someone waits stay alive past the grace while they
+// finish a long step: their alive-only watch (the worker's, once woken) is
+// open, and it is not answered by the waiting members. Without it, half of
+// the ranks formed a group beside them once the grace had passed.
+TEST(GroupQuorumTest, AWokenRankStaysAliveThroughALongStep) {
+  const absl::Duration grace = absl::Milliseconds(300);
+  GroupRendezvous groups(nullptr, grace);
+  Answers answers;
+  Form(groups, answers, {0, 1, 2, 3}, 4);
+  WatchAs(groups, 2, 1);
+  WatchAs(groups, 3, 1);
+  groups.Join(Req(0, 4), answers.For(0));  // Wakes 2 and 3.
+  groups.Join(Req(1, 4), answers.For(1));
+  ASSERT_NE(WatchAs(groups, 2, 1, /*alive_only=*/true), 0);
+  ASSERT_NE(WatchAs(groups, 3, 1, /*alive_only=*/true), 0)
+      << "an alive-only watch is not answered by members waiting";
+  EXPECT_TRUE(answers.Wait(1, grace * 3).empty())
+      << "two of four formed a group while the other two were alive";
+  groups.Join(Req(2, 4), answers.For(2));
+  groups.Join(Req(3, 4), answers.For(3));
+  auto got = answers.Wait(4, kFormed);
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0].second->members.size(), 4u);
+}
+
+// A leaver's watch may end at the coordinator after it said it leaves: that
+// late end does not make it count as alive again.
+TEST(GroupQuorumTest, ALeaversLateWatchEndDoesNotRevive) {
+  GroupRendezvous groups(nullptr, absl::Seconds(60));
+  Answers answers;
+  Form(groups, answers, {0, 1}, 2);
+  const GroupRendezvous::WaiterId w0 = WatchAs(groups, 0, 1);
+  groups.Forget("job", 0);
+  ASSERT_TRUE(groups.Cancel(w0));
+  groups.Join(Req(1, 2), answers.For(1));
+  auto got = answers.Wait(1, kFormed);
   ASSERT_EQ(got.size(), 1u);
   ASSERT_TRUE(got[0].second.ok());
   EXPECT_EQ(got[0].second->members, (std::vector<int>{1}));

@@ -284,51 +284,6 @@ void AllReduceStepSession::AfterStep(float stops, float joiners) {
   if (joiners > 0) regroup_ = true;
 }
 
-void AllReduceStepSession::StartWatch() {
-  {
-    absl::MutexLock lock(&watch_mu_);
-    watch_stop_ = false;
-  }
-  coordinator_->ResetWatch();
-  watch_ = std::thread([this, generation = generation_] { Watch(generation); });
-}
-
-void AllReduceStepSession::StopWatch() {
-  if (!watch_.joinable()) return;
-  {
-    absl::MutexLock lock(&watch_mu_);
-    watch_stop_ = true;
-  }
-  coordinator_->CancelWatch();
-  watch_.join();
-}
-
-void AllReduceStepSession::Watch(int64_t generation) {
-  while (true) {
-    absl::StatusOr<int> waiting = coordinator_->WatchGroup(
-        reducer_options_.group, generation, reducer_options_.rank,
-        absl::Now() + group_.watch_poll);
-    // Someone waits to join, or the coordinator forgot the group (it
-    // restarted): re-forming lets the one in, or tells the new coordinator
-    // of us.
-    if (waiting.ok() ||
-        waiting.status().code() == absl::StatusCode::kInvalidArgument) {
-      joiner_seen_ = true;
-      return;
-    }
-    if (waiting.status().code() == absl::StatusCode::kCancelled) return;
-    // Away or slow: ask again, after a pause unless it just timed out.
-    const absl::Duration pause =
-        waiting.status().code() == absl::StatusCode::kDeadlineExceeded
-            ? absl::ZeroDuration()
-            : absl::Seconds(1);
-    absl::MutexLock lock(&watch_mu_);
-    if (watch_mu_.AwaitWithTimeout(absl::Condition(&watch_stop_), pause)) {
-      return;
-    }
-  }
-}
-
 absl::Status AllReduceStepSession::ShareState(bool send) {
   std::vector<std::pair<std::string, absl::Span<float>>> slots =
       optimizer_->Slots();

@@ -186,7 +186,8 @@ absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
 
 absl::StatusOr<int> CoordinatorClient::WatchGroup(const std::string& group,
                                                   int64_t generation, int rank,
-                                                  absl::Time deadline) {
+                                                  absl::Time deadline,
+                                                  bool alive_only) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
   {
@@ -200,6 +201,7 @@ absl::StatusOr<int> CoordinatorClient::WatchGroup(const std::string& group,
   request.set_group(group);
   request.set_generation(generation);
   if (rank >= 0) request.set_rank(rank);
+  request.set_alive_only(alive_only);
   v1::WatchGroupResponse response;
   grpc::Status status = impl_->stub_->WatchGroup(&context, request, &response);
   {

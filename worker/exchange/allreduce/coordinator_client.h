@@ -63,9 +63,12 @@ class CoordinatorClient final {
   // `generation` (Coordinator.WatchGroup), once there are some; 0 when the
   // group has formed past it. DEADLINE_EXCEEDED when `deadline` passes
   // first, CANCELLED after CancelWatch. One watch at a time. `rank` (-1:
-  // not said) counts as alive for a quorum group while the call is open.
+  // not said) counts as alive for a quorum group while the call is open;
+  // with `alive_only` that is all the call does (it is not answered when
+  // members wait).
   absl::StatusOr<int> WatchGroup(const std::string& group, int64_t generation,
-                                 int rank, absl::Time deadline);
+                                 int rank, absl::Time deadline,
+                                 bool alive_only = false);
   // Tells the coordinator that `rank` leaves `group`'s job (a quorum group
   // stops counting it as alive at once).
   absl::Status LeaveGroup(const std::string& group, int rank,
