@@ -146,8 +146,14 @@ absl::StatusOr<bool> Membership::Leave(int rank, int64_t incarnation,
 
 bool Membership::Returned(int rank) {
   absl::MutexLock lock(&mu_);
+  // Only a rank that stopped (a signal) or failed comes back: one that
+  // finished, or that a finishing group left for (no reason given), ended
+  // with the job, and a late process for it must not revive a job that is
+  // over.
   if (rank < 0 || rank >= num_workers_ || incarnations_[rank] != 0 ||
-      !left_[rank]) {
+      !left_[rank] ||
+      (notes_[rank].reason != LeaveReason::kStopped &&
+       notes_[rank].reason != LeaveReason::kFailed)) {
     return false;
   }
   left_[rank] = false;

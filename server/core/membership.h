@@ -74,8 +74,10 @@ class Membership final {
   absl::StatusOr<bool> Leave(int rank, int64_t incarnation,
                              const LeaveNote& note = {});
 
-  // A rank that never registered (an all-reduce one) and left is in the
-  // job again (a group formed with it): it has not left. True when it had.
+  // A rank that never registered (an all-reduce one) and left after a stop
+  // signal or a failure is in the job again (a group formed with it): it
+  // has not left. True when it had; a rank that finished (or was left for
+  // at the job's end) stays left.
   bool Returned(int rank);
 
   // The ranks whose last word was `reason` and that have not registered

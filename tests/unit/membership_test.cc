@@ -129,5 +129,29 @@ TEST(MembershipTest, LeavingMembersAndAnonymousRanks) {
       << "registering again is joining again";
 }
 
+// All-reduce ranks never register: one that left after a stop signal or a
+// failure and is formed into a group again is back in the job; one that
+// finished, or that the finishing group left for, stays left, so a late
+// process cannot keep a finished job from ending.
+TEST(MembershipTest, OnlyAStoppedOrFailedUnregisteredRankComesBack) {
+  Membership m(4, kServer);
+  ASSERT_TRUE(m.Leave(0, 0, {LeaveReason::kStopped, ""}).ok());
+  ASSERT_TRUE(m.Leave(1, 0, {LeaveReason::kFailed, "boom"}).ok());
+  ASSERT_TRUE(m.Leave(2, 0, {LeaveReason::kFinished, ""}).ok());
+  ASSERT_TRUE(m.Leave(3, 0).ok());  // Left for by the finishing group.
+  EXPECT_TRUE(m.WaitUntilAllLeft(absl::ZeroDuration()));
+  EXPECT_TRUE(m.Returned(0));
+  EXPECT_TRUE(m.Returned(1));
+  EXPECT_FALSE(m.Returned(2));
+  EXPECT_FALSE(m.Returned(3));
+  EXPECT_FALSE(m.Returned(0)) << "back already";
+  EXPECT_FALSE(m.Returned(7)) << "out of range";
+  std::vector<int> registered, left;
+  m.Roster(&registered, &left);
+  EXPECT_THAT(left, ElementsAre(2, 3));
+  EXPECT_TRUE(m.Ends(LeaveReason::kFailed).empty()) << "rank 1 is back";
+  EXPECT_FALSE(m.WaitUntilAllLeft(absl::ZeroDuration()));
+}
+
 }  // namespace
 }  // namespace lockstep
