@@ -185,7 +185,7 @@ std::string DescribeStraggler(const Straggler& s) {
       "rank %d is %s %s than the others' median (+%.0f%% of a %s step): ",
       s.rank, FormatShortDuration(s.slowness - s.others),
       s.by_lateness ? "later to the barrier"
-      : s.by_work   ? "slower a step of its own work (the others wait for it)"
+      : s.by_work   ? "slower a step of its own work (its step less its wait)"
                     : "slower a step",
       100 * s.excess, FormatShortDuration(s.step_time));
   if (s.phase == SlowPhase::kUnknown) {

@@ -131,8 +131,8 @@ TEST(StragglerVerdictTest, SspNamesTheRankTheOthersAreHeldBackFor) {
   EXPECT_EQ(found[0].phase, SlowPhase::kCompute);
   EXPECT_EQ(found[0].phase_excess, Ms(60));
   EXPECT_EQ(DescribeStraggler(found[0]),
-            "rank 1 is 60.0 ms slower a step of its own work (the others "
-            "wait for it) than the others' median (+38% of a 160.0 ms "
+            "rank 1 is 60.0 ms slower a step of its own work (its step "
+            "less its wait) than the others' median (+38% of a 160.0 ms "
             "step): compute, 60.0 ms more than theirs");
 }
 
