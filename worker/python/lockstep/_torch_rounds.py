@@ -23,6 +23,13 @@ from lockstep.errors import error
 from lockstep.job import Job
 
 
+# The job's inner optimizer is SGD at rate 1 on each step's change: no
+# setting of its own may be given (the wrapped optimizer has them).
+INNER_SETTINGS = ("optimizer", "learning_rate", "momentum", "nesterov",
+                  "beta_1", "beta_2", "epsilon", "weight_decay",
+                  "lr_schedule")
+
+
 class RoundsExchange:
     """The job and the step of a DistributedOptimizer in rounds."""
 
@@ -32,8 +39,7 @@ class RoundsExchange:
 
     def __init__(self, optimizer, model, cluster, job_options):
         params, fixed, buffers = optimizer_tensors(optimizer, model)
-        inner = {k: job_options.pop(k) for k in ("learning_rate", "optimizer")
-                 if k in job_options}
+        inner = [k for k in INNER_SETTINGS if k in job_options]
         if inner:
             raise error("INVALID_ARGUMENT", "DistributedOptimizer runs the "
                         "optimizer it wraps; it takes no "
@@ -67,19 +73,26 @@ class RoundsExchange:
         try:
             inner_step()
         except BaseException:
-            job.abandon()
+            self.abandon()
             raise
         with torch.no_grad():
             for t, p in zip(job.tensors, self.params):
                 # The change the step made, as the job's SGD at rate 1 takes
-                # it: weights - change = the step's weights.
+                # it: weights - change = the step's weights. (copy_ brings a
+                # GPU or low-precision parameter over as float32.)
                 slot = self.view(self.gradient, t)
-                torch.sub(self.view(self.weights, t), p.detach().float(),
-                          out=slot)
+                slot.copy_(p.detach())
+                torch.sub(self.view(self.weights, t), slot, out=slot)
             for t, value in zip(job.state_tensors, self.state):
                 self.view(self.gradient, t).copy_(value)
         job.ready(0, job.weights.size)
         job.finish()
+        self.load()
+
+    def load(self):
+        """The job's weights into the parameters, and its averaged state
+        into the buffers."""
+        job = self.job
         with torch.no_grad():
             for t, p in zip(job.tensors, self.params):
                 p.copy_(self.view(self.weights, t))
@@ -92,4 +105,8 @@ class RoundsExchange:
         pass
 
     def abandon(self):
+        # The job goes back to its weights before the step (or the round's
+        # start): so do the parameters, or the next change would carry the
+        # abandoned step.
         self.job.abandon()
+        self.load()
