@@ -235,7 +235,10 @@ absl::Status CheckCanWriteFile(absl::string_view label, const std::string& path,
                                created.status().message(), ")"));
   }
   (*created)->Close().IgnoreError();
-  return env->RemoveFile(probe);
+  if (absl::Status removed = env->RemoveFile(probe); !removed.ok()) {
+    return refuse(removed.message());
+  }
+  return absl::OkStatus();
 }
 
 absl::Time FakeEnv::Now() {

@@ -29,22 +29,19 @@ JobWatchdog::JobWatchdog(const Options& options, ParameterServer* core,
       coordinator_(coordinator) {}
 
 void JobWatchdog::ReportFailures() {
-  const std::vector<std::pair<int, LeaveNote>> failed = core_->FailedRanks();
-  // A rank replaced since is no longer failed: a later failure is news.
-  for (auto it = reported_.begin(); it != reported_.end();) {
-    const bool still = std::any_of(failed.begin(), failed.end(),
-                                   [&](const auto& f) { return f.first == it->first; });
-    it = still ? std::next(it) : reported_.erase(it);
-  }
-  for (const auto& [rank, note] : failed) {
-    auto [it, added] = reported_.try_emplace(rank, note.detail);
-    if (!added && it->second == note.detail) continue;
-    it->second = note.detail;
+  // Only the failures of now are kept: a rank replaced since is no longer
+  // failed, so its next failure is news.
+  std::map<int, std::string> failed;
+  for (const auto& [rank, note] : core_->FailedRanks()) {
+    failed[rank] = note.detail;
+    auto said = reported_.find(rank);
+    if (said != reported_.end() && said->second == note.detail) continue;
     log_(absl::StrCat("rank ", rank, " left the job saying it failed: ",
                       note.detail.empty() ? "(no detail)" : note.detail,
                       "; the job goes on waiting for a replacement of it, "
                       "and fails at its end if none registers"));
   }
+  reported_ = std::move(failed);
 }
 
 std::optional<int> JobWatchdog::CheckStepTimeouts(absl::Time now) {
