@@ -5,7 +5,9 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/grpc_status.h"
@@ -173,6 +175,37 @@ grpc::ServerUnaryReactor* CoordinatorService::Get(
         call->Finish(ToGrpcStatus(value.status()));
       }));
   return call;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReportSteps(
+    grpc::CallbackServerContext* context,
+    const v1::ReportStepsRequest* request,
+    v1::ReportStepsResponse* /*response*/) {
+  if (absl::Status s = Admit(*context, "Coordinator.ReportSteps"); !s.ok()) {
+    return Answered(context, s);
+  }
+  if (!reports_) {
+    return Answered(context, absl::UnimplementedError(
+                                 "this coordinator keeps no step reports"));
+  }
+  if (request->steps_size() > kMaxReports) {
+    return Answered(context,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "ReportSteps carries ", request->steps_size(),
+                        " steps; at most ", kMaxReports)));
+  }
+  std::vector<StepReport> reports;
+  reports.reserve(request->steps_size());
+  for (const v1::StepPhases& p : request->steps()) {
+    StepReport r;
+    r.step = p.step();
+    r.input_us = p.input_us();
+    r.compute_us = p.compute_us();
+    r.push_us = p.push_us();
+    r.wait_us = p.wait_us();
+    reports.push_back(r);
+  }
+  return Answered(context, reports_(request->rank(), reports));
 }
 
 }  // namespace lockstep

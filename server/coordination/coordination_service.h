@@ -8,11 +8,18 @@
 // alike in a GroupRendezvous; once a group forms a generation, the store
 // forgets the records of its older ones. All first ask the Authorizer
 // (common/security/authorizer.h): they are worker RPCs, and each one let in
-// is noted as worker contact (ContactClock). Protobuf types stop here.
-// Thread-safe (the store is).
+// is noted as worker contact (ContactClock). ReportSteps hands an
+// all-reduce rank's step reports to the server's straggler verdict
+// (StepReportSink). Protobuf types stop here. Thread-safe (the store is).
 #ifndef LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 #define LOCKSTEP_SERVER_COORDINATION_COORDINATION_SERVICE_H_
 
+#include <functional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "common/rpc/step_report.h"
 #include "common/security/authorizer.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
 #include "server/coordination/contact_clock.h"
@@ -21,8 +28,16 @@
 
 namespace lockstep {
 
+// Takes a rank's reports of its steps, oldest first; INVALID_ARGUMENT for
+// a rank outside the job.
+using StepReportSink =
+    std::function<absl::Status(int rank, absl::Span<const StepReport>)>;
+
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
+  // The most reports one ReportSteps may carry.
+  static constexpr int kMaxReports = 64;
+
   // `store`, `groups`, `authorizer` and `contact` are not owned and must
   // outlive the service; a null authorizer lets every caller in, a null
   // `contact` notes no call.
@@ -33,6 +48,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
         groups_(groups),
         authorizer_(authorizer),
         contact_(contact) {}
+
+  // Where ReportSteps goes; without one it answers UNIMPLEMENTED (as a
+  // server that predates it does). Set before serving.
+  void SetStepReportSink(StepReportSink sink) { reports_ = std::move(sink); }
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context,
                                 const v1::SetRequest* request,
@@ -47,6 +66,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::WatchGroupRequest* request,
       v1::WatchGroupResponse* response) override;
+  grpc::ServerUnaryReactor* ReportSteps(
+      grpc::CallbackServerContext* context,
+      const v1::ReportStepsRequest* request,
+      v1::ReportStepsResponse* response) override;
 
  private:
   // OK when the caller may call `method` (noted as contact), else the
@@ -58,6 +81,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   GroupRendezvous* const groups_;       // Not owned.
   const Authorizer* const authorizer_;  // Not owned; may be null.
   ContactClock* const contact_;         // Not owned; may be null.
+  StepReportSink reports_;              // May be empty.
 };
 
 }  // namespace lockstep

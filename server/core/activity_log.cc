@@ -114,6 +114,29 @@ void ActivityLog::Note(int rank, absl::Time when, int64_t pushed_step,
   s.first = s.last = when;
 }
 
+void ActivityLog::NoteReports(int rank, absl::Time when,
+                              absl::Span<const StepReport> reports) {
+  absl::MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(activity_.size())) return;
+  WorkerActivity& a = activity_[rank];
+  a.last_contact = std::max(a.last_contact, when);
+  Samples& s = samples_[rank];
+  for (const StepReport& r : reports) {
+    if (!Plausible(r)) continue;
+    if (r.step < s.reported - 1) Reset(&s);
+    if (r.step <= s.reported) continue;
+    s.reported = r.step;
+    Keep(&s.reports, r);
+    Keep(&s.step_time, absl::Microseconds(r.input_us + r.compute_us +
+                                          r.push_us + r.wait_us));
+  }
+  // For Get's staleness: the rank's latest word.
+  if (s.reported >= 0) {
+    s.step = s.reported;
+    s.first = s.last = when;
+  }
+}
+
 std::vector<WorkerActivity> ActivityLog::Get(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerActivity> out = activity_;

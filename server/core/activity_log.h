@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/rpc/step_report.h"
 #include "server/core/push_checks.h"
 
@@ -60,6 +61,15 @@ class ActivityLog final {
   // are ignored.
   void Note(int rank, absl::Time when, int64_t pushed_step = kNotAPush,
             const StepReport& report = {});
+
+  // An all-reduce rank's reports of its steps, oldest first
+  // (Coordinator.ReportSteps), received at `when`. No pushes arrive in
+  // such a job, so each new report is also a sample of the rank's step
+  // time: the sum of its phases. A report of a step already taken is
+  // dropped (a regrouped job redoes a step); steps that go back by more
+  // start the window again, as pushes do.
+  void NoteReports(int rank, absl::Time when,
+                   absl::Span<const StepReport> reports);
 
   // One per rank, in rank order. Given `now`, the window of a rank that
   // has not pushed for 2 s and 4 of its steps counts no samples (it left,

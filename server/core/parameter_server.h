@@ -49,13 +49,17 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/base/leave_note.h"
 #include "common/model/model_signature.h"
 #include "common/rpc/group_membership.h"
+#include "common/rpc/step_report.h"
 #include "common/wire/wire_codec.h"
 #include "server/core/activity_log.h"
 #include "server/core/barrier_counters.h"
@@ -180,6 +184,19 @@ class ParameterServer final {
                    const std::vector<int>& members) {
     if (group == kPsGroupName) RequireGeneration(generation);
     for (int rank : members) members_.Returned(rank);
+  }
+
+  // An all-reduce rank's reports of its steps (Coordinator.ReportSteps),
+  // for the straggler verdict (ActivityLog::NoteReports); INVALID_ARGUMENT
+  // for a rank outside the job.
+  absl::Status NoteStepReports(int rank, absl::Span<const StepReport> reports) {
+    if (rank < 0 || rank >= options_.num_workers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " is outside the job's ",
+                       options_.num_workers, " workers"));
+    }
+    activity_.NoteReports(rank, options_.env->Now(), reports);
+    return absl::OkStatus();
   }
 
   // Rank `rank`'s values for its average round `round` (MetricRounds);

@@ -33,9 +33,8 @@ constexpr absl::Duration kTick = absl::Milliseconds(50);
 constexpr absl::Duration kWatcherGrace = absl::Seconds(1);
 // How long a server waits for its ports to be let go of before giving up.
 constexpr absl::Duration kPortWait = absl::Seconds(3);
-// How long a drain's checkpoint (and a weights file) waits for the chunks
-// to line up (the step under way to reach every chunk): well inside
-// Kubernetes' default 30 s grace period.
+// How long a drain's checkpoint (and weights file) waits for the chunks to
+// line up: well inside Kubernetes' default 30 s grace period.
 constexpr absl::Duration kDrainCheckpointWait = absl::Seconds(20);
 
 SignatureLimits SignatureLimitsOf(const DaemonOptions& options) {
@@ -311,6 +310,9 @@ int Daemon::Run() {
   CoordinatorService coordinator(&coordination_store, &groups,
                                  security->authorizer.get(),
                                  &coordinator_contact_);
+  coordinator.SetStepReportSink([this](int rank, auto reports) {
+    return core_->NoteStepReports(rank, reports);
+  });
   ReplicationService replication(security->authorizer.get());
   if (!options_.standby_of.empty()) {
     replication.SetRefusal(absl::StrCat(
@@ -337,8 +339,7 @@ int Daemon::Run() {
   };
   if (!AnnounceListening(endpoint->port())) return kExitPermanent;
 
-  // Listening already: probes see NOT_SERVING (not a closed port) and
-  // GetStatus answers while the newest checkpoint loads.
+  // Probes see NOT_SERVING, and GetStatus answers, while it restores.
   if (!options_.standby_of.empty()) {
     if (std::optional<int> code = FollowAsStandby(endpoint->port(), &service)) {
       return *code;
@@ -387,8 +388,7 @@ int Daemon::Run() {
   set_serving(false);  // Also when Tick ended the job.
   core_->Shutdown();
   service.AnswerStatusWaits(kWatcherGrace);  // The final status, to watchers.
-  // A checkpoint being written on request ends first, so that the
-  // server's 5 s below are not what it has left.
+  // A checkpoint being written on request ends before the 5 s below.
   service.StopSaving();
   endpoint->Shutdown(absl::Now() + absl::Seconds(5));
   if (absl::Status s = telemetry_->FlushTrace(); !s.ok()) {

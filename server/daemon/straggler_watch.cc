@@ -33,10 +33,12 @@ void StragglerWatch::Check(absl::Time now) {
   if (fraction_ <= 0 || now - last_check_ < kEvery) return;
   last_check_ = now;
   const ServerStatus status = core_->GetStatus();
-  if (!status.signature.has_value()) return;
   StragglerOptions options;
   options.fraction = fraction_;
-  options.synchronous = status.signature->sync.mode == SyncMode::kSync;
+  // An all-reduce job registers no signature: its ranks' own reports
+  // (Coordinator.ReportSteps) are all there is, and no lateness.
+  options.synchronous = status.signature.has_value() &&
+                        status.signature->sync.mode == SyncMode::kSync;
   const std::vector<RankTiming> ranks = RankTimings(status);
   const std::vector<Straggler> found = FindStragglers(ranks, options);
   streak_.resize(ranks.size(), 0);

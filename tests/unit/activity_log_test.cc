@@ -142,5 +142,45 @@ TEST(ActivityLogTest, ImplausibleReportsAndResentPushesAreNotSampled) {
   EXPECT_EQ(a.window.step_time, absl::Milliseconds(10));
 }
 
+// An all-reduce rank's reports (Coordinator.ReportSteps) are its window:
+// each new step's phases are a report, and their sum a step time. A step
+// reported again (a regroup redid it) counts once; implausible ones not
+// at all; steps that go back start the window again; a rank silent for
+// longer than 2 s is not judged. No lateness: no pushes arrive.
+TEST(ActivityLogTest, AllReduceReportsFillTheWindow) {
+  ActivityLog log(2);
+  std::vector<StepReport> reports;
+  for (int64_t step = 0; step < 5; ++step) {
+    // Step 2's compute is the odd one: the medians are of the others.
+    reports.push_back({step, 100, step == 2 ? 9000 : 3000, 0, 1000});
+  }
+  log.NoteReports(1, kT0, reports);
+  log.NoteReports(1, kT0 + absl::Seconds(1),
+                  std::vector<StepReport>{{4, 1, 1, 1, 1},  // Again: dropped.
+                                          {5, -1, 0, 0, 0},  // Implausible.
+                                          {6, 100, 3000, 0, 1000}});
+  ActivityWindow w = log.Get(kT0 + absl::Seconds(2))[1].window;
+  EXPECT_EQ(w.reports, 6);
+  EXPECT_EQ(w.timed_steps, 6);
+  EXPECT_EQ(w.step_time, absl::Microseconds(4100));
+  EXPECT_EQ(w.input, absl::Microseconds(100));
+  EXPECT_EQ(w.compute, absl::Microseconds(3000));
+  EXPECT_EQ(w.push, absl::ZeroDuration());
+  EXPECT_EQ(w.wait, absl::Microseconds(1000));
+  EXPECT_EQ(w.late_steps, 0);
+  EXPECT_EQ(log.Get()[1].last_contact, kT0 + absl::Seconds(1));
+  EXPECT_EQ(log.Get()[0].window.reports, 0) << "rank 0 untouched";
+  // Silent for 3 s (over 2 s and 4 steps): not judged.
+  EXPECT_EQ(log.Get(kT0 + absl::Seconds(4)).at(1).window.reports, 0);
+  // From a checkpoint: steps 2 and 3 again, of another run.
+  log.NoteReports(1, kT0 + absl::Seconds(5),
+                  std::vector<StepReport>{{2, 0, 50, 0, 50}, {3, 0, 50, 0, 50}});
+  w = log.Get(kT0 + absl::Seconds(5))[1].window;
+  EXPECT_EQ(w.reports, 2);
+  EXPECT_EQ(w.step_time, absl::Microseconds(100));
+  log.NoteReports(7, kT0, reports);  // Out of range: ignored.
+  EXPECT_EQ(log.Get().size(), 2u);
+}
+
 }  // namespace
 }  // namespace lockstep
