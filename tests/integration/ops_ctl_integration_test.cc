@@ -139,6 +139,53 @@ TEST(OpsIntegrationTest, StragglersAreNamedWithTheirSlowPhase) {
   EXPECT_THAT(log, Not(HasSubstr("straggler: rank 3 is")));
 }
 
+// The same in an all-reduce job (gloo), where no shard sees the gradients:
+// the ranks' own reports, sent with their contact ticks, reach the server,
+// which judges each rank by its own work a step (the collective evens out
+// step times) and names the slow ones with their phases.
+TEST(OpsIntegrationTest, AllReduceStragglersAreNamedFromTheirReports) {
+  const std::string dir = MakeTempDir();
+  Server server = StartServer(dir, 0, {"--workers=4"});
+  ASSERT_GT(server.port, 0) << server.process->Output();
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 4; ++r) {
+    workers.push_back(StartWorker(
+        server, 4, r,
+        {"--max_steps=100", "--sync=allreduce", "--allreduce=gloo",
+         "--straggle=1:60", "--straggle_input=2:60"}));
+  }
+  const std::string ctl = kBin + "/lockstep_ctl";
+  RunResult verdict;
+  EXPECT_TRUE(WaitUntil([&]() {
+    verdict = RunProcess({ctl, "stragglers", server.address});
+    return absl::StrContains(verdict.output, "rank 1 is") &&
+           absl::StrContains(verdict.output, "rank 2 is");
+  })) << verdict.output;
+  EXPECT_EQ(verdict.exit_code, 0) << verdict.output;
+  const std::string own_work =
+      " ms slower a step of its own work [^\n]*: ";
+  EXPECT_THAT(verdict.output,
+              testing::ContainsRegex("rank 1 is [0-9.]+" + own_work +
+                                     "compute, [0-9.]+ ms more"));
+  EXPECT_THAT(verdict.output,
+              testing::ContainsRegex("rank 2 is [0-9.]+" + own_work +
+                                     "input, [0-9.]+ ms more"));
+  EXPECT_THAT(verdict.output, Not(HasSubstr("rank 0 is")));
+  EXPECT_THAT(verdict.output, Not(HasSubstr("rank 3 is")));
+  for (auto& w : workers) EXPECT_EQ(w->Wait(kDeadline), 0) << w->Output();
+  ASSERT_EQ(server.process->Wait(kDeadline), 0);
+  const std::string log = server.process->Output();
+  EXPECT_THAT(log, testing::ContainsRegex(
+                       "lockstep_server: straggler: rank 1 is [^\n]*: "
+                       "compute, "))
+      << log;
+  EXPECT_THAT(log, testing::ContainsRegex(
+                       "lockstep_server: straggler: rank 2 is [^\n]*: input, "))
+      << log;
+  EXPECT_THAT(log, Not(HasSubstr("straggler: rank 0 is")));
+  EXPECT_THAT(log, Not(HasSubstr("straggler: rank 3 is")));
+}
+
 // --watch follows a job to its end and exits 0: the server exits moments
 // after the last worker leaves, yet the watch sees the finished state (each
 // view is a long poll, which a finishing server answers before it goes).

@@ -8,12 +8,16 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/coordination.grpc.pb.h"
 #include "server/coordination/coordination_store.h"
+#include "worker/exchange/allreduce/contact_thread.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 
 namespace lockstep {
@@ -22,6 +26,7 @@ namespace {
 class CoordinationServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    Configure();
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -37,6 +42,9 @@ class CoordinationServiceTest : public ::testing::Test {
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
   }
+
+  // Before the service serves.
+  virtual void Configure() {}
 
   static absl::Time In(absl::Duration d) { return absl::Now() + d; }
   // A member of a 2-rank group "job".
@@ -265,6 +273,81 @@ TEST_F(CoordinationServiceTest, JoinGroupPastItsDeadlineLeavesNoMember) {
   absl::StatusOr<CoordinatorClient::Group> bad =
       client_->JoinGroup(Request(1, 5, 0), In(absl::Seconds(10)));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A coordinator without a report sink answers ReportSteps as one that
+// predates it does (UNIMPLEMENTED), and a rank's contact thread then goes
+// back to pings: its contact is still noted, and no report is counted as
+// sent.
+TEST_F(CoordinationServiceTest, WithoutASinkReportsAreRefusedAndPingsGoOn) {
+  const std::vector<StepReport> one = {{0, 1, 2, 3, 4}};
+  EXPECT_TRUE(absl::IsUnimplemented(
+      client_->ReportSteps(1, one, In(absl::Seconds(10)))));
+  ContactThread contact(client_.get(), "job/contact", absl::Milliseconds(20),
+                        1);
+  contact.Report(one[0]);
+  const absl::Time start = absl::Now();
+  // The refused report's tick, then pings: contact keeps being noted.
+  absl::Time latest = absl::InfinitePast();
+  while (absl::Now() < start + absl::Seconds(10)) {
+    latest = contact_.Latest();
+    if (latest > start + absl::Milliseconds(100)) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GT(latest, start + absl::Milliseconds(100));
+  contact.Report(one[0]);  // Dropped: this coordinator takes none.
+  absl::SleepFor(absl::Milliseconds(60));
+  EXPECT_EQ(contact.reports_sent(), 0);
+}
+
+class ReportingCoordinationServiceTest : public CoordinationServiceTest {
+ protected:
+  void Configure() override {
+    service_.SetStepReportSink(
+        [this](int rank, absl::Span<const StepReport> reports) {
+          absl::MutexLock lock(&mu_);
+          if (rank > 3) return absl::InvalidArgumentError("no such rank");
+          for (const StepReport& r : reports) got_.emplace_back(rank, r);
+          return absl::OkStatus();
+        });
+  }
+  absl::Mutex mu_;
+  std::vector<std::pair<int, StepReport>> got_ ABSL_GUARDED_BY(mu_);
+};
+
+// Reports reach the sink in order, field for field, through a contact
+// thread's ticks; more than 64 at once and the sink's refusal are errors.
+TEST_F(ReportingCoordinationServiceTest, ReportsReachTheSinkInOrder) {
+  ContactThread contact(client_.get(), "job/contact", absl::Milliseconds(20),
+                        2);
+  contact.Report({7, 10, 20, 30, 40});
+  contact.Report({8, 11, 21, 31, 41});
+  const absl::Time until = In(absl::Seconds(10));
+  while (contact.reports_sent() < 2 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(contact.reports_sent(), 2);
+  {
+    absl::MutexLock lock(&mu_);
+    ASSERT_EQ(got_.size(), 2u);
+    EXPECT_EQ(got_[0].first, 2);
+    EXPECT_EQ(got_[0].second.step, 7);
+    EXPECT_EQ(got_[0].second.input_us, 10);
+    EXPECT_EQ(got_[0].second.compute_us, 20);
+    EXPECT_EQ(got_[0].second.push_us, 30);
+    EXPECT_EQ(got_[0].second.wait_us, 40);
+    EXPECT_EQ(got_[1].second.step, 8);
+    EXPECT_EQ(got_[1].second.wait_us, 41);
+  }
+  EXPECT_GE(contact_.Latest(), until - absl::Seconds(10)) << "contact noted";
+  const std::vector<StepReport> many(CoordinatorService::kMaxReports + 1,
+                                     StepReport{1, 1, 1, 1, 1});
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      client_->ReportSteps(0, many, In(absl::Seconds(10)))));
+  EXPECT_TRUE(absl::IsInvalidArgument(client_->ReportSteps(
+      9, absl::MakeConstSpan(many).first(1), In(absl::Seconds(10)))));
+  absl::MutexLock lock(&mu_);
+  EXPECT_EQ(got_.size(), 2u) << "nothing of the refused calls";
 }
 
 }  // namespace

@@ -106,12 +106,13 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::Join(
   if (coordinator_ != nullptr && contact_ == nullptr) {
     contact_ = std::make_unique<ContactThread>(
         coordinator_.get(), absl::StrCat(reducer_options_.group, "/contact"),
-        group_.contact_every);
+        group_.contact_every, reducer_options_.rank);
   }
   RETURN_IF_ERROR(Start());
   ASSIGN_OR_RETURN(StepOutcome joined, JoinOnce(timeout));
   RETURN_IF_ERROR(CheckNotPastEnd(signature_, joined));
   recovery_.StepSucceeded();  // The rejoin deadline counts from here.
+  clock_.Restart(absl::Now());
   return joined;
 }
 
@@ -235,13 +236,22 @@ absl::Status AllReduceStepSession::Reduce() {
 absl::StatusOr<StepOutcome> AllReduceStepSession::FinishStep() {
   if (!in_step_) return absl::FailedPreconditionError("no step begun");
   in_step_ = false;
-  auto join = [this](absl::Duration timeout) { return JoinOnce(timeout); };
+  // The step's time counts to the sum's start; a rejoin's to none.
+  auto join = [this](absl::Duration timeout) {
+    absl::StatusOr<StepOutcome> joined = JoinOnce(timeout);
+    clock_.Restart(absl::Now());
+    return joined;
+  };
+  clock_.Finishing(absl::Now());
   if (absl::Status reduced = Reduce(); !reduced.ok()) {
     return recovery_.AfterFailure(reduced,
                                   /*can_rejoin=*/reducer_options_.size > 1,
                                   join);
   }
   recovery_.StepSucceeded();
+  // The collective is the step's wait (no pushes: push is 0).
+  const StepReport report = clock_.Finished(version_ - 1, absl::Now());
+  if (contact_ != nullptr) contact_->Report(report);
   StepOutcome done;
   done.version = done.next_step = version_;
   if (regroup_ && !agreed_stop_ &&

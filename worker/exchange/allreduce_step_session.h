@@ -48,10 +48,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/optim/optimizer.h"
 #include "worker/exchange/allreduce/contact_thread.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 #include "worker/exchange/step_recovery.h"
+#include "worker/exchange/step_report_clock.h"
 #include "worker/exchange/step_session.h"
 
 namespace lockstep {
@@ -75,6 +77,7 @@ class AllReduceStepSession final : public StepSession {
                                    absl::Duration timeout) override;
   absl::StatusOr<StepPlan> BeginStep() override;
   void GradientReady(int64_t /*begin*/, int64_t /*end*/) override {}
+  void InputReady() override { clock_.InputReady(absl::Now()); }
   absl::StatusOr<StepOutcome> FinishStep() override;
   absl::Status AbandonStep() override;
   bool Stopping() const override { return agreed_stop_; }
@@ -148,8 +151,10 @@ class AllReduceStepSession final : public StepSession {
   bool stop_sent_ = false;           // This rank's stop flag in the last step.
   bool agreed_stop_ = false;         // Every rank stops after the last step.
   std::vector<float> state_buffer_;  // ShareState's.
-  // From the first Join to Leave: the server's sign that this rank lives.
+  // From the first Join to Leave: the server's sign that this rank lives,
+  // and the bearer of its step reports (no shard sees this job's steps).
   std::unique_ptr<ContactThread> contact_;
+  StepReportClock clock_;
   std::thread watch_;
   std::atomic<bool> joiner_seen_{false};
   absl::Mutex watch_mu_;

@@ -1,16 +1,24 @@
 #include "worker/exchange/allreduce/contact_thread.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
 
 namespace lockstep {
+namespace {
+
+// The most reports one ReportSteps carries (the server takes up to 64).
+constexpr size_t kMaxPending = 64;
+
+}  // namespace
 
 ContactThread::ContactThread(CoordinatorClient* coordinator, std::string key,
-                             absl::Duration every)
+                             absl::Duration every, int rank)
     : coordinator_(coordinator),
       key_(std::move(key)),
       every_(every),
+      rank_(rank),
       thread_([this] { Run(); }) {}
 
 ContactThread::~ContactThread() {
@@ -21,11 +29,40 @@ ContactThread::~ContactThread() {
   thread_.join();
 }
 
+void ContactThread::Report(const StepReport& report) {
+  absl::MutexLock lock(&mu_);
+  if (!reporting_) return;
+  pending_.push_back(report);
+  if (pending_.size() > kMaxPending) pending_.pop_front();
+}
+
+int64_t ContactThread::reports_sent() const {
+  absl::MutexLock lock(&mu_);
+  return sent_;
+}
+
 void ContactThread::Run() {
   while (true) {
     const absl::Time next = absl::Now() + every_;
+    std::vector<StepReport> reports;
+    {
+      absl::MutexLock lock(&mu_);
+      reports.assign(pending_.begin(), pending_.end());
+      pending_.clear();
+    }
     // Bounded by the tick: a coordinator away costs one tick, no more.
-    coordinator_->Ping(key_, next).IgnoreError();
+    if (reports.empty()) {
+      coordinator_->Ping(key_, next).IgnoreError();
+    } else {
+      const absl::Status sent = coordinator_->ReportSteps(rank_, reports, next);
+      absl::MutexLock lock(&mu_);
+      if (sent.ok()) {
+        sent_ += static_cast<int64_t>(reports.size());
+      } else if (absl::IsUnimplemented(sent)) {
+        reporting_ = false;  // An older server: its contact is a ping.
+        pending_.clear();
+      }
+    }
     absl::MutexLock lock(&mu_);
     if (mu_.AwaitWithDeadline(absl::Condition(&stop_), next)) return;
   }

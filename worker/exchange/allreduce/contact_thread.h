@@ -1,36 +1,48 @@
 // Keeps an all-reduce rank in touch with the coordinator while it trains:
-// a thread that pings it (CoordinatorClient::Ping) every `every`. A rank
-// that trains calls nothing else at the server, whose --no_worker_timeout_s
-// counts coordinator calls as worker contact (server/coordination/
-// contact_clock.h): without the pings a healthy job longer than the timeout
-// would be given up, and with no call counted a job whose ranks were all
-// lost would never be. A ping that fails (the coordinator away) is only
-// tried again at the next tick: training does not depend on it.
+// a thread that calls it every `every`. A rank that trains calls nothing
+// else at the server, whose --no_worker_timeout_s counts coordinator calls
+// as worker contact (server/coordination/contact_clock.h): without them a
+// healthy job longer than the timeout would be given up, and with no call
+// counted a job whose ranks were all lost would never be. Each tick carries
+// the rank's reports of its steps since the last one (ReportSteps), for the
+// server's straggler verdict, or pings (CoordinatorClient::Ping) when there
+// are none or the server predates reports. A call that fails (the
+// coordinator away) is only tried again at the next tick, its reports
+// dropped: training does not depend on it.
 //
 // Thread-safe; the destructor stops the thread.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_CONTACT_THREAD_H_
 #define LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_CONTACT_THREAD_H_
 
+#include <deque>
 #include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/rpc/step_report.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
 
 namespace lockstep {
 
 class ContactThread final {
  public:
-  // Pings `coordinator` (not owned; outlives this) with `key` now and
-  // every `every` after.
+  // Calls `coordinator` (not owned; outlives this) now and every `every`
+  // after, pinging with `key` or reporting as `rank`.
   ContactThread(CoordinatorClient* coordinator, std::string key,
-                absl::Duration every);
+                absl::Duration every, int rank);
   ~ContactThread();
 
   ContactThread(const ContactThread&) = delete;
   ContactThread& operator=(const ContactThread&) = delete;
+
+  // Sends `report` with the next tick; past the most one call carries,
+  // the oldest pending one is dropped.
+  void Report(const StepReport& report);
+
+  // Reports sent and accepted so far (for tests).
+  int64_t reports_sent() const;
 
  private:
   void Run();
@@ -38,8 +50,13 @@ class ContactThread final {
   CoordinatorClient* const coordinator_;
   const std::string key_;
   const absl::Duration every_;
-  absl::Mutex mu_;
+  const int rank_;
+  mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<StepReport> pending_ ABSL_GUARDED_BY(mu_);
+  // False once the coordinator answered UNIMPLEMENTED: pings only.
+  bool reporting_ ABSL_GUARDED_BY(mu_) = true;
+  int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // Last: starts once the rest is set.
 };
 

@@ -113,6 +113,28 @@ absl::Status CoordinatorClient::Ping(absl::string_view key,
   return Annotate(status, "Get", key, address_);
 }
 
+absl::Status CoordinatorClient::ReportSteps(
+    int rank, absl::Span<const StepReport> reports, absl::Time deadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  v1::ReportStepsRequest request;
+  request.set_rank(rank);
+  for (const StepReport& r : reports) {
+    v1::StepPhases* p = request.add_steps();
+    p->set_step(r.step);
+    p->set_input_us(r.input_us);
+    p->set_compute_us(r.compute_us);
+    p->set_push_us(r.push_us);
+    p->set_wait_us(r.wait_us);
+  }
+  v1::ReportStepsResponse response;
+  grpc::Status status =
+      impl_->stub_->ReportSteps(&context, request, &response);
+  if (status.ok()) return absl::OkStatus();
+  return Annotate(status, "ReportSteps", absl::StrCat("rank ", rank),
+                  address_);
+}
+
 absl::StatusOr<CoordinatorClient::Group> CoordinatorClient::JoinGroup(
     const GroupRequest& r, absl::Time deadline) {
   grpc::ClientContext context;

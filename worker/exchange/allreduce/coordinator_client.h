@@ -15,7 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/rpc/group_membership.h"
+#include "common/rpc/step_report.h"
 #include "common/security/tls_options.h"
 
 namespace lockstep {
@@ -50,6 +52,12 @@ class CoordinatorClient final {
   // when the coordinator answered, whether or not the key exists. The
   // coordinator counts every call as worker contact (ContactThread).
   absl::Status Ping(absl::string_view key, absl::Time deadline);
+
+  // Hands `rank`'s reports of its steps to the server's straggler verdict
+  // (Coordinator.ReportSteps, at most 64); UNIMPLEMENTED from a server that
+  // predates it. Counts as contact, as Ping does.
+  absl::Status ReportSteps(int rank, absl::Span<const StepReport> reports,
+                           absl::Time deadline);
 
   // The all-reduce group this member belongs to, once it forms
   // (Coordinator.JoinGroup: every rank has joined, or min_size of them and
