@@ -125,10 +125,14 @@ void ActivityLog::NoteReports(int rank, absl::Time when,
     if (!Plausible(r)) continue;
     if (r.step < s.reported - 1) Reset(&s);
     if (r.step <= s.reported) continue;
+    const absl::Duration took = absl::Microseconds(
+        r.input_us + r.compute_us + r.push_us + r.wait_us);
     s.reported = r.step;
     Keep(&s.reports, r);
-    Keep(&s.step_time, absl::Microseconds(r.input_us + r.compute_us +
-                                          r.push_us + r.wait_us));
+    Keep(&s.step_time, took);
+    // What status and the step gauge show of the rank.
+    a.last_step = r.step;
+    a.last_step_time = took;
   }
   // For Get's staleness: the rank's latest word.
   if (s.reported >= 0) {

@@ -65,7 +65,8 @@ class ActivityLog final {
   // An all-reduce rank's reports of its steps, oldest first
   // (Coordinator.ReportSteps), received at `when`. No pushes arrive in
   // such a job, so each new report is also a sample of the rank's step
-  // time: the sum of its phases. A report of a step already taken is
+  // time: the sum of its phases (and the latest is its last step and
+  // last step time). A report of a step already taken is
   // dropped (a regrouped job redoes a step); steps that go back by more
   // start the window again, as pushes do.
   void NoteReports(int rank, absl::Time when,

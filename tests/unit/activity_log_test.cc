@@ -169,6 +169,9 @@ TEST(ActivityLogTest, AllReduceReportsFillTheWindow) {
   EXPECT_EQ(w.wait, absl::Microseconds(1000));
   EXPECT_EQ(w.late_steps, 0);
   EXPECT_EQ(log.Get()[1].last_contact, kT0 + absl::Seconds(1));
+  // Its latest step, and that step's time (status, the step gauge).
+  EXPECT_EQ(log.Get()[1].last_step, 6);
+  EXPECT_EQ(log.Get()[1].last_step_time, absl::Microseconds(4100));
   EXPECT_EQ(log.Get()[0].window.reports, 0) << "rank 0 untouched";
   // Silent for 3 s (over 2 s and 4 steps): not judged.
   EXPECT_EQ(log.Get(kT0 + absl::Seconds(4)).at(1).window.reports, 0);
