@@ -12,6 +12,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "common/base/env.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/app/setup.h"
@@ -46,6 +47,7 @@ ABSL_DECLARE_FLAG(int, min_workers);
 ABSL_DECLARE_FLAG(std::optional<int>, local_steps);
 ABSL_DECLARE_FLAG(std::optional<double>, outer_lr);
 ABSL_DECLARE_FLAG(std::optional<double>, outer_momentum);
+ABSL_DECLARE_FLAG(std::string, inner_state_dir);
 
 namespace lockstep {
 namespace {
@@ -256,11 +258,24 @@ TEST_F(WorkerFlagsTest, LocalStepsModesSetTheRoundsAndTheOuterOptimizer) {
   absl::SetFlag(&FLAGS_min_workers, 2);
   EXPECT_THAT(Refusal(), ::testing::HasSubstr("do not go together yet"));
   absl::SetFlag(&FLAGS_min_workers, 0);
+  // The inner state's folder: made, and checked at start.
+  const std::string dir = ::testing::TempDir() + "/inner-flags/state";
+  absl::SetFlag(&FLAGS_inner_state_dir, dir);
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->session.inner_state_dir, dir);
+  EXPECT_TRUE(Env::Default()->Stat(dir).ok()) << "made at start";
+  absl::SetFlag(&FLAGS_inner_state_dir, "/proc/self");
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--inner_state_dir: cannot "
+                                              "write"));
   // Given to a mode without rounds, they would be silently ignored.
   absl::SetFlag(&FLAGS_sync, "ps");
-  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--local_steps, --outer_lr and "
-                                              "--outer_momentum need "
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--local_steps, --outer_lr, "
+                                              "--outer_momentum and "
+                                              "--inner_state_dir need "
                                               "--sync=localsgd"));
+  absl::SetFlag(&FLAGS_local_steps, std::nullopt);
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("--inner_state_dir need"));
 }
 
 // -1 and nan once stood for "the optimizer's default" (any value < 0 did):

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/env.h"
 #include "common/base/status_macros.h"
 #include "common/flags/flags.h"
 #include "common/model/chunk_plan.h"
@@ -33,6 +35,12 @@ ABSL_FLAG(std::optional<double>, outer_lr, std::nullopt,
           "next version the mean of the workers' weights; 0.7 for diloco).");
 ABSL_FLAG(std::optional<double>, outer_momentum, std::nullopt,
           "sync=diloco: the servers' Nesterov momentum (default 0.9).");
+ABSL_FLAG(std::string, inner_state_dir, "",
+          "sync=localsgd or diloco: a folder (created if missing) where the "
+          "worker saves its inner optimizer's state before each round's "
+          "push, its newest 3 versions, so that a replacement worker of the "
+          "same rank goes on with it (the servers checkpoint only the outer "
+          "optimizer). Empty: a replacement starts with a fresh state.");
 ABSL_FLAG(std::string, allreduce, "gloo",
           "sync=allreduce backend: gloo (TCP), grpc-ring (Lockstep's own "
           "ring over gRPC) or nccl (GPUs).");
@@ -99,6 +107,20 @@ absl::Status ParseLocalSteps(const std::string& sync,
   ASSIGN_OR_RETURN(session->outer_optimizer,
                    OuterOptimizer(sync, absl::GetFlag(FLAGS_outer_lr),
                                   absl::GetFlag(FLAGS_outer_momentum)));
+  const std::string dir = absl::GetFlag(FLAGS_inner_state_dir);
+  if (!dir.empty()) {
+    // Refused now, not at the first round's end.
+    absl::Status can = Env::Default()->CreateDirs(dir);
+    if (can.ok()) {
+      can = CheckCanWriteFile("--inner_state_dir", dir + "/inner-state.probe");
+    }
+    if (!can.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          absl::StartsWith(can.message(), "--") ? "" : "--inner_state_dir: ",
+          can.message()));
+    }
+    session->inner_state_dir = dir;
+  }
   return absl::OkStatus();
 }
 
@@ -167,10 +189,11 @@ absl::Status ParseExchange(WorkerMainOptions* options) {
   if (o.session.local_steps == 0 &&
       (absl::GetFlag(FLAGS_local_steps).has_value() ||
        absl::GetFlag(FLAGS_outer_lr).has_value() ||
-       absl::GetFlag(FLAGS_outer_momentum).has_value())) {
+       absl::GetFlag(FLAGS_outer_momentum).has_value() ||
+       !absl::GetFlag(FLAGS_inner_state_dir).empty())) {
     return absl::InvalidArgumentError(
-        "--local_steps, --outer_lr and --outer_momentum need --sync=localsgd "
-        "or --sync=diloco");
+        "--local_steps, --outer_lr, --outer_momentum and --inner_state_dir "
+        "need --sync=localsgd or --sync=diloco");
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,9 +49,8 @@ absl::StatusOr<OptimizerConfig> OuterOptimizer(
         "rounds of local steps are localsgd or diloco, not \"", mode, "\""));
   }
   if (!(outer.learning_rate > 0) || !std::isfinite(outer.learning_rate)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(names.lr, " must be positive and finite, got ",
-                     outer.learning_rate));
+    return absl::InvalidArgumentError(absl::StrCat(
+        names.lr, " must be positive and finite, got ", outer.learning_rate));
   }
   if (!(outer.momentum >= 0 && outer.momentum < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -64,7 +64,44 @@ SemiSyncStepSession::SemiSyncStepSession(const StepSessionOptions& options,
     : rank_(options.rank),
       local_steps_(options.local_steps),
       outer_(options.outer_optimizer),
-      rounds_(std::move(rounds)) {}
+      rounds_(std::move(rounds)),
+      who_(options.who) {
+  if (!options.inner_state_dir.empty()) {
+    store_.emplace(options.inner_state_dir, options.rank, options.env);
+  }
+}
+
+std::vector<float> SemiSyncStepSession::InnerState() {
+  std::vector<float> state;
+  for (const auto& [name, values] : inner_->Slots()) {
+    state.insert(state.end(), values.begin(), values.end());
+  }
+  return state;
+}
+
+void SemiSyncStepSession::SetInnerState(const std::vector<float>& state) {
+  size_t at = 0;
+  for (const auto& [name, values] : inner_->Slots()) {
+    if (at + values.size() > state.size()) return;  // Never: same optimizer.
+    std::copy(state.begin() + at, state.begin() + at + values.size(),
+              values.begin());
+    at += values.size();
+  }
+}
+
+void SemiSyncStepSession::ResumeInner(int64_t version) {
+  if (version == version_ + 1) return;  // The state goes on.
+  if (version == version_) {
+    SetInnerState(inner_anchor_);
+    return;
+  }
+  if (!store_.has_value()) return;
+  absl::StatusOr<bool> loaded = store_->Load(version, *inner_);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s: %s; the inner state goes on as it stands\n",
+                 who_.c_str(), std::string(loaded.status().message()).c_str());
+  }
+}
 
 int64_t SemiSyncStepSession::RoundStart(int64_t version) const {
   const int64_t start = version * local_steps_;
@@ -74,6 +111,7 @@ int64_t SemiSyncStepSession::RoundStart(int64_t version) const {
 StepOutcome SemiSyncStepSession::StartRound(StepOutcome at) {
   version_ = at.version;
   anchor_.assign(weights_.begin(), weights_.end());
+  inner_anchor_ = InnerState();
   step_ = RoundStart(at.next_step);
   at.next_step = step_;
   return at;
@@ -109,6 +147,23 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::Join(
   ps_open_ = false;
   ASSIGN_OR_RETURN(StepOutcome at, rounds_->Join(outer, std::move(initial),
                                                  weights, {}, timeout));
+  if (store_.has_value() && !inner_->Slots().empty() && at.version > 0) {
+    // A replacement, or a job restored from the servers' checkpoints.
+    ASSIGN_OR_RETURN(const bool loaded, store_->Load(at.version, *inner_));
+    if (loaded) {
+      std::fprintf(stderr,
+                   "%s: the inner optimizer's state for version %lld from "
+                   "%s\n",
+                   who_.c_str(), static_cast<long long>(at.version),
+                   store_->PathOf(at.version).c_str());
+    } else {
+      std::fprintf(stderr,
+                   "%s: no inner optimizer state saved for version %lld "
+                   "(%s): the rounds start with a fresh one\n",
+                   who_.c_str(), static_cast<long long>(at.version),
+                   store_->PathOf(at.version).c_str());
+    }
+  }
   return StartRound(at);
 }
 
@@ -177,17 +232,26 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::FinishStep() {
             change.begin() + num_parameters_);
   round_open_ = false;
   ps_open_ = false;
+  if (store_.has_value()) {
+    // What the next round starts with, saved before the push makes it.
+    if (absl::Status saved = store_->Save(version_ + 1, *inner_); !saved.ok()) {
+      std::fprintf(stderr, "%s: %s (the inner state is not saved)\n",
+                   who_.c_str(), std::string(saved.message()).c_str());
+    }
+  }
   ASSIGN_OR_RETURN(StepOutcome at, rounds_->FinishStep());
   // The weights now hold the version the round made (or the one a rejoin
   // found); with backup workers it may be past the one this round began at.
+  ResumeInner(at.version);
   return StartRound(at);
 }
 
 absl::Status SemiSyncStepSession::AbandonStep() {
   if (!round_open_) return absl::OkStatus();
   round_open_ = false;
-  // The round starts again from its version.
+  // The round starts again from its version, and its inner state.
   std::copy(anchor_.begin(), anchor_.end(), weights_.begin());
+  SetInnerState(inner_anchor_);
   step_ = RoundStart(version_);
   if (!ps_open_) return absl::OkStatus();
   ps_open_ = false;

@@ -15,10 +15,14 @@
 // trainer sees count local steps (round r is local steps [r H, (r + 1) H),
 // the last one shorter when H does not divide the job's length).
 //
-// What stays on the worker: the inner optimizer's state (kept across rounds
-// and rejoins, as each worker of a DiLoCo job keeps its own), and the local
-// steps of a round that never reached the servers (a rejoin starts the
-// round again from the version it finds). The model's state (batch-norm
+// What stays on the worker: the inner optimizer's state (kept across rounds,
+// as each worker of a DiLoCo job keeps its own; a round started again
+// starts from the state it began with), and the local steps of a round that
+// never reached the servers (a rejoin starts the round again from the
+// version it finds). With inner_state_dir the state of each round's end is
+// saved before its push (InnerStateStore), and a replacement process, or a
+// rejoin that finds another version, takes the state saved for the
+// version it starts from. The model's state (batch-norm
 // statistics) is this worker's own during a round and becomes the
 // workers' mean at each version.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_SEMI_SYNC_STEP_SESSION_H_
@@ -32,6 +36,7 @@
 
 #include "absl/strings/string_view.h"
 #include "common/optim/optimizer.h"
+#include "worker/exchange/inner_state_store.h"
 #include "worker/exchange/step_session.h"
 
 namespace lockstep {
@@ -60,9 +65,7 @@ class SemiSyncStepSession final : public StepSession {
   absl::Status AbandonStep() override;
   // A stop signal ends the run at the end of the round under way, so that
   // no local step is lost.
-  bool Stopping() const override {
-    return !round_open_ && rounds_->Stopping();
-  }
+  bool Stopping() const override { return !round_open_ && rounds_->Stopping(); }
   absl::StatusOr<std::vector<double>> Average(const std::string& name,
                                               absl::Span<const double> values,
                                               absl::Duration timeout) override {
@@ -85,24 +88,35 @@ class SemiSyncStepSession final : public StepSession {
   // step_ is in.
   int64_t RoundStart(int64_t version) const;
   int64_t RoundEnd() const;
+  // The inner optimizer's slots, one after another, and back.
+  std::vector<float> InnerState();
+  void SetInnerState(const std::vector<float>& state);
+  // The inner state a round at `version` starts with, after FinishStep
+  // found `version` where the round began at version_: a redone round's
+  // its own start's; another version's what the store saved for it (as it
+  // stands when there is none).
+  void ResumeInner(int64_t version);
 
   const int rank_;
   const int64_t local_steps_;
   const OptimizerConfig outer_;
   const std::unique_ptr<StepSession> rounds_;
   std::unique_ptr<Optimizer> inner_;
+  std::vector<float> inner_anchor_;  // Its state at the round's start.
+  std::optional<InnerStateStore> store_;
+  const std::string who_;
   int64_t total_steps_ = 0;  // Local steps; 0: unbounded.
   int64_t num_parameters_ = 0;
-  absl::Span<float> weights_;     // Not owned.
-  absl::Span<float> gradient_;    // Lent by Join's caller, or own_gradient_.
+  absl::Span<float> weights_;   // Not owned.
+  absl::Span<float> gradient_;  // Lent by Join's caller, or own_gradient_.
   std::vector<float> own_gradient_;
-  std::vector<float> anchor_;     // The round's version (parameters, state).
-  int64_t version_ = 0;           // Of anchor_.
-  int64_t step_ = 0;              // The next local step.
-  bool round_open_ = false;       // A local step has begun since the last push.
-  bool ps_open_ = false;          // The round's PS step has begun (last step).
+  std::vector<float> anchor_;  // The round's version (parameters, state).
+  int64_t version_ = 0;        // Of anchor_.
+  int64_t step_ = 0;           // The next local step.
+  bool round_open_ = false;    // A local step has begun since the last push.
+  bool ps_open_ = false;       // The round's PS step has begun (last step).
   bool input_reported_ = false;
-  StepPlan round_;                // The PS step's plan, while ps_open_.
+  StepPlan round_;  // The PS step's plan, while ps_open_.
 };
 
 // The job's length in rounds of `local_steps`: what the servers count.

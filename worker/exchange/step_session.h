@@ -109,6 +109,9 @@ struct StepSessionOptions {
   // (SemiSyncStepSession).
   int local_steps = 0;
   OptimizerConfig outer_optimizer;
+  // Semi-synchronous: where the worker keeps its inner optimizer's state
+  // for a replacement to go on with (InnerStateStore); empty: nowhere.
+  std::string inner_state_dir;
   // The clock and sleeps of the rejoin backoff. Not owned.
   Env* env = Env::Default();
   // After a retryable failure, register again for at most this long since

@@ -1,0 +1,89 @@
+#include "worker/exchange/inner_state_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
+#include "common/formats/safetensors.h"
+
+namespace lockstep {
+namespace {
+
+constexpr absl::string_view kSuffix = ".safetensors";
+
+}  // namespace
+
+std::string InnerStateStore::PathOf(int64_t version) const {
+  return absl::StrCat(dir_, "/inner-rank", rank_, "-v", version, kSuffix);
+}
+
+absl::StatusOr<std::vector<int64_t>> InnerStateStore::Versions() const {
+  std::vector<int64_t> versions;
+  absl::StatusOr<std::vector<std::string>> names = env_->GetChildren(dir_);
+  if (absl::IsNotFound(names.status())) return versions;
+  RETURN_IF_ERROR(names.status());
+  const std::string prefix = absl::StrCat("inner-rank", rank_, "-v");
+  for (absl::string_view name : *names) {
+    int64_t version = 0;
+    if (absl::ConsumePrefix(&name, prefix) &&
+        absl::ConsumeSuffix(&name, kSuffix) &&
+        absl::SimpleAtoi(name, &version) && version >= 0) {
+      versions.push_back(version);
+    }
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+absl::Status InnerStateStore::Save(int64_t version, Optimizer& optimizer) {
+  const auto slots = optimizer.Slots();
+  if (slots.empty()) return absl::OkStatus();
+  std::vector<TensorInfo> tensors;
+  std::vector<float> flat;
+  for (const auto& [name, values] : slots) {
+    tensors.push_back({name, {static_cast<int64_t>(values.size())}});
+    flat.insert(flat.end(), values.begin(), values.end());
+  }
+  RETURN_IF_ERROR(env_->CreateDirs(dir_));
+  RETURN_IF_ERROR(WriteSafetensors(PathOf(version), tensors, flat, env_));
+  ASSIGN_OR_RETURN(std::vector<int64_t> versions, Versions());
+  // Newest kKeep stay; a failed removal only leaves a file behind.
+  const int extra = static_cast<int>(versions.size()) - kKeep;
+  for (int i = 0; i < extra; ++i) {
+    env_->RemoveFile(PathOf(versions[i])).IgnoreError();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> InnerStateStore::Load(int64_t version,
+                                           Optimizer& optimizer) const {
+  const auto slots = optimizer.Slots();
+  if (slots.empty()) return false;
+  const std::string path = PathOf(version);
+  absl::StatusOr<std::vector<NamedTensor>> file = ReadSafetensors(path, env_);
+  if (absl::IsNotFound(file.status())) return false;
+  RETURN_IF_ERROR(file.status());
+  std::vector<TensorInfo> want;
+  for (const auto& [name, values] : slots) {
+    want.push_back({name, {static_cast<int64_t>(values.size())}});
+  }
+  absl::StatusOr<std::vector<float>> flat = FlattenByName(want, *file);
+  if (!flat.ok() || file->size() != want.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " holds another optimizer's or model's state (",
+                     flat.ok() ? "other slots" : flat.status().message(),
+                     "): is --inner_state_dir another job's?"));
+  }
+  size_t at = 0;
+  for (const auto& [name, values] : slots) {
+    std::copy(flat->begin() + at, flat->begin() + at + values.size(),
+              values.begin());
+    at += values.size();
+  }
+  return true;
+}
+
+}  // namespace lockstep
