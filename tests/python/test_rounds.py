@@ -31,6 +31,9 @@ class RoundsTest(unittest.TestCase):
         cases = [
             ({"sync": "diloco", "optimizer": AVERAGE}, "no summation mode"),
             ({"local_steps": 5}, "need sync=localsgd or diloco"),
+            ({"inner_state_dir": "/tmp"}, "inner_state_dir need sync="),
+            ({"sync": "diloco", "inner_state_dir": "/proc/self"},
+             "inner_state_dir: cannot write /proc/self/"),
             ({"sync": "diloco", "local_steps": 1},
              "local_steps must be in [2, 1000000], got 1"),
             ({"sync": "localsgd", "outer_momentum": 0.5},

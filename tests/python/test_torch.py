@@ -83,6 +83,24 @@ class CrossImplementationTest(unittest.TestCase):
         # worker for 5 steps, then the servers' Nesterov step on the change.
         self.check("sgd", 0.1, ["--sync=diloco", "--local_steps=5"])
 
+    def test_diloco_rounds_saving_their_inner_state(self):
+        from lockstep import _native
+        # inner_state_dir changes nothing of the rounds (momentum SGD, as
+        # lockstep_worker's), and holds the momentum by version: 20 steps
+        # in rounds of 5 make versions 1 to 4, the newest 3 kept.
+        folder = tempfile.mkdtemp()
+        self.check("momentum", 0.05, ["--sync=diloco", "--local_steps=5",
+                                      f"--inner_state_dir={folder}"])
+        names = sorted(os.listdir(folder))
+        self.assertEqual(names, [f"inner-rank0-v{v}.safetensors"
+                                 for v in (2, 3, 4)])
+        saved = {n: v for n, _, v in _native.read_safetensors(
+            os.path.join(folder, names[-1]))}
+        self.assertEqual(sorted(saved), ["momentum"])
+        self.assertEqual(saved["momentum"].size,
+                         784 * 128 + 128 + 128 * 10 + 10)
+        self.assertGreater(float(np.abs(saved["momentum"]).max()), 0.0)
+
     def test_diloco_rounds_of_the_users_own_optimizer(self):
         # DistributedOptimizer over torch.optim.SGD: the user's optimizer
         # takes the local steps, and the rounds are lockstep_worker's.

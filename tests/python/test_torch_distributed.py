@@ -108,6 +108,11 @@ class RoundsTest(unittest.TestCase):
         self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
         self.assertIn("runs the optimizer it wraps; it takes no "
                       "learning_rate", e.exception.message)
+        # Its inner state is the torch optimizer's, not a named one's.
+        with self.assertRaises(ls.LockstepError) as e:
+            ls.DistributedOptimizer(opt, model, sync="diloco",
+                                    inner_state_dir="/tmp")
+        self.assertIn("save its state_dict", e.exception.message)
         server = harness.Server(1)
         try:
             opt = ls.DistributedOptimizer(

@@ -34,6 +34,8 @@ p.add_argument("--step_sleep_ms", type=int, default=0)
 p.add_argument("--sync", default="sync")
 p.add_argument("--local_steps", type=int, default=0,
                help="localsgd, diloco: steps between exchanges")
+p.add_argument("--inner_state_dir", default=None,
+               help="localsgd, diloco: where the inner state is saved")
 p.add_argument("--distributed", action="store_true",
                help="DistributedOptimizer over torch.optim's --optimizer")
 p.add_argument("--freeze", action="store_true",
@@ -79,6 +81,8 @@ if args.freeze:
     model[0].requires_grad_(False)
 
 rounds = {"local_steps": args.local_steps} if args.local_steps else {}
+if args.inner_state_dir:
+    rounds["inner_state_dir"] = args.inner_state_dir
 if args.distributed:  # Rounds of the user's own torch optimizer.
     inner = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}[args.optimizer]
     opt = ls.DistributedOptimizer(inner(model.parameters(), lr=args.lr), model,

@@ -20,7 +20,7 @@ def _bad(message):
 
 
 def check_modes(optimizer, sync, backup_workers, local_steps, outer_lr,
-                outer_momentum):
+                outer_momentum, inner_state_dir=None):
     """Refuses settings that cannot hold together (INVALID_ARGUMENT);
     returns the rounds mode ("" when steps are not in rounds) and the
     local steps (default lockstep_worker's --local_steps')."""
@@ -40,9 +40,10 @@ def check_modes(optimizer, sync, backup_workers, local_steps, outer_lr,
         raise _bad(f"sync must be one of "
                    f"{', '.join(SYNC_MODES + ROUNDS_MODES)}, got {sync!r}")
     if not rounds and (local_steps is not None or outer_lr is not None
-                       or outer_momentum is not None):
-        raise _bad("local_steps, outer_lr and outer_momentum need sync="
-                   "localsgd or diloco")
+                       or outer_momentum is not None
+                       or inner_state_dir is not None):
+        raise _bad("local_steps, outer_lr, outer_momentum and "
+                   "inner_state_dir need sync=localsgd or diloco")
     if local_steps is None:
         local_steps = _native.DEFAULT_LOCAL_STEPS
     local_steps = int(local_steps)

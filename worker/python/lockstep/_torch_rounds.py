@@ -39,6 +39,10 @@ class RoundsExchange:
 
     def __init__(self, optimizer, model, cluster, job_options):
         params, fixed, buffers = optimizer_tensors(optimizer, model)
+        if "inner_state_dir" in job_options:
+            raise error("INVALID_ARGUMENT", "inner_state_dir saves a named "
+                        "optimizer's state; DistributedOptimizer's is the "
+                        "torch optimizer it wraps (save its state_dict)")
         inner = [k for k in INNER_SETTINGS if k in job_options]
         if inner:
             raise error("INVALID_ARGUMENT", "DistributedOptimizer runs the "

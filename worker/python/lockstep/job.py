@@ -89,7 +89,10 @@ class Job:
         worker's own weights within a round, and the servers apply the
         outer optimizer (outer_lr, outer_momentum: lockstep_worker's
         --outer_* flags) to the workers' mean change; next_step counts
-        local steps, version rounds.
+        local steps, version rounds. inner_state_dir (lockstep_worker's
+        --inner_state_dir): a folder where the optimizer's state is saved
+        before each round's push, for a replacement of this rank to go on
+        with.
       total_steps: the job's length in global steps, checked against every
         other worker's at registration (0: not checked).
       cluster: a Cluster; default Cluster.from_env().
@@ -104,7 +107,7 @@ class Job:
                  learning_rate=None, momentum=None, nesterov=None, beta_1=None,
                  beta_2=None, epsilon=None, weight_decay=None, sync="sync",
                  backup_workers=0, staleness=None, local_steps=None,
-                 outer_lr=None, outer_momentum=None,
+                 outer_lr=None, outer_momentum=None, inner_state_dir=None,
                  chunk_bytes=DEFAULT_CHUNK_BYTES, total_steps=0, cluster=None,
                  lr_schedule=None,
                  push_window=-1, push_thread=False, connect_timeout_s=60.0,
@@ -114,7 +117,7 @@ class Job:
         install_exit_codes()
         rounds, local_steps = check_modes(optimizer, sync, backup_workers,
                                           local_steps, outer_lr,
-                                          outer_momentum)
+                                          outer_momentum, inner_state_dir)
         self.cluster = cluster if cluster is not None else Cluster.from_env()
         self.tensors, offset = [], 0
         for name, shape in tensors:
@@ -162,7 +165,8 @@ class Job:
             tls_key=c.tls_key, tls_server_name=c.tls_server_name,
             token_file=c.token_file, standby_servers=c.standby_servers,
             rounds=rounds, local_steps=self.local_steps, outer_lr=outer_lr,
-            outer_momentum=outer_momentum)
+            outer_momentum=outer_momentum,
+            inner_state_dir=inner_state_dir or "")
         self.version = -1   # The weights' version once joined.
         self.steps = 0      # Steps this worker took part in.
         self._next_step = 0  # The session's: the step to compute next.

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/env.h"
 #include "worker/exchange/semi_sync_step_session.h"
 
 namespace lockstep {
@@ -39,6 +40,16 @@ Client::Client(ClientOptions o) {
     options.outer_optimizer = ValueOrThrow(
         OuterOptimizer(o.rounds, o.outer_lr, o.outer_momentum,
                        OuterOptimizerNames{"outer_lr", "outer_momentum"}));
+    if (!o.inner_state_dir.empty()) {
+      // Refused now, not at the first round's end.
+      absl::Status can = Env::Default()->CreateDirs(o.inner_state_dir);
+      if (can.ok()) {
+        can = CheckCanWriteFile("inner_state_dir",
+                                o.inner_state_dir + "/inner-state.probe");
+      }
+      if (!can.ok()) ThrowIfError(absl::InvalidArgumentError(can.message()));
+      options.inner_state_dir = o.inner_state_dir;
+    }
   }
   session_ = ValueOrThrow(StepSession::Create(std::move(options)));
 }

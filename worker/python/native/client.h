@@ -44,8 +44,11 @@ struct ClientOptions {
   // optimizer, then the servers' outer one); empty: every step.
   std::string rounds;
   int local_steps = 0;
-  std::optional<double> outer_lr;        // Unset: the mode's default.
+  std::optional<double> outer_lr;  // Unset: the mode's default.
   std::optional<double> outer_momentum;
+  // Rounds: where the inner optimizer's state is saved for a replacement
+  // (StepSessionOptions::inner_state_dir); empty: nowhere.
+  std::string inner_state_dir;
 };
 
 // What a worker registers with (the model signature's parts, as Python

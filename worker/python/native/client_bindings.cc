@@ -18,19 +18,15 @@ namespace py = pybind11;
 namespace lockstep {
 namespace {
 
-std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
-                                  std::string wire_dtype, int push_window,
-                                  bool push_thread, double connect_timeout_s,
-                                  double rpc_timeout_s, double step_timeout_s,
-                                  double rejoin_timeout_s, uint64_t seed,
-                                  std::string tls_ca, std::string tls_cert,
-                                  std::string tls_key,
-                                  std::string tls_server_name,
-                                  std::string token_file, bool insecure,
-                                  std::vector<std::string> standby_servers,
-                                  std::string rounds, int local_steps,
-                                  std::optional<double> outer_lr,
-                                  std::optional<double> outer_momentum) {
+std::unique_ptr<Client> NewClient(
+    std::vector<std::string> servers, int rank, std::string wire_dtype,
+    int push_window, bool push_thread, double connect_timeout_s,
+    double rpc_timeout_s, double step_timeout_s, double rejoin_timeout_s,
+    uint64_t seed, std::string tls_ca, std::string tls_cert,
+    std::string tls_key, std::string tls_server_name, std::string token_file,
+    bool insecure, std::vector<std::string> standby_servers, std::string rounds,
+    int local_steps, std::optional<double> outer_lr,
+    std::optional<double> outer_momentum, std::string inner_state_dir) {
   ClientOptions o;
   o.servers = std::move(servers);
   o.standby_servers = std::move(standby_servers);
@@ -58,6 +54,7 @@ std::unique_ptr<Client> NewClient(std::vector<std::string> servers, int rank,
   o.local_steps = local_steps;
   o.outer_lr = outer_lr;
   o.outer_momentum = outer_momentum;
+  o.inner_state_dir = std::move(inner_state_dir);
   return std::make_unique<Client>(std::move(o));
 }
 
@@ -122,7 +119,8 @@ void BindClient(py::module_& m) {
            py::arg("standby_servers") = std::vector<std::string>(),
            py::arg("rounds") = "", py::arg("local_steps") = 0,
            py::arg("outer_lr") = py::none(),
-           py::arg("outer_momentum") = py::none())
+           py::arg("outer_momentum") = py::none(),
+           py::arg("inner_state_dir") = "")
       .def("join", &JoinJob, py::arg("tensors"), py::arg("state_tensors"),
            py::arg("optimizer"), py::arg("learning_rate"), py::arg("momentum"),
            py::arg("nesterov"), py::arg("beta_1"), py::arg("beta_2"),
