@@ -57,6 +57,23 @@ TEST(InnerStateStoreTest, SavesByVersionKeepsTheNewestAndReadsBack) {
   EXPECT_EQ(SlotValues(*other), std::vector<float>(8, 0.0f)) << "untouched";
 }
 
+// Files of versions above the one saved are another history's (an earlier
+// run in the folder, or the servers stepped back): a save removes them, as
+// does joining below them, so that none is taken later or crowds out the
+// new ones.
+TEST(InnerStateStoreTest, AnotherHistorysFilesGo) {
+  const std::string dir = ::testing::TempDir() + "/inner-store/history";
+  InnerStateStore store(dir, 0);
+  std::unique_ptr<Optimizer> adam = Adam(2);
+  for (int64_t v : {98, 99, 100}) ASSERT_TRUE(store.Save(v, *adam).ok());
+  store.ForgetAfter(99);
+  EXPECT_THAT(*store.Versions(), ::testing::ElementsAre(98, 99));
+  ASSERT_TRUE(store.Save(4, *adam).ok());
+  EXPECT_THAT(*store.Versions(), ::testing::ElementsAre(4));
+  ASSERT_TRUE(store.Save(5, *adam).ok());
+  EXPECT_THAT(*store.Versions(), ::testing::ElementsAre(4, 5));
+}
+
 // SGD has no state: nothing is written, nothing read.
 TEST(InnerStateStoreTest, AnOptimizerWithoutStateSavesNothing) {
   const std::string dir = ::testing::TempDir() + "/inner-store/sgd";

@@ -112,7 +112,9 @@ absl::Status ParseLocalSteps(const std::string& sync,
     // Refused now, not at the first round's end.
     absl::Status can = Env::Default()->CreateDirs(dir);
     if (can.ok()) {
-      can = CheckCanWriteFile("--inner_state_dir", dir + "/inner-state.probe");
+      can = CheckCanWriteFile(
+          "--inner_state_dir",
+          absl::StrCat(dir, "/inner-rank", session->rank, ".probe"));
     }
     if (!can.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -49,13 +49,24 @@ absl::Status InnerStateStore::Save(int64_t version, Optimizer& optimizer) {
   }
   RETURN_IF_ERROR(env_->CreateDirs(dir_));
   RETURN_IF_ERROR(WriteSafetensors(PathOf(version), tensors, flat, env_));
+  // Versions (version - kKeep, version] stay: older ones are no longer
+  // needed, newer ones are another history's (the servers stepped back, or
+  // the folder was an earlier run's). A failed removal leaves a file.
   ASSIGN_OR_RETURN(std::vector<int64_t> versions, Versions());
-  // Newest kKeep stay; a failed removal only leaves a file behind.
-  const int extra = static_cast<int>(versions.size()) - kKeep;
-  for (int i = 0; i < extra; ++i) {
-    env_->RemoveFile(PathOf(versions[i])).IgnoreError();
+  for (int64_t v : versions) {
+    if (v <= version - kKeep || v > version) {
+      env_->RemoveFile(PathOf(v)).IgnoreError();
+    }
   }
   return absl::OkStatus();
+}
+
+void InnerStateStore::ForgetAfter(int64_t version) {
+  absl::StatusOr<std::vector<int64_t>> versions = Versions();
+  if (!versions.ok()) return;
+  for (int64_t v : *versions) {
+    if (v > version) env_->RemoveFile(PathOf(v)).IgnoreError();
+  }
 }
 
 absl::StatusOr<bool> InnerStateStore::Load(int64_t version,

@@ -5,7 +5,7 @@
 // trajectory. Before each round's push the worker saves the state that the
 // next round starts with, named by that round's version
 // (DIR/inner-rank<R>-v<V>.safetensors: one float32 tensor per optimizer
-// slot, readable by any safetensors tool), and keeps its newest kKeep.
+// slot, readable by any safetensors tool), and keeps the kKeep up to it.
 // A replacement that joins at version V takes the state saved for V, so a
 // worker killed at any point of a round, or the servers stepped back by
 // fewer than kKeep rounds, go on as if nothing happened.
@@ -40,9 +40,14 @@ class InnerStateStore final {
 
   // Writes `optimizer`'s state as the one `version` starts with (creating
   // the folder; atomically: a kill leaves the file whole or absent), then
-  // removes this rank's files older than the newest kKeep. An optimizer
-  // without state (SGD) writes nothing.
+  // removes this rank's files of versions kKeep or more below it, and
+  // those above it (another history's). An optimizer without state (SGD)
+  // writes nothing.
   absl::Status Save(int64_t version, Optimizer& optimizer);
+
+  // Removes this rank's files of versions above `version` (a job that
+  // joins there: they are another history's, not to be taken later).
+  void ForgetAfter(int64_t version);
 
   // Loads the state saved for `version` into `optimizer`: true when it
   // did, false when there is none (NOT_FOUND is not an error);

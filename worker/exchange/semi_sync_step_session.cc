@@ -95,11 +95,25 @@ void SemiSyncStepSession::ResumeInner(int64_t version) {
     SetInnerState(inner_anchor_);
     return;
   }
-  if (!store_.has_value()) return;
+  if (store_.has_value()) LoadInner(version, /*say_loaded=*/false);
+}
+
+void SemiSyncStepSession::LoadInner(int64_t version, bool say_loaded) {
+  if (inner_->Slots().empty()) return;
   absl::StatusOr<bool> loaded = store_->Load(version, *inner_);
+  const std::string path = store_->PathOf(version);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s: %s; the inner state goes on as it stands\n",
                  who_.c_str(), std::string(loaded.status().message()).c_str());
+  } else if (!*loaded) {
+    std::fprintf(stderr,
+                 "%s: no inner optimizer state saved for version %lld (%s): "
+                 "the inner state goes on as it stands\n",
+                 who_.c_str(), static_cast<long long>(version), path.c_str());
+  } else if (say_loaded) {
+    std::fprintf(stderr,
+                 "%s: the inner optimizer's state for version %lld from %s\n",
+                 who_.c_str(), static_cast<long long>(version), path.c_str());
   }
 }
 
@@ -147,22 +161,12 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::Join(
   ps_open_ = false;
   ASSIGN_OR_RETURN(StepOutcome at, rounds_->Join(outer, std::move(initial),
                                                  weights, {}, timeout));
-  if (store_.has_value() && !inner_->Slots().empty() && at.version > 0) {
-    // A replacement, or a job restored from the servers' checkpoints.
-    ASSIGN_OR_RETURN(const bool loaded, store_->Load(at.version, *inner_));
-    if (loaded) {
-      std::fprintf(stderr,
-                   "%s: the inner optimizer's state for version %lld from "
-                   "%s\n",
-                   who_.c_str(), static_cast<long long>(at.version),
-                   store_->PathOf(at.version).c_str());
-    } else {
-      std::fprintf(stderr,
-                   "%s: no inner optimizer state saved for version %lld "
-                   "(%s): the rounds start with a fresh one\n",
-                   who_.c_str(), static_cast<long long>(at.version),
-                   store_->PathOf(at.version).c_str());
-    }
+  if (store_.has_value() && !inner_->Slots().empty()) {
+    // Files past this version are another history's.
+    store_->ForgetAfter(at.version);
+    // A replacement, or a job restored from the servers' checkpoints. A
+    // file it cannot take only costs exactness: said, not fatal.
+    if (at.version > 0) LoadInner(at.version, /*say_loaded=*/true);
   }
   return StartRound(at);
 }

@@ -96,6 +96,9 @@ class SemiSyncStepSession final : public StepSession {
   // its own start's; another version's what the store saved for it (as it
   // stands when there is none).
   void ResumeInner(int64_t version);
+  // The state the store saved for `version`, if any; says what it took
+  // (`say_loaded`) or why it took none.
+  void LoadInner(int64_t version, bool say_loaded);
 
   const int rank_;
   const int64_t local_steps_;

@@ -44,8 +44,9 @@ Client::Client(ClientOptions o) {
       // Refused now, not at the first round's end.
       absl::Status can = Env::Default()->CreateDirs(o.inner_state_dir);
       if (can.ok()) {
-        can = CheckCanWriteFile("inner_state_dir",
-                                o.inner_state_dir + "/inner-state.probe");
+        can = CheckCanWriteFile(
+            "inner_state_dir",
+            absl::StrCat(o.inner_state_dir, "/inner-rank", o.rank, ".probe"));
       }
       if (!can.ok()) ThrowIfError(absl::InvalidArgumentError(can.message()));
       options.inner_state_dir = o.inner_state_dir;
