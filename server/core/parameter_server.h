@@ -188,12 +188,19 @@ class ParameterServer final {
 
   // An all-reduce rank's reports of its steps (Coordinator.ReportSteps),
   // for the straggler verdict (ActivityLog::NoteReports); INVALID_ARGUMENT
-  // for a rank outside the job.
+  // for a rank outside the job, FAILED_PRECONDITION once a model is
+  // registered (a parameter-server job).
   absl::Status NoteStepReports(int rank, absl::Span<const StepReport> reports) {
     if (rank < 0 || rank >= options_.num_workers) {
       return absl::InvalidArgumentError(
           absl::StrCat("rank ", rank, " is outside the job's ",
                        options_.num_workers, " workers"));
+    }
+    if (barriers_.layout() != nullptr) {
+      // A parameter-server job: its pushes carry the reports, and the
+      // window counts their arrivals, which these would overwrite.
+      return absl::FailedPreconditionError(
+          "this job pushes to the servers, whose pushes carry its reports");
     }
     activity_.NoteReports(rank, options_.env->Now(), reports);
     return absl::OkStatus();

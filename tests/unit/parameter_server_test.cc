@@ -75,6 +75,23 @@ TEST_F(ParameterServerTest, BarrierAveragesAndAppliesOnce) {
   EXPECT_EQ(c.bytes_received, 2 * 5 * 4);
 }
 
+// An all-reduce rank's reports (Coordinator.ReportSteps) fill its window
+// while no model is registered; a PS job's pushes carry its reports, and
+// the window counts their arrivals, so reports are refused there.
+TEST_F(ParameterServerTest, StepReportsAreAnAllReduceJobsOnly) {
+  auto ps = ParameterServer::Create({/*num_workers=*/2});
+  ASSERT_TRUE(ps.ok());
+  const std::vector<StepReport> one = {{0, 10, 20, 0, 30}};
+  ASSERT_TRUE((*ps)->NoteStepReports(1, one).ok());
+  EXPECT_EQ((*ps)->GetStatus().workers[1].window.reports, 1);
+  EXPECT_EQ((*ps)->NoteStepReports(2, one).code(),
+            absl::StatusCode::kInvalidArgument);
+  SetUpJob();
+  EXPECT_EQ(ps_->NoteStepReports(1, one).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ps_->GetStatus().workers[1].window.reports, 0);
+}
+
 TEST_F(ParameterServerTest, DuplicatePushIsCountedOnce) {
   SetUpJob();
   Reply a, a_again, b;

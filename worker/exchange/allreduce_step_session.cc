@@ -182,6 +182,9 @@ absl::StatusOr<StepPlan> AllReduceStepSession::BeginStep() {
   }
   plan.sum_shards_locally = true;
   plan.streams = false;
+  // A member that computes absent ranks' shards too takes longer for it:
+  // such a step says nothing of the rank's own speed.
+  report_step_ = plan.batch_shards.size() == 1;
   plan.gradient = !lent_gradient_.empty()
                       ? lent_gradient_
                       : absl::MakeSpan(sum_).first(weights_.size());
@@ -251,7 +254,7 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::FinishStep() {
   recovery_.StepSucceeded();
   // The collective is the step's wait (no pushes: push is 0).
   const StepReport report = clock_.Finished(version_ - 1, absl::Now());
-  if (contact_ != nullptr) contact_->Report(report);
+  if (contact_ != nullptr && report_step_) contact_->Report(report);
   StepOutcome done;
   done.version = done.next_step = version_;
   if (regroup_ && !agreed_stop_ &&
@@ -270,8 +273,10 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::FinishStep() {
 }
 
 absl::Status AllReduceStepSession::AbandonStep() {
-  // Nothing was sent: the weights are still the step's.
+  // Nothing was sent: the weights are still the step's. The next step's
+  // report counts from now, not from the abandoned one's start.
   in_step_ = false;
+  clock_.Restart(absl::Now());
   return absl::OkStatus();
 }
 
@@ -340,8 +345,9 @@ absl::Status AllReduceStepSession::Leave(const LeaveNote& note) {
   if (Elastic() && coordinator_ != nullptr) {
     // The others need not wait out the coordinator's grace for this rank
     // before they re-form (quorum): a courtesy, like the Leave below.
-    coordinator_->LeaveGroup(reducer_options_.group, reducer_options_.rank,
-                             absl::Now() + absl::Milliseconds(500))
+    coordinator_
+        ->LeaveGroup(reducer_options_.group, reducer_options_.rank,
+                     absl::Now() + absl::Milliseconds(500))
         .IgnoreError();
   }
   if (server_ == nullptr) return absl::OkStatus();

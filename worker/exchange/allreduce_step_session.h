@@ -155,6 +155,7 @@ class AllReduceStepSession final : public StepSession {
   // and the bearer of its step reports (no shard sees this job's steps).
   std::unique_ptr<ContactThread> contact_;
   StepReportClock clock_;
+  bool report_step_ = true;  // The step computes this rank's shard alone.
   std::thread watch_;
   std::atomic<bool> joiner_seen_{false};
   absl::Mutex watch_mu_;

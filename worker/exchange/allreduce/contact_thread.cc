@@ -10,6 +10,9 @@ namespace {
 
 // The most reports one ReportSteps carries (the server takes up to 64).
 constexpr size_t kMaxPending = 64;
+// How long a server that answered UNIMPLEMENTED gets pings only (it may be
+// replaced by a newer one meanwhile).
+constexpr absl::Duration kReportsRetry = absl::Seconds(60);
 
 }  // namespace
 
@@ -31,7 +34,10 @@ ContactThread::~ContactThread() {
 
 void ContactThread::Report(const StepReport& report) {
   absl::MutexLock lock(&mu_);
-  if (!reporting_) return;
+  if (!reporting_) {
+    if (absl::Now() < reports_off_until_) return;
+    reporting_ = true;
+  }
   pending_.push_back(report);
   if (pending_.size() > kMaxPending) pending_.pop_front();
 }
@@ -55,11 +61,16 @@ void ContactThread::Run() {
       coordinator_->Ping(key_, next).IgnoreError();
     } else {
       const absl::Status sent = coordinator_->ReportSteps(rank_, reports, next);
+      if (absl::IsUnimplemented(sent)) {
+        // An older server, which noted no contact: a ping does.
+        coordinator_->Ping(key_, next).IgnoreError();
+      }
       absl::MutexLock lock(&mu_);
       if (sent.ok()) {
         sent_ += static_cast<int64_t>(reports.size());
       } else if (absl::IsUnimplemented(sent)) {
-        reporting_ = false;  // An older server: its contact is a ping.
+        reporting_ = false;
+        reports_off_until_ = absl::Now() + kReportsRetry;
         pending_.clear();
       }
     }

@@ -6,9 +6,9 @@
 // counted a job whose ranks were all lost would never be. Each tick carries
 // the rank's reports of its steps since the last one (ReportSteps), for the
 // server's straggler verdict, or pings (CoordinatorClient::Ping) when there
-// are none or the server predates reports. A call that fails (the
-// coordinator away) is only tried again at the next tick, its reports
-// dropped: training does not depend on it.
+// are none or the server predates reports (tried again each minute). A
+// call that fails (the coordinator away) is only tried again at the next
+// tick, its reports dropped: training does not depend on it.
 //
 // Thread-safe; the destructor stops the thread.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_CONTACT_THREAD_H_
@@ -54,8 +54,10 @@ class ContactThread final {
   mutable absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<StepReport> pending_ ABSL_GUARDED_BY(mu_);
-  // False once the coordinator answered UNIMPLEMENTED: pings only.
+  // False once the coordinator answered UNIMPLEMENTED: pings only, until
+  // reports_off_until_ (then reports are tried again).
   bool reporting_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Time reports_off_until_ ABSL_GUARDED_BY(mu_);
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // Last: starts once the rest is set.
 };
