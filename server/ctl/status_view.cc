@@ -93,11 +93,12 @@ namespace {
 // The job's first lines: its version, workers, shards and server time, and
 // the model.
 std::string JobHeader(const std::vector<const ShardStatus*>& ok,
-                      size_t num_shards, int64_t version) {
+                      size_t num_shards, int64_t version, bool allreduce) {
   const int workers = ok[0]->num_workers;
   std::string out = absl::StrCat(
       "Lockstep job: ",
       version >= 0 ? absl::StrCat("version ", version, " (step ", version, ")")
+      : allreduce  ? std::string("all-reduce among the workers")
                    : std::string("no weights yet"),
       ", ", workers, workers == 1 ? " worker, " : " workers, ", num_shards,
       num_shards == 1 ? " shard" : " shards", "  [",
@@ -111,6 +112,20 @@ std::string JobHeader(const std::vector<const ShardStatus*>& ok,
     }
   }
   return out;
+}
+
+// An all-reduce job's server: no model registered, no rank registered, and
+// steps that only the ranks' own reports (Coordinator.ReportSteps) made.
+bool AllReduceJob(const std::vector<const ShardStatus*>& ok,
+                  const std::vector<RankView>& ranks, int64_t version) {
+  if (version >= 0) return false;
+  for (const ShardStatus* s : ok) {
+    if (!s->model.empty() || !s->registered_ranks.empty()) return false;
+  }
+  for (const RankView& r : ranks) {
+    if (r.last_step >= 0) return true;
+  }
+  return false;
 }
 
 // Each rank as the shards that answered see it together; `version` is the
@@ -143,13 +158,18 @@ std::vector<RankView> ViewRanks(const std::vector<const ShardStatus*>& ok,
 // has pushed the step under way.
 std::string StepLine(const std::vector<ShardReading>& shards,
                      const ShardStatus& first,
-                     const std::vector<RankView>& ranks, int64_t version) {
+                     const std::vector<RankView>& ranks, int64_t version,
+                     bool allreduce) {
   std::vector<int> pushed, awaited;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     if (ranks[r].finished) continue;
     (ranks[r].pushed && version >= 0 ? pushed : awaited).push_back(r);
   }
   if (JobFinished(shards)) return "Every worker has left: the job is done\n";
+  if (allreduce) {
+    return "The ranks train among themselves; their steps as they report "
+           "them:\n";
+  }
   if (version < 0) {
     return absl::StrCat(
         "Waiting for version 0 (rank 0 uploads it); "
@@ -163,7 +183,8 @@ std::string StepLine(const std::vector<ShardReading>& shards,
 
 // A row per rank: its state, the step under way, its last contact and
 // step.
-std::string RankTable(const std::vector<RankView>& ranks, int64_t version) {
+std::string RankTable(const std::vector<RankView>& ranks, int64_t version,
+                      bool allreduce) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"RANK", "STATE",
                   version >= 0 ? absl::StrCat("STEP ", version) : "STEP",
@@ -171,12 +192,13 @@ std::string RankTable(const std::vector<RankView>& ranks, int64_t version) {
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankView& v = ranks[r];
     const bool seen = v.age != absl::InfiniteDuration();
-    const char* state = v.finished     ? "finished"
-                        : v.registered ? (v.last_step >= 0 ? "training"
-                                                           : "joined")
-                        : seen         ? "away"
-                                       : "absent";
-    const char* step = v.finished ? "left"
+    // An all-reduce rank registers nowhere: in touch is in the job.
+    const bool in = v.registered || (allreduce && seen);
+    const char* state = v.finished ? "finished"
+                        : in       ? (v.last_step >= 0 ? "training" : "joined")
+                        : seen     ? "away"
+                                   : "absent";
+    const char* step = v.finished    ? "left"
                        : version < 0 ? "-"
                        : v.pushed    ? "pushed"
                                      : "awaited";
@@ -205,8 +227,8 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
     const std::string health =
         r.health.ok() ? std::string(HealthStatusName(*r.health)) : "?";
     if (!r.status.ok()) {
-      rows.push_back({absl::StrCat(i), r.address, health, "?", "?", "?", "?",
-                      "?", "?"});
+      rows.push_back(
+          {absl::StrCat(i), r.address, health, "?", "?", "?", "?", "?", "?"});
       errors.push_back(std::string(r.status.status().message()));
       continue;
     }
@@ -222,7 +244,8 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
   std::string out = RenderTable(rows);
   if (!refused.empty()) {
     std::vector<std::string> parts;
-    for (const auto& [code, n] : refused) parts.push_back(absl::StrCat(code, " ", n));
+    for (const auto& [code, n] : refused)
+      parts.push_back(absl::StrCat(code, " ", n));
     absl::StrAppend(&out, "Refused pushes: ", absl::StrJoin(parts, ", "), "\n");
   }
   if (given_up > 0) {
@@ -250,9 +273,11 @@ std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
   int64_t version = ok[0]->version;
   for (const ShardStatus* s : ok) version = std::min(version, s->version);
   const std::vector<RankView> ranks = ViewRanks(ok, version);
-  return absl::StrCat(JobHeader(ok, shards.size(), version),
-                      StepLine(shards, *ok[0], ranks, version), "\n",
-                      RankTable(ranks, version), "\n", ShardTable(shards));
+  const bool allreduce = AllReduceJob(ok, ranks, version);
+  return absl::StrCat(JobHeader(ok, shards.size(), version, allreduce),
+                      StepLine(shards, *ok[0], ranks, version, allreduce), "\n",
+                      RankTable(ranks, version, allreduce), "\n",
+                      ShardTable(shards));
 }
 
 }  // namespace lockstep

@@ -1,18 +1,18 @@
 #include "server/ctl/status_view.h"
 
-#include "common/model/signature_proto.h"
-#include "server/ctl/shard_client.h"
-
 #include <string>
 #include <vector>
 
+#include "common/model/signature_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/ctl/shard_client.h"
 
 namespace lockstep {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const absl::Time kNow = absl::FromUnixSeconds(1718000000);
 
@@ -102,6 +102,29 @@ TEST(StatusViewTest, StatesOfWorkers) {
   EXPECT_TRUE(JobFinished(readings));
   EXPECT_THAT(RenderJobStatus(readings),
               HasSubstr("Every worker has left: the job is done\n"));
+}
+
+// An all-reduce job's server registers no model and sees no pushes: its
+// ranks' reports (Coordinator.ReportSteps) are their last steps. It said
+// "Waiting for version 0" and every rank "away" before.
+TEST(StatusViewTest, AnAllReduceJobIsShownByItsRanksReports) {
+  ShardStatus s = Shard(0, -1);
+  s.num_shards = 1;
+  s.model.clear();
+  s.registered_ranks.clear();
+  for (ShardStatus::Worker& w : s.workers) w.last_step = 75;
+  s.workers[2].last_step = -1;  // Not reported yet.
+  s.workers[2].last_step_seconds = 0;
+  std::vector<ShardReading> readings = {{"a:1", s, HealthStatus::kServing}};
+  const std::string text = RenderJobStatus(readings);
+  EXPECT_THAT(text, HasSubstr("Lockstep job: all-reduce among the workers, "
+                              "3 workers, 1 shard  ["));
+  EXPECT_THAT(text, HasSubstr("The ranks train among themselves; their "
+                              "steps as they report them:\n"));
+  EXPECT_THAT(text, HasSubstr("0     training  -     0.1s ago      12.5 ms  "
+                              "  75"));
+  EXPECT_THAT(text, HasSubstr("2     joined    -     0.3s ago      -  "));
+  EXPECT_THAT(text, Not(HasSubstr("Waiting for version 0")));
 }
 
 TEST(StatusViewTest, UnreachableShardsAreNamed) {
