@@ -22,9 +22,9 @@
 // version it finds). With inner_state_dir the state of each round's end is
 // saved before its push (InnerStateStore), and a replacement process, or a
 // rejoin that finds another version, takes the state saved for the
-// version it starts from. The model's state (batch-norm
-// statistics) is this worker's own during a round and becomes the
-// workers' mean at each version.
+// version it starts from. The model's state (batch-norm statistics) is
+// this worker's own during a round and becomes the workers' mean at each
+// version.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_SEMI_SYNC_STEP_SESSION_H_
 #define LOCKSTEP_WORKER_EXCHANGE_SEMI_SYNC_STEP_SESSION_H_
 
