@@ -90,11 +90,14 @@ void SemiSyncStepSession::SetInnerState(const std::vector<float>& state) {
 }
 
 void SemiSyncStepSession::ResumeInner(int64_t version) {
-  if (version == version_ + 1) return;  // The state goes on.
+  // Past the next version: a backup worker's change was left out, as in a
+  // fault-free run, whose state goes on too.
+  if (version > version_) return;
   if (version == version_) {
     SetInnerState(inner_anchor_);
     return;
   }
+  // The servers stepped back.
   if (store_.has_value()) LoadInner(version, /*say_loaded=*/false);
 }
 

@@ -92,8 +92,9 @@ class SemiSyncStepSession final : public StepSession {
   std::vector<float> InnerState();
   void SetInnerState(const std::vector<float>& state);
   // The inner state a round at `version` starts with, after FinishStep
-  // found `version` where the round began at version_: a redone round's
-  // its own start's; another version's what the store saved for it (as it
+  // found `version` where the round began at version_: a later version's
+  // the state as it stands; a redone round's its own start's; an earlier
+  // one's (the servers stepped back) what the store saved for it (as it
   // stands when there is none).
   void ResumeInner(int64_t version);
   // The state the store saved for `version`, if any; says what it took
