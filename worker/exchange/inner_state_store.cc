@@ -14,7 +14,34 @@ namespace {
 
 constexpr absl::string_view kSuffix = ".safetensors";
 
+// Each slot as a tensor of the file.
+std::vector<TensorInfo> SlotTensors(Optimizer& optimizer) {
+  std::vector<TensorInfo> tensors;
+  for (const auto& [name, values] : optimizer.Slots()) {
+    tensors.push_back({name, {static_cast<int64_t>(values.size())}});
+  }
+  return tensors;
+}
+
 }  // namespace
+
+std::vector<float> FlatSlots(Optimizer& optimizer) {
+  std::vector<float> flat;
+  for (const auto& [name, values] : optimizer.Slots()) {
+    flat.insert(flat.end(), values.begin(), values.end());
+  }
+  return flat;
+}
+
+void SetFlatSlots(Optimizer& optimizer, absl::Span<const float> flat) {
+  size_t at = 0;
+  for (const auto& [name, values] : optimizer.Slots()) {
+    if (at + values.size() > flat.size()) return;  // Not the same kind.
+    std::copy(flat.begin() + at, flat.begin() + at + values.size(),
+              values.begin());
+    at += values.size();
+  }
+}
 
 std::string InnerStateStore::PathOf(int64_t version) const {
   return absl::StrCat(dir_, "/inner-rank", rank_, "-v", version, kSuffix);
@@ -39,16 +66,10 @@ absl::StatusOr<std::vector<int64_t>> InnerStateStore::Versions() const {
 }
 
 absl::Status InnerStateStore::Save(int64_t version, Optimizer& optimizer) {
-  const auto slots = optimizer.Slots();
-  if (slots.empty()) return absl::OkStatus();
-  std::vector<TensorInfo> tensors;
-  std::vector<float> flat;
-  for (const auto& [name, values] : slots) {
-    tensors.push_back({name, {static_cast<int64_t>(values.size())}});
-    flat.insert(flat.end(), values.begin(), values.end());
-  }
+  if (optimizer.Slots().empty()) return absl::OkStatus();
   RETURN_IF_ERROR(env_->CreateDirs(dir_));
-  RETURN_IF_ERROR(WriteSafetensors(PathOf(version), tensors, flat, env_));
+  RETURN_IF_ERROR(WriteSafetensors(PathOf(version), SlotTensors(optimizer),
+                                   FlatSlots(optimizer), env_));
   // Versions (version - kKeep, version] stay: older ones are no longer
   // needed, newer ones are another history's (the servers stepped back, or
   // the folder was an earlier run's). A failed removal leaves a file.
@@ -71,16 +92,12 @@ void InnerStateStore::ForgetAfter(int64_t version) {
 
 absl::StatusOr<bool> InnerStateStore::Load(int64_t version,
                                            Optimizer& optimizer) const {
-  const auto slots = optimizer.Slots();
-  if (slots.empty()) return false;
+  if (optimizer.Slots().empty()) return false;
   const std::string path = PathOf(version);
   absl::StatusOr<std::vector<NamedTensor>> file = ReadSafetensors(path, env_);
   if (absl::IsNotFound(file.status())) return false;
   RETURN_IF_ERROR(file.status());
-  std::vector<TensorInfo> want;
-  for (const auto& [name, values] : slots) {
-    want.push_back({name, {static_cast<int64_t>(values.size())}});
-  }
+  const std::vector<TensorInfo> want = SlotTensors(optimizer);
   absl::StatusOr<std::vector<float>> flat = FlattenByName(want, *file);
   if (!flat.ok() || file->size() != want.size()) {
     return absl::FailedPreconditionError(
@@ -88,12 +105,7 @@ absl::StatusOr<bool> InnerStateStore::Load(int64_t version,
                      flat.ok() ? "other slots" : flat.status().message(),
                      "): is --inner_state_dir another job's?"));
   }
-  size_t at = 0;
-  for (const auto& [name, values] : slots) {
-    std::copy(flat->begin() + at, flat->begin() + at + values.size(),
-              values.begin());
-    at += values.size();
-  }
+  SetFlatSlots(optimizer, *flat);
   return true;
 }
 

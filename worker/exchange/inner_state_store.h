@@ -21,10 +21,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "common/base/env.h"
 #include "common/optim/optimizer.h"
 
 namespace lockstep {
+
+// An optimizer's state vectors (Optimizer::Slots), one after another, and
+// back into an optimizer of the same kind and size.
+std::vector<float> FlatSlots(Optimizer& optimizer);
+void SetFlatSlots(Optimizer& optimizer, absl::Span<const float> flat);
 
 class InnerStateStore final {
  public:

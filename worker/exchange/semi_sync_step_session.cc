@@ -71,30 +71,12 @@ SemiSyncStepSession::SemiSyncStepSession(const StepSessionOptions& options,
   }
 }
 
-std::vector<float> SemiSyncStepSession::InnerState() {
-  std::vector<float> state;
-  for (const auto& [name, values] : inner_->Slots()) {
-    state.insert(state.end(), values.begin(), values.end());
-  }
-  return state;
-}
-
-void SemiSyncStepSession::SetInnerState(const std::vector<float>& state) {
-  size_t at = 0;
-  for (const auto& [name, values] : inner_->Slots()) {
-    if (at + values.size() > state.size()) return;  // Never: same optimizer.
-    std::copy(state.begin() + at, state.begin() + at + values.size(),
-              values.begin());
-    at += values.size();
-  }
-}
-
 void SemiSyncStepSession::ResumeInner(int64_t version) {
   // Past the next version: a backup worker's change was left out, as in a
   // fault-free run, whose state goes on too.
   if (version > version_) return;
   if (version == version_) {
-    SetInnerState(inner_anchor_);
+    SetFlatSlots(*inner_, inner_anchor_);
     return;
   }
   // The servers stepped back.
@@ -128,7 +110,7 @@ int64_t SemiSyncStepSession::RoundStart(int64_t version) const {
 StepOutcome SemiSyncStepSession::StartRound(StepOutcome at) {
   version_ = at.version;
   anchor_.assign(weights_.begin(), weights_.end());
-  inner_anchor_ = InnerState();
+  inner_anchor_ = FlatSlots(*inner_);
   step_ = RoundStart(at.next_step);
   at.next_step = step_;
   return at;
@@ -258,7 +240,7 @@ absl::Status SemiSyncStepSession::AbandonStep() {
   round_open_ = false;
   // The round starts again from its version, and its inner state.
   std::copy(anchor_.begin(), anchor_.end(), weights_.begin());
-  SetInnerState(inner_anchor_);
+  SetFlatSlots(*inner_, inner_anchor_);
   step_ = RoundStart(version_);
   if (!ps_open_) return absl::OkStatus();
   ps_open_ = false;

@@ -88,9 +88,6 @@ class SemiSyncStepSession final : public StepSession {
   // step_ is in.
   int64_t RoundStart(int64_t version) const;
   int64_t RoundEnd() const;
-  // The inner optimizer's slots, one after another, and back.
-  std::vector<float> InnerState();
-  void SetInnerState(const std::vector<float>& state);
   // The inner state a round at `version` starts with, after FinishStep
   // found `version` where the round began at version_: a later version's
   // the state as it stands; a redone round's its own start's; an earlier
