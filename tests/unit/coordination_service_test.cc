@@ -222,8 +222,9 @@ TEST_F(CoordinationServiceTest, WatchGroupSeesAJoinerAndCanBeCancelled) {
   client_->CancelWatch();
   cancelled.join();
   EXPECT_EQ(seen->status().code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(client_->WatchGroup("job", 1, -1, In(absl::Seconds(1))).status().code(),
-            absl::StatusCode::kCancelled)
+  EXPECT_EQ(
+      client_->WatchGroup("job", 1, -1, In(absl::Seconds(1))).status().code(),
+      absl::StatusCode::kCancelled)
       << "until ResetWatch";
 }
 
@@ -314,6 +315,31 @@ class ReportingCoordinationServiceTest : public CoordinationServiceTest {
   absl::Mutex mu_;
   std::vector<std::pair<int, StepReport>> got_ ABSL_GUARDED_BY(mu_);
 };
+
+// A rank that leaves sends the reports its last tick did not carry: with
+// a tick an hour apart, only Flush can have sent these two. Reports after
+// it are dropped.
+TEST_F(ReportingCoordinationServiceTest, FlushSendsWhatTheTicksDidNot) {
+  const absl::Time start = absl::Now();
+  ContactThread contact(client_.get(), "job/contact", absl::Hours(1), 3);
+  // Its first tick (a ping: nothing to report yet); the next is an hour on.
+  while (contact_.Latest() < start && absl::Now() < start + absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(contact_.Latest(), start);
+  contact.Report({5, 1, 2, 3, 4});
+  contact.Report({6, 1, 2, 3, 4});
+  contact.Flush(In(absl::Seconds(10)));
+  EXPECT_EQ(contact.reports_sent(), 2);
+  contact.Report({7, 1, 2, 3, 4});
+  contact.Flush(In(absl::Seconds(10)));
+  EXPECT_EQ(contact.reports_sent(), 2);
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(got_.size(), 2u);
+  EXPECT_EQ(got_[0].first, 3);
+  EXPECT_EQ(got_[0].second.step, 5);
+  EXPECT_EQ(got_[1].second.step, 6);
+}
 
 // Reports reach the sink in order, field for field, through a contact
 // thread's ticks; more than 64 at once and the sink's refusal are errors.

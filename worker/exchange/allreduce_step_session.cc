@@ -341,7 +341,10 @@ absl::StatusOr<std::vector<double>> AllReduceStepSession::Average(
 
 absl::Status AllReduceStepSession::Leave(const LeaveNote& note) {
   StopWatch();
-  contact_.reset();
+  if (contact_ != nullptr) {
+    contact_->Flush(absl::Now() + absl::Milliseconds(500));
+    contact_.reset();
+  }
   if (Elastic() && coordinator_ != nullptr) {
     // The others need not wait out the coordinator's grace for this rank
     // before they re-form (quorum): a courtesy, like the Leave below.

@@ -24,16 +24,34 @@ ContactThread::ContactThread(CoordinatorClient* coordinator, std::string key,
       rank_(rank),
       thread_([this] { Run(); }) {}
 
-ContactThread::~ContactThread() {
+ContactThread::~ContactThread() { Stop(); }
+
+void ContactThread::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+}
+
+void ContactThread::Flush(absl::Time deadline) {
+  Stop();
+  std::vector<StepReport> reports;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!reporting_) return;
+    reports.assign(pending_.begin(), pending_.end());
+    pending_.clear();
+  }
+  if (reports.empty()) return;
+  const absl::Status sent = coordinator_->ReportSteps(rank_, reports, deadline);
+  absl::MutexLock lock(&mu_);
+  if (sent.ok()) sent_ += static_cast<int64_t>(reports.size());
 }
 
 void ContactThread::Report(const StepReport& report) {
   absl::MutexLock lock(&mu_);
+  if (stop_) return;
   if (!reporting_) {
     if (absl::Now() < reports_off_until_) return;
     reporting_ = true;

@@ -8,7 +8,8 @@
 // server's straggler verdict, or pings (CoordinatorClient::Ping) when there
 // are none or the server predates reports (tried again each minute). A
 // call that fails (the coordinator away) is only tried again at the next
-// tick, its reports dropped: training does not depend on it.
+// tick, its reports dropped: training does not depend on it. A rank that
+// leaves sends what its last tick did not carry with Flush.
 //
 // Thread-safe; the destructor stops the thread.
 #ifndef LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_CONTACT_THREAD_H_
@@ -41,11 +42,18 @@ class ContactThread final {
   // the oldest pending one is dropped.
   void Report(const StepReport& report);
 
+  // Stops the ticks and sends the reports still pending, by `deadline` (a
+  // rank leaving: the last second of its steps would be lost otherwise).
+  // Report after Flush drops its report.
+  void Flush(absl::Time deadline);
+
   // Reports sent and accepted so far (for tests).
   int64_t reports_sent() const;
 
  private:
   void Run();
+  // Ends the thread, once.
+  void Stop();
 
   CoordinatorClient* const coordinator_;
   const std::string key_;
