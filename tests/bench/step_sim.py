@@ -273,30 +273,42 @@ def project(a):
     for m in a.model_bytes:
         for n in a.workers:
             started = time.time()
-            figures = {
-                "ps k=n": ps_step(cal, n, n, m, rate, 0),
-                "ps k=n colocated": ps_step(cal, n, n, m, rate, 0,
-                                            colocated=True),
-                "ps k=1": ps_step(cal, n, 1, m, rate, 0),
-                "ring": ring_step(cal, n, m, rate, 0),
-            }
-            for h in (10, 50):
-                figures[f"diloco H={h} (per step)"] = \
-                    figures["ps k=n colocated"] / h
+            if a.rotated:
+                # PS with each worker starting at its own shard, as
+                # docs/study.md brackets the workers' order with.
+                figures = {
+                    "ps k=n rotated": ps_step(cal, n, n, m, rate, 0,
+                                              rotate=True),
+                    "ps k=n colocated rotated": ps_step(
+                        cal, n, n, m, rate, 0, colocated=True, rotate=True),
+                }
+            else:
+                figures = {
+                    "ps k=n": ps_step(cal, n, n, m, rate, 0),
+                    "ps k=n colocated": ps_step(cal, n, n, m, rate, 0,
+                                                colocated=True),
+                    "ps k=1": ps_step(cal, n, 1, m, rate, 0),
+                    "ring": ring_step(cal, n, m, rate, 0),
+                }
+                for h in (10, 50):
+                    figures[f"diloco H={h} (per step)"] = \
+                        figures["ps k=n colocated"] / h
             for mode, s in figures.items():
                 rows.append((mode, n, m, s))
             print(f"  M={m / 1e6:6.1f} MB n={n:5}: " + "  ".join(
                 f"{mode} {s * 1e3:.2f} ms" for mode, s in figures.items()) +
                 f"  ({time.time() - started:.0f} s to simulate)", flush=True)
     os.makedirs(a.out_dir, exist_ok=True)
-    path = os.path.join(a.out_dir, "projection.csv")
+    path = os.path.join(a.out_dir, "projection-rotated.csv" if a.rotated
+                        else "projection.csv")
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["mode", "workers", "model_bytes", "step_s"])
         w.writerows(rows)
     print(f"written to {path}")
-    crossovers(rows)
-    plot(rows, a.out_dir)
+    if not a.rotated:
+        crossovers(rows)
+        plot(rows, a.out_dir)
 
 
 def crossovers(rows):
@@ -375,6 +387,9 @@ def main():
     j.add_argument("--model-bytes",
                    type=lambda s: [float(x) for x in s.split(",")],
                    default=[407080.0, 40e6])
+    j.add_argument("--rotated", action="store_true",
+                   help="only PS k=n, each worker starting at its own shard "
+                        "(projection-rotated.csv)")
     a = p.parse_args()
     {"calibrate": calibrate, "check": check, "project": project}[a.command](a)
 

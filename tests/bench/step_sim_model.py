@@ -13,15 +13,20 @@ import math
 PAYLOAD_SHARE = 0.956     # iperf3 --bidir: 953 of 1000 Mbit/s.
 MIN_CHUNK = 256 << 10     # common/model/chunk_plan.h's auto chunks.
 MAX_CHUNK = 4 << 20
+PIECE = 64 << 10
 
 
 def auto_chunk(model_bytes, shards):
-    """lockstep's --chunk_bytes=auto: one chunk per shard up to 1 MiB a
-    shard, else about 32 a shard within [256 KiB, 4 MiB]."""
+    """lockstep's --chunk_bytes=auto (common/model/chunk_plan.h): one chunk
+    per shard up to 1 MiB a shard, else the largest power of two from
+    256 KiB to 4 MiB within a 32nd of a shard's bytes."""
     per_shard = model_bytes / shards
     if per_shard <= 1 << 20:
         return per_shard
-    return min(MAX_CHUNK, max(MIN_CHUNK, per_shard / 32))
+    chunk = MIN_CHUNK
+    while chunk * 2 <= per_shard / 32 and chunk * 2 <= MAX_CHUNK:
+        chunk *= 2
+    return chunk
 
 
 class Sim:
@@ -29,7 +34,8 @@ class Sim:
 
     def __init__(self, cores):
         self.pool = [0.0] * cores if cores else None
-        self.free = {}      # link -> when it is free
+        self.free = {}      # downlink (host) -> when it is free
+        self.uplinks = {}   # host -> [busy, {flow: its waiting pieces}]
         self.queues = {}    # process -> its waiting tasks
         self.busy = set()   # processes running a task
         self.events = []    # (time, seq, callback)
@@ -74,30 +80,46 @@ class Sim:
             self._start(proc, end)
         self.at(start + cost, finish)
 
-    def link(self, src, dst, ready, seconds, done):
+    def link(self, src, dst, ready, seconds, done, flow=None, pieces=1):
         """A message over src's uplink and dst's downlink, each for
         `seconds` at its rate, cut through: the downlink may start as soon
-        as the uplink has, and cannot end before it. Each link serves its
-        messages in the order they reach it (a busy downlink does not hold
-        the sender's uplink: the kernels buffer what waits). Calls
-        done(end)."""
-        def up(t):
-            key = ("up", src)
-            start_up = max(t, self.free.get(key, 0.0))
-            end_up = start_up + seconds
-            self.free[key] = end_up
+        as the uplink has, and cannot end before it. The message goes in
+        `pieces`, and an uplink takes turns among its flows (TCP connections
+        share a link) piece by piece, each flow's pieces in order; a
+        downlink serves pieces in the order their uplinks start them (a busy
+        downlink does not hold the sender's uplink: the kernels buffer what
+        waits). Calls done(end) once the last piece is through."""
+        def arrive(t):
+            up = self.uplinks.setdefault(src, [False, {}])
+            queue = up[1].setdefault(flow, collections.deque())
+            for i in range(pieces):
+                queue.append((dst, seconds / pieces,
+                              done if i == pieces - 1 else None))
+            if not up[0]:
+                self._send(src, t)
+        self.at(ready, arrive)
 
-            def down(t2):
-                key2 = ("down", dst)
-                start = max(t2, self.free.get(key2, 0.0))
-                end = max(start + seconds, end_up)
-                self.free[key2] = end
-                self.at(end, done)
-            self.at(start_up, down)
-        self.at(ready, up)
+    def _send(self, src, t):
+        up = self.uplinks[src]
+        if not up[1]:
+            up[0] = False
+            return
+        up[0] = True
+        flow = next(iter(up[1]))
+        queue = up[1].pop(flow)
+        dst, seconds, done = queue.popleft()
+        if queue:
+            up[1][flow] = queue  # To the back: the next flow goes first.
+        end_up = t + seconds
+        start = max(t, self.free.get(dst, 0.0))
+        end = max(start + seconds, end_up)
+        self.free[dst] = end
+        if done is not None:
+            self.at(end, done)
+        self.at(end_up, lambda t2: self._send(src, t2))
 
 
-def transfer(sim, cal, src, dst, ready, nbytes, rate, done):
+def transfer(sim, cal, src, dst, ready, nbytes, rate, done, flow=None):
     """One message: the sender's share of a message's fixed cost, then the
     bytes, which cost the link's time and, streamed alongside it, the
     kernel and gRPC work per byte at both ends (each end's own, on its
@@ -123,34 +145,96 @@ def transfer(sim, cal, src, dst, ready, nbytes, rate, done):
         for kind, where, cost in parts:
             sim.cpu((kind, where), t, cost, part_done)
         if src != dst:
-            sim.link(src, dst, t, nbytes / rate, part_done)
+            sim.link(src, dst, t, nbytes / rate, part_done, flow,
+                     max(1, math.ceil(nbytes / PIECE)))
     sim.cpu(("send", src), ready, o, leave)
 
 
-def ps_step(cal, workers, shards, model_bytes, rate, cores, colocated=False,
-            chunk=None):
-    """Seconds of one synchronous PS exchange: every worker pushes its
-    gradient chunk by chunk to the shard that owns each chunk; a shard sums
-    the copies, runs the optimizer on a chunk once all have arrived, and
-    answers every worker with it."""
-    sim = Sim(cores)
-    chunk = chunk or auto_chunk(model_bytes, shards)
-    per_shard = model_bytes / shards
-    sizes = []
-    left = per_shard
+def chunk_plan(model_bytes, shards, chunk):
+    """common/model/chunk_plan.h's plan: chunks of `chunk` bytes in order,
+    each to the shard holding the fewest bytes so far (the lowest index on
+    ties); [(shard, bytes)] by chunk index."""
+    held = [0.0] * shards
+    plan = []
+    left = model_bytes
     while left > 1e-9:
-        sizes.append(min(chunk, left))
-        left -= sizes[-1]
+        size = min(chunk, left)
+        j = min(range(shards), key=lambda s: (held[s], s))
+        held[j] += size
+        plan.append((j, size))
+        left -= size
+    return plan
+
+
+def push_window(workers, chunk):
+    """worker/exchange/ps/push_window.h's `auto`: as many pushes per worker
+    out to a shard as keep every worker's at a shard within 32 MiB, 1 to 4."""
+    return int(min(4, max(1, (32 << 20) // (workers * max(chunk, 1)))))
+
+
+def push_order(plan, shards, rank):
+    """The order a worker pushes its chunks: last first, as backprop readies
+    them. With rank > 0, the same chunks of each shard in the same order,
+    but the shards taken in turns starting `rank` shards on: what
+    docs/study.md measured against the workers' order (rank 0's)."""
+    order = list(reversed(range(len(plan))))
+    if rank == 0 or shards < 2:
+        return order
+    first = (plan[order[0]][0] - rank) % shards
+    seen = collections.Counter()
+    keyed = []
+    for q in order:
+        j = plan[q][0]
+        keyed.append(((seen[j], (first - j) % shards), q))
+        seen[j] += 1
+    return [q for _, q in sorted(keyed)]
+
+
+def ps_step(cal, workers, shards, model_bytes, rate, cores, colocated=False,
+            chunk=None, window=None, rotate=False):
+    """Seconds of one synchronous PS exchange, as worker/exchange/ps/
+    push_step.cc makes it: every worker pushes its gradient's chunks, last
+    first, keeping at most `window` pushes out to each shard (the next goes
+    when a reply comes back); a shard sums the copies of a chunk, runs the
+    optimizer on it once all have arrived and answers every worker's push
+    with it. With `rotate` each worker starts its turns over the shards
+    `rank` shards on (a change the workers do not make: see push_order)."""
+    sim = Sim(cores)
+    per_shard = model_bytes / shards
+    chunk = chunk or auto_chunk(model_bytes, shards)
+    # With several shards a chunk is at most a shard's share.
+    plan = chunk_plan(model_bytes, shards,
+                      min(chunk, math.ceil(per_shard)) if shards > 1 else chunk)
+    window = window or push_window(workers, chunk)
     host_of_worker = [f"w{i}" for i in range(workers)]
     host_of_shard = [f"w{j}" if colocated else f"s{j}" for j in range(shards)]
-    arrived = {}
+    arrived = collections.Counter()
+    # (worker, shard) -> its pushes waiting for the window / out now.
+    waiting = collections.defaultdict(collections.deque)
+    out = collections.Counter()
     finished = [0.0]
     o = cal["message_s"] / 4
 
-    def decoded(t):
-        finished[0] = max(finished[0], t)
+    def push(w, q, t):
+        j, size = plan[q]
+        out[w, j] += 1
+        sim.cpu(("worker", w), t, size * cal["encode_s_per_byte"],
+                lambda t2: transfer(sim, cal, host_of_worker[w],
+                                    host_of_shard[j], t2, size, rate,
+                                    received(q), ("push", w, j)))
 
-    def published(j, size):
+    def decoded(w, j):
+        def run(t):
+            finished[0] = max(finished[0], t)
+            out[w, j] -= 1
+            queue = waiting.get((w, j))
+            if queue:
+                push(w, queue.popleft(), t)
+        return run
+
+    def published(q):
+        j, size = plan[q]
+
         def run(t):
             # Every waiting push is answered at once; starting at worker j
             # spreads the shards' replies over the workers' downlinks.
@@ -159,39 +243,35 @@ def ps_step(cal, workers, shards, model_bytes, rate, cores, colocated=False,
 
                 def decode(t2, w=w):
                     sim.cpu(("worker", w), t2,
-                            size * cal["decode_s_per_byte"] + o, decoded)
+                            size * cal["decode_s_per_byte"] + o,
+                            decoded(w, j))
                 transfer(sim, cal, host_of_shard[j], host_of_worker[w], t,
-                         size, rate, decode)
+                         size, rate, decode, ("reply", j, w))
         return run
 
-    def accumulated(j, q, size):
+    def accumulated(q):
         def run(t):
-            arrived[(j, q)] = arrived.get((j, q), 0) + 1
-            if arrived[(j, q)] == workers:
+            arrived[q] += 1
+            if arrived[q] == workers:
+                j, size = plan[q]
                 sim.cpu(("shard", j), t, size * cal["apply_s_per_byte"],
-                        published(j, size))
+                        published(q))
         return run
 
-    def received(j, q, size):
+    def received(q):
         def run(t):
+            j, size = plan[q]
             sim.cpu(("shard", j), t, size * cal["accumulate_s_per_byte"] + o,
-                    accumulated(j, q, size))
-        return run
-
-    def encoded(w, j, q, size):
-        def run(t):
-            transfer(sim, cal, host_of_worker[w], host_of_shard[j], t, size,
-                     rate, received(j, q, size))
+                    accumulated(q))
         return run
 
     for w in range(workers):
-        # Each worker walks the shards from its own rank, as pushes to every
-        # shard are in flight at once.
-        for q, size in enumerate(sizes):
-            for s in range(shards):
-                j = (s + w) % shards
-                sim.cpu(("worker", w), 0.0, size * cal["encode_s_per_byte"],
-                        encoded(w, j, q, size))
+        for q in push_order(plan, shards, w if rotate else 0):
+            j = plan[q][0]
+            if out[w, j] < window:
+                push(w, q, 0.0)
+            else:
+                waiting[w, j].append(q)
     sim.run()
     return finished[0]
 
