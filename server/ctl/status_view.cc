@@ -128,22 +128,6 @@ bool AllReduceJob(const std::vector<const ShardStatus*>& ok,
   return false;
 }
 
-// No weights, no model and no rank registered, yet ranks in touch: a PS
-// job's workers before rank 0 registers, or an all-reduce job's ranks
-// before their first reports. Which, the server cannot tell yet.
-bool Undecided(const std::vector<const ShardStatus*>& ok,
-               const std::vector<RankView>& ranks, int64_t version,
-               bool allreduce) {
-  if (version >= 0 || allreduce) return false;
-  for (const ShardStatus* s : ok) {
-    if (!s->model.empty() || !s->registered_ranks.empty()) return false;
-  }
-  for (const RankView& r : ranks) {
-    if (r.age != absl::InfiniteDuration()) return true;
-  }
-  return false;
-}
-
 // Each rank as the shards that answered see it together; `version` is the
 // lowest of theirs.
 std::vector<RankView> ViewRanks(const std::vector<const ShardStatus*>& ok,
@@ -175,7 +159,7 @@ std::vector<RankView> ViewRanks(const std::vector<const ShardStatus*>& ok,
 std::string StepLine(const std::vector<ShardReading>& shards,
                      const ShardStatus& first,
                      const std::vector<RankView>& ranks, int64_t version,
-                     bool allreduce, bool undecided) {
+                     bool allreduce) {
   std::vector<int> pushed, awaited;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     if (ranks[r].finished) continue;
@@ -187,16 +171,6 @@ std::string StepLine(const std::vector<ShardReading>& shards,
            "them:\n";
   }
   if (version < 0) {
-    if (undecided) {
-      std::vector<int> in_touch;
-      for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-        if (ranks[r].age != absl::InfiniteDuration()) in_touch.push_back(r);
-      }
-      return absl::StrCat(
-          "Waiting for version 0 (rank 0 uploads it) or, in an all-reduce "
-          "job, for the ranks' first step reports; in touch: ",
-          Ranks(in_touch), "\n");
-    }
     return absl::StrCat(
         "Waiting for version 0 (rank 0 uploads it); "
         "registered: ",
@@ -210,7 +184,7 @@ std::string StepLine(const std::vector<ShardReading>& shards,
 // A row per rank: its state, the step under way, its last contact and
 // step.
 std::string RankTable(const std::vector<RankView>& ranks, int64_t version,
-                      bool allreduce, bool undecided) {
+                      bool allreduce) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"RANK", "STATE",
                   version >= 0 ? absl::StrCat("STEP ", version) : "STEP",
@@ -218,12 +192,11 @@ std::string RankTable(const std::vector<RankView>& ranks, int64_t version,
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankView& v = ranks[r];
     const bool seen = v.age != absl::InfiniteDuration();
-    // An all-reduce rank registers nowhere: in touch is in the job. Before
-    // any rank registers or reports (undecided), that is all one knows.
+    // An all-reduce rank registers nowhere: in touch is in the job.
     const bool in = v.registered || (allreduce && seen);
     const char* state = v.finished ? "finished"
                         : in       ? (v.last_step >= 0 ? "training" : "joined")
-                        : seen     ? (undecided ? "in touch" : "away")
+                        : seen     ? "away"
                                    : "absent";
     const char* step = v.finished    ? "left"
                        : version < 0 ? "-"
@@ -301,12 +274,10 @@ std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
   for (const ShardStatus* s : ok) version = std::min(version, s->version);
   const std::vector<RankView> ranks = ViewRanks(ok, version);
   const bool allreduce = AllReduceJob(ok, ranks, version);
-  const bool undecided = Undecided(ok, ranks, version, allreduce);
-  return absl::StrCat(
-      JobHeader(ok, shards.size(), version, allreduce),
-      StepLine(shards, *ok[0], ranks, version, allreduce, undecided), "\n",
-      RankTable(ranks, version, allreduce, undecided), "\n",
-      ShardTable(shards));
+  return absl::StrCat(JobHeader(ok, shards.size(), version, allreduce),
+                      StepLine(shards, *ok[0], ranks, version, allreduce), "\n",
+                      RankTable(ranks, version, allreduce), "\n",
+                      ShardTable(shards));
 }
 
 }  // namespace lockstep

@@ -127,34 +127,6 @@ TEST(StatusViewTest, AnAllReduceJobIsShownByItsRanksReports) {
   EXPECT_THAT(text, Not(HasSubstr("Waiting for version 0")));
 }
 
-// The same job before any rank reported, or a PS job before rank 0
-// registered: ranks in touch, no model, no rank registered. The server
-// cannot tell which, and says so; it listed every rank as "away" before.
-TEST(StatusViewTest, RanksInTouchBeforeAnyRegisteredOrReported) {
-  ShardStatus s = Shard(0, -1);
-  s.num_shards = 1;
-  s.model.clear();
-  s.registered_ranks.clear();
-  s.workers[1].last_contact = absl::InfinitePast();  // Not in touch yet.
-  std::vector<ShardReading> readings = {{"a:1", s, HealthStatus::kServing}};
-  const std::string text = RenderJobStatus(readings);
-  EXPECT_THAT(text, HasSubstr("Lockstep job: no weights yet, 3 workers"));
-  EXPECT_THAT(text, HasSubstr("Waiting for version 0 (rank 0 uploads it) or, "
-                              "in an all-reduce job, for the ranks' first "
-                              "step reports; in touch: 0,2\n"));
-  EXPECT_THAT(text, HasSubstr("0     in touch  -     0.1s ago"));
-  EXPECT_THAT(text, HasSubstr("1     absent    -     never"));
-  EXPECT_THAT(text, Not(HasSubstr("away")));
-  // Once rank 0 registers, it is a PS job waiting for version 0.
-  s.registered_ranks = {0};
-  readings = {{"a:1", s, HealthStatus::kServing}};
-  const std::string registered = RenderJobStatus(readings);
-  EXPECT_THAT(registered,
-              HasSubstr("Waiting for version 0 (rank 0 uploads it); "
-                        "registered: 0\n"));
-  EXPECT_THAT(registered, HasSubstr("2     away"));
-}
-
 TEST(StatusViewTest, UnreachableShardsAreNamed) {
   std::vector<ShardReading> readings = {
       {"a:1", absl::UnavailableError("GetStatus on a:1: UNAVAILABLE: down"),
