@@ -329,10 +329,10 @@ TEST_F(ReportingCoordinationServiceTest, FlushSendsWhatTheTicksDidNot) {
   ASSERT_GE(contact_.Latest(), start);
   contact.Report({5, 1, 2, 3, 4});
   contact.Report({6, 1, 2, 3, 4});
-  contact.Flush(In(absl::Seconds(10)));
+  contact.Flush(absl::Seconds(10));
   EXPECT_EQ(contact.reports_sent(), 2);
   contact.Report({7, 1, 2, 3, 4});
-  contact.Flush(In(absl::Seconds(10)));
+  contact.Flush(absl::Seconds(10));
   EXPECT_EQ(contact.reports_sent(), 2);
   absl::MutexLock lock(&mu_);
   ASSERT_EQ(got_.size(), 2u);

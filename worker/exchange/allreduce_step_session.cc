@@ -342,7 +342,7 @@ absl::StatusOr<std::vector<double>> AllReduceStepSession::Average(
 absl::Status AllReduceStepSession::Leave(const LeaveNote& note) {
   StopWatch();
   if (contact_ != nullptr) {
-    contact_->Flush(absl::Now() + absl::Milliseconds(500));
+    contact_->Flush(absl::Milliseconds(500));
     contact_.reset();
   }
   if (Elastic() && coordinator_ != nullptr) {

@@ -31,11 +31,12 @@ void ContactThread::Stop() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  if (thread_.joinable()) thread_.join();
+  std::call_once(joined_, [this] { thread_.join(); });
 }
 
-void ContactThread::Flush(absl::Time deadline) {
+void ContactThread::Flush(absl::Duration bound) {
   Stop();
+  const absl::Time deadline = absl::Now() + bound;
   std::vector<StepReport> reports;
   {
     absl::MutexLock lock(&mu_);

@@ -16,6 +16,7 @@
 #define LOCKSTEP_WORKER_EXCHANGE_ALLREDUCE_CONTACT_THREAD_H_
 
 #include <deque>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -42,10 +43,11 @@ class ContactThread final {
   // the oldest pending one is dropped.
   void Report(const StepReport& report);
 
-  // Stops the ticks and sends the reports still pending, by `deadline` (a
-  // rank leaving: the last second of its steps would be lost otherwise).
-  // Report after Flush drops its report.
-  void Flush(absl::Time deadline);
+  // Stops the ticks (waiting out one under way) and then sends the reports
+  // still pending, for at most `bound` (a rank leaving: the last second of
+  // its steps would be lost otherwise). Report after Flush drops its
+  // report.
+  void Flush(absl::Duration bound);
 
   // Reports sent and accepted so far (for tests).
   int64_t reports_sent() const;
@@ -67,7 +69,8 @@ class ContactThread final {
   bool reporting_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time reports_off_until_ ABSL_GUARDED_BY(mu_);
   int64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;  // Last: starts once the rest is set.
+  std::once_flag joined_;  // Flush and the destructor join thread_ once.
+  std::thread thread_;     // Last: starts once the rest is set.
 };
 
 }  // namespace lockstep
