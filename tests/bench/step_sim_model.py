@@ -205,7 +205,9 @@ def ps_step(cal, workers, shards, model_bytes, rate, cores, colocated=False,
     # With several shards a chunk is at most a shard's share.
     plan = chunk_plan(model_bytes, shards,
                       min(chunk, math.ceil(per_shard)) if shards > 1 else chunk)
-    window = window or push_window(workers, chunk)
+    if window is None:
+        window = push_window(workers, chunk)
+    window = window or math.inf  # 0: no limit, as --push_window=0.
     host_of_worker = [f"w{i}" for i in range(workers)]
     host_of_shard = [f"w{j}" if colocated else f"s{j}" for j in range(shards)]
     arrived = collections.Counter()

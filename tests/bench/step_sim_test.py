@@ -52,6 +52,9 @@ class StepSimTest(unittest.TestCase):
                                        window=1), 4 * c / B, places=9)
         self.assertAlmostEqual(ps_step(costs(), 1, 1, M, B, 0, chunk=c,
                                        window=2), 3 * c / B, places=9)
+        # 0 is no limit, as --push_window=0.
+        self.assertAlmostEqual(ps_step(costs(), 1, 1, M, B, 0, chunk=c,
+                                       window=0), 3 * c / B, places=9)
 
     def test_the_plan_and_the_window_are_the_workers(self):
         # chunk_plan.h: each chunk to the shard with the fewest bytes so
