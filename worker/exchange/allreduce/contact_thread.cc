@@ -37,17 +37,25 @@ void ContactThread::Stop() {
 void ContactThread::Flush(absl::Duration bound) {
   Stop();
   const absl::Time deadline = absl::Now() + bound;
-  std::vector<StepReport> reports;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!reporting_) return;
-    reports.assign(pending_.begin(), pending_.end());
-    pending_.clear();
-  }
-  if (reports.empty()) return;
-  const absl::Status sent = coordinator_->ReportSteps(rank_, reports, deadline);
+  const std::vector<StepReport> reports = TakePending();
+  if (!reports.empty()) Send(reports, deadline).IgnoreError();
+}
+
+std::vector<StepReport> ContactThread::TakePending() {
   absl::MutexLock lock(&mu_);
-  if (sent.ok()) sent_ += static_cast<int64_t>(reports.size());
+  std::vector<StepReport> reports(pending_.begin(), pending_.end());
+  pending_.clear();
+  return reports;
+}
+
+absl::Status ContactThread::Send(const std::vector<StepReport>& reports,
+                                 absl::Time deadline) {
+  absl::Status sent = coordinator_->ReportSteps(rank_, reports, deadline);
+  if (sent.ok()) {
+    absl::MutexLock lock(&mu_);
+    sent_ += static_cast<int64_t>(reports.size());
+  }
+  return sent;
 }
 
 void ContactThread::Report(const StepReport& report) {
@@ -69,29 +77,17 @@ int64_t ContactThread::reports_sent() const {
 void ContactThread::Run() {
   while (true) {
     const absl::Time next = absl::Now() + every_;
-    std::vector<StepReport> reports;
-    {
-      absl::MutexLock lock(&mu_);
-      reports.assign(pending_.begin(), pending_.end());
-      pending_.clear();
-    }
+    const std::vector<StepReport> reports = TakePending();
     // Bounded by the tick: a coordinator away costs one tick, no more.
     if (reports.empty()) {
       coordinator_->Ping(key_, next).IgnoreError();
-    } else {
-      const absl::Status sent = coordinator_->ReportSteps(rank_, reports, next);
-      if (absl::IsUnimplemented(sent)) {
-        // An older server, which noted no contact: a ping does.
-        coordinator_->Ping(key_, next).IgnoreError();
-      }
+    } else if (absl::IsUnimplemented(Send(reports, next))) {
+      // An older server, which noted no contact: a ping does.
+      coordinator_->Ping(key_, next).IgnoreError();
       absl::MutexLock lock(&mu_);
-      if (sent.ok()) {
-        sent_ += static_cast<int64_t>(reports.size());
-      } else if (absl::IsUnimplemented(sent)) {
-        reporting_ = false;
-        reports_off_until_ = absl::Now() + kReportsRetry;
-        pending_.clear();
-      }
+      reporting_ = false;
+      reports_off_until_ = absl::Now() + kReportsRetry;
+      pending_.clear();
     }
     absl::MutexLock lock(&mu_);
     if (mu_.AwaitWithDeadline(absl::Condition(&stop_), next)) return;

@@ -19,8 +19,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/rpc/step_report.h"
@@ -56,6 +58,11 @@ class ContactThread final {
   void Run();
   // Ends the thread, once.
   void Stop();
+  // Takes the reports waiting for a tick.
+  std::vector<StepReport> TakePending();
+  // Sends `reports`, counting them as sent once accepted.
+  absl::Status Send(const std::vector<StepReport>& reports,
+                    absl::Time deadline);
 
   CoordinatorClient* const coordinator_;
   const std::string key_;
