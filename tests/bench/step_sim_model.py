@@ -110,13 +110,13 @@ class Sim:
         dst, seconds, done = queue.popleft()
         if queue:
             up[1][flow] = queue  # To the back: the next flow goes first.
-        end_up = t + seconds
-        start = max(t, self.free.get(dst, 0.0))
-        end = max(start + seconds, end_up)
+        # The downlink starts no earlier than the uplink, so it ends no
+        # earlier either.
+        end = max(t, self.free.get(dst, 0.0)) + seconds
         self.free[dst] = end
         if done is not None:
             self.at(end, done)
-        self.at(end_up, lambda t2: self._send(src, t2))
+        self.at(t + seconds, lambda t2: self._send(src, t2))
 
 
 def transfer(sim, cal, src, dst, ready, nbytes, rate, done, flow=None):
