@@ -8,6 +8,9 @@
 // stateful inner optimizer changes).
 #include <signal.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -156,6 +159,87 @@ TEST(SemiSyncFaultTest, ARoundLongerThanTheStepTimeoutIsNotCutShort) {
   }
   EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
   EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 2 "));
+}
+
+// Elastic rounds (--min_workers below --workers): a member covering an
+// absent rank trains on both ranks' batches, summed as one batch, and
+// pushes its change for both shards. With rank 0 alone of 2 under
+// LocalSGD, each local step is then a synchronous 2-worker step of the
+// same SGD, and each version rank 0's own weights: the job must end where
+// a synchronous 2-worker job ends. Not to the bit: the servers take the
+// version minus rank 0's change, which rounds where a weight's round
+// moved it by more than half its size.
+TEST(SemiSyncFaultTest, AnElasticMemberCoveringAnAbsentRankTrainsOnItsBatches) {
+  auto flags = [](const std::string& sync) {
+    std::vector<std::string> extra = {"--sync=" + sync, "--optimizer=sgd",
+                                      "--lr=0.05"};
+    if (sync == "localsgd") {
+      extra.insert(extra.end(), {"--local_steps=4", "--min_workers=1",
+                                 "--group_settle_ms=200"});
+    }
+    return Flags(extra);
+  };
+  const std::vector<float> synchronous =
+      FaultFreeWeights(2, {}, [&](int) { return flags("ps"); });
+  ASSERT_FALSE(synchronous.empty());
+  Job job(2);
+  job.StartServer({});
+  job.StartWorker(0, flags("localsgd"));
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.WorkerOutput(0),
+              HasSubstr("(generation 1, 1 of 2 ranks), pushing batch "
+                        "shard(s) 0, 1"));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 10 "));
+  const std::vector<float> elastic = job.Weights(0);
+  ASSERT_EQ(elastic.size(), synchronous.size());
+  float largest = 0;
+  for (size_t i = 0; i < elastic.size(); ++i) {
+    largest = std::max(largest, std::abs(elastic[i] - synchronous[i]));
+  }
+  std::printf("largest difference from the synchronous job: %g\n", largest);
+  EXPECT_LE(largest, 1e-5);
+}
+
+// 3 ranks in rounds of 4 (60 local steps, 15 versions): ranks 0 and 1
+// start without rank 2 (rank 0 covering its batches), rank 2 joins, then
+// rank 1 is told to stop and leaves; each regroup starts the round under
+// way again, and the members go on to the job's last version.
+TEST(SemiSyncFaultTest, ElasticRoundsTakeAJoinerAndALeaver) {
+  auto flags = [](int rank) {
+    std::vector<std::string> extra = {
+        "--sync=diloco",   "--local_steps=4",       "--max_steps=60",
+        "--min_workers=2", "--group_settle_ms=300", "--optimizer=sgd",
+        "--lr=0.05",       "--straggle=0:60"};
+    if (rank == 0) extra.push_back("--progress=lines");
+    return Flags(extra);
+  };
+  Job job(3);
+  job.StartServer({"--step_timeout_s=2"});
+  job.StartWorker(0, flags(0));
+  job.StartWorker(1, flags(1));
+  ASSERT_TRUE(job.WaitForWorkerLog(
+      0, "(generation 1, 2 of 3 ranks), pushing batch shard(s) 0, 2"))
+      << job.WorkerOutput(0);
+  ASSERT_TRUE(job.WaitForVersion(3)) << job.ServerOutput();
+  job.StartWorker(2, flags(2));
+  ASSERT_TRUE(job.WaitForWorkerLog(
+      0, "(generation 2, 3 of 3 ranks), pushing batch shard(s) 0\n"))
+      << job.WorkerOutput(0);
+  ASSERT_TRUE(job.WaitForVersion(8)) << job.ServerOutput();
+  job.Signal(job.worker(1), SIGTERM);
+  EXPECT_EQ(job.WaitWorker(1), 143) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(2), 0) << job.WorkerOutput(2);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.WorkerOutput(0),
+              HasSubstr("(generation 3, 2 of 3 ranks), pushing batch "
+                        "shard(s) 0, 1"));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 15 "));
+  const std::vector<float> weights = job.Weights(0);
+  ASSERT_FALSE(weights.empty());
+  EXPECT_EQ(job.Weights(2), weights);
+  for (float w : weights) ASSERT_TRUE(std::isfinite(w));
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ class LocalStepSession final : public StepSession {
   int64_t rejoins() const override { return recovery_.rejoins(); }
   StepTimings step_timings() const override { return StepTimings(); }
   int push_window() const override { return 0; }
+  std::vector<int> NextBatchShards() const override { return {0}; }
 
   int joins = 0;
   int leaves = 0;

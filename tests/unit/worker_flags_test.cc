@@ -44,6 +44,7 @@ ABSL_DECLARE_FLAG(std::string, dataset);
 ABSL_DECLARE_FLAG(int64_t, synthetic_examples);
 ABSL_DECLARE_FLAG(std::string, standby_servers);
 ABSL_DECLARE_FLAG(int, min_workers);
+ABSL_DECLARE_FLAG(int, backup_workers);
 ABSL_DECLARE_FLAG(std::optional<int>, local_steps);
 ABSL_DECLARE_FLAG(std::optional<double>, outer_lr);
 ABSL_DECLARE_FLAG(std::optional<double>, outer_momentum);
@@ -255,8 +256,16 @@ TEST_F(WorkerFlagsTest, LocalStepsModesSetTheRoundsAndTheOuterOptimizer) {
   absl::SetFlag(&FLAGS_outer_lr, 0.0);
   EXPECT_THAT(Refusal(), ::testing::HasSubstr("--outer_lr must be positive"));
   absl::SetFlag(&FLAGS_outer_lr, std::nullopt);
+  // Elastic rounds: members cover absent ranks' batches.
   absl::SetFlag(&FLAGS_min_workers, 2);
-  EXPECT_THAT(Refusal(), ::testing::HasSubstr("do not go together yet"));
+  o = WorkerOptionsFromFlags();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->session.group.min_workers, 2);
+  EXPECT_EQ(o->session.local_steps, 10);
+  absl::SetFlag(&FLAGS_backup_workers, 1);
+  EXPECT_THAT(Refusal(), ::testing::HasSubstr("localsgd or diloco without "
+                                              "--backup_workers"));
+  absl::SetFlag(&FLAGS_backup_workers, 0);
   absl::SetFlag(&FLAGS_min_workers, 0);
   // The inner state's folder: made, and checked at start.
   const std::string dir = ::testing::TempDir() + "/inner-flags/state";

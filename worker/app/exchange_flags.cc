@@ -217,16 +217,9 @@ absl::Status ParseGroupFlags(WorkerMainOptions* options) {
       (o.trainer.sync != SyncMode::kSync ||
        absl::GetFlag(FLAGS_backup_workers) > 0)) {
     return absl::InvalidArgumentError(
-        "--min_workers below --workers needs --sync=allreduce, or --sync=ps "
-        "without --backup_workers: the asynchronous modes have no steps "
-        "every worker shares");
-  }
-  if (o.session.group.min_workers > 0 &&
-      o.session.group.min_workers < workers && o.session.local_steps > 1) {
-    return absl::InvalidArgumentError(
-        "--min_workers below --workers and --sync=localsgd or diloco do not "
-        "go together yet: a round's members would have to cover absent "
-        "ranks' local steps");
+        "--min_workers below --workers needs --sync=allreduce, or --sync=ps, "
+        "localsgd or diloco without --backup_workers: the asynchronous "
+        "modes have no steps every worker shares");
   }
   if (o.session.group.min_workers > 0 &&
       o.session.group.min_workers < workers &&

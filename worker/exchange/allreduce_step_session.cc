@@ -166,6 +166,16 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::JoinOnce(
   return joined;
 }
 
+std::vector<int> AllReduceStepSession::NextBatchShards() const {
+  std::vector<int> shards;
+  const int w = static_cast<int>(members_.size());
+  if (w == 0) return shards;
+  for (int shard = index_; shard < reducer_options_.size; shard += w) {
+    shards.push_back(shard);
+  }
+  return shards;
+}
+
 absl::StatusOr<StepPlan> AllReduceStepSession::BeginStep() {
   if (reducer_ == nullptr) {
     return absl::FailedPreconditionError("all-reduce step before Join");
@@ -176,10 +186,7 @@ absl::StatusOr<StepPlan> AllReduceStepSession::BeginStep() {
   }
   StepPlan plan;
   plan.step = version_;
-  const int w = static_cast<int>(members_.size());
-  for (int shard = index_; shard < reducer_options_.size; shard += w) {
-    plan.batch_shards.push_back(shard);
-  }
+  plan.batch_shards = NextBatchShards();
   plan.sum_shards_locally = true;
   plan.streams = false;
   // A member that computes absent ranks' shards too takes longer for it:

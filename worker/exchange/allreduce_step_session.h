@@ -90,6 +90,7 @@ class AllReduceStepSession final : public StepSession {
   int64_t rejoins() const override { return recovery_.rejoins(); }
   StepTimings step_timings() const override { return StepTimings(); }
   int push_window() const override { return 0; }
+  std::vector<int> NextBatchShards() const override;
 
   // The generation of the group this rank trains in (0 before the first
   // Join, and always with one rank).

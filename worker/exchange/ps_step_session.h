@@ -59,6 +59,7 @@ class PsStepSession final : public StepSession {
   int64_t rejoins() const override { return recovery_.rejoins(); }
   StepTimings step_timings() const override { return client_->step_timings(); }
   int push_window() const override { return client_->push_window(); }
+  std::vector<int> NextBatchShards() const override { return shards_; }
 
  private:
   // Registers (after joining the group, when elastic) and pulls the

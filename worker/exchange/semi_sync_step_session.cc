@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 
 namespace lockstep {
@@ -61,8 +62,7 @@ absl::StatusOr<OptimizerConfig> OuterOptimizer(
 
 SemiSyncStepSession::SemiSyncStepSession(const StepSessionOptions& options,
                                          std::unique_ptr<StepSession> rounds)
-    : rank_(options.rank),
-      local_steps_(options.local_steps),
+    : local_steps_(options.local_steps),
       outer_(options.outer_optimizer),
       rounds_(std::move(rounds)),
       who_(options.who) {
@@ -108,6 +108,9 @@ int64_t SemiSyncStepSession::RoundStart(int64_t version) const {
 }
 
 StepOutcome SemiSyncStepSession::StartRound(StepOutcome at) {
+  // An elastic group's coverage holds for the whole round: a regroup
+  // fails the round's push and starts the round again (FinishStep).
+  shards_ = rounds_->NextBatchShards();
   version_ = at.version;
   anchor_.assign(weights_.begin(), weights_.end());
   inner_anchor_ = FlatSlots(*inner_);
@@ -168,18 +171,23 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
   // others, not the whole round.
   if (!ps_open_ && step_ + 1 == RoundEnd()) {
     ASSIGN_OR_RETURN(round_, rounds_->BeginStep());
-    if (round_.batch_shards.size() != 1) {
+    const size_t n = weights_.size();
+    if (round_.batch_shards != shards_ ||
+        round_.gradient.size() !=
+            n * (round_.sum_shards_locally ? 1 : round_.batch_shards.size())) {
       rounds_->AbandonStep().IgnoreError();
-      return absl::FailedPreconditionError(
-          "a semi-synchronous worker computes its own batches only (an "
-          "elastic group asked it to cover absent ranks)");
+      return absl::InternalError(absl::StrCat(
+          "the round's push covers batch shards ",
+          absl::StrJoin(round_.batch_shards, ","), " where its local steps ",
+          "covered ", absl::StrJoin(shards_, ","),
+          " (the group changed without a regroup)"));
     }
     ps_open_ = true;
     input_reported_ = false;
   }
   StepPlan plan;
   plan.step = step_;
-  plan.batch_shards = {rank_};
+  plan.batch_shards = shards_;
   plan.gradient = gradient_;
   plan.sum_shards_locally = true;
   plan.streams = false;
@@ -197,6 +205,13 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::FinishStep() {
     return absl::FailedPreconditionError("FinishStep without BeginStep");
   }
   const absl::Span<float> parameters = weights_.subspan(0, num_parameters_);
+  if (shards_.size() > 1) {
+    // Covering absent ranks: the shards' gradients and moving statistics
+    // were summed; their mean is one batch of theirs all (gradient
+    // accumulation), at the inner optimizer's own rate.
+    const float shards = static_cast<float>(shards_.size());
+    for (float& g : gradient_) g /= shards;
+  }
   inner_->Apply(step_, 0, parameters,
                 absl::Span<const float>(gradient_).subspan(0, num_parameters_));
   // The model's state (batch-norm statistics) is the worker's own.
@@ -212,13 +227,20 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::FinishStep() {
   }
   // The round's change, as the PS step's gradient: the outer optimizer
   // applies its mean with the sign of a gradient (the version minus the
-  // worker's weights), and the state goes as in any step.
-  const absl::Span<float> change = round_.gradient;
+  // worker's weights), and the state goes as in any step. A member
+  // covering absent ranks pushes it for each shard it covers: the servers'
+  // mean over the job's shards weighs each member's change by the batches
+  // it trained on.
+  const size_t n = weights_.size();
+  const absl::Span<float> change = round_.gradient.subspan(0, n);
   for (int64_t i = 0; i < num_parameters_; ++i) {
     change[i] = anchor_[i] - parameters[i];
   }
   std::copy(weights_.begin() + num_parameters_, weights_.end(),
             change.begin() + num_parameters_);
+  for (size_t k = 1; k * n < round_.gradient.size(); ++k) {
+    std::copy(change.begin(), change.end(), round_.gradient.begin() + k * n);
+  }
   round_open_ = false;
   ps_open_ = false;
   if (store_.has_value()) {

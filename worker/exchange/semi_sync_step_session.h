@@ -11,9 +11,14 @@
 // synchronous step has (each change counted exactly once, checkpoints of
 // the outer weights and optimizer, rejoin after a lost server or worker,
 // backup workers: a late worker's change is dropped and it starts over
-// from the version the others made). Versions count rounds; the steps the
-// trainer sees count local steps (round r is local steps [r H, (r + 1) H),
-// the last one shorter when H does not divide the job's length).
+// from the version the others made; elastic membership: a member covering
+// absent ranks trains on their batches too, summed with its own as one
+// larger batch, and pushes its change for each shard it covers, so the
+// servers' mean weighs each member by the batches it trained on; a regroup
+// starts the round under way again with the new group). Versions count
+// rounds; the steps the trainer sees count local steps (round r is local
+// steps [r H, (r + 1) H), the last one shorter when H does not divide the
+// job's length).
 //
 // What stays on the worker: the inner optimizer's state (kept across rounds,
 // as each worker of a DiLoCo job keeps its own; a round started again
@@ -43,8 +48,8 @@ namespace lockstep {
 
 class SemiSyncStepSession final : public StepSession {
  public:
-  // `rounds` is a synchronous PS session (not elastic); the options give
-  // rank, local_steps (above 1) and outer_optimizer.
+  // `rounds` is a synchronous PS session (elastic or not); the options
+  // give local_steps (above 1) and outer_optimizer.
   SemiSyncStepSession(const StepSessionOptions& options,
                       std::unique_ptr<StepSession> rounds);
 
@@ -80,6 +85,8 @@ class SemiSyncStepSession final : public StepSession {
   int64_t rejoins() const override { return rounds_->rejoins(); }
   StepTimings step_timings() const override { return rounds_->step_timings(); }
   int push_window() const override { return rounds_->push_window(); }
+  // The round's: they change only when a round starts.
+  std::vector<int> NextBatchShards() const override { return shards_; }
 
  private:
   // The round that begins at the version now in the weights.
@@ -98,7 +105,6 @@ class SemiSyncStepSession final : public StepSession {
   // (`say_loaded`) or why it took none.
   void LoadInner(int64_t version, bool say_loaded);
 
-  const int rank_;
   const int64_t local_steps_;
   const OptimizerConfig outer_;
   const std::unique_ptr<StepSession> rounds_;
@@ -113,6 +119,7 @@ class SemiSyncStepSession final : public StepSession {
   std::vector<float> own_gradient_;
   std::vector<float> anchor_;  // The round's version (parameters, state).
   int64_t version_ = 0;        // Of anchor_.
+  std::vector<int> shards_;    // The batch shards the round covers.
   int64_t step_ = 0;           // The next local step.
   bool round_open_ = false;    // A local step has begun since the last push.
   bool ps_open_ = false;       // The round's PS step has begun (last step).

@@ -65,11 +65,6 @@ absl::StatusOr<std::unique_ptr<StepSession>> StepSession::Create(
   auto session = std::make_unique<PsStepSession>(o, std::move(client),
                                                  std::move(coordinator));
   if (o.local_steps > 1) {
-    if (elastic) {
-      return absl::InvalidArgumentError(
-          "local steps (LocalSGD, DiLoCo) and an elastic job (min_workers "
-          "below workers) do not go together yet");
-    }
     return std::unique_ptr<StepSession>(
         std::make_unique<SemiSyncStepSession>(o, std::move(session)));
   }

@@ -206,6 +206,10 @@ class StepSession {
   virtual StepTimings step_timings() const = 0;
   // The push window in use (0: none).
   virtual int push_window() const = 0;
+  // The batch shards the next step's plan names (its own rank's, then the
+  // absent ranks' it covers in an elastic job), as the group stands now: a
+  // regroup (a rejoin) may change them. Call between steps.
+  virtual std::vector<int> NextBatchShards() const = 0;
 };
 
 // For the sessions' Join: INVALID_ARGUMENT unless `weights` (and
