@@ -134,5 +134,29 @@ TEST(RejoinerTest, AStopEndsTheBackoffAndTheRejoin) {
   EXPECT_EQ(env.slept(), absl::ZeroDuration());
 }
 
+// Progressed (a round's local steps went on) moves the deadline, not the
+// backoff: a rejoin followed by no step that succeeded still backs off
+// before registering again.
+TEST(RejoinerTest, ProgressMovesTheDeadlineButKeepsTheBackoff) {
+  FakeEnv env;
+  Rejoiner rejoiner("test", 1, 0, absl::Seconds(20), "the_timeout", &env);
+  const absl::Status cause = absl::AbortedError("given up");
+  auto works = [](absl::Duration) { return absl::StatusOr<int64_t>(3); };
+  env.Advance(absl::Seconds(30));
+  EXPECT_FALSE(rejoiner.CheckDeadline(cause).ok());
+  rejoiner.Progressed();
+  EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
+  ASSERT_TRUE(rejoiner.Rejoin(cause, works).ok());
+  EXPECT_EQ(env.slept(), absl::ZeroDuration());  // The first does not wait.
+  env.Advance(absl::Seconds(19));
+  rejoiner.Progressed();
+  env.Advance(absl::Seconds(19));
+  EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
+  ASSERT_TRUE(rejoiner.Rejoin(cause, works).ok());
+  EXPECT_GE(env.slept(), absl::Milliseconds(50));  // Backed off first.
+  env.Advance(absl::Seconds(21));
+  EXPECT_FALSE(rejoiner.CheckDeadline(cause).ok());
+}
+
 }  // namespace
 }  // namespace lockstep

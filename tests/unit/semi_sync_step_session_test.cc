@@ -4,13 +4,16 @@
 // worked out by hand (every value exact in fp32). No sockets.
 #include "worker/exchange/semi_sync_step_session.h"
 
+#include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/env.h"
 #include "common/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -247,6 +250,63 @@ TEST(SemiSyncStepSessionJoinTest, AWorkerWithOtherRoundsIsRefused) {
                           absl::Seconds(30));
   ASSERT_FALSE(plain.ok());
   EXPECT_THAT(plain.status().message(), HasSubstr("local_steps=1"));
+}
+
+// The rejoin deadline (30 s here) counts from a round's last local step,
+// where its push goes, not from the version before: a round whose local
+// steps took 40 s still registers again when its push is refused, and
+// starts over from its version (before, the refusal was fatal: "no step
+// succeeded in 30s").
+TEST(SemiSyncStepSessionRejoinTest, ARoundLongerThanTheRejoinTimeoutRejoins) {
+  absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::atomic<bool> refuse{false};
+  std::vector<std::unique_ptr<ShardTransport>> shards;
+  shards.push_back(
+      std::make_unique<RefusingTransport>(job->server(0), &refuse));
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::CreateOver(PsClientOptions(), std::move(shards));
+  ASSERT_TRUE(client.ok()) << client.status();
+  FakeEnv env;
+  StepSessionOptions options = SessionOptions(0, false, 0);
+  options.num_workers = 1;
+  options.env = &env;
+  SemiSyncStepSession session(
+      SessionOptions(0, false, kLocalSteps),
+      std::make_unique<PsStepSession>(options, *std::move(client), nullptr));
+  ModelSignature signature = JobSignature(1);
+  signature.num_workers = 1;
+  std::vector<float> weights(kElements);
+  absl::StatusOr<StepOutcome> at =
+      session.Join(signature, InitialWeights, absl::MakeSpan(weights), {},
+                   absl::Seconds(30));
+  ASSERT_TRUE(at.ok()) << at.status();
+  auto step = [&](absl::Duration local_time) -> absl::StatusOr<StepOutcome> {
+    ASSIGN_OR_RETURN(const StepPlan plan, session.BeginStep());
+    for (int j = 0; j < kElements; ++j) {
+      plan.gradient[j] = GradientValue(0, plan.step, j);
+    }
+    env.Advance(local_time);
+    return session.FinishStep();
+  };
+  at = step(absl::Seconds(40));  // Local step 0.
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_EQ(at->next_step, 1);
+  refuse = true;
+  at = step(absl::Seconds(1));  // Step 1: the push, refused.
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_TRUE(at->rejoined);
+  EXPECT_EQ(at->version, 0);
+  EXPECT_EQ(at->next_step, 0);
+  EXPECT_THAT(weights, ElementsAreArray(InitialWeights()));
+  refuse = false;
+  for (int s = 0; s < 2; ++s) {
+    at = step(absl::Seconds(40));
+    ASSERT_TRUE(at.ok()) << at.status();
+  }
+  EXPECT_EQ(at->version, 1);
+  EXPECT_EQ(at->next_step, 2);
+  EXPECT_EQ(session.rejoins(), 1);
 }
 
 }  // namespace

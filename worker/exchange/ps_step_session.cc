@@ -234,6 +234,12 @@ absl::StatusOr<StepPlan> PsStepSession::BeginStep() {
     return absl::FailedPreconditionError(
         "a step is under way; finish or abandon it first");
   }
+  // In rounds of local steps (LocalSGD, DiLoCo) this step is a round's
+  // last, and the round's other steps were progress made without the
+  // servers: the rejoin deadline counts from here, so that a round longer
+  // than it can still register again after its push fails (a regroup, a
+  // restarted server).
+  if (signature_.sync.SemiSynchronous()) recovery_.Progressed();
   const size_t n = weights_.size();
   StepPlan plan;
   plan.step = next_step_;

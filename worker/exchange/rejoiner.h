@@ -35,6 +35,9 @@ class Rejoiner final {
 
   // A step succeeded: the backoff starts over, the deadline counts from now.
   void StepSucceeded();
+  // Training went on without the servers (a round's local steps): the
+  // deadline counts from now, and the backoff stays as it is.
+  void Progressed() { last_success_ = env_->Now(); }
 
   // The step failed with retryable `cause`: OK while the deadline has not
   // passed, else `cause`'s code with a message saying nothing succeeded
