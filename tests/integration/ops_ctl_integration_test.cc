@@ -149,6 +149,16 @@ TEST(OpsIntegrationTest, StragglersAreNamedWithTheirSlowPhase) {
   EXPECT_THAT(verdict, HasSubstr("RANK  LATE"));
 }
 
+// In rounds of local steps (DiLoCo, 25 rounds of 4) a round is the
+// servers' step: its report sums the phases of its local steps, so the
+// slow phase is named over the whole round. Before, a round's earlier
+// steps were reported as its input, and the compute straggler was named
+// as slow in input.
+TEST(OpsIntegrationTest, DiLoCoStragglersAreNamedOverTheirRounds) {
+  ExpectStragglersNamed({"--sync=diloco", "--local_steps=4"},
+                        "later to the barrier ");
+}
+
 // The same in an all-reduce job (gloo), where no shard sees the gradients:
 // the ranks' own reports, sent with their contact ticks, reach the server,
 // which judges each rank by its own work a step (the collective evens out

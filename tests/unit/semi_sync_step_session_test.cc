@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/env.h"
 #include "common/base/status_macros.h"
 #include "gmock/gmock.h"
@@ -307,6 +308,58 @@ TEST(SemiSyncStepSessionRejoinTest, ARoundLongerThanTheRejoinTimeoutRejoins) {
   EXPECT_EQ(at->version, 1);
   EXPECT_EQ(at->next_step, 2);
   EXPECT_EQ(session.rejoins(), 1);
+}
+
+// The phases a round reports (the straggler verdict's) cover its local
+// steps, so that they explain its lateness to the servers' barrier: each
+// step's input (to InputReady) and compute (the rest). One worker, rounds
+// of 2 steps: the first takes 40 ms of input and 60 of compute, the last
+// 10 and 20, so a round has 50 ms of input and 80 of compute. The servers
+// hold the reports of rounds 0 and 1 (each goes with the next round's
+// pushes). Before, the round's earlier steps were all input (the verdict
+// named input for a rank slow in compute); then only the last step was
+// reported (it named the network: lateness its phases did not explain).
+TEST(SemiSyncStepSessionReportTest, ARoundReportsItsLocalStepsPhases) {
+  absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 1);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      job->NewClient(PsClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  StepSessionOptions options = SessionOptions(0, false, 0);
+  options.num_workers = 1;
+  SemiSyncStepSession session(
+      SessionOptions(0, false, kLocalSteps),
+      std::make_unique<PsStepSession>(options, *std::move(client), nullptr));
+  ModelSignature signature = JobSignature(1);
+  signature.num_workers = 1;
+  std::vector<float> weights(kElements);
+  absl::StatusOr<StepOutcome> at =
+      session.Join(signature, InitialWeights, absl::MakeSpan(weights), {},
+                   absl::Seconds(30));
+  ASSERT_TRUE(at.ok()) << at.status();
+  while (at->next_step < kSteps) {
+    absl::StatusOr<StepPlan> plan = session.BeginStep();
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const bool last = plan->step % kLocalSteps == kLocalSteps - 1;
+    absl::SleepFor(absl::Milliseconds(last ? 10 : 40));
+    session.InputReady();
+    absl::SleepFor(absl::Milliseconds(last ? 20 : 60));
+    for (int j = 0; j < kElements; ++j) {
+      plan->gradient[j] = GradientValue(0, plan->step, j);
+    }
+    at = session.FinishStep();
+    ASSERT_TRUE(at.ok()) << at.status();
+  }
+  ASSERT_EQ(at->version, 3);
+  const ServerStatus status = job->server(0)->GetStatus();
+  ASSERT_EQ(status.workers.size(), 1u);
+  const ActivityWindow& window = status.workers[0].window;
+  ASSERT_EQ(window.reports, 2);
+  // The window's medians.
+  EXPECT_GE(window.input, absl::Milliseconds(50));
+  EXPECT_LT(window.input, absl::Milliseconds(80));
+  EXPECT_GE(window.compute, absl::Milliseconds(80));
+  EXPECT_LT(window.compute, absl::Milliseconds(110));
 }
 
 }  // namespace

@@ -238,8 +238,12 @@ absl::StatusOr<StepPlan> PsStepSession::BeginStep() {
   // last, and the round's other steps were progress made without the
   // servers: the rejoin deadline counts from here, so that a round longer
   // than it can still register again after its push fails (a regroup, a
-  // restarted server).
-  if (signature_.sync.SemiSynchronous()) recovery_.Progressed();
+  // restarted server); and the step's own phases start here (the round's
+  // other steps come as WorkBefore, not as this step's input).
+  if (signature_.sync.SemiSynchronous()) {
+    recovery_.Progressed();
+    RestartClock();
+  }
   const size_t n = weights_.size();
   StepPlan plan;
   plan.step = next_step_;

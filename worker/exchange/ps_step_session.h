@@ -45,6 +45,9 @@ class PsStepSession final : public StepSession {
                                    absl::Duration timeout) override;
   absl::StatusOr<StepPlan> BeginStep() override;
   void InputReady() override { clock_.InputReady(absl::Now()); }
+  void WorkBefore(absl::Duration input, absl::Duration compute) override {
+    clock_.WorkBefore(input, compute);
+  }
   void GradientReady(int64_t begin, int64_t end) override;
   absl::StatusOr<StepOutcome> FinishStep() override;
   absl::Status AbandonStep() override;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 
 namespace lockstep {
@@ -111,6 +112,7 @@ StepOutcome SemiSyncStepSession::StartRound(StepOutcome at) {
   // An elastic group's coverage holds for the whole round: a regroup
   // fails the round's push and starts the round again (FinishStep).
   shards_ = rounds_->NextBatchShards();
+  RestartPhases();
   version_ = at.version;
   anchor_.assign(weights_.begin(), weights_.end());
   inner_anchor_ = FlatSlots(*inner_);
@@ -184,7 +186,11 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
     }
     ps_open_ = true;
     input_reported_ = false;
+    // The round's phases so far, and the time since its last local step.
+    rounds_->WorkBefore(round_input_ + (absl::Now() - step_end_),
+                        round_compute_);
   }
+  input_ready_ = absl::InfinitePast();
   StepPlan plan;
   plan.step = step_;
   plan.batch_shards = shards_;
@@ -194,7 +200,14 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
   return plan;
 }
 
+void SemiSyncStepSession::RestartPhases() {
+  step_end_ = absl::Now();
+  input_ready_ = absl::InfinitePast();
+  round_input_ = round_compute_ = absl::ZeroDuration();
+}
+
 void SemiSyncStepSession::InputReady() {
+  if (!ps_open_) input_ready_ = absl::Now();
   if (!ps_open_ || input_reported_) return;
   input_reported_ = true;
   rounds_->InputReady();
@@ -219,6 +232,14 @@ absl::StatusOr<StepOutcome> SemiSyncStepSession::FinishStep() {
             weights_.begin() + num_parameters_);
   ++step_;
   if (!ps_open_) {  // The round goes on.
+    // Its phases, as a step's clock splits them (StepReportClock): input
+    // from the last step's end to the batch, compute the rest.
+    const absl::Time now = absl::Now();
+    const absl::Time computing =
+        input_ready_ == absl::InfinitePast() ? step_end_ : input_ready_;
+    round_input_ += computing - step_end_;
+    round_compute_ += now - computing;
+    step_end_ = now;
     StepOutcome local;
     local.applied = true;
     local.version = version_;
@@ -261,6 +282,7 @@ absl::Status SemiSyncStepSession::AbandonStep() {
   if (!round_open_) return absl::OkStatus();
   round_open_ = false;
   // The round starts again from its version, and its inner state.
+  RestartPhases();
   std::copy(anchor_.begin(), anchor_.end(), weights_.begin());
   SetFlatSlots(*inner_, inner_anchor_);
   step_ = RoundStart(version_);

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/optim/optimizer.h"
 #include "worker/exchange/inner_state_store.h"
 #include "worker/exchange/step_session.h"
@@ -62,8 +63,8 @@ class SemiSyncStepSession final : public StepSession {
                                    absl::Span<float> gradient,
                                    absl::Duration timeout) override;
   absl::StatusOr<StepPlan> BeginStep() override;
-  // The round's last batch: the PS step, and the phases its push reports
-  // (the straggler verdict), cover the round's last local step.
+  // The phases the round's push reports (the straggler verdict) cover
+  // the whole round: each local step's input (to this call) and compute.
   void InputReady() override;
   void GradientReady(int64_t, int64_t) override {}  // Plans never stream.
   absl::StatusOr<StepOutcome> FinishStep() override;
@@ -101,6 +102,8 @@ class SemiSyncStepSession final : public StepSession {
   // one's (the servers stepped back) what the store saved for it (as it
   // stands when there is none).
   void ResumeInner(int64_t version);
+  // The round's phases start over (a round begins, or begins again).
+  void RestartPhases();
   // The state the store saved for `version`, if any; says what it took
   // (`say_loaded`) or why it took none.
   void LoadInner(int64_t version, bool say_loaded);
@@ -124,6 +127,11 @@ class SemiSyncStepSession final : public StepSession {
   bool round_open_ = false;    // A local step has begun since the last push.
   bool ps_open_ = false;       // The round's PS step has begun (last step).
   bool input_reported_ = false;
+  // The round's phases before its PS step: local steps' input and
+  // compute, the last local step's end and this step's batch.
+  absl::Duration round_input_, round_compute_;
+  absl::Time step_end_ = absl::InfinitePast();
+  absl::Time input_ready_ = absl::InfinitePast();
   StepPlan round_;  // The PS step's plan, while ps_open_.
 };
 

@@ -23,6 +23,13 @@ class StepReportClock final {
     input_ready_ = absl::InfinitePast();
     pushing_ = absl::ZeroDuration();
     finish_called_ = absl::InfinitePast();
+    input_before_ = compute_before_ = absl::ZeroDuration();
+  }
+  // Work of this step done before it started (a round's earlier local
+  // steps): counted with its own input and compute.
+  void WorkBefore(absl::Duration input, absl::Duration compute) {
+    input_before_ += input;
+    compute_before_ += compute;
   }
   // The step's batch is ready: what came before was input.
   void InputReady(absl::Time now) { input_ready_ = now; }
@@ -44,10 +51,11 @@ class StepReportClock final {
     const absl::Time compute_to =
         finish_called_ == absl::InfinitePast() ? now : finish_called_;
     const absl::Duration push = std::max(encoding, pushing_);
-    r.input_us = absl::ToInt64Microseconds(compute_from - start_);
+    r.input_us =
+        absl::ToInt64Microseconds(compute_from - start_ + input_before_);
     r.push_us = absl::ToInt64Microseconds(push);
-    r.compute_us =
-        absl::ToInt64Microseconds(compute_to - compute_from - pushing_);
+    r.compute_us = absl::ToInt64Microseconds(compute_to - compute_from -
+                                             pushing_ + compute_before_);
     r.wait_us = absl::ToInt64Microseconds(std::max(
         now - compute_to - (push - pushing_), absl::ZeroDuration()));
     Restart(now);
@@ -59,6 +67,7 @@ class StepReportClock final {
   absl::Time input_ready_ = absl::InfinitePast();
   absl::Time finish_called_ = absl::InfinitePast();
   absl::Duration pushing_;
+  absl::Duration input_before_, compute_before_;
 };
 
 }  // namespace lockstep

@@ -166,6 +166,11 @@ class StepSession {
   // (the straggler verdict, docs/operations.md). Optional: without it the
   // input is counted as compute.
   virtual void InputReady() {}
+  // Work of the step under way done before its BeginStep, outside the
+  // session (a round's earlier local steps: SemiSyncStepSession): reported
+  // with the step's own phases, `input` as input and `compute` as
+  // compute. Optional.
+  virtual void WorkBefore(absl::Duration input, absl::Duration compute) {}
   // plan.gradient[begin, end) is final: sends what it completes.
   virtual void GradientReady(int64_t begin, int64_t end) = 0;
   // Sends the rest, waits for the next version and writes it into the
