@@ -242,5 +242,43 @@ TEST(SemiSyncFaultTest, ElasticRoundsTakeAJoinerAndALeaver) {
   for (float w : weights) ASSERT_TRUE(std::isfinite(w));
 }
 
+// A joiner alone is as many as --min_workers, and a round (4 steps of
+// 300 ms) outlasts the settle time and the joiner's connect timeout (1 s):
+// the joiner must wait for the members to come back at their round's end.
+// Before, it formed a group of its own once the settle time had passed,
+// which refused the members' pushes; they formed another without it, which
+// refused its push, and so on (a 40-step job took 52 s and 171 local
+// steps); and with the quorum alone it gave up after its connect timeout
+// (exit 75), having cost the members their round.
+TEST(SemiSyncFaultTest, AJoinerWaitsForTheMembersRoundToEnd) {
+  auto flags = [](int rank) {
+    std::vector<std::string> extra = {
+        "--sync=localsgd",       "--local_steps=4",
+        "--max_steps=16",        "--min_workers=1",
+        "--group_settle_ms=200", "--optimizer=sgd",
+        "--connect_timeout_s=1", "--lr=0.05",
+        "--straggle=0:300"};
+    if (rank == 0) extra.push_back("--progress=lines");
+    return Flags(extra);
+  };
+  Job job(2);
+  job.StartServer({});
+  job.StartWorker(0, flags(0));
+  ASSERT_TRUE(job.WaitForWorkerLog(
+      0, "(generation 1, 1 of 2 ranks), pushing batch shard(s) 0, 1"))
+      << job.WorkerOutput(0);
+  ASSERT_TRUE(job.WaitForVersion(1)) << job.ServerOutput();
+  job.StartWorker(1, flags(1));
+  EXPECT_EQ(job.WaitWorker(0), 0) << job.WorkerOutput(0);
+  EXPECT_EQ(job.WaitWorker(1), 0) << job.WorkerOutput(1);
+  EXPECT_EQ(job.WaitServer(), 0) << job.ServerOutput();
+  EXPECT_THAT(job.WorkerOutput(0),
+              HasSubstr("(generation 2, 2 of 2 ranks), pushing batch "
+                        "shard(s) 0\n"));
+  EXPECT_THAT(job.WorkerOutput(0), Not(HasSubstr("generation 3")));
+  EXPECT_THAT(job.WorkerOutput(1), Not(HasSubstr("1 of 2 ranks")));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 4 "));
+}
+
 }  // namespace
 }  // namespace lockstep

@@ -38,7 +38,7 @@ AllReduceStepSession::AllReduceStepSession(
 }
 
 AllReduceStepSession::~AllReduceStepSession() {
-  StopWatch();
+  watch_.Stop();
   contact_.reset();
 }
 
@@ -119,7 +119,7 @@ absl::StatusOr<StepOutcome> AllReduceStepSession::Join(
 absl::StatusOr<StepOutcome> AllReduceStepSession::JoinOnce(
     absl::Duration timeout) {
   // A failed generation's reducer goes first: its connections and service.
-  StopWatch();
+  watch_.Stop();
   reducer_.reset();
   regroup_ = false;
   joiner_seen_ = false;
@@ -174,6 +174,11 @@ std::vector<int> AllReduceStepSession::NextBatchShards() const {
     shards.push_back(shard);
   }
   return shards;
+}
+
+void AllReduceStepSession::StartWatch() {
+  watch_.Start(reducer_options_.group, generation_, reducer_options_.rank,
+               group_.watch_poll, [this] { joiner_seen_ = true; });
 }
 
 absl::StatusOr<StepPlan> AllReduceStepSession::BeginStep() {
@@ -347,7 +352,7 @@ absl::StatusOr<std::vector<double>> AllReduceStepSession::Average(
 }
 
 absl::Status AllReduceStepSession::Leave(const LeaveNote& note) {
-  StopWatch();
+  watch_.Stop();
   if (contact_ != nullptr) {
     contact_->Flush(absl::Milliseconds(500));
     contact_.reset();

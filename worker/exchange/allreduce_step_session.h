@@ -43,15 +43,13 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/optim/optimizer.h"
 #include "worker/exchange/allreduce/contact_thread.h"
 #include "worker/exchange/allreduce/coordinator_client.h"
+#include "worker/exchange/group_watch.h"
 #include "worker/exchange/step_recovery.h"
 #include "worker/exchange/step_report_clock.h"
 #include "worker/exchange/step_session.h"
@@ -117,11 +115,8 @@ class AllReduceStepSession final : public StepSession {
   bool Elastic() const {
     return group_.min_workers > 0 && group_.min_workers < reducer_options_.size;
   }
-  // The joiners' watch, run by the member at index 0 of a group missing a
-  // rank; StopWatch ends it.
+  // The group's watch (elastic): joiners waiting, and this rank alive.
   void StartWatch();
-  void StopWatch();
-  void Watch(int64_t generation);
 
   const AllReduceOptions reducer_options_;
   const GroupOptions group_;
@@ -157,10 +152,8 @@ class AllReduceStepSession final : public StepSession {
   std::unique_ptr<ContactThread> contact_;
   StepReportClock clock_;
   bool report_step_ = true;  // The step computes this rank's shard alone.
-  std::thread watch_;
-  std::atomic<bool> joiner_seen_{false};
-  absl::Mutex watch_mu_;
-  bool watch_stop_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::atomic<bool> joiner_seen_{false};  // Set by watch_'s thread.
+  GroupWatch watch_{coordinator_.get()};  // Goes before coordinator_.
 };
 
 }  // namespace lockstep

@@ -51,6 +51,7 @@ PsStepSession::PsStepSession(const StepSessionOptions& options,
       workers_(options.num_workers),
       group_(options.group),
       rendezvous_timeout_(options.client.connect_timeout),
+      group_wait_(options.rejoin_timeout),
       client_(std::move(client)),
       coordinator_(std::move(coordinator)),
       recovery_(options),
@@ -59,6 +60,7 @@ PsStepSession::PsStepSession(const StepSessionOptions& options,
 PsStepSession::~PsStepSession() {
   // An unfinished step's pushes reference the buffers: end it first.
   if (in_step_ && streamed_) client_->AbandonStep();
+  watch_.Stop();
 }
 
 absl::Status PsStepSession::JoinGroup(int64_t version, absl::Duration timeout) {
@@ -73,6 +75,10 @@ absl::Status PsStepSession::JoinGroup(int64_t version, absl::Duration timeout) {
   request.min_size = group_.min_workers;
   request.settle = group_.settle;
   request.signature = proto.SerializeAsString();
+  // Fewer than every rank form a group only as a majority of those alive:
+  // joiners wait for members at work (their watch_ is open).
+  request.quorum = true;
+  watch_.Stop();
   if (generation_ == 0) {
     std::printf(
         "Waiting for the worker group to form: rank %d of %d (at least %d), "
@@ -80,13 +86,26 @@ absl::Status PsStepSession::JoinGroup(int64_t version, absl::Duration timeout) {
         rank_, workers_, group_.min_workers, coordinator_->address().c_str());
     std::fflush(stdout);
   }
-  const absl::Duration wait = std::min(timeout, rendezvous_timeout_);
-  ASSIGN_OR_RETURN(const GroupView group,
-                   coordinator_->JoinGroup(request, absl::Now() + wait));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<GroupView> joined = coordinator_->JoinGroup(
+      request, start + std::min(timeout, rendezvous_timeout_));
+  // A joiner waits for the members to finish the step (or the round of
+  // local steps) under way, which may outlast the connect timeout: on
+  // while the coordinator answers, up to the rejoin timeout.
+  const absl::Time give_up =
+      start + std::min(timeout, std::max(rendezvous_timeout_, group_wait_));
+  while (
+      absl::IsDeadlineExceeded(joined.status()) && absl::Now() < give_up &&
+      coordinator_->Ping(kPsGroupName, absl::Now() + absl::Seconds(2)).ok()) {
+    joined = coordinator_->JoinGroup(
+        request, std::min(give_up, absl::Now() + rendezvous_timeout_));
+  }
+  ASSIGN_OR_RETURN(const GroupView group, std::move(joined));
   const bool changed =
       generation_ > 0 || static_cast<int>(group.members.size()) < workers_;
   generation_ = group.generation;
   members_ = group.members;
+  watch_.Start(kPsGroupName, generation_, rank_, group_.watch_poll, nullptr);
   shards_ = CoveredShards(members_, rank_, workers_);
   client_->SetPushSlot(PushSlot{generation_, shards_.front(), report_});
   if (changed) {
@@ -356,6 +375,14 @@ int64_t PsStepAfterJoin(const SyncPolicy& sync, int64_t step, int64_t version) {
 }
 
 absl::Status PsStepSession::Leave(const LeaveNote& note) {
+  if (coordinator_ != nullptr) {
+    watch_.Stop();
+    // The others need not wait out the coordinator's grace for this rank
+    // before they re-form (quorum).
+    coordinator_
+        ->LeaveGroup(kPsGroupName, rank_, absl::Now() + absl::Milliseconds(500))
+        .IgnoreError();
+  }
   if (coordinator_ != nullptr && !recovery_.StopRequested() &&
       !members_.empty() && members_.front() == rank_) {
     // The job is done: the ranks missing from the group that finished it

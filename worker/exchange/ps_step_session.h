@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "worker/exchange/allreduce/coordinator_client.h"
+#include "worker/exchange/group_watch.h"
 #include "worker/exchange/step_recovery.h"
 #include "worker/exchange/step_report_clock.h"
 #include "worker/exchange/step_session.h"
@@ -87,6 +88,7 @@ class PsStepSession final : public StepSession {
   const int workers_;
   const GroupOptions group_;
   const absl::Duration rendezvous_timeout_;
+  const absl::Duration group_wait_;  // A joiner's longest (rejoin timeout).
   const std::unique_ptr<PsClient> client_;
   const std::unique_ptr<CoordinatorClient> coordinator_;  // Null: not elastic.
   StepRecovery recovery_;
@@ -94,6 +96,9 @@ class PsStepSession final : public StepSession {
   int64_t generation_ = 0;          // Of the group last joined.
   std::vector<int> members_;        // Its ranks.
   std::vector<int> shards_{rank_};  // The batch shards this worker pushes.
+  // Elastic: open while this worker is in a generation, so that joiners
+  // wait for it (the coordinator's quorum). Goes before coordinator_.
+  GroupWatch watch_{coordinator_.get()};
   ModelSignature signature_;        // The job's, from Join.
   InitialFn initial_;
   absl::Span<float> weights_;  // Not owned.
