@@ -67,8 +67,8 @@ struct GroupOptions {
   int min_workers = 0;
   // An elastic group forms this long after its last member joined.
   absl::Duration settle = absl::Seconds(1);
-  // The members of an elastic all-reduce group ask the coordinator for
-  // joiners with calls this long; an open call is also what tells the
+  // The members of an elastic group (all-reduce or PS) watch it at the
+  // coordinator with calls this long; an open call is also what tells the
   // coordinator the rank is alive (JoinGroupRequest.quorum), so a stopped
   // rank stops counting as alive at most this long (and the coordinator's
   // grace) after it stopped.

@@ -198,7 +198,7 @@ TEST(SemiSyncFaultTest, AnElasticMemberCoveringAnAbsentRankTrainsOnItsBatches) {
     largest = std::max(largest, std::abs(elastic[i] - synchronous[i]));
   }
   std::printf("largest difference from the synchronous job: %g\n", largest);
-  EXPECT_LE(largest, 1e-5);
+  EXPECT_LE(largest, 1e-6);
 }
 
 // 3 ranks in rounds of 4 (60 local steps, 15 versions): ranks 0 and 1
@@ -243,7 +243,7 @@ TEST(SemiSyncFaultTest, ElasticRoundsTakeAJoinerAndALeaver) {
 }
 
 // A joiner alone is as many as --min_workers, and a round (4 steps of
-// 300 ms) outlasts the settle time and the joiner's connect timeout (1 s):
+// 500 ms) outlasts the settle time and the joiner's connect timeout (1 s):
 // the joiner must wait for the members to come back at their round's end.
 // Before, it formed a group of its own once the settle time had passed,
 // which refused the members' pushes; they formed another without it, which
@@ -254,10 +254,10 @@ TEST(SemiSyncFaultTest, AJoinerWaitsForTheMembersRoundToEnd) {
   auto flags = [](int rank) {
     std::vector<std::string> extra = {
         "--sync=localsgd",       "--local_steps=4",
-        "--max_steps=16",        "--min_workers=1",
+        "--max_steps=12",        "--min_workers=1",
         "--group_settle_ms=200", "--optimizer=sgd",
         "--connect_timeout_s=1", "--lr=0.05",
-        "--straggle=0:300"};
+        "--straggle=0:500"};
     if (rank == 0) extra.push_back("--progress=lines");
     return Flags(extra);
   };
@@ -277,7 +277,7 @@ TEST(SemiSyncFaultTest, AJoinerWaitsForTheMembersRoundToEnd) {
                         "shard(s) 0\n"));
   EXPECT_THAT(job.WorkerOutput(0), Not(HasSubstr("generation 3")));
   EXPECT_THAT(job.WorkerOutput(1), Not(HasSubstr("1 of 2 ranks")));
-  EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 4 "));
+  EXPECT_THAT(job.ServerOutput(), HasSubstr("final version 3 "));
 }
 
 }  // namespace

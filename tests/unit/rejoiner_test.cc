@@ -134,27 +134,33 @@ TEST(RejoinerTest, AStopEndsTheBackoffAndTheRejoin) {
   EXPECT_EQ(env.slept(), absl::ZeroDuration());
 }
 
-// Progressed (a round's local steps went on) moves the deadline, not the
-// backoff: a rejoin followed by no step that succeeded still backs off
-// before registering again.
-TEST(RejoinerTest, ProgressMovesTheDeadlineButKeepsTheBackoff) {
+// Progressed (a round's local steps went on since the servers last
+// answered) moves the deadline by that time only: time in failed pushes
+// and rejoins still adds up (before, it restarted the deadline, and a
+// round whose push always failed never gave up), and the backoff stays.
+TEST(RejoinerTest, ProgressMovesTheDeadlineByTheLocalTimeAndKeepsTheBackoff) {
   FakeEnv env;
+  const absl::Time start = env.Now();
   Rejoiner rejoiner("test", 1, 0, absl::Seconds(20), "the_timeout", &env);
   const absl::Status cause = absl::AbortedError("given up");
   auto works = [](absl::Duration) { return absl::StatusOr<int64_t>(3); };
-  env.Advance(absl::Seconds(30));
+  env.Advance(absl::Seconds(30));  // Local steps.
   EXPECT_FALSE(rejoiner.CheckDeadline(cause).ok());
   rejoiner.Progressed();
+  env.Advance(absl::Seconds(15));  // A push that fails.
   EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
   ASSERT_TRUE(rejoiner.Rejoin(cause, works).ok());
   EXPECT_EQ(env.slept(), absl::ZeroDuration());  // The first does not wait.
-  env.Advance(absl::Seconds(19));
+  env.Advance(absl::Seconds(100));               // The round again.
   rejoiner.Progressed();
-  env.Advance(absl::Seconds(19));
+  // 15 s of the 20 are spent: the deadline is 5 s on.
+  env.Advance(absl::Seconds(4));
   EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
   ASSERT_TRUE(rejoiner.Rejoin(cause, works).ok());
   EXPECT_GE(env.slept(), absl::Milliseconds(50));  // Backed off first.
-  env.Advance(absl::Seconds(21));
+  env.Advance(start + absl::Seconds(150) - env.Now() - absl::Nanoseconds(1));
+  EXPECT_TRUE(rejoiner.CheckDeadline(cause).ok());
+  env.Advance(absl::Nanoseconds(1));
   EXPECT_FALSE(rejoiner.CheckDeadline(cause).ok());
 }
 

@@ -48,14 +48,14 @@ void GroupWatch::Run(std::string group, int64_t generation, int rank,
       alive_only = true;
       continue;
     }
-    if (waiting.status().code() == absl::StatusCode::kCancelled) return;
-    // Away or slow: ask again, after a pause unless it just timed out.
+    // Away or slow, or a call the coordinator cut off as it stopped: ask
+    // again (after a pause unless it just timed out), unless Stop asked.
     const absl::Duration pause =
         waiting.status().code() == absl::StatusCode::kDeadlineExceeded
             ? absl::ZeroDuration()
             : absl::Seconds(1);
     absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithTimeout(absl::Condition(&stop_), pause)) return;
+    if (stop_ || mu_.AwaitWithTimeout(absl::Condition(&stop_), pause)) return;
   }
 }
 

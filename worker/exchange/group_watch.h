@@ -2,7 +2,8 @@
 // thread of its own (Coordinator.WatchGroup): while it is open the
 // coordinator counts the member's rank as alive for its quorum, so that
 // ranks waiting to join do not form a group without members still at
-// work (docs/faults.md, "Elastic all-reduce jobs"); and it can say when
+// work (docs/faults.md, "Elastic all-reduce jobs", "Elastic PS jobs"); and
+// it can say when
 // the group should re-form.
 //
 // Start and Stop from one thread (the training thread).

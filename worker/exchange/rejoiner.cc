@@ -19,12 +19,19 @@ Rejoiner::Rejoiner(std::string who, uint64_t seed, int rank,
       rank_(rank),
       rejoin_timeout_(rejoin_timeout),
       env_(env),
-      last_success_(env->Now()) {}
+      last_success_(env->Now()),
+      last_answer_(last_success_) {}
 
 void Rejoiner::StepSucceeded() {
-  last_success_ = env_->Now();
+  last_success_ = last_answer_ = env_->Now();
   backoff_ = kFirstBackoff;
   rejoined_without_a_step_ = false;
+}
+
+void Rejoiner::Progressed() {
+  const absl::Time now = env_->Now();
+  last_success_ = std::min(now, last_success_ + (now - last_answer_));
+  last_answer_ = now;
 }
 
 absl::Status Rejoiner::CheckDeadline(const absl::Status& cause) const {
@@ -70,6 +77,7 @@ absl::StatusOr<int64_t> Rejoiner::Rejoin(const absl::Status& cause,
         join(std::max(deadline - env_->Now(), absl::Milliseconds(100)));
     if (version.ok()) {
       rejoined_without_a_step_ = true;
+      last_answer_ = env_->Now();
       return version;
     }
     if (!IsRetryable(version.status())) return version;

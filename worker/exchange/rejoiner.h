@@ -35,9 +35,12 @@ class Rejoiner final {
 
   // A step succeeded: the backoff starts over, the deadline counts from now.
   void StepSucceeded();
-  // Training went on without the servers (a round's local steps): the
-  // deadline counts from now, and the backoff stays as it is.
-  void Progressed() { last_success_ = env_->Now(); }
+  // The time since the servers last answered (a step, or a rejoin) went
+  // to training without them (a round's local steps): the deadline moves
+  // on by that much, and the backoff stays as it is. Time spent in
+  // failed pushes and rejoins still adds up, so a round whose push always
+  // fails still gives up.
+  void Progressed();
 
   // The step failed with retryable `cause`: OK while the deadline has not
   // passed, else `cause`'s code with a message saying nothing succeeded
@@ -74,6 +77,7 @@ class Rejoiner final {
   Env* const env_;                           // Not owned.
   const std::atomic<bool>* stop_ = nullptr;  // Not owned.
   absl::Time last_success_;
+  absl::Time last_answer_;  // A step succeeded, or a rejoin registered.
   absl::Duration backoff_ = kFirstBackoff;
   // A rejoin has registered and no step has succeeded since: the next one
   // backs off first (the step fails right after registering works, e.g. at

@@ -174,9 +174,7 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
   if (!ps_open_ && step_ + 1 == RoundEnd()) {
     ASSIGN_OR_RETURN(round_, rounds_->BeginStep());
     const size_t n = weights_.size();
-    if (round_.batch_shards != shards_ ||
-        round_.gradient.size() !=
-            n * (round_.sum_shards_locally ? 1 : round_.batch_shards.size())) {
+    if (round_.batch_shards != shards_) {
       rounds_->AbandonStep().IgnoreError();
       return absl::InternalError(absl::StrCat(
           "the round's push covers batch shards ",
@@ -184,11 +182,23 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
           "covered ", absl::StrJoin(shards_, ","),
           " (the group changed without a regroup)"));
     }
+    if (round_.gradient.size() !=
+        n * (round_.sum_shards_locally ? 1 : shards_.size())) {
+      rounds_->AbandonStep().IgnoreError();
+      return absl::InternalError(
+          absl::StrCat("the round's push has room for ", round_.gradient.size(),
+                       " values, not one vector of ", n, " for each of its ",
+                       shards_.size(), " batch shard(s)"));
+    }
     ps_open_ = true;
     input_reported_ = false;
-    // The round's phases so far, and the time since its last local step.
-    rounds_->WorkBefore(round_input_ + (absl::Now() - step_end_),
-                        round_compute_);
+    // The round's phases so far, and the time since its last local step:
+    // input, as a step's clock counts it, unless the caller never says
+    // when a batch is ready (then everything is compute).
+    const absl::Duration gap = absl::Now() - step_end_;
+    rounds_->WorkBefore(
+        round_input_ + (inputs_seen_ ? gap : absl::ZeroDuration()),
+        round_compute_ + (inputs_seen_ ? absl::ZeroDuration() : gap));
   }
   input_ready_ = absl::InfinitePast();
   StepPlan plan;
@@ -203,11 +213,15 @@ absl::StatusOr<StepPlan> SemiSyncStepSession::BeginStep() {
 void SemiSyncStepSession::RestartPhases() {
   step_end_ = absl::Now();
   input_ready_ = absl::InfinitePast();
+  inputs_seen_ = false;
   round_input_ = round_compute_ = absl::ZeroDuration();
 }
 
 void SemiSyncStepSession::InputReady() {
-  if (!ps_open_) input_ready_ = absl::Now();
+  if (!ps_open_) {
+    input_ready_ = absl::Now();
+    inputs_seen_ = true;
+  }
   if (!ps_open_ || input_reported_) return;
   input_reported_ = true;
   rounds_->InputReady();

@@ -12,7 +12,7 @@
 // the outer weights and optimizer, rejoin after a lost server or worker,
 // backup workers: a late worker's change is dropped and it starts over
 // from the version the others made; elastic membership: a member covering
-// absent ranks trains on their batches too, summed with its own as one
+// absent ranks trains on their batches too, averaged with its own as one
 // larger batch, and pushes its change for each shard it covers, so the
 // servers' mean weighs each member by the batches it trained on; a regroup
 // starts the round under way again with the new group). Versions count
@@ -132,6 +132,7 @@ class SemiSyncStepSession final : public StepSession {
   absl::Duration round_input_, round_compute_;
   absl::Time step_end_ = absl::InfinitePast();
   absl::Time input_ready_ = absl::InfinitePast();
+  bool inputs_seen_ = false;  // InputReady came in this round.
   StepPlan round_;  // The PS step's plan, while ps_open_.
 };
 

@@ -29,7 +29,8 @@ class StepRecovery final {
 
   // A step (or the first Join) succeeded: the deadline counts from now.
   void StepSucceeded() { rejoiner_.StepSucceeded(); }
-  // Local steps went on since (Rejoiner::Progressed).
+  // Local steps went on since the servers last answered
+  // (Rejoiner::Progressed).
   void Progressed() { rejoiner_.Progressed(); }
 
   // After step failure `failed`: `stopped` when a stop signal came (its
