@@ -4,6 +4,8 @@
 // by hand. No sockets, no subprocesses.
 #include "worker/exchange/ps_step_session.h"
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -217,6 +219,54 @@ TEST(PsStepSessionFailureTest, AnAbandonedStepPushesOnlyWhatWasHandedOver) {
   EXPECT_EQ(session.BeginStep().status().code(),
             absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(session.AbandonStep().ok());
+}
+
+// Eight values over five shards: chunks of at most ceil(8 / 5) = 2
+// values, four of them, so shard 4 owns none and never holds a version.
+// A rejoin after the job's first step must still find the job's version
+// (before, shard 4's -1 read as a server that came back without the
+// job's weights, and the rejoin failed).
+TEST(PsStepSessionFailureTest, AShardThatOwnsNoChunkDoesNotStopARejoin) {
+  absl::StatusOr<InProcessJob> job = InProcessJob::Create(1, 5);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::atomic<bool> refuse{false};
+  std::vector<std::unique_ptr<ShardTransport>> shards;
+  for (int shard = 0; shard < 5; ++shard) {
+    shards.push_back(
+        std::make_unique<RefusingTransport>(job->server(shard), &refuse));
+  }
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::CreateOver(PsClientOptions(), std::move(shards));
+  ASSERT_TRUE(client.ok()) << client.status();
+  PsStepSession session(SessionOptions(0, 1), *std::move(client), nullptr);
+  std::vector<float> weights(kElements);
+  ASSERT_TRUE(session
+                  .Join(TwoChunkSignature(1, 5), InitialWeights,
+                        absl::MakeSpan(weights), {}, absl::Seconds(30))
+                  .ok());
+  auto step = [&]() -> absl::StatusOr<StepOutcome> {
+    ASSIGN_OR_RETURN(const StepPlan plan, session.BeginStep());
+    std::fill(plan.gradient.begin(), plan.gradient.end(), 1.0f);
+    return session.FinishStep();
+  };
+  absl::StatusOr<StepOutcome> at = step();
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_EQ(at->version, 1);
+  refuse = true;
+  at = step();
+  refuse = false;
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_TRUE(at->rejoined);
+  EXPECT_EQ(at->version, 1);
+  at = step();
+  ASSERT_TRUE(at.ok()) << at.status();
+  EXPECT_EQ(at->version, 2);
+  EXPECT_EQ(job->server(3)->GetStatus().version, 2);
+  EXPECT_EQ(job->server(4)->GetStatus().version, -1);
+  // Two SGD steps of gradient 1 at rate 0.5.
+  std::vector<float> expected = InitialWeights();
+  for (float& w : expected) w -= 2 * kLearningRate;
+  EXPECT_THAT(weights, ElementsAreArray(expected));
 }
 
 // Join refuses buffers of another size than the model's, and a job

@@ -14,8 +14,7 @@ namespace lockstep {
 namespace {
 
 // The batch shards rank `rank` computes in a group of `members` (ascending)
-// out of `workers` ranks: its own first, then the absent ranks' shards
-// dealt out over the members in turn.
+// out of `workers` ranks: its own, then absent ranks' dealt out in turn.
 std::vector<int> CoveredShards(const std::vector<int>& members, int rank,
                                int workers) {
   std::vector<int> shards = {rank};
@@ -197,8 +196,8 @@ absl::StatusOr<RegisterResult> PsStepSession::StepBackShards(
         reg.newest_version,
         ": a shard restarted from an older checkpoint than the others hold");
     const size_t shards = reg.shard_versions.size();
-    // The newest checkpoint every shard holds, at or before the oldest
-    // shard's version.
+    // The newest checkpoint every shard (that owns a chunk) holds, at or
+    // before the oldest shard's version.
     int64_t common = -1;
     for (int64_t v : reg.shard_checkpoints.empty() ? std::vector<int64_t>()
                                                    : reg.shard_checkpoints[0]) {
@@ -206,7 +205,8 @@ absl::StatusOr<RegisterResult> PsStepSession::StepBackShards(
       bool everywhere = true;
       for (size_t s = 1; s < shards && everywhere; ++s) {
         const std::vector<int64_t>& held = reg.shard_checkpoints[s];
-        everywhere = std::find(held.begin(), held.end(), v) != held.end();
+        everywhere = !reg.shard_owns_chunks[s] ||
+                     std::find(held.begin(), held.end(), v) != held.end();
       }
       if (everywhere) common = v;
     }
@@ -229,7 +229,7 @@ absl::StatusOr<RegisterResult> PsStepSession::StepBackShards(
                  "%lld, the newest they all hold\n",
                  rank_, apart.c_str(), static_cast<long long>(common));
     for (size_t s = 0; s < shards; ++s) {
-      if (reg.shard_versions[s] <= common) continue;
+      if (reg.shard_versions[s] <= common) continue;  // Or it owns none.
       const absl::Status stepped =
           client_->StepBack(static_cast<int>(s), reg.shard_versions[s], common);
       // ABORTED: another rank stepped it back first.

@@ -95,12 +95,18 @@ struct StepTimings {
 
 struct RegisterResult {
   int64_t incarnation = 0;
+  // Over the shards that own a chunk (a plan of N values over S shards
+  // may leave some shards none when N <= S (S - 1), and those are never
+  // initialized and never hold a version): whether version 0 is still to
+  // be defined, and the lowest and highest version.
   bool must_initialize = false;
-  int64_t version = -1;         // The lowest over shards.
-  int64_t newest_version = -1;  // The highest.
-  // By shard: its version, and the versions of its checkpoints.
+  int64_t version = -1;
+  int64_t newest_version = -1;
+  // By shard: its version, the versions of its checkpoints, and whether it
+  // owns a chunk.
   std::vector<int64_t> shard_versions;
   std::vector<std::vector<int64_t>> shard_checkpoints;
+  std::vector<bool> shard_owns_chunks;
 };
 
 class PsClient final {

@@ -139,12 +139,18 @@ absl::StatusOr<RegisterResult> ShardMembership::Register(
     }
     const ShardRegistration& reply = replies[shard];
     incarnations_.push_back(reply.incarnation);
-    result.must_initialize |= reply.must_initialize;
-    result.version =
-        shard == 0 ? reply.version : std::min(result.version, reply.version);
-    result.newest_version = std::max(result.newest_version, reply.version);
+    // Shard 0 always owns the first chunk. One that owns none is never
+    // initialized and never holds a version: it says nothing of the job's.
+    const bool owns = shard == 0 || plan.ShardElements(shard) > 0;
+    if (owns) {
+      result.must_initialize |= reply.must_initialize;
+      result.version =
+          shard == 0 ? reply.version : std::min(result.version, reply.version);
+      result.newest_version = std::max(result.newest_version, reply.version);
+    }
     result.shard_versions.push_back(reply.version);
     result.shard_checkpoints.push_back(reply.checkpoint_versions);
+    result.shard_owns_chunks.push_back(owns);
   }
   result.incarnation = incarnations_[0];
   plan_ = std::move(plan);
