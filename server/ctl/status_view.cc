@@ -213,6 +213,11 @@ std::string RankTable(const std::vector<RankView>& ranks, int64_t version,
   return RenderTable(rows);
 }
 
+// Whether a shard owns a chunk of the model, as far as it knows one.
+bool OwnsChunks(const ShardStatus& s) {
+  return s.model.empty() || s.num_chunks > 0;
+}
+
 // A row per shard (question marks for one that did not answer), the
 // refused pushes by code, and the shards' errors.
 std::string ShardTable(const std::vector<ShardReading>& shards) {
@@ -221,6 +226,7 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
                   "DROPPED", "IN", "OUT"});
   std::vector<std::string> errors;
   std::map<std::string, int64_t> refused;
+  std::vector<int> empty;  // Shards that own no chunk.
   int64_t given_up = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardReading& r = shards[i];
@@ -233,8 +239,10 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
       continue;
     }
     const ShardStatus& s = *r.status;
+    if (!OwnsChunks(s)) empty.push_back(s.shard);
     rows.push_back({absl::StrCat(s.shard), r.address, health,
-                    absl::StrCat(s.version), absl::StrCat(s.pushes_accepted),
+                    OwnsChunks(s) ? absl::StrCat(s.version) : "none",
+                    absl::StrCat(s.pushes_accepted),
                     absl::StrCat(s.pushes_refused),
                     absl::StrCat(s.pushes_dropped_late),
                     FormatBytes(s.bytes_received), FormatBytes(s.bytes_sent)});
@@ -242,6 +250,11 @@ std::string ShardTable(const std::vector<ShardReading>& shards) {
     given_up += s.waits_cancelled;
   }
   std::string out = RenderTable(rows);
+  if (!empty.empty()) {
+    absl::StrAppend(&out, "Shard(s) ", absl::StrJoin(empty, ","),
+                    " own no chunk of the model (too few values for this "
+                    "many shards) and hold no version\n");
+  }
   if (!refused.empty()) {
     std::vector<std::string> parts;
     for (const auto& [code, n] : refused)
@@ -270,10 +283,17 @@ std::string RenderJobStatus(const std::vector<ShardReading>& shards) {
     }
     return out;
   }
-  int64_t version = ok[0]->version;
-  for (const ShardStatus* s : ok) version = std::min(version, s->version);
-  const std::vector<RankView> ranks = ViewRanks(ok, version);
-  const bool allreduce = AllReduceJob(ok, ranks, version);
+  // A shard that owns no chunk (the plan leaves some none when N <=
+  // S (S - 1)) never holds a version: the job's is the other shards'.
+  std::vector<const ShardStatus*> holding;
+  for (const ShardStatus* s : ok) {
+    if (OwnsChunks(*s)) holding.push_back(s);
+  }
+  if (holding.empty()) holding = ok;
+  int64_t version = holding[0]->version;
+  for (const ShardStatus* s : holding) version = std::min(version, s->version);
+  const std::vector<RankView> ranks = ViewRanks(holding, version);
+  const bool allreduce = AllReduceJob(holding, ranks, version);
   return absl::StrCat(JobHeader(ok, shards.size(), version, allreduce),
                       StepLine(shards, *ok[0], ranks, version, allreduce), "\n",
                       RankTable(ranks, version, allreduce), "\n",

@@ -83,6 +83,25 @@ TEST(StatusViewTest, AShardAheadHasEveryPushOfTheStep) {
               HasSubstr("Step 12: pushed by 1 of 3 (1); awaiting 0,2\n"));
 }
 
+// A shard that owns no chunk (too few values for the shards) holds no
+// version: the job's is the others' (before, its -1 read as "no weights
+// yet, waiting for version 0").
+TEST(StatusViewTest, AShardThatOwnsNoChunkHoldsNoVersion) {
+  ShardStatus a = Shard(0, 12);
+  a.pushed_ranks = {0, 1, 2};
+  ShardStatus b = Shard(1, -1);
+  b.num_chunks = 0;
+  b.pushes_accepted = 0;
+  std::vector<ShardReading> readings = {{"a:1", a, HealthStatus::kServing},
+                                        {"b:1", b, HealthStatus::kServing}};
+  const std::string text = RenderJobStatus(readings);
+  EXPECT_THAT(text, HasSubstr("Lockstep job: version 12 (step 12)"));
+  EXPECT_THAT(text, HasSubstr("Step 12: pushed by 3 of 3"));
+  EXPECT_THAT(text, HasSubstr("1      b:1      SERVING  none     0  "));
+  EXPECT_THAT(text, HasSubstr("Shard(s) 1 own no chunk of the model"));
+  EXPECT_THAT(text, Not(HasSubstr("no weights yet")));
+}
+
 TEST(StatusViewTest, StatesOfWorkers) {
   ShardStatus s = Shard(0, 5);
   s.num_shards = 1;
