@@ -58,7 +58,8 @@ absl::StatusOr<ChunkPlan> ChunkPlan::Create(int64_t num_elements,
   plan.num_shards_ = num_shards;
   plan.elements_per_chunk_ = chunk_bytes / static_cast<int64_t>(sizeof(float));
   if (num_shards > 1) {
-    // Smaller chunks so that every shard gets a share of a small model.
+    // Smaller chunks so that the shards share a small model (a model of
+    // fewer than S (S - 1) values may still leave some shards none).
     const int64_t per_shard = (num_elements + num_shards - 1) / num_shards;
     plan.elements_per_chunk_ =
         std::max<int64_t>(1, std::min(plan.elements_per_chunk_, per_shard));

@@ -4,11 +4,11 @@
 // [offset, offset + size) of the flat fp32 vector and lives on server shard
 // `shard`. Chunks hold floor(chunk_bytes / 4) elements -- with several
 // shards at most ceil(N / num_shards), so that the shards share the model
-// -- and the last one may hold fewer. That leaves some shards no chunk
-// when N <= num_shards (num_shards - 1) (8 values over 5 shards: four
-// chunks of 2); such a shard is never initialized and never holds a
-// version, and workers leave it out of the job's (RegisterResult). Each
-// chunk in order goes to the shard
+// -- and the last one may hold fewer. That can leave some shards no chunk
+// when N < num_shards (num_shards - 1) (8 values over 5 shards: four
+// chunks of 2; ShardElements tells): such a shard is never initialized
+// and never holds a version, and workers leave it out of the job's
+// (RegisterResult). Each chunk in order goes to the shard
 // holding the fewest bytes so far (the lowest index on ties): balanced by
 // bytes, and computed the same way by every process from
 // (num_elements, chunk_bytes, num_shards) alone, so a chunk travels by its

@@ -105,6 +105,11 @@ struct ServerStatus {
   int num_shards = 1;
   absl::Time now;                       // When this status was taken.
   std::vector<WorkerActivity> workers;  // One per rank, in rank order.
+
+  // The job's plan gives this shard no chunk (too few values for the
+  // shards: common/model/chunk_plan.h): it never holds a version, and
+  // workers call it only to register and to leave.
+  bool OwnsNoChunk() const { return signature.has_value() && num_chunks == 0; }
 };
 
 class ParameterServer final {

@@ -288,6 +288,10 @@ int Checkpoint(const std::string& addresses) {
       exit_code = kExitFailure;
       continue;
     }
+    if (saved->checkpoint.empty() && saved->weights_file.empty()) {
+      std::printf("%s: owns no chunk of the model; nothing to save\n",
+                  shard->address().c_str());
+    }
     if (!saved->checkpoint.empty()) {
       std::printf(
           "%s: checkpoint of version %lld in %s\n", shard->address().c_str(),

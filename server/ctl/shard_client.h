@@ -76,7 +76,8 @@ class ShardClient final {
       absl::Duration timeout, absl::Duration wait = absl::ZeroDuration());
   // grpc.health.v1 Check for the server as a whole.
   absl::StatusOr<HealthStatus> Health(absl::Duration timeout);
-  // What a server wrote on request.
+  // What a server wrote on request (both paths empty, version -1: the
+  // shard owns no chunk of the model, and has nothing to save).
   struct Saved {
     std::string checkpoint;    // Empty: it has no --checkpoint_dir.
     std::string weights_file;  // Empty: it has no --weights_file.

@@ -90,8 +90,11 @@ absl::Time JobWatchdog::LatestContact() const {
 }
 
 std::optional<int> JobWatchdog::CheckWorkersGone(absl::Time now) {
+  // A shard that owns no chunk hears from workers only when they register
+  // and leave: its quiet says nothing of them (the other shards judge).
   if (options_.no_worker_timeout <= absl::ZeroDuration() ||
-      core_->WaitUntilDone(absl::ZeroDuration())) {
+      core_->WaitUntilDone(absl::ZeroDuration()) ||
+      core_->GetStatus().OwnsNoChunk()) {
     return std::nullopt;
   }
   const absl::Time last = LatestContact();

@@ -88,6 +88,10 @@ TEST(HelpTest, ValidateOnlyChecksWithoutStarting) {
                                             "--min_workers=2"};
   RunResult ps = RunProcess(elastic);
   EXPECT_EQ(ps.exit_code, kExitOk) << ps.output;
+  std::vector<std::string> rounds = elastic;
+  rounds.push_back("--sync=diloco");
+  RunResult diloco = RunProcess(rounds);
+  EXPECT_EQ(diloco.exit_code, kExitOk) << diloco.output;
   for (const char* refused_mode : {"--sync=async", "--backup_workers=1"}) {
     std::vector<std::string> flags = elastic;
     flags.push_back(refused_mode);
@@ -95,8 +99,8 @@ TEST(HelpTest, ValidateOnlyChecksWithoutStarting) {
     EXPECT_EQ(no_steps.exit_code, kExitPermanent) << no_steps.output;
     EXPECT_THAT(no_steps.output,
                 HasSubstr("--min_workers below --workers needs "
-                          "--sync=allreduce, or --sync=ps without "
-                          "--backup_workers"));
+                          "--sync=allreduce, or --sync=ps, localsgd or "
+                          "diloco without --backup_workers"));
   }
   std::vector<std::string> allreduce = elastic;
   allreduce.push_back("--sync=allreduce");

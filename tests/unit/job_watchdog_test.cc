@@ -147,6 +147,33 @@ TEST_F(JobWatchdogTest, BeforeAnyCallTheJobHasNotBegun) {
   EXPECT_THAT(log_.lines, IsEmpty());
 }
 
+// A shard that owns no chunk of the model (5 values over 4 shards: three
+// chunks of 2, 2 and 1, none for shard 3) hears from workers only when they
+// register and leave: its quiet is not a lost job. Before, it exited 75
+// after --no_worker_timeout_s while the job trained on the other shards.
+TEST_F(JobWatchdogTest, AShardThatOwnsNoChunkDoesNotGiveUpOnItsQuietWorkers) {
+  FakeEnv clock;
+  ParameterServerOptions shard;
+  shard.num_workers = 2;
+  shard.shard = 3;
+  shard.num_shards = 4;
+  shard.env = &clock;
+  absl::StatusOr<std::unique_ptr<ParameterServer>> empty =
+      ParameterServer::Create(shard);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  ModelSignature signature = SmallSignature(2);
+  signature.num_shards = 4;
+  ASSERT_TRUE((*empty)->Register(0, signature).ok());
+  EXPECT_TRUE((*empty)->GetStatus().OwnsNoChunk());
+  EXPECT_FALSE(core_->GetStatus().OwnsNoChunk());
+  JobWatchdog::Options options;
+  options.no_worker_timeout = absl::Seconds(60);
+  JobWatchdog watchdog(options, empty->get(), nullptr, nullptr, log_.Log());
+  EXPECT_EQ(watchdog.CheckWorkersGone(clock.Now() + absl::Hours(10)),
+            std::nullopt);
+  EXPECT_THAT(log_.lines, IsEmpty());
+}
+
 // An all-reduce job's ranks call only the coordinator: its calls start the
 // job and count as contact as the core's do.
 TEST_F(JobWatchdogTest, CoordinatorCallsAreWorkerContact) {

@@ -196,8 +196,8 @@ absl::StatusOr<RegisterResult> PsStepSession::StepBackShards(
         reg.newest_version,
         ": a shard restarted from an older checkpoint than the others hold");
     const size_t shards = reg.shard_versions.size();
-    // The newest checkpoint every shard (that owns a chunk) holds, at or
-    // before the oldest shard's version.
+    // The newest checkpoint every shard that owns a chunk holds, at or
+    // before the oldest's version.
     int64_t common = -1;
     for (int64_t v : reg.shard_checkpoints.empty() ? std::vector<int64_t>()
                                                    : reg.shard_checkpoints[0]) {
@@ -214,7 +214,8 @@ absl::StatusOr<RegisterResult> PsStepSession::StepBackShards(
       std::string held;
       for (size_t s = 0; s < shards; ++s) {
         absl::StrAppend(&held, s == 0 ? "" : "; ", "shard ", s, ": ",
-                        reg.shard_checkpoints[s].empty()
+                        !reg.shard_owns_chunks[s] ? "owns no chunk"
+                        : reg.shard_checkpoints[s].empty()
                             ? "none"
                             : absl::StrJoin(reg.shard_checkpoints[s], ","));
       }
@@ -377,8 +378,7 @@ int64_t PsStepAfterJoin(const SyncPolicy& sync, int64_t step, int64_t version) {
 absl::Status PsStepSession::Leave(const LeaveNote& note) {
   if (coordinator_ != nullptr) {
     watch_.Stop();
-    // The others need not wait out the coordinator's grace for this rank
-    // before they re-form (quorum).
+    // The others need not wait out the quorum's grace for this rank.
     coordinator_
         ->LeaveGroup(kPsGroupName, rank_, absl::Now() + absl::Milliseconds(500))
         .IgnoreError();
