@@ -136,11 +136,6 @@ std::function<absl::StatusOr<Daemon::Saved>()> Daemon::SaveOnRequest() {
   if (checkpointer_ == nullptr && weights_ == nullptr) return nullptr;
   return [this]() -> absl::StatusOr<Saved> {
     Saved saved;
-    // Nothing to save, and nothing lost: no path, version -1.
-    if (core_->GetStatus().OwnsNoChunk()) {
-      saved.version = -1;
-      return saved;
-    }
     if (checkpointer_ != nullptr) {
       ASSIGN_OR_RETURN(std::tie(saved.checkpoint, saved.version),
                        checkpointer_->Save());

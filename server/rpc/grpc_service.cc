@@ -311,6 +311,11 @@ grpc::ServerUnaryReactor* ParameterServerService::SaveCheckpoint(
                                    "this server has nowhere to save: no "
                                    "checkpoint directory, no weights file"));
   }
+  if (core_->GetStatus().OwnsNoChunk()) {
+    // Nothing to save, and nothing lost: no path, version -1.
+    response->set_version(-1);
+    return FinishWith(context, absl::OkStatus());
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Writing takes disk time: off gRPC's threads, one at a time, on the
   // service's own thread (joined before the server goes: StopSaving).

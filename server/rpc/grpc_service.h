@@ -74,7 +74,8 @@ class ParameterServerService final : public ParameterServerServiceBase {
   // `core` is not owned and must outlive the service. Without
   // `save_checkpoint`, SaveCheckpoint answers FAILED_PRECONDITION; with it,
   // the writes run one at a time on a thread the service owns (see
-  // StopSaving).
+  // StopSaving), and a shard that owns no chunk answers at once that it
+  // saved nothing (version -1).
   // `authorizer` (not owned; null: every caller may call everything) must
   // outlive the service too.
   explicit ParameterServerService(ParameterServer* core,

@@ -17,17 +17,19 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lockstep/v1/lockstep.grpc.pb.h"
-#include "server/rpc/grpc_service.h"
 #include "server/core/parameter_server.h"
+#include "server/rpc/grpc_service.h"
+#include "tests/unit/parameter_server_test_util.h"
 
 namespace lockstep {
 namespace {
 
 class SaveCheckpointServiceTest : public ::testing::Test {
  protected:
+  virtual ParameterServerOptions CoreOptions() const { return {}; }
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<ParameterServer>> core =
-        ParameterServer::Create(ParameterServerOptions());
+        ParameterServer::Create(CoreOptions());
     ASSERT_TRUE(core.ok()) << core.status();
     core_ = *std::move(core);
     service_ = std::make_unique<ParameterServerService>(
@@ -115,6 +117,34 @@ TEST_F(SaveCheckpointServiceTest,
   }
   EXPECT_EQ(written_.load(), kTaken);
   EXPECT_EQ(most_writing_.load(), 1) << "writes overlapped";
+}
+
+// Shard 3 of 4 of a 5-value model owns no chunk (chunks of 2, 2 and 1): it
+// answers at once that nothing was saved (no path, version -1), without a
+// write. Before, it refused: "nothing to checkpoint before version 0".
+class ChunklessShardSaveTest : public SaveCheckpointServiceTest {
+ protected:
+  ParameterServerOptions CoreOptions() const override {
+    ParameterServerOptions options;
+    options.num_workers = 1;
+    options.shard = 3;
+    options.num_shards = 4;
+    return options;
+  }
+};
+
+TEST_F(ChunklessShardSaveTest, AShardThatOwnsNoChunkHasNothingToSave) {
+  ModelSignature signature = SmallSignature(1);
+  signature.num_shards = 4;
+  ASSERT_TRUE(core_->Register(0, signature).ok());
+  ASSERT_TRUE(core_->GetStatus().OwnsNoChunk());
+  v1::SaveCheckpointResponse response;
+  const grpc::Status saved = Save(&response);
+  ASSERT_TRUE(saved.ok()) << saved.error_message();
+  EXPECT_EQ(response.version(), -1);
+  EXPECT_TRUE(response.path().empty());
+  EXPECT_TRUE(response.weights_file().empty());
+  EXPECT_EQ(written_.load(), 0);
 }
 
 // StopSaving waits for the write in progress (the request still gets its
