@@ -20,11 +20,12 @@
 // a generation of fewer than every rank only when the round holds more
 // than half of the ranks alive: its own members and those outside it that
 // watch the group under their rank, or were seen within `quorum_grace`
-// (formed into a generation, or their watch ended). Two disjoint groups can
-// then never both form while the other's members are alive: the minority waits,
-// its Join wakes the watchers, and they join it at their next step. Ranks that
-// are gone stop counting `quorum_grace` after their watch ended (their
-// connection closed, or its deadline passed for a stopped process).
+// (formed into a generation, or their watch ended). Two disjoint groups
+// can then never both form while the other's members are alive: the
+// minority waits, its Join wakes the watchers, and they join it at their
+// next step. Ranks that are gone stop counting `quorum_grace` after their
+// watch ended (their connection closed, or its deadline passed for a
+// stopped process).
 //
 //   GroupRendezvous rendezvous;
 //   rendezvous.Join({"job", member, rank, 2, version},

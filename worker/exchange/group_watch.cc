@@ -55,7 +55,7 @@ void GroupWatch::Run(std::string group, int64_t generation, int rank,
             ? absl::ZeroDuration()
             : absl::Seconds(1);
     absl::MutexLock lock(&mu_);
-    if (stop_ || mu_.AwaitWithTimeout(absl::Condition(&stop_), pause)) return;
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop_), pause)) return;
   }
 }
 

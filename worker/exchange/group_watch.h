@@ -3,8 +3,7 @@
 // coordinator counts the member's rank as alive for its quorum, so that
 // ranks waiting to join do not form a group without members still at
 // work (docs/faults.md, "Elastic all-reduce jobs", "Elastic PS jobs"); and
-// it can say when
-// the group should re-form.
+// it can say when the group should re-form.
 //
 // Start and Stop from one thread (the training thread).
 #ifndef LOCKSTEP_WORKER_EXCHANGE_GROUP_WATCH_H_

@@ -256,10 +256,10 @@ absl::StatusOr<StepPlan> PsStepSession::BeginStep() {
   }
   // In rounds of local steps (LocalSGD, DiLoCo) this step is a round's
   // last, and the round's other steps were progress made without the
-  // servers: the rejoin deadline counts from here, so that a round longer
-  // than it can still register again after its push fails (a regroup, a
-  // restarted server); and the step's own phases start here (the round's
-  // other steps come as WorkBefore, not as this step's input).
+  // servers: the rejoin deadline moves on by their time, so that a round
+  // longer than it can still register again after its push fails (a
+  // regroup, a restarted server); and the step's own phases start here
+  // (the round's other steps come as WorkBefore, not as its input).
   if (signature_.sync.SemiSynchronous()) {
     recovery_.Progressed();
     RestartClock();
