@@ -253,6 +253,28 @@ TEST(SemiSyncStepSessionJoinTest, AWorkerWithOtherRoundsIsRefused) {
   EXPECT_THAT(plain.status().message(), HasSubstr("local_steps=1"));
 }
 
+// One worker's rounds over `client`, joined at version 0 into `weights`
+// (kElements values); `env` is the rejoin deadline's clock.
+absl::StatusOr<std::unique_ptr<SemiSyncStepSession>> JoinedAlone(
+    std::unique_ptr<PsClient> client, Env* env, std::vector<float>* weights) {
+  StepSessionOptions options = SessionOptions(0, false, 0);
+  options.num_workers = 1;
+  options.env = env;
+  auto session = std::make_unique<SemiSyncStepSession>(
+      SessionOptions(0, false, kLocalSteps),
+      std::make_unique<PsStepSession>(options, std::move(client), nullptr));
+  ModelSignature signature = JobSignature(1);
+  signature.num_workers = 1;
+  weights->assign(kElements, 0.0f);
+  ASSIGN_OR_RETURN(StepOutcome at, session->Join(signature, InitialWeights,
+                                                 absl::MakeSpan(*weights), {},
+                                                 absl::Seconds(30)));
+  if (at.version != 0 || at.next_step != 0) {
+    return absl::InternalError("joined elsewhere than at the start");
+  }
+  return session;
+}
+
 // The rejoin deadline (30 s here) leaves out a round's local steps: a
 // round whose local steps took 40 s still registers again when its push
 // is refused, and starts over from its version (before, the refusal was
@@ -268,28 +290,19 @@ TEST(SemiSyncStepSessionRejoinTest, ARoundLongerThanTheRejoinTimeoutRejoins) {
       PsClient::CreateOver(PsClientOptions(), std::move(shards));
   ASSERT_TRUE(client.ok()) << client.status();
   FakeEnv env;
-  StepSessionOptions options = SessionOptions(0, false, 0);
-  options.num_workers = 1;
-  options.env = &env;
-  SemiSyncStepSession session(
-      SessionOptions(0, false, kLocalSteps),
-      std::make_unique<PsStepSession>(options, *std::move(client), nullptr));
-  ModelSignature signature = JobSignature(1);
-  signature.num_workers = 1;
-  std::vector<float> weights(kElements);
-  absl::StatusOr<StepOutcome> at =
-      session.Join(signature, InitialWeights, absl::MakeSpan(weights), {},
-                   absl::Seconds(30));
-  ASSERT_TRUE(at.ok()) << at.status();
+  std::vector<float> weights;
+  absl::StatusOr<std::unique_ptr<SemiSyncStepSession>> session =
+      JoinedAlone(*std::move(client), &env, &weights);
+  ASSERT_TRUE(session.ok()) << session.status();
   auto step = [&](absl::Duration local_time) -> absl::StatusOr<StepOutcome> {
-    ASSIGN_OR_RETURN(const StepPlan plan, session.BeginStep());
+    ASSIGN_OR_RETURN(const StepPlan plan, (*session)->BeginStep());
     for (int j = 0; j < kElements; ++j) {
       plan.gradient[j] = GradientValue(0, plan.step, j);
     }
     env.Advance(local_time);
-    return session.FinishStep();
+    return (*session)->FinishStep();
   };
-  at = step(absl::Seconds(40));  // Local step 0.
+  absl::StatusOr<StepOutcome> at = step(absl::Seconds(40));  // Local step 0.
   ASSERT_TRUE(at.ok()) << at.status();
   EXPECT_EQ(at->next_step, 1);
   refuse = true;
@@ -306,7 +319,7 @@ TEST(SemiSyncStepSessionRejoinTest, ARoundLongerThanTheRejoinTimeoutRejoins) {
   }
   EXPECT_EQ(at->version, 1);
   EXPECT_EQ(at->next_step, 2);
-  EXPECT_EQ(session.rejoins(), 1);
+  EXPECT_EQ((*session)->rejoins(), 1);
   // Every push refused from here: the local steps do not count against
   // the deadline, but the pushes (1 s each) and the rejoins' backoff do,
   // so the worker gives up (before, each round's push restarted the
@@ -340,18 +353,12 @@ TEST(SemiSyncStepSessionReportTest, ARoundReportsItsLocalStepsPhases) {
   absl::StatusOr<std::unique_ptr<PsClient>> client =
       job->NewClient(PsClientOptions());
   ASSERT_TRUE(client.ok()) << client.status();
-  StepSessionOptions options = SessionOptions(0, false, 0);
-  options.num_workers = 1;
-  SemiSyncStepSession session(
-      SessionOptions(0, false, kLocalSteps),
-      std::make_unique<PsStepSession>(options, *std::move(client), nullptr));
-  ModelSignature signature = JobSignature(1);
-  signature.num_workers = 1;
-  std::vector<float> weights(kElements);
-  absl::StatusOr<StepOutcome> at =
-      session.Join(signature, InitialWeights, absl::MakeSpan(weights), {},
-                   absl::Seconds(30));
-  ASSERT_TRUE(at.ok()) << at.status();
+  std::vector<float> weights;
+  absl::StatusOr<std::unique_ptr<SemiSyncStepSession>> joined =
+      JoinedAlone(*std::move(client), Env::Default(), &weights);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  SemiSyncStepSession& session = **joined;
+  absl::StatusOr<StepOutcome> at = StepOutcome();
   while (at->next_step < kSteps) {
     absl::StatusOr<StepPlan> plan = session.BeginStep();
     ASSERT_TRUE(plan.ok()) << plan.status();
