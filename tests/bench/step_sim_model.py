@@ -308,7 +308,22 @@ def ring_step(cal, workers, model_bytes, rate, cores, backend="gloo"):
                         hop(dst, h + 1, p))
 
             def sent(t2):
-                sim.link(f"w{r}", f"w{dst}", t2, piece / rate, received)
+                # On the simulated links a hop's bytes also cost their
+                # forwarding (veth, bridge, HTB) on this machine's cores,
+                # as a PS transfer's do; the piece is in once both are.
+                forward = piece * cal.get("forward_s_per_byte", 0.0)
+                if sim.pool is None or forward <= 0:
+                    sim.link(f"w{r}", f"w{dst}", t2, piece / rate, received)
+                    return
+                left = [2, t2]
+
+                def part(t3):
+                    left[0] -= 1
+                    left[1] = max(left[1], t3)
+                    if left[0] == 0:
+                        received(left[1])
+                sim.link(f"w{r}", f"w{dst}", t2, piece / rate, part)
+                sim.cpu(("forward", next(sim.seq)), t2, forward, part)
             sim.cpu(("rank", r), t, message, sent)
         return run
 

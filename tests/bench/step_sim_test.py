@@ -109,6 +109,19 @@ class StepSimTest(unittest.TestCase):
         self.assertAlmostEqual(own, M / 2 * 1e-9, places=6)
         self.assertAlmostEqual(shared, M * 1e-9, places=6)
 
+    def test_ring_hops_pay_the_simulated_links_forwarding_on_shared_cores(self):
+        # Two ranks, one 256 KiB piece a hop, links without limit, 1 ns a
+        # byte to forward: two hops in which both ranks' pieces need a core.
+        # One core forwards the 4 pieces in turn, two cores 2 at a time;
+        # with a core per host (a real cluster) nothing is forwarded.
+        piece = 256 << 10
+        cal = costs(forward_s_per_byte=1e-9)
+        self.assertAlmostEqual(ring_step(cal, 2, 2 * piece, 1e15, 1),
+                               4 * piece * 1e-9, places=9)
+        self.assertAlmostEqual(ring_step(cal, 2, 2 * piece, 1e15, 2),
+                               2 * piece * 1e-9, places=9)
+        self.assertLess(ring_step(cal, 2, 2 * piece, 1e15, 0), 1e-8)
+
 
 if __name__ == "__main__":
     unittest.main()
