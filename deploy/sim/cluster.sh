@@ -5,7 +5,8 @@
 # host's bandwidth in both directions (full duplex, as the cost model of
 # docs/study.md assumes) and, where the kernel has sch_netem, adds latency.
 #
-#   deploy/sim/cluster.sh up [--hosts=8] [--rate=1gbit] [--delay=0.2ms] [--name=lss]
+#   deploy/sim/cluster.sh up [--hosts=8] [--rate=1gbit] [--delay=0.2ms] [--cc=reno]
+#                            [--name=lss]
 #   deploy/sim/cluster.sh run [--name=lss] [--timeout=600] HOST CMD [ARGS...]
 #   deploy/sim/cluster.sh rate [--name=lss] HOST RATE
 #   deploy/sim/cluster.sh status [--name=lss]
@@ -20,6 +21,14 @@
 # prints the cluster's settings as KEY=VALUE lines, among them
 # delay_applied=0 when the kernel has no netem and latency was not added.
 #
+# --cc is every host's TCP congestion control: reno (the default), cubic,
+# bbr, another the kernel lets a namespace pick (its
+# net.ipv4.tcp_allowed_congestion_control), or "default" for the kernel's
+# own, whatever it is. Fixed rather than inherited, because it moves the
+# figures: on one machine whose default was bbr, a PS exchange with several
+# shards ran up to 1.4x slower under bbr than under reno on the same links
+# (docs/study.md, "The check").
+#
 # Needs root, `ip` and `tc` (Debian package iproute2). Addresses exist only
 # inside namespaces this script creates; the bridge has its own namespace
 # and no address, nothing is attached to the host's network, and no traffic
@@ -33,7 +42,7 @@ readonly kStepTimeout=10   # Seconds for any one ip/tc command.
 readonly kMaxHosts=32
 
 usage() {
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 }
 die() {
@@ -46,13 +55,14 @@ t() { timeout -k 2 "$kStepTimeout" "$@"; }
 [[ $# -ge 1 ]] || usage
 command=$1
 shift
-name=lss hosts=8 rate=1gbit delay=0.2ms run_timeout=600
+name=lss hosts=8 rate=1gbit delay=0.2ms cc=reno run_timeout=600
 while [[ $# -gt 0 && "$1" == --* ]]; do
   case "$1" in
     --name=*) name="${1#*=}" ;;
     --hosts=*) hosts="${1#*=}" ;;
     --rate=*) rate="${1#*=}" ;;
     --delay=*) delay="${1#*=}" ;;
+    --cc=*) cc="${1#*=}" ;;
     --timeout=*) run_timeout="${1#*=}" ;;
     --help | -h) usage ;;
     --) shift; break ;;
@@ -69,6 +79,7 @@ fi
 [[ "$delay" =~ ^[0-9.]+(us|ms)$ || "$delay" == 0 ]] ||
   die "--delay takes e.g. 0.2ms (or 0)"
 [[ "$run_timeout" =~ ^[0-9]+$ ]] || die "--timeout is whole seconds"
+[[ "$cc" =~ ^[a-z0-9_]+$ ]] || die "--cc takes a congestion control's name, e.g. reno"
 state="$kStateDir/$name.env"
 
 need_root() {
@@ -133,7 +144,24 @@ undo_on_failure() {
   exit "$status"
 }
 
+# The congestion control `up` gives every host: --cc, checked against what a
+# namespace may pick before anything is made.
+host_cc() {
+  if [[ "$cc" == default ]]; then
+    cat /proc/sys/net/ipv4/tcp_congestion_control
+    return
+  fi
+  local allowed
+  allowed=$(cat /proc/sys/net/ipv4/tcp_allowed_congestion_control)
+  [[ " $allowed " == *" $cc "* ]] ||
+    die "--cc=$cc: a network namespace may pick only: $allowed" \
+      "(net.ipv4.tcp_allowed_congestion_control), or --cc=default"
+  echo "$cc"
+}
+
 up() {
+  local host_cc
+  host_cc=$(host_cc)
   down
   mkdir -p "$kStateDir"
   trap undo_on_failure EXIT
@@ -160,6 +188,8 @@ up() {
     t ip link add eth0 netns "$ns" type veth peer name "v$i" netns "$br"
     t ip -n "$br" link set "v$i" master br0 up
     t ip -n "$ns" link set lo up
+    t ip netns exec "$ns" sysctl -qw \
+      "net.ipv4.tcp_congestion_control=$host_cc"
     t ip -n "$ns" addr add "$kSubnet.$((i + 1))/24" dev eth0
     t ip -n "$ns" link set eth0 up
     # Host i's sending side, in its namespace; its receiving side is the
@@ -175,6 +205,7 @@ up() {
     echo "rate=$rate"
     echo "delay=$delay"
     echo "delay_applied=$delay_applied"
+    echo "cc=$host_cc"
     for ((i = 0; i < hosts; i++)); do echo "h$i=$kSubnet.$((i + 1))"; done
   } >"$state"
   trap - EXIT

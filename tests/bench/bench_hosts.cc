@@ -15,6 +15,16 @@ std::vector<BenchHost> LoopbackHosts(int count) {
   return std::vector<BenchHost>(count, BenchHost{"127.0.0.1", {}});
 }
 
+std::string SimStatusValue(const std::string& status, absl::string_view key) {
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (absl::ConsumePrefix(&line, key) && absl::ConsumePrefix(&line, "=")) {
+      return std::string(line);
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<std::vector<BenchHost>> SimHosts(const std::string& script,
                                                 const std::string& name,
                                                 const std::string& status) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "tests/bench/child_runner.h"
@@ -31,6 +32,10 @@ std::vector<BenchHost> LoopbackHosts(int count);
 // The hosts of a running simulated cluster, parsed from the KEY=VALUE lines
 // `cluster.sh up` or `status` prints (h0=10.214.0.1, ...): each is entered
 // with `script run --name=NAME --timeout=0 hI`, bounded by our deadlines.
+// The value of KEY in a simulated cluster's status (KEY=VALUE lines);
+// empty when no line has it.
+std::string SimStatusValue(const std::string& status, absl::string_view key);
+
 absl::StatusOr<std::vector<BenchHost>> SimHosts(const std::string& script,
                                                 const std::string& name,
                                                 const std::string& status);

@@ -81,6 +81,10 @@ ABSL_FLAG(double, sim_rate_mbit, 1000,
 ABSL_FLAG(double, sim_delay_ms, 0.2,
           "study: one-way delay added to each simulated link (needs netem).");
 ABSL_FLAG(std::string, sim_name, "lss", "study: the cluster's --name.");
+ABSL_FLAG(std::string, sim_cc, "reno",
+          "study: the simulated hosts' TCP congestion control (cluster.sh "
+          "--cc): reno, bbr, another the kernel allows a namespace, or "
+          "default (the kernel's own).");
 ABSL_FLAG(std::string, cluster_script,
           LOCKSTEP_SOURCE_DIR "/deploy/sim/cluster.sh",
           "study: the simulated cluster's script.");
@@ -334,6 +338,7 @@ absl::Status RunStudyMode(const ModeContext& ctx) {
         "--sim_rate_mbit must be positive and --sim_delay_ms not negative");
   }
   options.sim_name = absl::GetFlag(FLAGS_sim_name);
+  options.sim_cc = absl::GetFlag(FLAGS_sim_cc);
   options.cluster_script = absl::GetFlag(FLAGS_cluster_script);
   options.plots = absl::GetFlag(FLAGS_plots);
   options.kinds =

@@ -51,7 +51,8 @@ Usage:
       momentum, Adam), through the server's code paths, per thread count and
       kernel variant, in GB/s of payload and of memory traffic.
   lockstep_bench study [--quick] [--links=loopback,sim] [--out_dir=study]
-                 [--sim_rate_mbit=1000 --sim_delay_ms=0.2] [--noplots]
+                 [--sim_rate_mbit=1000 --sim_delay_ms=0.2] [--sim_cc=reno]
+                 [--noplots]
       parameter servers against all-reduce: a matrix of sync mode x workers
       x shards x model size x link (loopback, and as root a simulated
       cluster of network namespaces with tc-limited links), written as

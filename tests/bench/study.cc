@@ -52,11 +52,13 @@ class SimCluster final {
                 {o.cluster_script, "up", absl::StrCat("--name=", o.sim_name),
                  absl::StrCat("--hosts=", kStudyMaxHosts),
                  absl::StrFormat("--rate=%gmbit", o.sim_rate_mbit),
-                 absl::StrFormat("--delay=%gms", o.sim_delay_ms)},
+                 absl::StrFormat("--delay=%gms", o.sim_delay_ms),
+                 absl::StrCat("--cc=", o.sim_cc)},
                 absl::StrCat(scratch, "/cluster-up.log"), o.interrupt_fd,
                 absl::Seconds(120)));
     cluster->up_ = true;  // Now `down` has something to undo.
-    cluster->delay_applied_ = absl::StrContains(status, "delay_applied=1");
+    cluster->delay_applied_ = SimStatusValue(status, "delay_applied") == "1";
+    cluster->cc_ = SimStatusValue(status, "cc");
     ASSIGN_OR_RETURN(cluster->hosts_,
                      SimHosts(o.cluster_script, o.sim_name, status));
     return cluster;
@@ -75,6 +77,7 @@ class SimCluster final {
   }
   const std::vector<BenchHost>& hosts() const { return hosts_; }
   bool delay_applied() const { return delay_applied_; }
+  const std::string& cc() const { return cc_; }
 
  private:
   SimCluster(const StudyOptions& o, std::string scratch)
@@ -83,12 +86,9 @@ class SimCluster final {
   const std::string scratch_;
   std::vector<BenchHost> hosts_;
   bool delay_applied_ = false;
+  std::string cc_;
   bool up_ = false;
 };
-
-double LinkBytesPerSecond(const StudyOptions& o) {
-  return o.sim_rate_mbit * 1e6 / 8;
-}
 
 absl::Status RunComm(const StudyOptions& o, const RunSpec& spec,
                      const std::vector<BenchHost>& hosts, StudyRow* row) {
@@ -117,7 +117,7 @@ absl::Status RunComm(const StudyOptions& o, const RunSpec& spec,
   }
   if (row->link == "sim") {
     const double m = static_cast<double>(row->model_bytes);
-    const double b = LinkBytesPerSecond(o);
+    const double b = o.sim_rate_mbit * 1e6 / 8;  // The link's bytes a second.
     row->link_gbit = o.sim_rate_mbit / 1000;
     if (row->mode != "ps") {
       row->bandwidth_model_s = RingAllReduceModelSeconds(row->workers, m, b);
@@ -263,6 +263,7 @@ absl::Status OpenSimCluster(const StudyOptions& o, const std::string& scratch,
   }
   *cluster = *std::move(made);
   meta->sim_delay_applied = (*cluster)->delay_applied();
+  meta->sim_cc = (*cluster)->cc();
   if (!meta->sim_delay_applied && o.sim_delay_ms > 0) {
     meta->notes.push_back(absl::StrFormat(
         "this kernel has no sch_netem: simulated links are rate-limited "

@@ -34,6 +34,7 @@ struct StudyOptions {
   double sim_rate_mbit = 1000;  // Each simulated host's link, each way.
   double sim_delay_ms = 0.2;    // Added one-way, where netem exists.
   std::string sim_name = "lss";  // cluster.sh --name.
+  std::string sim_cc = "reno";   // cluster.sh --cc: TCP congestion control.
   std::string cluster_script;    // deploy/sim/cluster.sh.
   bool plots = true;
   // The PS comm runs' chunk size; kAutoChunkBytes: the workers' default.

@@ -207,6 +207,7 @@ std::string StudyJson(const StudyMeta& meta,
       .Add("sim_rate_gbit", meta.sim_rate_gbit)
       .Add("sim_delay_ms", meta.sim_delay_ms)
       .AddBool("sim_delay_applied", meta.sim_delay_applied)
+      .Add("sim_cc", meta.sim_cc)
       .Add("notes", absl::StrJoin(meta.notes, " | "))
       .Add("load_average_start", meta.load_average_start)
       .Add("load_average_end", meta.load_average_end)

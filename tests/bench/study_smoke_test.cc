@@ -220,7 +220,8 @@ TEST(StudySmokeTest, QuickStudyWritesEveryRowAndColumn) {
   for (const char* key :
        {"\"study\"", "\"runs\"", "\"model_checks\"", "\"crossover\"",
         "\"median_step_s\"", "\"bandwidth_model_s\"", "\"placement\"",
-        "\"client_wait_s\"", "\"final_loss\"", "\"load_average_start\""}) {
+        "\"client_wait_s\"", "\"final_loss\"", "\"load_average_start\"",
+        "\"sim_cc\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   }
   EXPECT_TRUE(FindJsonNumber(json, {"study", "cpus"}).ok());

@@ -6,7 +6,8 @@
 # the network as the phase that makes it slow, and no other rank: its
 # worker's own phases (input, compute, push) do not explain its lateness.
 # The other two injections (compute, input) are checked on loopback by
-# OpsIntegrationTest.StragglersAreNamedWithTheirSlowPhase.
+# OpsIntegrationTest.StragglersAreNamedWithTheirSlowPhase. On the way, the
+# cluster's hosts must run the congestion control it fixes (--cc).
 #
 #   tests/deploy/straggler_link_test.sh [--bin-dir DIR]
 #
@@ -28,6 +29,10 @@ cluster="$root/deploy/sim/cluster.sh"
 name="lsg$(($$ % 100000))"
 work="$(mktemp -d "${TMPDIR:-/tmp}/lockstep-straggler.XXXXXX")"
 pids=()
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
 cleanup() {
   local rc=$? pid
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -44,6 +49,25 @@ if ! bash "$cluster" up --name="$name" --hosts=4 --rate=1gbit \
   grep -q "Operation not permitted\|not supported" "$work/up.log" &&
     skip "network namespaces or tc are not available here"
   exit 1
+fi
+# The cluster fixes its hosts' congestion control (reno unless --cc says
+# otherwise) instead of inheriting the machine's, and refuses one a
+# namespace may not pick before it makes anything.
+for host in 0 1 2 3; do
+  got=$(ip netns exec "$name-h$host" sysctl -n net.ipv4.tcp_congestion_control)
+  [[ "$got" == reno ]] || fail "host h$host runs $got, not reno"
+done
+bash "$cluster" status --name="$name" | grep -qx "cc=reno" ||
+  fail "status does not say cc=reno"
+refused="lsb$(($$ % 100000))"
+if bash "$cluster" up --name="$refused" --hosts=1 --cc=nosuchcc \
+  >"$work/badcc.log" 2>&1; then
+  fail "up accepted --cc=nosuchcc"
+fi
+grep -q "may pick only" "$work/badcc.log" ||
+  fail "up --cc=nosuchcc did not say why: $(cat "$work/badcc.log")"
+if ip netns list | grep -q "^$refused-"; then
+  fail "a refused up left namespaces behind"
 fi
 bash "$cluster" rate --name="$name" h2 20mbit
 
