@@ -146,7 +146,7 @@ undo_on_failure() {
 
 # The congestion control `up` gives every host: --cc, checked against what a
 # namespace may pick before anything is made.
-host_cc() {
+chosen_cc() {
   if [[ "$cc" == default ]]; then
     cat /proc/sys/net/ipv4/tcp_congestion_control
     return
@@ -161,7 +161,7 @@ host_cc() {
 
 up() {
   local host_cc
-  host_cc=$(host_cc)
+  host_cc=$(chosen_cc)
   down
   mkdir -p "$kStateDir"
   trap undo_on_failure EXIT

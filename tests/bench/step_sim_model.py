@@ -119,6 +119,19 @@ class Sim:
         self.at(t + seconds, lambda t2: self._send(src, t2))
 
 
+def after_all(count, start, done):
+    """A callback to hand `count` parts that run at once from `start`:
+    done(t) once every part has called it, t the last one's end."""
+    left = [count, start]
+
+    def part_done(t):
+        left[0] -= 1
+        left[1] = max(left[1], t)
+        if left[0] == 0:
+            done(left[1])
+    return part_done
+
+
 def transfer(sim, cal, src, dst, ready, nbytes, rate, done, flow=None):
     """One message: the sender's share of a message's fixed cost, then the
     bytes, which cost the link's time and, streamed alongside it, the
@@ -134,14 +147,7 @@ def transfer(sim, cal, src, dst, ready, nbytes, rate, done, flow=None):
         parts = [("kernel", src, wire), ("kernel", dst, wire)]
         if sim.pool is not None and forward > 0 and src != dst:
             parts.append(("forward", next(sim.seq), forward))
-        left = [len(parts) + (src != dst)]
-        end = [t]
-
-        def part_done(t2):
-            end[0] = max(end[0], t2)
-            left[0] -= 1
-            if left[0] == 0:
-                done(end[0])
+        part_done = after_all(len(parts) + (src != dst), t, done)
         for kind, where, cost in parts:
             sim.cpu((kind, where), t, cost, part_done)
         if src != dst:
@@ -315,13 +321,7 @@ def ring_step(cal, workers, model_bytes, rate, cores, backend="gloo"):
                 if sim.pool is None or forward <= 0:
                     sim.link(f"w{r}", f"w{dst}", t2, piece / rate, received)
                     return
-                left = [2, t2]
-
-                def part(t3):
-                    left[0] -= 1
-                    left[1] = max(left[1], t3)
-                    if left[0] == 0:
-                        received(left[1])
+                part = after_all(2, t2, received)
                 sim.link(f"w{r}", f"w{dst}", t2, piece / rate, part)
                 sim.cpu(("forward", next(sim.seq)), t2, forward, part)
             sim.cpu(("rank", r), t, message, sent)

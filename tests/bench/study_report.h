@@ -116,8 +116,8 @@ struct StudyMeta {
   double sim_rate_gbit = 0;
   double sim_delay_ms = 0;
   bool sim_delay_applied = false;
-  std::string
-      sim_cc;  // The hosts' TCP congestion control, as cluster.sh set it.
+  // The hosts' TCP congestion control, as cluster.sh set it.
+  std::string sim_cc;
   std::vector<std::string> notes;  // Fallbacks and caveats, as printed.
   double load_average_start = -1;
   double load_average_end = -1;
